@@ -1,0 +1,157 @@
+//! The API's one error type, rendered as `application/problem+json` (RFC 9457).
+//!
+//! Internal errors are logged here, once, with their cause; the client only sees an
+//! opaque 500 carrying the request id to quote when reporting it.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::domain::{FieldError, FieldErrors};
+use crate::service::ServiceError;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An RFC 9457 problem document.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Problem {
+    /// A URN naming the kind of problem, e.g. `urn:modelplane:problem:invalid-input`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    /// The request id (also in the `x-request-id` header), to quote when reporting a problem.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// One entry per invalid field, for 400/422 responses.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not JSON at all.
+    #[error("{0}")]
+    MalformedBody(String),
+    #[error("invalid input")]
+    Invalid(FieldErrors),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{message}")]
+    Conflict {
+        message: String,
+        field: Option<&'static str>,
+    },
+    #[error("{0}")]
+    PreconditionFailed(String),
+    #[error("the request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("internal error")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(err: ServiceError) -> Self {
+        match err {
+            ServiceError::Invalid(errors) => Self::Invalid(errors),
+            ServiceError::NotFound { .. } => Self::NotFound(err.to_string()),
+            ServiceError::Conflict { message, field } => Self::Conflict { message, field },
+            ServiceError::PreconditionFailed(message) => Self::PreconditionFailed(message),
+            ServiceError::IdempotencyKeyReused(_) => {
+                Self::Invalid(FieldErrors::single("Idempotency-Key", err.to_string()))
+            }
+            ServiceError::Database(db) => Self::Internal(Box::new(db)),
+        }
+    }
+}
+
+impl From<FieldErrors> for ApiError {
+    fn from(errors: FieldErrors) -> Self {
+        Self::Invalid(errors)
+    }
+}
+
+impl ApiError {
+    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            Self::MalformedBody(_) => (StatusCode::BAD_REQUEST, "malformed-body", "Malformed request body"),
+            Self::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid-input", "Invalid input"),
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            Self::Conflict { .. } => (StatusCode::CONFLICT, "conflict", "Conflict"),
+            Self::PreconditionFailed(_) => (StatusCode::PRECONDITION_FAILED, "precondition-failed", "Precondition failed"),
+            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large"),
+            Self::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", "Unsupported media type"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal server error"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, slug, title) = self.parts();
+        let request_id = super::middleware::current_request_id();
+        let (detail, errors) = match self {
+            Self::Invalid(errors) => {
+                let detail = if errors.as_slice().len() == 1 {
+                    let e = &errors.as_slice()[0];
+                    if e.field.is_empty() {
+                        e.message.clone()
+                    } else {
+                        format!("{}: {}", e.field, e.message)
+                    }
+                } else {
+                    format!("{} fields are invalid", errors.as_slice().len())
+                };
+                (detail, errors.into_vec())
+            }
+            Self::Conflict { message, field } => {
+                let errors = field
+                    .map(|f| {
+                        vec![FieldError {
+                            field: f.to_owned(),
+                            message: message.clone(),
+                        }]
+                    })
+                    .unwrap_or_default();
+                (message, errors)
+            }
+            Self::Internal(source) => {
+                tracing::error!(error = %source, error.debug = ?source, request_id = request_id.as_deref(), "internal error");
+                (
+                    "An internal error occurred; quote the request id when reporting it.".into(),
+                    Vec::new(),
+                )
+            }
+            other => (other.to_string(), Vec::new()),
+        };
+        problem_response(status, slug, title, detail, request_id, errors)
+    }
+}
+
+pub fn problem_response(
+    status: StatusCode,
+    slug: &str,
+    title: &str,
+    detail: String,
+    request_id: Option<String>,
+    errors: Vec<FieldError>,
+) -> Response {
+    let problem = Problem {
+        type_: format!("urn:modelplane:problem:{slug}"),
+        title: title.to_owned(),
+        status: status.as_u16(),
+        detail,
+        request_id,
+        errors,
+    };
+    let mut response = (status, axum::Json(problem)).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    response
+}

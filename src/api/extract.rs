@@ -1,0 +1,129 @@
+//! Request extractors that turn every bad input into a problem response naming the field.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+use crate::domain::{FieldErrors, from_json_value};
+
+/// Largest request body accepted, in bytes.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// A JSON body (`application/json`) deserialised into `T`; unknown fields are refused.
+pub struct JsonBody<T>(pub T);
+
+/// A JSON merge patch body (`application/merge-patch+json`).
+pub struct MergePatch(pub serde_json::Value);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let value = read_json(req, state, "application/json").await?;
+        Ok(Self(from_json_value(value)?))
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for MergePatch {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(
+            read_json(req, state, "application/merge-patch+json").await?,
+        ))
+    }
+}
+
+async fn read_json<S: Send + Sync>(
+    req: Request,
+    state: &S,
+    media_type: &str,
+) -> Result<serde_json::Value, ApiError> {
+    let content_type = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case(media_type) {
+        let got = if essence.is_empty() { "none" } else { essence };
+        return Err(ApiError::UnsupportedMediaType(format!(
+            "expected Content-Type `{media_type}`, got `{got}`"
+        )));
+    }
+    let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge(MAX_BODY_BYTES)
+        } else {
+            ApiError::MalformedBody(format!("could not read the request body: {rejection}"))
+        }
+    })?;
+    serde_json::from_slice(&bytes).map_err(|err| {
+        ApiError::MalformedBody(format!("the body is not valid JSON: {err}"))
+    })
+}
+
+/// Query parameters deserialised into `T`; a bad or unknown parameter is a 422 naming it.
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or("");
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(de).map(Query).map_err(|err| {
+            let path = err.path().to_string();
+            let message = err.into_inner().to_string();
+            let field = if path == "." { "query".to_owned() } else { path };
+            ApiError::Invalid(FieldErrors::single(field, message))
+        })
+    }
+}
+
+/// The `If-Match` header, if any.
+pub struct IfMatch(pub Option<String>);
+
+/// The `Idempotency-Key` header, if any (1 to 255 visible ASCII characters).
+pub struct IdempotencyKey(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        header_string(parts, "if-match", "If-Match").map(Self)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let key = header_string(parts, "idempotency-key", "Idempotency-Key")?;
+        if let Some(k) = &key {
+            if k.is_empty() || k.len() > 255 {
+                return Err(FieldErrors::single(
+                    "Idempotency-Key",
+                    "must be 1 to 255 visible ASCII characters",
+                )
+                .into());
+            }
+        }
+        Ok(Self(key))
+    }
+}
+
+fn header_string(parts: &Parts, name: &str, display: &str) -> Result<Option<String>, ApiError> {
+    match parts.headers.get(name) {
+        None => Ok(None),
+        Some(value) => value
+            .to_str()
+            .map(|s| Some(s.trim().to_owned()))
+            .map_err(|_| {
+                FieldErrors::single(display, "must be visible ASCII characters").into()
+            }),
+    }
+}

@@ -1,0 +1,85 @@
+//! HTTP front-end: the REST API under `/api/v1`, health, metrics and the API reference.
+
+pub mod error;
+pub mod extract;
+pub mod middleware;
+mod openapi;
+pub mod rest;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Method, StatusCode, header};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tower_http::compression::CompressionLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::timeout::TimeoutLayer;
+use utoipa_swagger_ui::SwaggerUi;
+
+use crate::config::HttpConfig;
+use crate::service;
+
+pub use openapi::openapi_document;
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub ctx: service::Context,
+    pub metrics: PrometheusHandle,
+}
+
+/// The complete HTTP application.
+pub fn router(state: AppState, http: &HttpConfig) -> Router {
+    let (api, document) = openapi::api_router().split_for_parts();
+    let app = api
+        .merge(SwaggerUi::new("/api/docs").url("/api/openapi.json", document))
+        .route("/metrics", axum::routing::get(rest::health::metrics))
+        .fallback(rest::not_found)
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Duration::from_secs(http.request_timeout_secs),
+        ))
+        .layer(CompressionLayer::new())
+        .layer(axum::middleware::from_fn(middleware::observe));
+    match cors_layer(&http.cors_origins) {
+        Some(cors) => app.layer(cors),
+        None => app,
+    }
+}
+
+fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+    let origins: Vec<_> = origins
+        .iter()
+        .filter(|o| !o.is_empty())
+        .filter_map(|o| o.parse().ok())
+        .collect();
+    if origins.is_empty() {
+        return None;
+    }
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([
+                Method::GET,
+                Method::POST,
+                Method::PUT,
+                Method::PATCH,
+                Method::DELETE,
+            ])
+            .allow_headers([
+                header::CONTENT_TYPE,
+                header::AUTHORIZATION,
+                header::IF_MATCH,
+                HeaderName::from_static("idempotency-key"),
+                HeaderName::from_static(middleware::REQUEST_ID_HEADER),
+            ])
+            .expose_headers([
+                header::ETAG,
+                header::LOCATION,
+                HeaderName::from_static(middleware::REQUEST_ID_HEADER),
+            ]),
+    )
+}

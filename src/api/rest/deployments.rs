@@ -1,0 +1,423 @@
+//! `/api/v1/projects/{project}/deployments` and the deployment actions.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use crate::api::AppState;
+use crate::api::error::{ApiError, Problem};
+use crate::api::extract::{IdempotencyKey, IfMatch, JsonBody, MergePatch, Query};
+use crate::domain::{Deployment, Revision, TimelineEvent};
+use crate::service::Actor;
+use crate::service::deployments::{
+    self as service, CreateDeployment, DeploymentRef, ListDeployments, ReplaceDeployment,
+    RollbackDeployment, ScaleDeployment,
+};
+
+/// A page of deployments.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentList {
+    pub items: Vec<Deployment>,
+    /// Pass as `cursor` (with the same filters) for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A page of revisions, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionList {
+    pub items: Vec<Revision>,
+    pub next_cursor: Option<String>,
+}
+
+/// A page of timeline events, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventList {
+    pub items: Vec<TimelineEvent>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct PageParams {
+    /// Page size, 1 to 200 (default 50).
+    pub limit: Option<i64>,
+    /// `nextCursor` from the previous page.
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ProjectEventParams {
+    /// The deployment's id; works after the deployment is deleted.
+    pub deployment_id: Uuid,
+    /// Page size, 1 to 200 (default 50).
+    pub limit: Option<i64>,
+    /// `nextCursor` from the previous page.
+    pub cursor: Option<String>,
+}
+
+/// `200 OK` (or another status) with the deployment and its `ETag`.
+fn deployment_response(status: StatusCode, deployment: Deployment) -> Response {
+    let etag = HeaderValue::from_str(&deployment.etag()).expect("an ETag is a valid header");
+    let mut response = (status, Json(deployment)).into_response();
+    response.headers_mut().insert(header::ETAG, etag);
+    response
+}
+
+/// Create a deployment.
+///
+/// With an `Idempotency-Key`, a retried request returns the original response instead of a
+/// second deployment or a 409; reusing the key with a different body is a 422.
+#[utoipa::path(post, path = "/api/v1/projects/{project}/deployments", tag = "deployments",
+    params(
+        ("project" = String, Path, description = "Project name"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried create return the original result (kept 24 hours per project and caller)"),
+    ),
+    request_body = CreateDeployment,
+    responses(
+        (status = 201, description = "Created (or replayed)", body = Deployment,
+            headers(("Location" = String, description = "URL of the deployment"), ("ETag" = String, description = "Entity tag of the spec"))),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such project", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over 1 MiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, or an Idempotency-Key reused with another body", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn create_deployment(
+    State(state): State<AppState>,
+    Path(project): Path<String>,
+    actor: Actor,
+    IdempotencyKey(key): IdempotencyKey,
+    JsonBody(request): JsonBody<CreateDeployment>,
+) -> Result<Response, ApiError> {
+    let created =
+        service::create_deployment(&state.ctx, &actor, &project, request, key.as_deref()).await?;
+    let deployment = created.deployment;
+    let location = format!(
+        "/api/v1/projects/{}/deployments/{}",
+        deployment.project, deployment.name
+    );
+    let mut response = deployment_response(StatusCode::CREATED, deployment);
+    response.headers_mut().insert(
+        header::LOCATION,
+        HeaderValue::from_str(&location).expect("names are valid header text"),
+    );
+    if created.replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+/// List a project's deployments, oldest first.
+#[utoipa::path(get, path = "/api/v1/projects/{project}/deployments", tag = "deployments",
+    params(("project" = String, Path, description = "Project name"), ListDeployments),
+    responses(
+        (status = 200, description = "A page of deployments", body = DeploymentList),
+        (status = 404, description = "No such project", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid filter or cursor", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_deployments(
+    State(state): State<AppState>,
+    Path(project): Path<String>,
+    Query(query): Query<ListDeployments>,
+) -> Result<Json<DeploymentList>, ApiError> {
+    let page = service::list_deployments(&state.ctx, &project, &query).await?;
+    Ok(Json(DeploymentList {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// Get a deployment, its status and its `ETag`.
+#[utoipa::path(get, path = "/api/v1/projects/{project}/deployments/{name}", tag = "deployments",
+    params(("project" = String, Path, description = "Project name"), ("name" = String, Path, description = "Deployment name")),
+    responses(
+        (status = 200, description = "The deployment", body = Deployment,
+            headers(("ETag" = String, description = "Entity tag of the spec"))),
+        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn get_deployment(
+    State(state): State<AppState>,
+    Path((project, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let deployment = service::get_deployment(&state.ctx, &project, &name).await?;
+    Ok(deployment_response(StatusCode::OK, deployment))
+}
+
+/// Replace the spec.
+#[utoipa::path(put, path = "/api/v1/projects/{project}/deployments/{name}", tag = "deployments",
+    params(
+        ("project" = String, Path, description = "Project name"),
+        ("name" = String, Path, description = "Deployment name"),
+        ("If-Match" = Option<String>, Header, description = "Refuse the change (412) unless the spec's ETag still matches"),
+    ),
+    request_body = ReplaceDeployment,
+    responses(
+        (status = 200, description = "Updated (a new generation and revision when the spec changed)", body = Deployment,
+            headers(("ETag" = String, description = "Entity tag of the spec"))),
+        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment is being deleted", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "If-Match does not match", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn replace_deployment(
+    State(state): State<AppState>,
+    Path((project, name)): Path<(String, String)>,
+    actor: Actor,
+    IfMatch(if_match): IfMatch,
+    JsonBody(request): JsonBody<ReplaceDeployment>,
+) -> Result<Response, ApiError> {
+    let deployment = service::replace_deployment(
+        &state.ctx,
+        &actor,
+        &project,
+        &name,
+        request,
+        if_match.as_deref(),
+    )
+    .await?;
+    Ok(deployment_response(StatusCode::OK, deployment))
+}
+
+/// Change the spec with a JSON merge patch (RFC 7386) of `{"spec": …}`.
+#[utoipa::path(patch, path = "/api/v1/projects/{project}/deployments/{name}", tag = "deployments",
+    params(
+        ("project" = String, Path, description = "Project name"),
+        ("name" = String, Path, description = "Deployment name"),
+        ("If-Match" = Option<String>, Header, description = "Refuse the change (412) unless the spec's ETag still matches"),
+    ),
+    request_body(content = serde_json::Value, content_type = "application/merge-patch+json",
+        description = "e.g. `{\"spec\": {\"engine\": {\"image\": \"vllm/vllm-openai:v0.11.0\"}}}`; `null` removes a field"),
+    responses(
+        (status = 200, description = "Updated (a new generation and revision when the spec changed)", body = Deployment,
+            headers(("ETag" = String, description = "Entity tag of the spec"))),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment is being deleted", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "If-Match does not match", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not application/merge-patch+json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The patched spec is invalid", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn patch_deployment(
+    State(state): State<AppState>,
+    Path((project, name)): Path<(String, String)>,
+    actor: Actor,
+    IfMatch(if_match): IfMatch,
+    MergePatch(patch): MergePatch,
+) -> Result<Response, ApiError> {
+    let deployment = service::patch_deployment(
+        &state.ctx,
+        &actor,
+        &project,
+        &name,
+        patch,
+        if_match.as_deref(),
+    )
+    .await?;
+    Ok(deployment_response(StatusCode::OK, deployment))
+}
+
+/// Delete a deployment: it moves to `Deleting` and its objects are removed by the worker.
+#[utoipa::path(delete, path = "/api/v1/projects/{project}/deployments/{name}", tag = "deployments",
+    params(
+        ("project" = String, Path, description = "Project name"),
+        ("name" = String, Path, description = "Deployment name"),
+        ("If-Match" = Option<String>, Header, description = "Refuse (412) unless the spec's ETag still matches"),
+    ),
+    responses(
+        (status = 202, description = "Deletion accepted", body = Deployment),
+        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "If-Match does not match", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn delete_deployment(
+    State(state): State<AppState>,
+    Path((project, name)): Path<(String, String)>,
+    actor: Actor,
+    IfMatch(if_match): IfMatch,
+) -> Result<Response, ApiError> {
+    let deployment =
+        service::delete_deployment(&state.ctx, &actor, &project, &name, if_match.as_deref())
+            .await?;
+    Ok(deployment_response(StatusCode::ACCEPTED, deployment))
+}
+
+/// Set the number of replicas.
+#[utoipa::path(post, path = "/api/v1/projects/{project}/deployments/{name}/scale", tag = "deployments",
+    params(
+        ("project" = String, Path, description = "Project name"),
+        ("name" = String, Path, description = "Deployment name"),
+        ("If-Match" = Option<String>, Header, description = "Refuse (412) unless the spec's ETag still matches"),
+    ),
+    request_body = ScaleDeployment,
+    responses(
+        (status = 200, description = "Scaled", body = Deployment),
+        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment is being deleted", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "If-Match does not match", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid replicas", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn scale_deployment(
+    State(state): State<AppState>,
+    Path((project, name)): Path<(String, String)>,
+    actor: Actor,
+    IfMatch(if_match): IfMatch,
+    JsonBody(request): JsonBody<ScaleDeployment>,
+) -> Result<Response, ApiError> {
+    let deployment = service::scale_deployment(
+        &state.ctx,
+        &actor,
+        &project,
+        &name,
+        request,
+        if_match.as_deref(),
+    )
+    .await?;
+    Ok(deployment_response(StatusCode::OK, deployment))
+}
+
+/// Replace every pod without changing the spec (sets the restart marker).
+#[utoipa::path(post, path = "/api/v1/projects/{project}/deployments/{name}/restart", tag = "deployments",
+    params(
+        ("project" = String, Path, description = "Project name"),
+        ("name" = String, Path, description = "Deployment name"),
+        ("If-Match" = Option<String>, Header, description = "Refuse (412) unless the spec's ETag still matches"),
+    ),
+    responses(
+        (status = 200, description = "Restart requested", body = Deployment),
+        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment is being deleted", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "If-Match does not match", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn restart_deployment(
+    State(state): State<AppState>,
+    Path((project, name)): Path<(String, String)>,
+    actor: Actor,
+    IfMatch(if_match): IfMatch,
+) -> Result<Response, ApiError> {
+    let deployment =
+        service::restart_deployment(&state.ctx, &actor, &project, &name, if_match.as_deref())
+            .await?;
+    Ok(deployment_response(StatusCode::OK, deployment))
+}
+
+/// Make an earlier revision's spec current again, as a new revision.
+///
+/// The current replica count is kept unless `replicas` is given.
+#[utoipa::path(post, path = "/api/v1/projects/{project}/deployments/{name}/rollback", tag = "deployments",
+    params(
+        ("project" = String, Path, description = "Project name"),
+        ("name" = String, Path, description = "Deployment name"),
+        ("If-Match" = Option<String>, Header, description = "Refuse (412) unless the spec's ETag still matches"),
+    ),
+    request_body = RollbackDeployment,
+    responses(
+        (status = 200, description = "Rolled back (unchanged when the revision equals the current spec)", body = Deployment),
+        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment is being deleted", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "If-Match does not match", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "No such revision, or invalid replicas", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn rollback_deployment(
+    State(state): State<AppState>,
+    Path((project, name)): Path<(String, String)>,
+    actor: Actor,
+    IfMatch(if_match): IfMatch,
+    JsonBody(request): JsonBody<RollbackDeployment>,
+) -> Result<Response, ApiError> {
+    let deployment = service::rollback_deployment(
+        &state.ctx,
+        &actor,
+        &project,
+        &name,
+        request,
+        if_match.as_deref(),
+    )
+    .await?;
+    Ok(deployment_response(StatusCode::OK, deployment))
+}
+
+/// List the revisions of a deployment, newest first.
+#[utoipa::path(get, path = "/api/v1/projects/{project}/deployments/{name}/revisions", tag = "deployments",
+    params(("project" = String, Path, description = "Project name"), ("name" = String, Path, description = "Deployment name"), PageParams),
+    responses(
+        (status = 200, description = "A page of revisions", body = RevisionList),
+        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_revisions(
+    State(state): State<AppState>,
+    Path((project, name)): Path<(String, String)>,
+    Query(page): Query<PageParams>,
+) -> Result<Json<RevisionList>, ApiError> {
+    let page =
+        service::list_revisions(&state.ctx, &project, &name, page.limit, page.cursor.as_deref())
+            .await?;
+    Ok(Json(RevisionList {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// The timeline of a deployment, oldest first.
+#[utoipa::path(get, path = "/api/v1/projects/{project}/deployments/{name}/events", tag = "deployments",
+    params(("project" = String, Path, description = "Project name"), ("name" = String, Path, description = "Deployment name"), PageParams),
+    responses(
+        (status = 200, description = "A page of events", body = EventList),
+        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_deployment_events(
+    State(state): State<AppState>,
+    Path((project, name)): Path<(String, String)>,
+    Query(page): Query<PageParams>,
+) -> Result<Json<EventList>, ApiError> {
+    let page = service::list_events(
+        &state.ctx,
+        &project,
+        DeploymentRef::Name(&name),
+        page.limit,
+        page.cursor.as_deref(),
+    )
+    .await?;
+    Ok(Json(EventList {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// The timeline of a deployment by id, also after it was deleted.
+#[utoipa::path(get, path = "/api/v1/projects/{project}/events", tag = "deployments",
+    params(("project" = String, Path, description = "Project name"), ProjectEventParams),
+    responses(
+        (status = 200, description = "A page of events (empty for an unknown id)", body = EventList),
+        (status = 404, description = "No such project", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid parameter", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_project_events(
+    State(state): State<AppState>,
+    Path(project): Path<String>,
+    Query(params): Query<ProjectEventParams>,
+) -> Result<Json<EventList>, ApiError> {
+    let page = service::list_events(
+        &state.ctx,
+        &project,
+        DeploymentRef::Id(params.deployment_id),
+        params.limit,
+        params.cursor.as_deref(),
+    )
+    .await?;
+    Ok(Json(EventList {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
+}

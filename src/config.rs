@@ -1,0 +1,121 @@
+//! Command line and environment configuration: every option is also an environment variable.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "modelplane",
+    version,
+    about = "A control plane for LLM and model servers on Kubernetes",
+    long_about = "modelplane stores model deployments in Postgres and serves them through a REST API.\n\
+                  Every option can also be set with the environment variable shown in brackets."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub log: LogConfig,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply pending database migrations, then serve the API.
+    Serve(ServeConfig),
+    /// Apply pending database migrations and exit.
+    Migrate(DatabaseConfig),
+    /// Print the OpenAPI document generated from the handlers.
+    Openapi,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LogConfig {
+    /// Log output format.
+    #[arg(long, env = "MODELPLANE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    /// Log filter in `tracing` syntax, e.g. `info` or `modelplane=debug,sqlx=warn`.
+    #[arg(long, env = "MODELPLANE_LOG", default_value = "info", global = true)]
+    pub log: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseConfig {
+    /// Postgres connection URL, e.g. `postgres://modelplane@127.0.0.1:5432/modelplane`.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Secret,
+    /// Largest number of pooled database connections.
+    #[arg(long, env = "MODELPLANE_DB_MAX_CONNECTIONS", default_value_t = 10)]
+    pub db_max_connections: u32,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeConfig {
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+    /// Address the HTTP server listens on.
+    #[arg(long, env = "MODELPLANE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub http: HttpConfig,
+    /// Largest `replicas` a deployment may ask for.
+    #[arg(long, env = "MODELPLANE_MAX_REPLICAS", default_value_t = 100)]
+    pub max_replicas: i64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HttpConfig {
+    /// Browser origins allowed to call the API (comma-separated); none means same-origin only.
+    #[arg(long, env = "MODELPLANE_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
+    /// Seconds a request may take before it is answered with 503.
+    #[arg(long, env = "MODELPLANE_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
+    pub request_timeout_secs: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            cors_origins: Vec::new(),
+            request_timeout_secs: 30,
+        }
+    }
+}
+
+/// A configuration value that must not appear in logs (`Debug` prints `[redacted]`).
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Self {
+        Self(s)
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.to_owned()))
+    }
+}

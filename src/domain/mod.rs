@@ -1,0 +1,27 @@
+//! Validated domain types and rules: names, specs, phases. No axum, sqlx or kube here.
+//!
+//! Every type is built by a `parse` function that collects *all* problems as
+//! [`FieldError`]s with a JSON path, so a value that exists is valid.
+
+mod errors;
+mod names;
+mod quantity;
+mod records;
+mod selector;
+mod spec;
+mod status;
+
+pub use errors::{FieldError, FieldErrors, from_json_slice, from_json_value};
+pub use names::{
+    DeploymentName, ProjectName, is_dns1123_label, is_dns1123_subdomain, validate_label_key,
+    validate_label_value,
+};
+pub use quantity::Quantity;
+pub use selector::{LabelRequirement, LabelSelector};
+pub use records::{entity_tag, Deployment, Project, Revision, TimelineEvent};
+pub use spec::{
+    CURRENT_SPEC_VERSION, CacheVolume, DeploymentSpec, EngineDefaults, EngineKind, EngineSpec,
+    EnvVar, GpuSpec, ModelSource, ModelSpec, ProbeSpec, ResourceSpec, RoutingSpec, SchedulingSpec,
+    SecretKeyRef, SpecLimits, StorageSpec, Toleration, parse_gateway_ref,
+};
+pub use status::{Condition, DeploymentStatus, Endpoints, Phase, ReplicaCounts};

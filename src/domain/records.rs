@@ -1,0 +1,79 @@
+//! The records the service returns to every front-end (REST now, GraphQL and the portal later).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::spec::DeploymentSpec;
+use super::status::DeploymentStatus;
+
+/// A tenant, mapped to exactly one Kubernetes namespace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Project {
+    pub id: Uuid,
+    pub name: String,
+    /// Fixed at creation.
+    pub namespace: String,
+    /// The namespace existed before the project and survives its deletion.
+    pub namespace_adopted: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A model deployment: the user's spec and what the worker observed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Deployment {
+    pub id: Uuid,
+    pub project: String,
+    pub name: String,
+    /// Bumped by every accepted spec change.
+    pub generation: i64,
+    pub spec: DeploymentSpec,
+    pub status: DeploymentStatus,
+    /// The last restart request; pods started before it are replaced.
+    pub restarted_at: Option<DateTime<Utc>>,
+    pub deletion_requested_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Deployment {
+    /// The entity tag of the spec: changes with the generation (and the record), not the status.
+    pub fn etag(&self) -> String {
+        entity_tag(self.id, self.generation)
+    }
+}
+
+/// The strong entity tag of a deployment's spec at a generation.
+pub fn entity_tag(id: Uuid, generation: i64) -> String {
+    format!("\"{}.{}\"", id.simple(), generation)
+}
+
+/// A spec as it was accepted at one generation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Revision {
+    /// Equal to the generation the spec was accepted as.
+    pub revision: i64,
+    pub spec: DeploymentSpec,
+    /// `created`, `updated`, `replaced`, `scaled` or `rolled back to revision N`.
+    pub reason: String,
+    pub actor: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// One entry of a deployment's timeline; kept after the deployment is deleted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineEvent {
+    pub id: i64,
+    pub deployment_id: Uuid,
+    /// e.g. `Created`, `SpecChanged`, `Scaled`, `RestartRequested`, `RolledBack`, `DeleteRequested`.
+    pub kind: String,
+    pub message: String,
+    /// Who did it (`anonymous` until authentication is configured, `worker` for the reconciler).
+    pub actor: String,
+    pub created_at: DateTime<Utc>,
+}

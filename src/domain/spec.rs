@@ -1,0 +1,899 @@
+//! The model deployment spec: what a user asks for, validated as a whole.
+//!
+//! The spec is stored as the user expressed it (JSON, camelCase), with only
+//! context-free defaults filled in (`specVersion`, `replicas`, `engine.port`,
+//! `model.servedName`). Engine-dependent defaults (image, health path, startup
+//! budget, GPU resource name) stay `null` and are resolved from server
+//! configuration when objects are built, so changing `engine.kind` never keeps
+//! a stale image from the previous engine.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::errors::FieldErrors;
+use super::names::{
+    DeploymentName, is_dns1123_label, is_dns1123_subdomain, validate_label_key,
+    validate_label_value,
+};
+use super::quantity::Quantity;
+
+/// The schema version written into every new spec; older revisions keep theirs.
+pub const CURRENT_SPEC_VERSION: u32 = 1;
+const DEFAULT_PORT: i64 = 8000;
+const MAX_GPUS: i64 = 64;
+const MAX_TENSOR_PARALLEL: i64 = 64;
+const MAX_STARTUP_SECONDS: i64 = 86_400;
+
+/// Label keys modelplane sets itself; users may not set them.
+const RESERVED_LABEL_KEYS: &[&str] = &[
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/part-of",
+];
+const RESERVED_DOMAIN: &str = "modelplane.io";
+
+static IMAGE_REFERENCE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        // An optional registry: it holds a '.' or a port, or is `localhost`.
+        r"^(?:(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::[0-9]+)?/|[A-Za-z0-9-]+:[0-9]+/)?",
+        r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*",
+        r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*",
+        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?",
+        r"(?:@sha256:[a-f0-9]{64})?$"
+    ))
+    .expect("valid regex")
+});
+static ENV_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$").expect("valid regex"));
+static HF_REPO_PART: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$").expect("valid regex"));
+static SECRET_KEY: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[-._a-zA-Z0-9]{1,253}$").expect("valid regex"));
+
+/// Limits that come from server configuration.
+#[derive(Debug, Clone)]
+pub struct SpecLimits {
+    pub max_replicas: i64,
+}
+
+impl Default for SpecLimits {
+    fn default() -> Self {
+        Self { max_replicas: 100 }
+    }
+}
+
+/// Per-engine defaults from server configuration, used when objects are built.
+#[derive(Debug, Clone)]
+pub struct EngineDefaults {
+    pub vllm_image: String,
+    pub sglang_image: String,
+    pub tgi_image: String,
+    pub sim_image: String,
+    pub gpu_resource_name: String,
+    pub startup_timeout_seconds: i64,
+}
+
+/// What a user asks for. Build it with [`DeploymentSpec::parse`]; a stored one is valid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeploymentSpec {
+    /// Schema version of this spec; filled in by the server.
+    #[serde(default)]
+    pub spec_version: u32,
+    pub model: ModelSpec,
+    #[serde(default)]
+    pub engine: EngineSpec,
+    /// Number of model server pods; 0 scales to zero and keeps the objects. Default 1.
+    #[serde(default)]
+    pub replicas: Option<i64>,
+    #[serde(default)]
+    pub resources: ResourceSpec,
+    #[serde(default)]
+    pub scheduling: SchedulingSpec,
+    #[serde(default)]
+    pub storage: StorageSpec,
+    #[serde(default)]
+    pub routing: RoutingSpec,
+    #[serde(default)]
+    pub probes: ProbeSpec,
+    /// Labels carried onto the Kubernetes objects (never into selectors).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations carried onto the Kubernetes objects.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelSpec {
+    /// Where the weights come from: `hf://org/name`, `pvc://claim/path`, `oci://registry/repo:tag`, `s3://bucket/key`.
+    pub source: String,
+    /// The OpenAI `model` id clients use; defaults to the deployment name.
+    #[serde(default)]
+    pub served_name: Option<String>,
+    /// A branch, tag or commit of the model repository.
+    #[serde(default)]
+    pub revision: Option<String>,
+    /// A Secret in the project's namespace holding a hub or registry token (never the token itself).
+    #[serde(default)]
+    pub secret_ref: Option<SecretKeyRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretKeyRef {
+    pub name: String,
+    pub key: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    #[default]
+    Vllm,
+    Sglang,
+    Tgi,
+    /// An OpenAI-compatible simulator for demos and tests.
+    Sim,
+}
+
+impl EngineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Vllm => "vllm",
+            Self::Sglang => "sglang",
+            Self::Tgi => "tgi",
+            Self::Sim => "sim",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EngineSpec {
+    #[serde(default)]
+    pub kind: EngineKind,
+    /// Container image; `null` uses the server's default image for the engine kind.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Port the engine listens on. Default 8000.
+    #[serde(default)]
+    pub port: Option<i64>,
+    /// Extra command-line arguments appended to the engine's own.
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<EnvVar>,
+    #[serde(default)]
+    pub max_model_len: Option<i64>,
+    #[serde(default)]
+    pub tensor_parallel_size: Option<i64>,
+}
+
+impl Default for EngineSpec {
+    fn default() -> Self {
+        Self {
+            kind: EngineKind::default(),
+            image: None,
+            port: None,
+            args: Vec::new(),
+            env: Vec::new(),
+            max_model_len: None,
+            tensor_parallel_size: None,
+        }
+    }
+}
+
+/// An environment variable: a literal `value` or a `secretRef`, not both.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnvVar {
+    pub name: String,
+    #[serde(default)]
+    pub value: Option<String>,
+    #[serde(default)]
+    pub secret_ref: Option<SecretKeyRef>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceSpec {
+    /// CPU request and limit, e.g. `4` or `500m`.
+    #[serde(default)]
+    pub cpu: Option<String>,
+    /// Memory request and limit, e.g. `16Gi`.
+    #[serde(default)]
+    pub memory: Option<String>,
+    #[serde(default)]
+    pub gpu: Option<GpuSpec>,
+    /// Size of the shared-memory volume (`/dev/shm`), e.g. `2Gi`.
+    #[serde(default)]
+    pub shared_memory: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GpuSpec {
+    /// GPUs per pod; defaults to the tensor-parallel size, else 1.
+    #[serde(default)]
+    pub count: Option<i64>,
+    /// Extended resource name, e.g. `nvidia.com/gpu` (the server's default when `null`).
+    #[serde(default)]
+    pub resource_name: Option<String>,
+    /// GPU product for node affinity, e.g. `NVIDIA-A100-SXM4-80GB`.
+    #[serde(default)]
+    pub product: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SchedulingSpec {
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default)]
+    pub scheduler_name: Option<String>,
+    #[serde(default)]
+    pub priority_class_name: Option<String>,
+}
+
+/// A Kubernetes toleration, with the same rules as the API server's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Toleration {
+    #[serde(default)]
+    pub key: Option<String>,
+    /// `Equal` (default) or `Exists`.
+    #[serde(default)]
+    pub operator: Option<String>,
+    #[serde(default)]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule`, `NoExecute`, or empty for all.
+    #[serde(default)]
+    pub effect: Option<String>,
+    #[serde(default)]
+    pub toleration_seconds: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StorageSpec {
+    /// Where downloaded weights are cached; none means the container's own disk.
+    #[serde(default)]
+    pub cache: Option<CacheVolume>,
+}
+
+/// A cache volume: an existing PVC (`claimName`), or an emptyDir with an optional `sizeLimit`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CacheVolume {
+    #[serde(default)]
+    pub claim_name: Option<String>,
+    #[serde(default)]
+    pub size_limit: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RoutingSpec {
+    /// `namespace/name[/section]` of the Gateway; `null` uses the server's default.
+    #[serde(default)]
+    pub gateway: Option<String>,
+    /// Hostname the route matches, e.g. `qwen.models.example.com`.
+    #[serde(default)]
+    pub hostname: Option<String>,
+    /// Path prefix the route matches, e.g. `/team-a/qwen`; rewritten to `/` for the engine.
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProbeSpec {
+    /// How long the model may take to load before the pod is restarted; engine default when `null`.
+    #[serde(default)]
+    pub startup_timeout_seconds: Option<i64>,
+    /// HTTP path answering 200 when the engine is ready; engine default when `null`.
+    #[serde(default)]
+    pub health_path: Option<String>,
+}
+
+/// A parsed `model.source`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    HuggingFace { repo: String },
+    Pvc { claim: String, path: String },
+    Oci { reference: String },
+    S3 { bucket: String, key: String },
+}
+
+impl ModelSource {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let Some((scheme, rest)) = s.split_once("://") else {
+            return Err(format!(
+                "`{s}` must be a URI: hf://org/name, pvc://claim/path, oci://registry/repo:tag or s3://bucket/key"
+            ));
+        };
+        match scheme {
+            "hf" => {
+                let parts: Vec<&str> = rest.split('/').collect();
+                if parts.is_empty()
+                    || parts.len() > 2
+                    || !parts.iter().all(|p| HF_REPO_PART.is_match(p))
+                {
+                    return Err(format!("`{s}`: expected hf://org/name"));
+                }
+                Ok(Self::HuggingFace {
+                    repo: rest.to_owned(),
+                })
+            }
+            "pvc" => {
+                let (claim, path) = rest.split_once('/').unwrap_or((rest, ""));
+                if !is_dns1123_subdomain(claim) {
+                    return Err(format!(
+                        "`{s}`: the claim name `{claim}` is not a valid PVC name"
+                    ));
+                }
+                if path.split('/').any(|seg| seg == "..") {
+                    return Err(format!("`{s}`: the path must not contain `..`"));
+                }
+                Ok(Self::Pvc {
+                    claim: claim.to_owned(),
+                    path: path.trim_end_matches('/').to_owned(),
+                })
+            }
+            "oci" => {
+                if !IMAGE_REFERENCE.is_match(rest) {
+                    return Err(format!("`{s}`: expected oci://registry/repository[:tag]"));
+                }
+                Ok(Self::Oci {
+                    reference: rest.to_owned(),
+                })
+            }
+            "s3" => {
+                let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+                let bucket_ok = (3..=63).contains(&bucket.len())
+                    && bucket
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+                if !bucket_ok {
+                    return Err(format!("`{s}`: `{bucket}` is not a valid S3 bucket name"));
+                }
+                Ok(Self::S3 {
+                    bucket: bucket.to_owned(),
+                    key: key.to_owned(),
+                })
+            }
+            other => Err(format!(
+                "unsupported scheme `{other}://`; use hf://, pvc://, oci:// or s3://"
+            )),
+        }
+    }
+}
+
+impl DeploymentSpec {
+    /// Validates a spec deserialised from user input, fills context-free defaults,
+    /// and returns every problem with its field path (prefixed `spec.`).
+    pub fn parse(
+        mut self,
+        name: &DeploymentName,
+        limits: &SpecLimits,
+    ) -> Result<Self, FieldErrors> {
+        let mut errors = FieldErrors::new();
+        if self.spec_version == 0 {
+            self.spec_version = CURRENT_SPEC_VERSION;
+        } else if self.spec_version != CURRENT_SPEC_VERSION {
+            errors.push(
+                "spec.specVersion",
+                format!("must be {CURRENT_SPEC_VERSION} (or omitted)"),
+            );
+        }
+        self.replicas.get_or_insert(1);
+        self.engine.port.get_or_insert(DEFAULT_PORT);
+        if self.model.served_name.is_none() {
+            self.model.served_name = Some(name.as_str().to_owned());
+        }
+
+        self.validate_model(&mut errors);
+        self.validate_engine(&mut errors);
+        let replicas = self.replicas.unwrap_or(1);
+        if !(0..=limits.max_replicas).contains(&replicas) {
+            errors.push(
+                "spec.replicas",
+                format!("must be between 0 and {}", limits.max_replicas),
+            );
+        }
+        self.validate_resources(&mut errors);
+        self.validate_scheduling(&mut errors);
+        self.validate_storage(&mut errors);
+        self.validate_routing(&mut errors);
+        self.validate_probes(&mut errors);
+        validate_user_map(&mut errors, "spec.labels", &self.labels, true);
+        validate_user_map(&mut errors, "spec.annotations", &self.annotations, false);
+        errors.finish(|| self)
+    }
+
+    /// Replicas after defaulting (always set on a parsed spec).
+    pub fn replica_count(&self) -> i64 {
+        self.replicas.unwrap_or(1)
+    }
+
+    /// The parsed model source (always valid on a parsed spec).
+    pub fn model_source(&self) -> ModelSource {
+        ModelSource::parse(&self.model.source).expect("a parsed spec has a valid model source")
+    }
+
+    fn validate_model(&self, errors: &mut FieldErrors) {
+        errors.check("spec.model.source", ModelSource::parse(&self.model.source));
+        if let Some(served) = &self.model.served_name {
+            if served.is_empty()
+                || served.len() > 256
+                || served.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                errors.push(
+                    "spec.model.servedName",
+                    "must be 1 to 256 characters without whitespace",
+                );
+            }
+        }
+        if let Some(rev) = &self.model.revision {
+            if rev.is_empty()
+                || rev.len() > 255
+                || rev.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                errors.push(
+                    "spec.model.revision",
+                    "must be 1 to 255 characters without whitespace",
+                );
+            }
+        }
+        if let Some(secret) = &self.model.secret_ref {
+            validate_secret_ref(errors, "spec.model.secretRef", secret);
+        }
+    }
+
+    fn validate_engine(&self, errors: &mut FieldErrors) {
+        let engine = &self.engine;
+        if let Some(image) = &engine.image {
+            if !IMAGE_REFERENCE.is_match(image) {
+                errors.push(
+                    "spec.engine.image",
+                    format!("`{image}` is not a valid image reference (e.g. `vllm/vllm-openai:v0.11.0`)"),
+                );
+            }
+        }
+        if let Some(port) = engine.port {
+            if !(1..=65535).contains(&port) {
+                errors.push("spec.engine.port", "must be between 1 and 65535");
+            }
+        }
+        for (i, arg) in engine.args.iter().enumerate() {
+            if arg.len() > 4096 || arg.contains('\0') {
+                errors.push(
+                    format!("spec.engine.args[{i}]"),
+                    "must be at most 4096 characters without NUL",
+                );
+            }
+        }
+        let mut seen = HashSet::new();
+        for (i, var) in engine.env.iter().enumerate() {
+            let path = format!("spec.engine.env[{i}]");
+            if !ENV_NAME.is_match(&var.name) {
+                errors.push(
+                    format!("{path}.name"),
+                    format!("`{}` is not a valid environment variable name (letters, digits, '_', '-', '.'; not starting with a digit)", var.name),
+                );
+            } else if !seen.insert(var.name.as_str()) {
+                errors.push(format!("{path}.name"), format!("`{}` is set twice", var.name));
+            }
+            match (&var.value, &var.secret_ref) {
+                (Some(_), Some(_)) => errors.push(
+                    path.clone(),
+                    "set either `value` or `secretRef`, not both",
+                ),
+                (None, Some(secret)) => {
+                    validate_secret_ref(errors, &format!("{path}.secretRef"), secret)
+                }
+                _ => {}
+            }
+        }
+        if let Some(len) = engine.max_model_len {
+            if len < 1 {
+                errors.push("spec.engine.maxModelLen", "must be at least 1");
+            }
+        }
+        if let Some(tp) = engine.tensor_parallel_size {
+            if !(1..=MAX_TENSOR_PARALLEL).contains(&tp) {
+                errors.push(
+                    "spec.engine.tensorParallelSize",
+                    format!("must be between 1 and {MAX_TENSOR_PARALLEL}"),
+                );
+            }
+        }
+    }
+
+    fn validate_resources(&self, errors: &mut FieldErrors) {
+        let res = &self.resources;
+        for (field, value) in [
+            ("spec.resources.cpu", &res.cpu),
+            ("spec.resources.memory", &res.memory),
+            ("spec.resources.sharedMemory", &res.shared_memory),
+        ] {
+            if let Some(v) = value {
+                errors.check(field, Quantity::parse(v));
+            }
+        }
+        if let Some(gpu) = &res.gpu {
+            if let Some(count) = gpu.count {
+                if !(0..=MAX_GPUS).contains(&count) {
+                    errors.push(
+                        "spec.resources.gpu.count",
+                        format!("must be between 0 and {MAX_GPUS}"),
+                    );
+                }
+                if let Some(tp) = self.engine.tensor_parallel_size {
+                    if count < tp {
+                        errors.push(
+                            "spec.resources.gpu.count",
+                            format!("must be at least spec.engine.tensorParallelSize ({tp})"),
+                        );
+                    }
+                }
+            }
+            if let Some(name) = &gpu.resource_name {
+                let qualified = name.contains('/') && validate_label_key(name).is_ok();
+                let reserved_domain = name
+                    .split_once('/')
+                    .is_some_and(|(d, _)| d == "kubernetes.io" || d.ends_with(".kubernetes.io"));
+                if !qualified || reserved_domain {
+                    errors.push(
+                        "spec.resources.gpu.resourceName",
+                        format!("`{name}` is not an extended resource name (e.g. `nvidia.com/gpu`, `amd.com/gpu`)"),
+                    );
+                }
+            }
+            if let Some(product) = &gpu.product {
+                if product.is_empty() {
+                    errors.push("spec.resources.gpu.product", "must not be empty");
+                } else {
+                    errors.check("spec.resources.gpu.product", validate_label_value(product));
+                }
+            }
+        }
+    }
+
+    fn validate_scheduling(&self, errors: &mut FieldErrors) {
+        let sched = &self.scheduling;
+        for (key, value) in &sched.node_selector {
+            let path = format!("spec.scheduling.nodeSelector.{key}");
+            errors.check(&path, validate_label_key(key));
+            errors.check(&path, validate_label_value(value));
+        }
+        for (i, t) in sched.tolerations.iter().enumerate() {
+            validate_toleration(errors, &format!("spec.scheduling.tolerations[{i}]"), t);
+        }
+        if let Some(name) = &sched.scheduler_name {
+            if !is_dns1123_subdomain(name) {
+                errors.push("spec.scheduling.schedulerName", "must be a DNS-1123 subdomain");
+            }
+        }
+        if let Some(name) = &sched.priority_class_name {
+            if !is_dns1123_subdomain(name) {
+                errors.push(
+                    "spec.scheduling.priorityClassName",
+                    "must be a DNS-1123 subdomain",
+                );
+            }
+        }
+    }
+
+    fn validate_storage(&self, errors: &mut FieldErrors) {
+        if let Some(cache) = &self.storage.cache {
+            match (&cache.claim_name, &cache.size_limit) {
+                (Some(_), Some(_)) => errors.push(
+                    "spec.storage.cache",
+                    "set either `claimName` (a PVC) or `sizeLimit` (an emptyDir), not both",
+                ),
+                (Some(claim), None) if !is_dns1123_subdomain(claim) => errors.push(
+                    "spec.storage.cache.claimName",
+                    format!("`{claim}` is not a valid PVC name"),
+                ),
+                (None, Some(size)) => {
+                    errors.check("spec.storage.cache.sizeLimit", Quantity::parse(size));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn validate_routing(&self, errors: &mut FieldErrors) {
+        let routing = &self.routing;
+        if let Some(gateway) = &routing.gateway {
+            errors.check("spec.routing.gateway", parse_gateway_ref(gateway).map(|_| ()));
+        }
+        if let Some(host) = &routing.hostname {
+            let plain = host.strip_prefix("*.").unwrap_or(host);
+            if !is_dns1123_subdomain(plain) || !plain.contains('.') {
+                errors.push(
+                    "spec.routing.hostname",
+                    format!("`{host}` is not a valid hostname (e.g. `qwen.models.example.com`)"),
+                );
+            }
+        }
+        if let Some(prefix) = &routing.path_prefix {
+            let ok = prefix.starts_with('/')
+                && prefix.len() <= 1024
+                && !prefix.contains("//")
+                && prefix
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"/-._~".contains(&b));
+            if !ok {
+                errors.push(
+                    "spec.routing.pathPrefix",
+                    "must start with '/' and contain only letters, digits and `/-._~`",
+                );
+            }
+        }
+    }
+
+    fn validate_probes(&self, errors: &mut FieldErrors) {
+        if let Some(secs) = self.probes.startup_timeout_seconds {
+            if !(1..=MAX_STARTUP_SECONDS).contains(&secs) {
+                errors.push(
+                    "spec.probes.startupTimeoutSeconds",
+                    format!("must be between 1 and {MAX_STARTUP_SECONDS}"),
+                );
+            }
+        }
+        if let Some(path) = &self.probes.health_path {
+            if !path.starts_with('/') || path.chars().any(|c| c.is_whitespace()) {
+                errors.push(
+                    "spec.probes.healthPath",
+                    "must start with '/' and contain no whitespace",
+                );
+            }
+        }
+    }
+}
+
+/// Parses `namespace/name[/section]`.
+pub fn parse_gateway_ref(s: &str) -> Result<(String, String, Option<String>), String> {
+    let parts: Vec<&str> = s.split('/').collect();
+    let bad = || format!("`{s}` must be `namespace/name` or `namespace/name/section`");
+    match parts.as_slice() {
+        [ns, name] | [ns, name, _] if is_dns1123_label(ns) && is_dns1123_subdomain(name) => {
+            let section = parts.get(2).map(|s| (*s).to_owned());
+            if let Some(sec) = &section {
+                if !is_dns1123_subdomain(sec) {
+                    return Err(bad());
+                }
+            }
+            Ok(((*ns).to_owned(), (*name).to_owned(), section))
+        }
+        _ => Err(bad()),
+    }
+}
+
+fn validate_secret_ref(errors: &mut FieldErrors, path: &str, secret: &SecretKeyRef) {
+    if !is_dns1123_subdomain(&secret.name) {
+        errors.push(format!("{path}.name"), "must be a valid Secret name");
+    }
+    if !SECRET_KEY.is_match(&secret.key) {
+        errors.push(
+            format!("{path}.key"),
+            "must consist of letters, digits, '-', '_' or '.'",
+        );
+    }
+}
+
+fn validate_toleration(errors: &mut FieldErrors, path: &str, t: &Toleration) {
+    if let Some(key) = t.key.as_deref().filter(|k| !k.is_empty()) {
+        errors.check(&format!("{path}.key"), validate_label_key(key));
+    }
+    let operator = t.operator.as_deref().unwrap_or("Equal");
+    match operator {
+        "Exists" => {
+            if t.value.as_deref().is_some_and(|v| !v.is_empty()) {
+                errors.push(
+                    format!("{path}.value"),
+                    "must be empty when operator is `Exists`",
+                );
+            }
+        }
+        "Equal" => {
+            if t.key.as_deref().unwrap_or("").is_empty() {
+                errors.push(
+                    format!("{path}.key"),
+                    "is required when operator is `Equal`",
+                );
+            }
+            if let Some(v) = &t.value {
+                errors.check(&format!("{path}.value"), validate_label_value(v));
+            }
+        }
+        other => errors.push(
+            format!("{path}.operator"),
+            format!("`{other}` is not supported; use `Equal` or `Exists`"),
+        ),
+    }
+    let effect = t.effect.as_deref().unwrap_or("");
+    if !["", "NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
+        errors.push(
+            format!("{path}.effect"),
+            format!("`{effect}` is not supported; use `NoSchedule`, `PreferNoSchedule` or `NoExecute`"),
+        );
+    }
+    if t.toleration_seconds.is_some() && effect != "NoExecute" {
+        errors.push(
+            format!("{path}.tolerationSeconds"),
+            "may only be set when effect is `NoExecute`",
+        );
+    }
+}
+
+fn is_reserved_key(key: &str) -> bool {
+    let domain = key.split_once('/').map(|(d, _)| d);
+    RESERVED_LABEL_KEYS.contains(&key)
+        || domain.is_some_and(|d| d == RESERVED_DOMAIN || d.ends_with(".modelplane.io"))
+}
+
+fn validate_user_map(
+    errors: &mut FieldErrors,
+    path: &str,
+    map: &BTreeMap<String, String>,
+    values_are_labels: bool,
+) {
+    let mut total = 0;
+    for (key, value) in map {
+        let field = format!("{path}.{key}");
+        if errors.check(&field, validate_label_key(key)).is_none() {
+            continue;
+        }
+        if is_reserved_key(key) {
+            errors.push(&field, format!("`{key}` is reserved for modelplane"));
+        }
+        if values_are_labels {
+            errors.check(&field, validate_label_value(value));
+        }
+        total += key.len() + value.len();
+    }
+    if !values_are_labels && total > 256 * 1024 {
+        errors.push(path, "annotations must total at most 256 KiB");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn parse(spec: serde_json::Value) -> Result<DeploymentSpec, FieldErrors> {
+        let spec: DeploymentSpec = serde_json::from_value(spec).expect("deserialises");
+        spec.parse(
+            &DeploymentName::parse("qwen").unwrap(),
+            &SpecLimits::default(),
+        )
+    }
+
+    fn fields(result: Result<DeploymentSpec, FieldErrors>) -> Vec<String> {
+        result
+            .expect_err("should be invalid")
+            .into_vec()
+            .into_iter()
+            .map(|e| e.field)
+            .collect()
+    }
+
+    #[test]
+    fn a_minimal_spec_gets_context_free_defaults() {
+        let spec = parse(json!({"model": {"source": "hf://Qwen/Qwen2.5-0.5B-Instruct"}})).unwrap();
+        assert_eq!(spec.spec_version, CURRENT_SPEC_VERSION);
+        assert_eq!(spec.replicas, Some(1));
+        assert_eq!(spec.engine.port, Some(8000));
+        assert_eq!(spec.model.served_name.as_deref(), Some("qwen"));
+        assert_eq!(spec.engine.image, None, "engine defaults are resolved later");
+    }
+
+    #[test]
+    fn model_sources_are_checked_per_scheme() {
+        for ok in [
+            "hf://Qwen/Qwen2.5-0.5B",
+            "hf://gpt2",
+            "pvc://models/llama/8b",
+            "pvc://models",
+            "oci://registry.example.com/models/llama:8b",
+            "s3://my-bucket/llama/8b",
+        ] {
+            assert!(ModelSource::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "Qwen/Qwen2.5",
+            "ftp://x/y",
+            "hf://a/b/c",
+            "pvc://Bad_Claim/x",
+            "pvc://c/../etc",
+            "s3://ab",
+            "oci://UPPER/case",
+        ] {
+            assert!(ModelSource::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_path() {
+        let result = parse(json!({
+            "model": {"source": "nope"},
+            "engine": {"image": "Not An Image", "port": 70000, "env": [{"name": "1BAD", "value": "x"}], "tensorParallelSize": 2},
+            "replicas": -1,
+            "resources": {"cpu": "lots", "gpu": {"count": 1, "resourceName": "gpu"}},
+            "scheduling": {"tolerations": [{"operator": "Exists", "value": "x"}]},
+            "routing": {"gateway": "just-a-name", "pathPrefix": "no-slash"},
+            "labels": {"modelplane.io/owner": "me", "app.kubernetes.io/name": "x", "ok": "has space"}
+        }));
+        let mut got = fields(result);
+        got.sort();
+        let mut want = vec![
+            "spec.model.source",
+            "spec.engine.image",
+            "spec.engine.port",
+            "spec.engine.env[0].name",
+            "spec.replicas",
+            "spec.resources.cpu",
+            "spec.resources.gpu.count",
+            "spec.resources.gpu.resourceName",
+            "spec.scheduling.tolerations[0].value",
+            "spec.routing.gateway",
+            "spec.routing.pathPrefix",
+            "spec.labels.modelplane.io/owner",
+            "spec.labels.app.kubernetes.io/name",
+            "spec.labels.ok",
+        ];
+        want.sort();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn replicas_respect_the_configured_maximum() {
+        let spec: DeploymentSpec =
+            serde_json::from_value(json!({"model": {"source": "hf://a/b"}, "replicas": 5})).unwrap();
+        let name = DeploymentName::parse("qwen").unwrap();
+        assert!(spec.clone().parse(&name, &SpecLimits { max_replicas: 5 }).is_ok());
+        let errors = spec.parse(&name, &SpecLimits { max_replicas: 4 }).unwrap_err();
+        assert_eq!(errors.as_slice()[0].field, "spec.replicas");
+    }
+
+    #[test]
+    fn gateway_references_parse_with_an_optional_section() {
+        assert_eq!(
+            parse_gateway_ref("gw/inference/http").unwrap(),
+            ("gw".into(), "inference".into(), Some("http".into()))
+        );
+        assert!(parse_gateway_ref("gw/inference").unwrap().2.is_none());
+        assert!(parse_gateway_ref("gw").is_err());
+        assert!(parse_gateway_ref("a/b/c/d").is_err());
+    }
+
+    #[test]
+    fn image_references_follow_the_docker_grammar() {
+        for ok in [
+            "vllm/vllm-openai:v0.11.0",
+            "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1",
+            "localhost:5000/x",
+            "nginx",
+            "registry.example.com/a/b@sha256:0123456789012345678901234567890123456789012345678901234567890123",
+        ] {
+            assert!(IMAGE_REFERENCE.is_match(ok), "{ok}");
+        }
+        for bad in ["", "UPPER", "a b", "x:", ":tag"] {
+            assert!(!IMAGE_REFERENCE.is_match(bad), "{bad}");
+        }
+    }
+}

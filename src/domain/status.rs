@@ -1,0 +1,132 @@
+//! What modelplane reports about a deployment: phase, conditions, replicas, endpoints.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Where a deployment stands; see `docs/API-DESIGN.md` for the meaning of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+pub enum Phase {
+    Pending,
+    Deploying,
+    Ready,
+    Degraded,
+    Failed,
+    ScaledToZero,
+    Deleting,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 7] = [
+        Phase::Pending,
+        Phase::Deploying,
+        Phase::Ready,
+        Phase::Degraded,
+        Phase::Failed,
+        Phase::ScaledToZero,
+        Phase::Deleting,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Deploying => "Deploying",
+            Self::Ready => "Ready",
+            Self::Degraded => "Degraded",
+            Self::Failed => "Failed",
+            Self::ScaledToZero => "ScaledToZero",
+            Self::Deleting => "Deleting",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Phase {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|p| p.as_str()).collect();
+                format!("`{s}` is not a phase; use one of {}", names.join(", "))
+            })
+    }
+}
+
+/// A Kubernetes-style condition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// e.g. `Applied`, `Available`, `Progressing`, `Routed`, `ClusterReachable`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub last_transition_time: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaCounts {
+    pub desired: i64,
+    pub updated: i64,
+    pub ready: i64,
+    pub available: i64,
+}
+
+/// Where to call the model; empty (with `reason`) until it can be reached.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoints {
+    /// In-cluster URL of the Service, e.g. `http://qwen.team-a.svc.cluster.local:8000`.
+    pub cluster: Option<String>,
+    /// URLs through the Gateway.
+    pub external: Vec<String>,
+    /// OpenAI-compatible base URL (`…/v1`), external when there is one.
+    pub openai_base: Option<String>,
+    /// Why an endpoint is missing, when one is.
+    pub reason: Option<String>,
+}
+
+/// The observed state the worker writes; the API never changes it except for `phase` on delete.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentStatus {
+    pub phase: Phase,
+    /// The spec generation this status describes.
+    pub observed_generation: i64,
+    /// One line naming the cause when something is wrong.
+    pub message: String,
+    pub replicas: ReplicaCounts,
+    pub conditions: Vec<Condition>,
+    pub endpoints: Endpoints,
+}
+
+impl DeploymentStatus {
+    /// The status of a record nobody has applied yet.
+    pub fn pending(desired_replicas: i64) -> Self {
+        Self {
+            phase: Phase::Pending,
+            observed_generation: 0,
+            message: "Waiting for the reconciler to apply the deployment".into(),
+            replicas: ReplicaCounts {
+                desired: desired_replicas,
+                ..ReplicaCounts::default()
+            },
+            conditions: Vec::new(),
+            endpoints: Endpoints::default(),
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! The `modelplane` binary: parse the command line, set up telemetry, run the role.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use modelplane::config::{Cli, Command};
+use modelplane::{api, server, telemetry};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Openapi = cli.command {
+        print!("{}", api::openapi_document());
+        return ExitCode::SUCCESS;
+    }
+    telemetry::init_tracing(&cli.log);
+    let result = match cli.command {
+        Command::Serve(config) => server::serve(config, telemetry::init_metrics()).await,
+        Command::Migrate(config) => server::migrate(&config).await,
+        Command::Openapi => unreachable!("handled above"),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = %err, "modelplane stopped");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,641 @@
+//! Model deployment use cases: create, read, list, change, act on, delete.
+//!
+//! Every change runs in one transaction: lock the row, check `If-Match`, compute and
+//! validate the new spec, store it with a revision and a timeline event, and queue a
+//! reconcile. A change that fails leaves nothing behind.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use sqlx::{Postgres, Transaction};
+use tracing::instrument;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::diff::changed_paths;
+use super::projects::{get_project, parse_uuid_cursor};
+use super::{Actor, Context, Page, ServiceError, cursor, page_size};
+use crate::domain::{
+    Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, FieldErrors, LabelSelector, entity_tag,
+    Phase, Project, Revision, TimelineEvent, from_json_value,
+};
+use crate::store;
+use crate::store::deployments::{DeploymentFilter, DeploymentRow};
+use crate::store::events::NewEvent;
+
+/// The body of `POST …/deployments`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateDeployment {
+    /// A DNS-1035 label of at most 45 characters, unique in the project.
+    pub name: String,
+    pub spec: DeploymentSpec,
+}
+
+/// The body of `PUT …/deployments/{name}` (and the document a merge patch applies to).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReplaceDeployment {
+    pub spec: DeploymentSpec,
+}
+
+/// The body of `POST …/scale`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScaleDeployment {
+    pub replicas: i64,
+}
+
+/// The body of `POST …/rollback`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RollbackDeployment {
+    /// The revision whose spec becomes current again.
+    pub revision: i64,
+    /// Replicas after the rollback; the current count when omitted.
+    #[serde(default)]
+    pub replicas: Option<i64>,
+}
+
+/// Filters for listing deployments.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListDeployments {
+    /// Only deployments in this phase.
+    pub phase: Option<String>,
+    /// A Kubernetes label selector over `spec.labels`, e.g. `team=nlp,tier in (gold,silver)`.
+    pub label_selector: Option<String>,
+    /// Only names starting with this.
+    pub name_prefix: Option<String>,
+    /// Page size, 1 to 200 (default 50).
+    pub limit: Option<i64>,
+    /// `nextCursor` from the previous page, with the same filters.
+    pub cursor: Option<String>,
+}
+
+/// The outcome of a create: the record, and whether it replays an earlier request.
+#[derive(Debug)]
+pub struct Created {
+    pub deployment: Deployment,
+    pub replayed: bool,
+}
+
+/// What a spec-changing request asks for.
+enum SpecChange {
+    MergePatch(serde_json::Value),
+    Replace(DeploymentSpec),
+    Scale(i64),
+    Rollback { revision: i64, replicas: Option<i64> },
+}
+
+#[instrument(skip(ctx, actor, request, idempotency_key), fields(project, deployment = %request.name))]
+pub async fn create_deployment(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    request: CreateDeployment,
+    idempotency_key: Option<&str>,
+) -> Result<Created, ServiceError> {
+    let project = get_project(ctx, project).await?;
+    let request_hash = hash_request(&request);
+
+    let mut errors = FieldErrors::new();
+    let name = errors.check("name", DeploymentName::parse(&request.name));
+    let spec = match &name {
+        Some(name) => match request.spec.parse(name, &ctx.limits) {
+            Ok(spec) => Some(spec),
+            Err(spec_errors) => {
+                for e in spec_errors.into_vec() {
+                    errors.push(e.field, e.message);
+                }
+                None
+            }
+        },
+        None => None,
+    };
+    let (name, spec) = errors.finish(|| (name.unwrap(), spec.unwrap()))?;
+
+    let mut tx = ctx.pool.begin().await?;
+    if let Some(key) = idempotency_key {
+        let claimed = store::idempotency::claim_idempotency_key(
+            &mut *tx,
+            project.id,
+            actor.name(),
+            key,
+            &request_hash,
+        )
+        .await?;
+        if !claimed {
+            return replay(&mut tx, &project, actor, key, &request_hash).await;
+        }
+    }
+
+    let id = Uuid::now_v7();
+    let status = DeploymentStatus::pending(spec.replica_count());
+    let row = match store::deployments::insert_deployment(
+        &mut *tx,
+        id,
+        project.id,
+        name.as_str(),
+        &spec,
+        &status,
+    )
+    .await
+    {
+        Ok(row) => row,
+        Err(err) if store::is_unique_violation(&err, "model_deployment_project_name_key") => {
+            tx.rollback().await?;
+            return Err(name_taken(ctx, &project, name.as_str()).await);
+        }
+        Err(err) => return Err(err.into()),
+    };
+    store::revisions::insert_revision(&mut *tx, id, row.generation, &spec, "created", actor.name())
+        .await?;
+    let message = format!(
+        "created with {} replica(s) of {} serving {}",
+        spec.replica_count(),
+        spec.engine.kind.as_str(),
+        spec.model.source
+    );
+    record_event(&mut tx, &row, "Created", &message, actor).await?;
+    store::work_queue::enqueue_reconcile(&mut *tx, id).await?;
+
+    let deployment = row.into_record(&project.name);
+    if let Some(key) = idempotency_key {
+        let body = serde_json::to_value(&deployment).expect("a deployment serialises");
+        store::idempotency::save_idempotent_response(
+            &mut *tx,
+            project.id,
+            actor.name(),
+            key,
+            201,
+            &body,
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    tracing::info!(deployment_id = %deployment.id, "deployment created");
+    Ok(Created {
+        deployment,
+        replayed: false,
+    })
+}
+
+/// Answers a retried create with the response remembered for its key.
+async fn replay(
+    tx: &mut Transaction<'_, Postgres>,
+    project: &Project,
+    actor: &Actor,
+    key: &str,
+    request_hash: &str,
+) -> Result<Created, ServiceError> {
+    let stored =
+        store::idempotency::find_idempotency_key(&mut **tx, project.id, actor.name(), key).await?;
+    match stored {
+        Some(stored) if stored.request_hash != request_hash => {
+            Err(ServiceError::IdempotencyKeyReused(key.to_owned()))
+        }
+        Some(stored) => {
+            let body = stored.response_body.ok_or_else(|| {
+                ServiceError::conflict(None, "a request with this Idempotency-Key is in progress")
+            })?;
+            let deployment: Deployment = serde_json::from_value(body).map_err(|err| {
+                sqlx::Error::Decode(format!("stored idempotent response: {err}").into())
+            })?;
+            tracing::info!(deployment_id = %deployment.id, "idempotent create replayed");
+            Ok(Created {
+                deployment,
+                replayed: true,
+            })
+        }
+        None => Err(ServiceError::conflict(
+            None,
+            "a request with this Idempotency-Key is in progress",
+        )),
+    }
+}
+
+/// The 409 for a taken name, saying when it will be free again.
+async fn name_taken(ctx: &Context, project: &Project, name: &str) -> ServiceError {
+    let deleting = store::deployments::find_deployment(&ctx.pool, project.id, name)
+        .await
+        .ok()
+        .flatten()
+        .is_some_and(|row| row.deletion_requested_at.is_some());
+    let message = if deleting {
+        format!("deployment `{name}` is being deleted; the name is free again once it is gone")
+    } else {
+        format!("deployment `{name}` already exists in project `{}`", project.name)
+    };
+    ServiceError::conflict(Some("name"), message)
+}
+
+#[instrument(skip(ctx))]
+pub async fn get_deployment(
+    ctx: &Context,
+    project: &str,
+    name: &str,
+) -> Result<Deployment, ServiceError> {
+    let project = get_project(ctx, project).await?;
+    let row = find(ctx, &project, name).await?;
+    Ok(row.into_record(&project.name))
+}
+
+async fn find(ctx: &Context, project: &Project, name: &str) -> Result<DeploymentRow, ServiceError> {
+    store::deployments::find_deployment(&ctx.pool, project.id, name)
+        .await?
+        .ok_or_else(|| ServiceError::not_found("deployment", name))
+}
+
+#[instrument(skip(ctx))]
+pub async fn list_deployments(
+    ctx: &Context,
+    project: &str,
+    query: &ListDeployments,
+) -> Result<Page<Deployment>, ServiceError> {
+    let project = get_project(ctx, project).await?;
+    let mut errors = FieldErrors::new();
+    let phase = match &query.phase {
+        Some(p) => errors.check("phase", p.parse::<Phase>()),
+        None => None,
+    };
+    let selector = match &query.label_selector {
+        Some(s) => errors
+            .check("labelSelector", LabelSelector::parse(s))
+            .unwrap_or_default(),
+        None => LabelSelector::default(),
+    };
+    if let Some(prefix) = &query.name_prefix {
+        let ok = prefix.len() <= 45
+            && prefix
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !ok {
+            errors.push(
+                "namePrefix",
+                "must be at most 45 lowercase letters, digits or '-'",
+            );
+        }
+    }
+    let limit = match page_size(query.limit) {
+        Ok(limit) => limit,
+        Err(ServiceError::Invalid(e)) => {
+            for e in e.into_vec() {
+                errors.push(e.field, e.message);
+            }
+            0
+        }
+        Err(other) => return Err(other),
+    };
+    let filters = format!(
+        "deployments|{}|{:?}|{:?}|{:?}",
+        project.id, query.phase, query.label_selector, query.name_prefix
+    );
+    let after = match &query.cursor {
+        Some(c) => match cursor::decode(c, &filters).and_then(|k| parse_uuid_cursor(&k)) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                for e in e.into_vec() {
+                    errors.push(e.field, e.message);
+                }
+                None
+            }
+        },
+        None => None,
+    };
+    errors.finish(|| ())?;
+
+    let filter = DeploymentFilter {
+        phase,
+        selector,
+        name_prefix: query.name_prefix.clone(),
+        after,
+        limit: limit + 1,
+    };
+    let rows = store::deployments::list_deployments(&ctx.pool, project.id, &filter).await?;
+    let page = cursor::page(rows, limit, &filters, |row| row.id.to_string());
+    Ok(Page {
+        items: page
+            .items
+            .into_iter()
+            .map(|row| row.into_record(&project.name))
+            .collect(),
+        next_cursor: page.next_cursor,
+    })
+}
+
+/// Applies a JSON merge patch (RFC 7386) to `{"spec": …}`.
+pub async fn patch_deployment(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    patch: serde_json::Value,
+    if_match: Option<&str>,
+) -> Result<Deployment, ServiceError> {
+    if !patch.is_object() {
+        return Err(FieldErrors::single("", "a merge patch must be a JSON object").into());
+    }
+    change_spec(ctx, actor, project, name, if_match, SpecChange::MergePatch(patch)).await
+}
+
+pub async fn replace_deployment(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    request: ReplaceDeployment,
+    if_match: Option<&str>,
+) -> Result<Deployment, ServiceError> {
+    change_spec(ctx, actor, project, name, if_match, SpecChange::Replace(request.spec)).await
+}
+
+pub async fn scale_deployment(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    request: ScaleDeployment,
+    if_match: Option<&str>,
+) -> Result<Deployment, ServiceError> {
+    change_spec(ctx, actor, project, name, if_match, SpecChange::Scale(request.replicas)).await
+}
+
+pub async fn rollback_deployment(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    request: RollbackDeployment,
+    if_match: Option<&str>,
+) -> Result<Deployment, ServiceError> {
+    let change = SpecChange::Rollback {
+        revision: request.revision,
+        replicas: request.replicas,
+    };
+    change_spec(ctx, actor, project, name, if_match, change).await
+}
+
+/// The one path every spec change takes.
+#[instrument(skip(ctx, actor, change, if_match))]
+async fn change_spec(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    if_match: Option<&str>,
+    change: SpecChange,
+) -> Result<Deployment, ServiceError> {
+    let project = get_project(ctx, project).await?;
+    let mut tx = ctx.pool.begin().await?;
+    let row = lock_for_change(&mut tx, &project, name, if_match).await?;
+    let (new_spec, reason, kind) = compute_spec(ctx, &mut tx, &row, change).await?;
+    if new_spec == row.spec.0 {
+        // Nothing changed: no new generation, revision or reconcile.
+        tx.rollback().await?;
+        return Ok(row.into_record(&project.name));
+    }
+
+    let old_json = serde_json::to_value(&row.spec.0).expect("spec serialises");
+    let new_json = serde_json::to_value(&new_spec).expect("spec serialises");
+    let changed = changed_paths(&old_json, &new_json, 3).join(", ");
+    let updated = store::deployments::update_deployment_spec(&mut *tx, row.id, &new_spec).await?;
+    store::revisions::insert_revision(
+        &mut *tx,
+        row.id,
+        updated.generation,
+        &new_spec,
+        &reason,
+        actor.name(),
+    )
+    .await?;
+    let message = format!("generation {}: {reason} ({changed})", updated.generation);
+    record_event(&mut tx, &updated, kind, &message, actor).await?;
+    store::work_queue::enqueue_reconcile(&mut *tx, row.id).await?;
+    tx.commit().await?;
+    tracing::info!(deployment_id = %updated.id, generation = updated.generation, %reason, "spec changed");
+    Ok(updated.into_record(&project.name))
+}
+
+/// The new spec, the revision's reason and the timeline event's kind.
+async fn compute_spec(
+    ctx: &Context,
+    tx: &mut Transaction<'_, Postgres>,
+    row: &DeploymentRow,
+    change: SpecChange,
+) -> Result<(DeploymentSpec, String, &'static str), ServiceError> {
+    let name = DeploymentName::parse(&row.name).expect("stored names are valid");
+    let parse = |spec: DeploymentSpec| spec.parse(&name, &ctx.limits);
+    Ok(match change {
+        SpecChange::MergePatch(patch) => {
+            let mut document =
+                serde_json::json!({ "spec": serde_json::to_value(&row.spec.0).expect("spec serialises") });
+            json_patch::merge(&mut document, &patch);
+            let request: ReplaceDeployment = from_json_value(document)?;
+            (parse(request.spec)?, "updated".into(), "SpecChanged")
+        }
+        SpecChange::Replace(spec) => (parse(spec)?, "replaced".into(), "SpecChanged"),
+        SpecChange::Scale(replicas) => {
+            let mut spec = row.spec.0.clone();
+            spec.replicas = Some(replicas);
+            let spec = parse(spec).map_err(|e| rename_field(e, "spec.replicas", "replicas"))?;
+            (spec, format!("scaled to {replicas}"), "Scaled")
+        }
+        SpecChange::Rollback { revision, replicas } => {
+            let old = store::revisions::find_revision(&mut **tx, row.id, revision)
+                .await?
+                .ok_or_else(|| {
+                    FieldErrors::single("revision", format!("revision {revision} does not exist"))
+                })?;
+            let mut spec = old.spec;
+            spec.replicas = Some(replicas.unwrap_or(row.spec.0.replica_count()));
+            let spec = parse(spec).map_err(|e| rename_field(e, "spec.replicas", "replicas"))?;
+            (
+                spec,
+                format!("rolled back to revision {revision}"),
+                "RolledBack",
+            )
+        }
+    })
+}
+
+/// Action bodies name their own fields (`replicas`), not the spec's.
+fn rename_field(errors: FieldErrors, from: &str, to: &str) -> FieldErrors {
+    let mut out = FieldErrors::new();
+    for e in errors.into_vec() {
+        let field = if e.field == from { to.to_owned() } else { e.field };
+        out.push(field, e.message);
+    }
+    out
+}
+
+/// Sets the restart marker: pods are replaced without a spec change.
+#[instrument(skip(ctx, actor, if_match))]
+pub async fn restart_deployment(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    if_match: Option<&str>,
+) -> Result<Deployment, ServiceError> {
+    let project = get_project(ctx, project).await?;
+    let mut tx = ctx.pool.begin().await?;
+    let row = lock_for_change(&mut tx, &project, name, if_match).await?;
+    let updated = store::deployments::set_restart_marker(&mut *tx, row.id).await?;
+    record_event(&mut tx, &updated, "RestartRequested", "restart requested: pods will be replaced", actor)
+        .await?;
+    store::work_queue::enqueue_reconcile(&mut *tx, row.id).await?;
+    tx.commit().await?;
+    Ok(updated.into_record(&project.name))
+}
+
+/// Marks the deployment `Deleting` and queues the removal of its objects.
+/// Deleting a deployment that is already being deleted is accepted again.
+#[instrument(skip(ctx, actor, if_match))]
+pub async fn delete_deployment(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    if_match: Option<&str>,
+) -> Result<Deployment, ServiceError> {
+    let project = get_project(ctx, project).await?;
+    let mut tx = ctx.pool.begin().await?;
+    let row = store::deployments::lock_deployment(&mut *tx, project.id, name)
+        .await?
+        .ok_or_else(|| ServiceError::not_found("deployment", name))?;
+    check_if_match(&row, if_match)?;
+    if row.deletion_requested_at.is_some() {
+        tx.rollback().await?;
+        return Ok(row.into_record(&project.name));
+    }
+    let updated = store::deployments::mark_deployment_deleting(&mut *tx, row.id).await?;
+    record_event(&mut tx, &updated, "DeleteRequested", "delete requested", actor).await?;
+    store::work_queue::enqueue_reconcile(&mut *tx, row.id).await?;
+    tx.commit().await?;
+    tracing::info!(deployment_id = %updated.id, "deployment delete requested");
+    Ok(updated.into_record(&project.name))
+}
+
+#[instrument(skip(ctx))]
+pub async fn list_revisions(
+    ctx: &Context,
+    project: &str,
+    name: &str,
+    limit: Option<i64>,
+    cursor_param: Option<&str>,
+) -> Result<Page<Revision>, ServiceError> {
+    let project = get_project(ctx, project).await?;
+    let row = find(ctx, &project, name).await?;
+    let limit = page_size(limit)?;
+    let filters = format!("revisions|{}", row.id);
+    let before = match cursor_param {
+        Some(c) => Some(parse_i64_cursor(&cursor::decode(c, &filters)?)?),
+        None => None,
+    };
+    let rows = store::revisions::list_revisions(&ctx.pool, row.id, before, limit + 1).await?;
+    Ok(cursor::page(rows, limit, &filters, |r| r.revision.to_string()))
+}
+
+/// The timeline of a deployment by id: it outlives the deployment.
+#[instrument(skip(ctx))]
+pub async fn list_events(
+    ctx: &Context,
+    project: &str,
+    deployment: DeploymentRef<'_>,
+    limit: Option<i64>,
+    cursor_param: Option<&str>,
+) -> Result<Page<TimelineEvent>, ServiceError> {
+    let project = get_project(ctx, project).await?;
+    let deployment_id = match deployment {
+        DeploymentRef::Name(name) => find(ctx, &project, name).await?.id,
+        DeploymentRef::Id(id) => id,
+    };
+    let limit = page_size(limit)?;
+    let filters = format!("events|{}|{deployment_id}", project.id);
+    let after = match cursor_param {
+        Some(c) => Some(parse_i64_cursor(&cursor::decode(c, &filters)?)?),
+        None => None,
+    };
+    let rows = store::events::list_events(&ctx.pool, project.id, deployment_id, after, limit + 1)
+        .await?;
+    Ok(cursor::page(rows, limit, &filters, |e| e.id.to_string()))
+}
+
+/// How a caller names a deployment whose timeline it wants.
+#[derive(Debug, Clone, Copy)]
+pub enum DeploymentRef<'a> {
+    Name(&'a str),
+    /// Works after the deployment is gone.
+    Id(Uuid),
+}
+
+async fn lock_for_change(
+    tx: &mut Transaction<'_, Postgres>,
+    project: &Project,
+    name: &str,
+    if_match: Option<&str>,
+) -> Result<DeploymentRow, ServiceError> {
+    let row = store::deployments::lock_deployment(&mut **tx, project.id, name)
+        .await?
+        .ok_or_else(|| ServiceError::not_found("deployment", name))?;
+    check_if_match(&row, if_match)?;
+    if row.deletion_requested_at.is_some() {
+        return Err(ServiceError::conflict(
+            None,
+            format!("deployment `{name}` is being deleted and can no longer be changed"),
+        ));
+    }
+    Ok(row)
+}
+
+/// `If-Match` (RFC 9110): `*` or a list of entity tags; weak tags never match.
+fn check_if_match(row: &DeploymentRow, if_match: Option<&str>) -> Result<(), ServiceError> {
+    let Some(header) = if_match else {
+        return Ok(());
+    };
+    let current = entity_tag(row.id, row.generation);
+    let matches = header
+        .split(',')
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag == current);
+    if matches {
+        Ok(())
+    } else {
+        Err(ServiceError::PreconditionFailed(format!(
+            "If-Match {header} does not match the current ETag {current}: the spec changed since you read it"
+        )))
+    }
+}
+
+async fn record_event(
+    tx: &mut Transaction<'_, Postgres>,
+    row: &DeploymentRow,
+    kind: &str,
+    message: &str,
+    actor: &Actor,
+) -> Result<(), sqlx::Error> {
+    store::events::insert_event(
+        &mut **tx,
+        NewEvent {
+            deployment_id: row.id,
+            project_id: row.project_id,
+            deployment_name: &row.name,
+            kind,
+            message,
+            actor: actor.name(),
+        },
+    )
+    .await
+}
+
+fn hash_request(request: &CreateDeployment) -> String {
+    // serde_json's maps are sorted, so equal requests hash equally whatever their key order.
+    let canonical = serde_json::to_vec(request).expect("request serialises");
+    hex::encode(Sha256::digest(&canonical))
+}
+
+fn parse_i64_cursor(key: &str) -> Result<i64, FieldErrors> {
+    key.parse()
+        .map_err(|_| FieldErrors::single("cursor", "is not a cursor returned by this list"))
+}

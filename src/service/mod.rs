@@ -1,0 +1,97 @@
+//! The use cases shared by every front-end (REST now; GraphQL and the portal later):
+//! parse → transaction → store → enqueue → timeline. Handlers stay thin.
+
+mod cursor;
+pub mod deployments;
+mod diff;
+pub mod projects;
+
+use sqlx::PgPool;
+
+use crate::domain::{FieldErrors, SpecLimits};
+
+pub use cursor::Page;
+
+/// Everything a use case needs: the database and the rules from configuration.
+#[derive(Clone)]
+pub struct Context {
+    pub pool: PgPool,
+    pub limits: SpecLimits,
+}
+
+/// Who asks. Until authentication lands every caller is `anonymous`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor(pub String);
+
+impl Actor {
+    pub fn anonymous() -> Self {
+        Self("anonymous".into())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The service layer's one error type; front-ends map it to their protocol.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The input is invalid; every problem names its field.
+    #[error("invalid input: {0}")]
+    Invalid(FieldErrors),
+    #[error("{kind} `{name}` not found")]
+    NotFound { kind: &'static str, name: String },
+    /// The request conflicts with the current state (name taken, deleting, …).
+    #[error("{message}")]
+    Conflict {
+        message: String,
+        field: Option<&'static str>,
+    },
+    /// `If-Match` did not match the current entity tag.
+    #[error("{0}")]
+    PreconditionFailed(String),
+    /// An `Idempotency-Key` was reused with a different request.
+    #[error("the Idempotency-Key `{0}` was already used with a different request")]
+    IdempotencyKeyReused(String),
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+}
+
+impl From<FieldErrors> for ServiceError {
+    fn from(errors: FieldErrors) -> Self {
+        Self::Invalid(errors)
+    }
+}
+
+impl ServiceError {
+    fn not_found(kind: &'static str, name: impl Into<String>) -> Self {
+        Self::NotFound {
+            kind,
+            name: name.into(),
+        }
+    }
+
+    fn conflict(field: Option<&'static str>, message: impl Into<String>) -> Self {
+        Self::Conflict {
+            message: message.into(),
+            field,
+        }
+    }
+}
+
+/// Page sizes: the default when none is asked, and the most a caller may ask.
+pub const DEFAULT_PAGE_SIZE: i64 = 50;
+pub const MAX_PAGE_SIZE: i64 = 200;
+
+/// Validates a requested page size.
+pub fn page_size(limit: Option<i64>) -> Result<i64, ServiceError> {
+    match limit {
+        None => Ok(DEFAULT_PAGE_SIZE),
+        Some(n) if (1..=MAX_PAGE_SIZE).contains(&n) => Ok(n),
+        Some(_) => Err(FieldErrors::single(
+            "limit",
+            format!("must be between 1 and {MAX_PAGE_SIZE}"),
+        )
+        .into()),
+    }
+}

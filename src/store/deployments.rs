@@ -1,0 +1,273 @@
+//! The `model_deployment` table.
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::{PgExecutor, Postgres, QueryBuilder};
+use tracing::instrument;
+use uuid::Uuid;
+
+use crate::domain::{
+    Deployment, DeploymentSpec, DeploymentStatus, LabelRequirement, LabelSelector, Phase,
+};
+
+/// A row of `model_deployment`; [`DeploymentRow::into_record`] adds the project's name.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DeploymentRow {
+    pub id: Uuid,
+    pub project_id: Uuid,
+    pub name: String,
+    pub generation: i64,
+    pub spec: Json<DeploymentSpec>,
+    pub status: Json<DeploymentStatus>,
+    pub restarted_at: Option<DateTime<Utc>>,
+    pub deletion_requested_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl DeploymentRow {
+    pub fn into_record(self, project: &str) -> Deployment {
+        Deployment {
+            id: self.id,
+            project: project.to_owned(),
+            name: self.name,
+            generation: self.generation,
+            spec: self.spec.0,
+            status: self.status.0,
+            restarted_at: self.restarted_at,
+            deletion_requested_at: self.deletion_requested_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+/// Filters and paging for [`list_deployments`].
+#[derive(Debug, Default)]
+pub struct DeploymentFilter {
+    pub phase: Option<Phase>,
+    pub selector: LabelSelector,
+    pub name_prefix: Option<String>,
+    /// Return rows with an id greater than this (the previous page's last id).
+    pub after: Option<Uuid>,
+    pub limit: i64,
+}
+
+#[instrument(skip(db, spec, status))]
+pub async fn insert_deployment(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    project_id: Uuid,
+    name: &str,
+    spec: &DeploymentSpec,
+    status: &DeploymentStatus,
+) -> Result<DeploymentRow, sqlx::Error> {
+    sqlx::query_as!(
+        DeploymentRow,
+        r#"insert into model_deployment
+               (id, project_id, name, spec, spec_version, labels, engine, phase, status)
+           values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+           returning id, project_id, name, generation,
+                     spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
+                     restarted_at, deletion_requested_at, created_at, updated_at"#,
+        id,
+        project_id,
+        name,
+        Json(spec) as _,
+        spec.spec_version as i32,
+        Json(&spec.labels) as _,
+        spec.engine.kind.as_str(),
+        status.phase.as_str(),
+        Json(status) as _,
+    )
+    .fetch_one(db)
+    .await
+}
+
+#[instrument(skip(db))]
+pub async fn find_deployment(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+    name: &str,
+) -> Result<Option<DeploymentRow>, sqlx::Error> {
+    sqlx::query_as!(
+        DeploymentRow,
+        r#"select id, project_id, name, generation,
+                  spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
+                  restarted_at, deletion_requested_at, created_at, updated_at
+           from model_deployment where project_id = $1 and name = $2"#,
+        project_id,
+        name
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Like [`find_deployment`], but locks the row until the transaction ends, so
+/// read-check-write sequences (If-Match, rollback) cannot interleave.
+#[instrument(skip(db))]
+pub async fn lock_deployment(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+    name: &str,
+) -> Result<Option<DeploymentRow>, sqlx::Error> {
+    sqlx::query_as!(
+        DeploymentRow,
+        r#"select id, project_id, name, generation,
+                  spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
+                  restarted_at, deletion_requested_at, created_at, updated_at
+           from model_deployment where project_id = $1 and name = $2
+           for update"#,
+        project_id,
+        name
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Stores a new spec and bumps the generation.
+#[instrument(skip(db, spec))]
+pub async fn update_deployment_spec(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    spec: &DeploymentSpec,
+) -> Result<DeploymentRow, sqlx::Error> {
+    sqlx::query_as!(
+        DeploymentRow,
+        r#"update model_deployment
+           set spec = $2, spec_version = $3, labels = $4, engine = $5,
+               generation = generation + 1, updated_at = now()
+           where id = $1
+           returning id, project_id, name, generation,
+                     spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
+                     restarted_at, deletion_requested_at, created_at, updated_at"#,
+        id,
+        Json(spec) as _,
+        spec.spec_version as i32,
+        Json(&spec.labels) as _,
+        spec.engine.kind.as_str(),
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Sets the restart marker to now; the generation is unchanged (a restart is not a spec change).
+#[instrument(skip(db))]
+pub async fn set_restart_marker(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> Result<DeploymentRow, sqlx::Error> {
+    sqlx::query_as!(
+        DeploymentRow,
+        r#"update model_deployment set restarted_at = now(), updated_at = now()
+           where id = $1
+           returning id, project_id, name, generation,
+                     spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
+                     restarted_at, deletion_requested_at, created_at, updated_at"#,
+        id
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Moves the record to `Deleting`; the row stays (and the name stays taken) until the
+/// worker has removed every Kubernetes object.
+#[instrument(skip(db))]
+pub async fn mark_deployment_deleting(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> Result<DeploymentRow, sqlx::Error> {
+    sqlx::query_as!(
+        DeploymentRow,
+        r#"update model_deployment
+           set phase = 'Deleting',
+               status = jsonb_set(status, '{phase}', '"Deleting"'),
+               deletion_requested_at = coalesce(deletion_requested_at, now()),
+               updated_at = now()
+           where id = $1
+           returning id, project_id, name, generation,
+                     spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
+                     restarted_at, deletion_requested_at, created_at, updated_at"#,
+        id
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// A page of a project's deployments in id order (UUIDv7, so creation order).
+///
+/// Built with `QueryBuilder` because the filters are optional and the label selector
+/// has a variable shape; every value is still a bound parameter.
+#[instrument(skip(db))]
+pub async fn list_deployments(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+    filter: &DeploymentFilter,
+) -> Result<Vec<DeploymentRow>, sqlx::Error> {
+    let mut query = QueryBuilder::<Postgres>::new(
+        "select id, project_id, name, generation, spec, status, restarted_at,
+                deletion_requested_at, created_at, updated_at
+         from model_deployment where project_id = ",
+    );
+    query.push_bind(project_id);
+    if let Some(phase) = filter.phase {
+        query.push(" and phase = ").push_bind(phase.as_str());
+    }
+    if let Some(prefix) = &filter.name_prefix {
+        // starts_with avoids LIKE's wildcards in user input.
+        query
+            .push(" and starts_with(name, ")
+            .push_bind(prefix.clone())
+            .push(")");
+    }
+    for requirement in &filter.selector.0 {
+        push_label_requirement(&mut query, requirement);
+    }
+    if let Some(after) = filter.after {
+        query.push(" and id > ").push_bind(after);
+    }
+    query.push(" order by id limit ").push_bind(filter.limit);
+    query.build_query_as().fetch_all(db).await
+}
+
+fn push_label_requirement(query: &mut QueryBuilder<Postgres>, requirement: &LabelRequirement) {
+    match requirement {
+        LabelRequirement::Equals(key, value) => {
+            query
+                .push(" and labels ->> ")
+                .push_bind(key.clone())
+                .push(" = ")
+                .push_bind(value.clone());
+        }
+        // As in Kubernetes, `!=` also matches objects without the label.
+        LabelRequirement::NotEquals(key, value) => {
+            query
+                .push(" and (labels ->> ")
+                .push_bind(key.clone())
+                .push(") is distinct from ")
+                .push_bind(value.clone());
+        }
+        LabelRequirement::In(key, values) => {
+            query
+                .push(" and labels ->> ")
+                .push_bind(key.clone())
+                .push(" = any(")
+                .push_bind(values.clone())
+                .push(")");
+        }
+        LabelRequirement::NotIn(key, values) => {
+            query
+                .push(" and not coalesce(labels ->> ")
+                .push_bind(key.clone())
+                .push(" = any(")
+                .push_bind(values.clone())
+                .push("), false)");
+        }
+        LabelRequirement::Exists(key) => {
+            query.push(" and labels ? ").push_bind(key.clone());
+        }
+        LabelRequirement::DoesNotExist(key) => {
+            query.push(" and not labels ? ").push_bind(key.clone());
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The `deployment_event` table: the timeline, kept after a deployment is deleted.
+
+use sqlx::PgExecutor;
+use tracing::instrument;
+use uuid::Uuid;
+
+use crate::domain::TimelineEvent;
+
+/// What happened, for [`insert_event`].
+pub struct NewEvent<'a> {
+    pub deployment_id: Uuid,
+    pub project_id: Uuid,
+    pub deployment_name: &'a str,
+    pub kind: &'a str,
+    pub message: &'a str,
+    pub actor: &'a str,
+}
+
+#[instrument(skip(db, event), fields(deployment_id = %event.deployment_id, kind = event.kind))]
+pub async fn insert_event(db: impl PgExecutor<'_>, event: NewEvent<'_>) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "insert into deployment_event (deployment_id, project_id, deployment_name, kind, message, actor)
+         values ($1, $2, $3, $4, $5, $6)",
+        event.deployment_id,
+        event.project_id,
+        event.deployment_name,
+        event.kind,
+        event.message,
+        event.actor
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Oldest first, after `after` when paging.
+#[instrument(skip(db))]
+pub async fn list_events(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+    deployment_id: Uuid,
+    after: Option<i64>,
+    limit: i64,
+) -> Result<Vec<TimelineEvent>, sqlx::Error> {
+    sqlx::query_as!(
+        TimelineEvent,
+        "select id, deployment_id, kind, message, actor, created_at
+         from deployment_event
+         where project_id = $1 and deployment_id = $2 and ($3::bigint is null or id > $3)
+         order by id
+         limit $4",
+        project_id,
+        deployment_id,
+        after,
+        limit
+    )
+    .fetch_all(db)
+    .await
+}

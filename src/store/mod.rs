@@ -1,0 +1,59 @@
+//! All SQL lives here: one module per table or aggregate, functions named after their SQL.
+//!
+//! Functions take any executor (`&PgPool` or a transaction) so the service layer decides
+//! what runs atomically.
+
+pub mod deployments;
+pub mod events;
+pub mod idempotency;
+pub mod projects;
+pub mod revisions;
+pub mod work_queue;
+
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgPool};
+
+/// The migrations in `migrations/`, embedded in the binary.
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// Opens a connection pool; slow statements are logged at `warn`.
+pub async fn connect(database_url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = database_url.parse()?;
+    let options = options
+        .log_statements(tracing::log::LevelFilter::Debug)
+        .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1));
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(options)
+        .await
+}
+
+/// Applies pending migrations. sqlx holds a Postgres advisory lock while it does, so
+/// several replicas starting at once apply each migration exactly once.
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    MIGRATOR.run(pool).await
+}
+
+/// True when every embedded migration has been applied successfully.
+pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    let applied: Option<i64> =
+        sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
+            .fetch_one(pool)
+            .await?;
+    Ok(applied.unwrap_or(0) >= latest)
+}
+
+/// True when `err` is a unique-constraint violation of `constraint`.
+pub fn is_unique_violation(err: &sqlx::Error, constraint: &str) -> bool {
+    match err {
+        sqlx::Error::Database(db) => {
+            db.is_unique_violation() && db.constraint() == Some(constraint)
+        }
+        _ => false,
+    }
+}

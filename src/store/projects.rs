@@ -1,0 +1,79 @@
+//! The `project` table.
+
+use sqlx::PgExecutor;
+use tracing::instrument;
+use uuid::Uuid;
+
+use crate::domain::Project;
+
+#[instrument(skip(db))]
+pub async fn insert_project(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    name: &str,
+    namespace: &str,
+    namespace_adopted: bool,
+) -> Result<Project, sqlx::Error> {
+    sqlx::query_as!(
+        Project,
+        "insert into project (id, name, namespace, namespace_adopted)
+         values ($1, $2, $3, $4)
+         returning id, name, namespace, namespace_adopted, created_at",
+        id,
+        name,
+        namespace,
+        namespace_adopted
+    )
+    .fetch_one(db)
+    .await
+}
+
+#[instrument(skip(db))]
+pub async fn find_project_by_name(
+    db: impl PgExecutor<'_>,
+    name: &str,
+) -> Result<Option<Project>, sqlx::Error> {
+    sqlx::query_as!(
+        Project,
+        "select id, name, namespace, namespace_adopted, created_at from project where name = $1",
+        name
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Projects ordered by id (time-ordered UUIDv7), after `after` when paging.
+#[instrument(skip(db))]
+pub async fn list_projects(
+    db: impl PgExecutor<'_>,
+    after: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<Project>, sqlx::Error> {
+    sqlx::query_as!(
+        Project,
+        "select id, name, namespace, namespace_adopted, created_at from project
+         where $1::uuid is null or id > $1
+         order by id
+         limit $2",
+        after,
+        limit
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Deletes the project unless a deployment still references it; returns whether it did.
+#[instrument(skip(db))]
+pub async fn delete_project_without_deployments(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query!(
+        "delete from project p where p.id = $1
+           and not exists (select 1 from model_deployment d where d.project_id = p.id)",
+        id
+    )
+    .execute(db)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}

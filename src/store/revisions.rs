@@ -1,0 +1,78 @@
+//! The `deployment_revision` table: every accepted spec, by generation.
+
+use sqlx::PgExecutor;
+use sqlx::types::Json;
+use tracing::instrument;
+use uuid::Uuid;
+
+use crate::domain::{DeploymentSpec, Revision};
+
+#[instrument(skip(db, spec))]
+pub async fn insert_revision(
+    db: impl PgExecutor<'_>,
+    deployment_id: Uuid,
+    revision: i64,
+    spec: &DeploymentSpec,
+    reason: &str,
+    actor: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "insert into deployment_revision (deployment_id, revision, spec, reason, actor)
+         values ($1, $2, $3, $4, $5)",
+        deployment_id,
+        revision,
+        Json(spec) as _,
+        reason,
+        actor
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+#[instrument(skip(db))]
+pub async fn find_revision(
+    db: impl PgExecutor<'_>,
+    deployment_id: Uuid,
+    revision: i64,
+) -> Result<Option<Revision>, sqlx::Error> {
+    sqlx::query_as!(
+        Revision,
+        r#"select revision, spec as "spec: Json<DeploymentSpec>", reason, actor, created_at
+           from deployment_revision where deployment_id = $1 and revision = $2"#,
+        deployment_id,
+        revision
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Newest first, before `before` when paging.
+#[instrument(skip(db))]
+pub async fn list_revisions(
+    db: impl PgExecutor<'_>,
+    deployment_id: Uuid,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<Vec<Revision>, sqlx::Error> {
+    sqlx::query_as!(
+        Revision,
+        r#"select revision, spec as "spec: Json<DeploymentSpec>", reason, actor, created_at
+           from deployment_revision
+           where deployment_id = $1 and ($2::bigint is null or revision < $2)
+           order by revision desc
+           limit $3"#,
+        deployment_id,
+        before,
+        limit
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Lets `query_as!` decode a JSONB column straight into the domain spec.
+impl From<Json<DeploymentSpec>> for DeploymentSpec {
+    fn from(json: Json<DeploymentSpec>) -> Self {
+        json.0
+    }
+}
