@@ -1,0 +1,342 @@
+//! Defaulting, as the real server's `SetDefaults_*` functions and CRD schema defaults do it.
+//!
+//! Defaults run on every write (create, update, patch, apply), so an object that is
+//! re-applied unchanged compares equal to the stored one and nothing is written.
+
+use serde_json::{Map, Value, json};
+
+use crate::resources::ResourceKind;
+
+/// Sets `obj[key] = value` when the key is absent (or null).
+fn default_field(obj: &mut Map<String, Value>, key: &str, value: Value) {
+    if obj.get(key).is_none_or(Value::is_null) {
+        obj.insert(key.to_string(), value);
+    }
+}
+
+fn obj_at<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Value>> {
+    v.get_mut(key).and_then(Value::as_object_mut)
+}
+
+fn each_item(v: Option<&mut Value>, mut f: impl FnMut(&mut Map<String, Value>)) {
+    if let Some(Value::Array(items)) = v {
+        for item in items.iter_mut().filter_map(Value::as_object_mut) {
+            f(item);
+        }
+    }
+}
+
+/// Applies the kind's defaults to `obj` in place.
+pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
+    match (kind.group, kind.kind) {
+        ("", "Pod") => {
+            if let Some(spec) = obj_at(obj, "spec") {
+                pod_spec(spec);
+                // SetDefaults_Pod (pods only, not templates).
+                default_field(spec, "enableServiceLinks", json!(true));
+                each_item(spec.get_mut("containers"), requests_from_limits);
+                each_item(spec.get_mut("initContainers"), requests_from_limits);
+            }
+        }
+        ("apps", "Deployment") => {
+            if let Some(spec) = obj_at(obj, "spec") {
+                default_field(spec, "replicas", json!(1));
+                let strategy = spec.entry("strategy").or_insert_with(|| json!({}));
+                if let Some(s) = strategy.as_object_mut() {
+                    default_field(s, "type", json!("RollingUpdate"));
+                    if s.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+                        let ru = s.entry("rollingUpdate").or_insert_with(|| json!({}));
+                        if let Some(ru) = ru.as_object_mut() {
+                            default_field(ru, "maxUnavailable", json!("25%"));
+                            default_field(ru, "maxSurge", json!("25%"));
+                        }
+                    }
+                }
+                default_field(spec, "revisionHistoryLimit", json!(10));
+                default_field(spec, "progressDeadlineSeconds", json!(600));
+                pod_template(spec);
+            }
+        }
+        ("apps", "ReplicaSet") => {
+            if let Some(spec) = obj_at(obj, "spec") {
+                default_field(spec, "replicas", json!(1));
+                pod_template(spec);
+            }
+        }
+        ("", "Service") => {
+            if let Some(spec) = obj_at(obj, "spec") {
+                service_spec(spec);
+            }
+        }
+        ("", "Namespace") => {
+            if let Some(name) = obj
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .map(String::from)
+            {
+                // The namespace name label is always set (and reset) by the server.
+                let meta = crate::resources::meta_mut(obj);
+                let labels = meta.entry("labels").or_insert_with(|| json!({}));
+                if let Some(l) = labels.as_object_mut() {
+                    l.insert("kubernetes.io/metadata.name".into(), Value::String(name));
+                }
+            }
+        }
+        ("", "Secret") => {
+            if let Some(o) = obj.as_object_mut() {
+                default_field(o, "type", json!("Opaque"));
+            }
+        }
+        ("", "PersistentVolumeClaim") => {
+            if let Some(spec) = obj_at(obj, "spec") {
+                default_field(spec, "volumeMode", json!("Filesystem"));
+            }
+        }
+        ("scheduling.k8s.io", "PriorityClass") => {
+            if let Some(o) = obj.as_object_mut() {
+                default_field(o, "preemptionPolicy", json!("PreemptLowerPriority"));
+            }
+        }
+        ("gateway.networking.k8s.io", "HTTPRoute") => {
+            if let Some(spec) = obj_at(obj, "spec") {
+                http_route_spec(spec);
+            }
+        }
+        ("gateway.networking.k8s.io", "Gateway") => {
+            if let Some(spec) = obj_at(obj, "spec") {
+                each_item(spec.get_mut("listeners"), |l| {
+                    let ar = l
+                        .entry("allowedRoutes")
+                        .or_insert_with(|| json!({"namespaces": {"from": "Same"}}));
+                    if let Some(ar) = ar.as_object_mut() {
+                        let ns = ar
+                            .entry("namespaces")
+                            .or_insert_with(|| json!({"from": "Same"}));
+                        if let Some(ns) = ns.as_object_mut() {
+                            default_field(ns, "from", json!("Same"));
+                        }
+                        each_item(ar.get_mut("kinds"), |k| {
+                            default_field(k, "group", json!("gateway.networking.k8s.io"))
+                        });
+                    }
+                    if let Some(tls) = l.get_mut("tls").and_then(Value::as_object_mut) {
+                        default_field(tls, "mode", json!("Terminate"));
+                        each_item(tls.get_mut("certificateRefs"), |r| {
+                            default_field(r, "group", json!(""));
+                            default_field(r, "kind", json!("Secret"));
+                        });
+                    }
+                });
+                each_item(spec.get_mut("addresses"), |a| {
+                    default_field(a, "type", json!("IPAddress"))
+                });
+            }
+            if let Some(o) = obj.as_object_mut() {
+                default_field(o, "status", pending_status(&["Accepted", "Programmed"]));
+            }
+        }
+        ("gateway.networking.k8s.io", "GatewayClass") => {
+            if let Some(o) = obj.as_object_mut() {
+                default_field(o, "status", pending_status(&["Accepted"]));
+            }
+        }
+        ("inference.networking.k8s.io", "InferencePool") => {
+            if let Some(epp) = obj
+                .pointer_mut("/spec/endpointPickerRef")
+                .and_then(Value::as_object_mut)
+            {
+                default_field(epp, "kind", json!("Service"));
+                default_field(epp, "failureMode", json!("FailClose"));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The status default the Gateway API CRDs declare ("Waiting for controller").
+fn pending_status(types: &[&str]) -> Value {
+    let conditions: Vec<Value> = types
+        .iter()
+        .map(|t| {
+            json!({"type": t, "status": "Unknown", "reason": "Pending", "message": "Waiting for controller",
+                   "lastTransitionTime": "1970-01-01T00:00:00Z"})
+        })
+        .collect();
+    json!({"conditions": conditions})
+}
+
+fn pod_template(spec: &mut Map<String, Value>) {
+    if let Some(tspec) = spec.get_mut("template").and_then(|t| obj_at(t, "spec")) {
+        pod_spec(tspec);
+    }
+}
+
+/// SetDefaults_PodSpec and the per-container/volume/probe defaults it implies.
+pub fn pod_spec(spec: &mut Map<String, Value>) {
+    default_field(spec, "dnsPolicy", json!("ClusterFirst"));
+    default_field(spec, "restartPolicy", json!("Always"));
+    default_field(spec, "terminationGracePeriodSeconds", json!(30));
+    default_field(spec, "securityContext", json!({}));
+    default_field(spec, "schedulerName", json!("default-scheduler"));
+    for list in ["containers", "initContainers"] {
+        each_item(spec.get_mut(list), container);
+    }
+    each_item(spec.get_mut("volumes"), |v| {
+        for src in ["configMap", "secret", "projected", "downwardAPI"] {
+            if let Some(s) = v.get_mut(src).and_then(Value::as_object_mut) {
+                default_field(s, "defaultMode", json!(420));
+            }
+        }
+        if let Some(hp) = v.get_mut("hostPath").and_then(Value::as_object_mut) {
+            default_field(hp, "type", json!(""));
+        }
+    });
+}
+
+fn container(c: &mut Map<String, Value>) {
+    let image = c
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    default_field(c, "imagePullPolicy", json!(image_pull_policy(&image)));
+    default_field(c, "terminationMessagePath", json!("/dev/termination-log"));
+    default_field(c, "terminationMessagePolicy", json!("File"));
+    // ResourceRequirements is a non-pointer struct: the server always serialises it.
+    default_field(c, "resources", json!({}));
+    each_item(c.get_mut("ports"), |p| {
+        default_field(p, "protocol", json!("TCP"))
+    });
+    each_item(c.get_mut("env"), |e| {
+        if let Some(fr) = e.get_mut("valueFrom").and_then(|v| obj_at(v, "fieldRef")) {
+            default_field(fr, "apiVersion", json!("v1"));
+        }
+    });
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        if let Some(p) = c.get_mut(probe).and_then(Value::as_object_mut) {
+            default_field(p, "timeoutSeconds", json!(1));
+            default_field(p, "periodSeconds", json!(10));
+            default_field(p, "successThreshold", json!(1));
+            default_field(p, "failureThreshold", json!(3));
+            if let Some(h) = p.get_mut("httpGet").and_then(Value::as_object_mut) {
+                default_field(h, "scheme", json!("HTTP"));
+            }
+        }
+    }
+}
+
+/// `Always` for `:latest` or untagged images, `IfNotPresent` otherwise (digests count as tags).
+fn image_pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+/// SetDefaults_Pod: requests default to limits.
+fn requests_from_limits(c: &mut Map<String, Value>) {
+    let Some(limits) = c
+        .get("resources")
+        .and_then(|r| r.get("limits"))
+        .and_then(Value::as_object)
+        .cloned()
+    else {
+        return;
+    };
+    if let Some(res) = c.get_mut("resources").and_then(Value::as_object_mut) {
+        let req = res.entry("requests").or_insert_with(|| json!({}));
+        if let Some(req) = req.as_object_mut() {
+            for (k, v) in limits {
+                req.entry(k).or_insert(v);
+            }
+        }
+    }
+}
+
+fn service_spec(spec: &mut Map<String, Value>) {
+    default_field(spec, "type", json!("ClusterIP"));
+    default_field(spec, "sessionAffinity", json!("None"));
+    let ty = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP")
+        .to_string();
+    each_item(spec.get_mut("ports"), |p| {
+        default_field(p, "protocol", json!("TCP"));
+        if let Some(port) = p.get("port").cloned() {
+            default_field(p, "targetPort", port);
+        }
+    });
+    if ty != "ExternalName" {
+        default_field(spec, "internalTrafficPolicy", json!("Cluster"));
+    }
+    if ty == "NodePort" || ty == "LoadBalancer" {
+        default_field(spec, "externalTrafficPolicy", json!("Cluster"));
+    }
+    if ty == "LoadBalancer" {
+        default_field(spec, "allocateLoadBalancerNodePorts", json!(true));
+    }
+    if spec.get("sessionAffinity").and_then(Value::as_str) == Some("ClientIP") {
+        default_field(
+            spec,
+            "sessionAffinityConfig",
+            json!({"clientIP": {"timeoutSeconds": 10800}}),
+        );
+    }
+}
+
+/// The HTTPRoute CRD's schema defaults.
+fn http_route_spec(spec: &mut Map<String, Value>) {
+    each_item(spec.get_mut("parentRefs"), |p| {
+        default_field(p, "group", json!("gateway.networking.k8s.io"));
+        default_field(p, "kind", json!("Gateway"));
+    });
+    default_field(
+        spec,
+        "rules",
+        json!([{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}]}]),
+    );
+    each_item(spec.get_mut("rules"), |rule| {
+        default_field(
+            rule,
+            "matches",
+            json!([{"path": {"type": "PathPrefix", "value": "/"}}]),
+        );
+        each_item(rule.get_mut("matches"), |m| {
+            default_field(m, "path", json!({"type": "PathPrefix", "value": "/"}));
+            if let Some(p) = m.get_mut("path").and_then(Value::as_object_mut) {
+                default_field(p, "type", json!("PathPrefix"));
+                default_field(p, "value", json!("/"));
+            }
+            each_item(m.get_mut("headers"), |h| {
+                default_field(h, "type", json!("Exact"))
+            });
+            each_item(m.get_mut("queryParams"), |q| {
+                default_field(q, "type", json!("Exact"))
+            });
+        });
+        each_item(rule.get_mut("backendRefs"), |b| {
+            default_field(b, "group", json!(""));
+            default_field(b, "kind", json!("Service"));
+            default_field(b, "weight", json!(1));
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_policy_follows_tag() {
+        assert_eq!(image_pull_policy("nginx"), "Always");
+        assert_eq!(image_pull_policy("nginx:latest"), "Always");
+        assert_eq!(image_pull_policy("nginx:1.27"), "IfNotPresent");
+        assert_eq!(image_pull_policy("localhost:5000/nginx"), "Always");
+        assert_eq!(image_pull_policy("nginx@sha256:abc"), "IfNotPresent");
+    }
+}

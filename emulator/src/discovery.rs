@@ -1,0 +1,236 @@
+//! Discovery documents: `/version`, `/api`, `/apis`, group and resource lists, and a minimal
+//! OpenAPI v3 (enough for kubectl to find GVKs and the `fieldValidation` parameter).
+
+use serde_json::{Value, json};
+
+use crate::resources::{Kinds, ResourceKind};
+
+/// The Kubernetes version the emulator claims to be.
+pub const GIT_VERSION: &str = "v1.35.2";
+pub const MAJOR: &str = "1";
+pub const MINOR: &str = "35";
+
+pub fn version() -> Value {
+    json!({
+        "major": MAJOR,
+        "minor": MINOR,
+        "emulationMajor": MAJOR,
+        "emulationMinor": MINOR,
+        "minCompatibilityMajor": MAJOR,
+        "minCompatibilityMinor": "34",
+        "gitVersion": GIT_VERSION,
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.25.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+}
+
+pub fn api_versions(server_address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    })
+}
+
+fn group_doc(group: &str, version: &str) -> Value {
+    let gv = format!("{group}/{version}");
+    json!({
+        "name": group,
+        "versions": [{"groupVersion": gv, "version": version}],
+        "preferredVersion": {"groupVersion": gv, "version": version},
+    })
+}
+
+pub fn api_group_list(kinds: &Kinds) -> Value {
+    let groups: Vec<Value> = kinds
+        .groups()
+        .into_iter()
+        .map(|g| {
+            let version = kinds
+                .all()
+                .iter()
+                .find(|k| k.group == g)
+                .map(|k| k.version)
+                .unwrap_or("v1");
+            group_doc(g, version)
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+pub fn api_group(kinds: &Kinds, group: &str) -> Option<Value> {
+    let k = kinds.all().iter().find(|k| k.group == group)?;
+    let mut doc = group_doc(group, k.version);
+    doc["kind"] = json!("APIGroup");
+    doc["apiVersion"] = json!("v1");
+    Some(doc)
+}
+
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+pub fn resource_list(kinds: &Kinds, group: &str, version: &str) -> Option<Value> {
+    if !kinds.has_group_version(group, version) {
+        return None;
+    }
+    let mut resources = Vec::new();
+    for k in kinds.in_group_version(group, version) {
+        resources.push(json!({
+            "name": k.plural,
+            "singularName": k.singular,
+            "namespaced": k.namespaced,
+            "kind": k.kind,
+            "verbs": VERBS,
+            "shortNames": k.short_names,
+            "categories": k.categories,
+        }));
+        if k.status_subresource {
+            resources.push(json!({
+                "name": format!("{}/status", k.plural),
+                "singularName": "",
+                "namespaced": k.namespaced,
+                "kind": k.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        for sub in k.extra_subresources() {
+            let (kind, verbs) = match *sub {
+                "binding" => ("Binding", json!(["create"])),
+                _ => (k.kind, json!(["update"])),
+            };
+            resources.push(json!({
+                "name": format!("{}/{sub}", k.plural),
+                "singularName": "",
+                "namespaced": k.namespaced,
+                "kind": kind,
+                "verbs": verbs,
+            }));
+        }
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
+}
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// `/openapi/v3`: the index of group-version documents.
+pub fn openapi_v3_index(kinds: &Kinds) -> Value {
+    let mut paths = serde_json::Map::new();
+    let mut seen = Vec::new();
+    for k in kinds.all() {
+        let p = gv_path(k.group, k.version);
+        if !seen.contains(&p) {
+            paths.insert(
+                p.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash=0")}),
+            );
+            seen.push(p);
+        }
+    }
+    json!({"paths": paths})
+}
+
+fn schema_name(k: &ResourceKind) -> String {
+    let g = if k.group.is_empty() {
+        "core".to_string()
+    } else {
+        k.group.to_string()
+    };
+    format!("io.k8s.emulated.{g}.{}.{}", k.version, k.kind)
+}
+
+fn params(names: &[&str]) -> Value {
+    Value::Array(
+        names
+            .iter()
+            .map(|n| json!({"name": n, "in": "query", "schema": {"type": "string", "uniqueItems": true}}))
+            .collect(),
+    )
+}
+
+/// `/openapi/v3/{api|apis/group}/{version}`: paths with their query parameters, and one
+/// permissive schema per kind carrying `x-kubernetes-group-version-kind`.
+pub fn openapi_v3_doc(kinds: &Kinds, path: &str) -> Option<Value> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version) = match parts.as_slice() {
+        ["api", v] => ("", *v),
+        ["apis", g, v] => (*g, *v),
+        _ => return None,
+    };
+    if !kinds.has_group_version(group, version) {
+        return None;
+    }
+    let mut schemas = serde_json::Map::new();
+    let mut paths = serde_json::Map::new();
+    let write_params = params(&["dryRun", "fieldManager", "fieldValidation", "pretty"]);
+    let patch_params = params(&[
+        "dryRun",
+        "fieldManager",
+        "fieldValidation",
+        "force",
+        "pretty",
+    ]);
+    for k in kinds.in_group_version(group, version) {
+        let name = schema_name(k);
+        schemas.insert(
+            name.clone(),
+            json!({
+                "type": "object",
+                "description": format!("{} (emulated; fields are not described)", k.kind),
+                "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                },
+                "x-kubernetes-group-version-kind": [{"group": k.group, "version": k.version, "kind": k.kind}],
+            }),
+        );
+        let base = format!("/{}", gv_path(group, version));
+        let coll = if k.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}", k.plural)
+        } else {
+            format!("{base}/{}", k.plural)
+        };
+        let gvk = json!({"group": k.group, "version": k.version, "kind": k.kind});
+        let op = |action: &str, p: &Value| json!({"x-kubernetes-action": action, "x-kubernetes-group-version-kind": gvk, "parameters": p, "responses": {}});
+        paths.insert(
+            coll.clone(),
+            json!({"get": op("list", &json!([])), "post": op("post", &write_params)}),
+        );
+        paths.insert(
+            format!("{coll}/{{name}}"),
+            json!({"get": op("get", &json!([])), "put": op("put", &write_params), "patch": op("patch", &patch_params), "delete": op("delete", &json!([]))}),
+        );
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes (modelplane emulator)", "version": GIT_VERSION},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }))
+}

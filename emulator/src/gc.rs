@@ -1,0 +1,201 @@
+//! Garbage collection and namespace deletion, as the kube-controller-manager's garbage
+//! collector and namespace controller do them: ownerReference cascades (background,
+//! foreground, orphan), and emptying terminating namespaces.
+//!
+//! Runs as a background task woken after every write; each pass works under the store lock.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use crate::ops::{Propagation, delete_locked, finalizers, set_finalizers};
+use crate::resources::{ResourceKind, meta_str};
+use crate::store::{State, Store};
+
+/// Runs until the store is dropped by everyone else (the task is aborted on shutdown).
+pub async fn run(store: Store) {
+    loop {
+        store.changed().await;
+        // Repeat until a pass changes nothing (cascades span several passes).
+        while pass(&store) {}
+    }
+}
+
+fn owner_uids(obj: &Value) -> Vec<(String, bool)> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| {
+                    let uid = r.get("uid")?.as_str()?.to_string();
+                    let block = r
+                        .get("blockOwnerDeletion")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false);
+                    Some((uid, block))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn deleting(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+/// One collection pass; returns whether anything was written.
+pub fn pass(store: &Store) -> bool {
+    let mut st = store.lock();
+    let all = st.all();
+    let uids: HashSet<String> = all
+        .iter()
+        .filter_map(|(_, o)| meta_str(o, "uid").map(String::from))
+        .collect();
+    let mut changed = false;
+
+    for (kind, obj) in &all {
+        let owners = owner_uids(obj);
+        if owners.is_empty() {
+            continue;
+        }
+        let live: Vec<&(String, bool)> = owners.iter().filter(|(u, _)| uids.contains(u)).collect();
+        if live.is_empty() && !deleting(obj) {
+            // Every owner is gone: the dependent goes too (its own dependents cascade later).
+            delete_locked(&mut st, kind, obj, Some(Propagation::Background), false);
+            changed = true;
+        }
+    }
+    if changed {
+        return true;
+    }
+
+    for (kind, obj) in &all {
+        if !deleting(obj) {
+            continue;
+        }
+        let uid = meta_str(obj, "uid").unwrap_or("").to_string();
+        let fins = finalizers(obj);
+        if fins.iter().any(|f| f == "orphan") {
+            orphan_dependents(&mut st, &all, &uid);
+            let rest: Vec<String> = fins.iter().filter(|f| *f != "orphan").cloned().collect();
+            set_finalizers(&mut st, kind, obj, rest);
+            return true;
+        }
+        if fins.iter().any(|f| f == "foregroundDeletion") {
+            let dependents: Vec<&(&'static ResourceKind, std::sync::Arc<Value>)> = all
+                .iter()
+                .filter(|(_, d)| owner_uids(d).iter().any(|(u, _)| *u == uid))
+                .collect();
+            let mut wrote = false;
+            for (dk, d) in &dependents {
+                if !deleting(d) {
+                    delete_locked(&mut st, dk, d, Some(Propagation::Foreground), false);
+                    wrote = true;
+                }
+            }
+            // The owner waits only for dependents that block its deletion.
+            let blocking = dependents
+                .iter()
+                .any(|(_, d)| owner_uids(d).iter().any(|(u, b)| *u == uid && *b));
+            if !blocking {
+                let rest: Vec<String> = fins
+                    .iter()
+                    .filter(|f| *f != "foregroundDeletion")
+                    .cloned()
+                    .collect();
+                set_finalizers(&mut st, kind, obj, rest);
+                wrote = true;
+            }
+            if wrote {
+                return true;
+            }
+        }
+        if kind.kind == "Namespace" && finalize_namespace(&mut st, store, &all, obj) {
+            return true;
+        }
+    }
+    false
+}
+
+fn orphan_dependents(
+    st: &mut State,
+    all: &[(&'static ResourceKind, std::sync::Arc<Value>)],
+    uid: &str,
+) {
+    for (kind, d) in all {
+        let Some(refs) = d
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
+        if !refs
+            .iter()
+            .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
+        {
+            continue;
+        }
+        let kept: Vec<Value> = refs
+            .iter()
+            .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid))
+            .cloned()
+            .collect();
+        let mut new = (**d).clone();
+        let meta = crate::resources::meta_mut(&mut new);
+        if kept.is_empty() {
+            meta.remove("ownerReferences");
+        } else {
+            meta.insert("ownerReferences".into(), Value::Array(kept));
+        }
+        st.replace(kind, new);
+    }
+}
+
+/// The namespace controller: delete everything in a terminating namespace, then finalize it.
+fn finalize_namespace(
+    st: &mut State,
+    store: &Store,
+    all: &[(&'static ResourceKind, std::sync::Arc<Value>)],
+    ns_obj: &Value,
+) -> bool {
+    let ns = meta_str(ns_obj, "name").unwrap_or("").to_string();
+    let contents: Vec<&(&'static ResourceKind, std::sync::Arc<Value>)> = all
+        .iter()
+        .filter(|(k, o)| k.namespaced && meta_str(o, "namespace") == Some(ns.as_str()))
+        .collect();
+    let mut wrote = false;
+    for (k, o) in &contents {
+        if !deleting(o) {
+            delete_locked(st, k, o, Some(Propagation::Background), false);
+            wrote = true;
+        }
+    }
+    if contents.is_empty() {
+        let spec_fins = ns_obj
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
+        if spec_fins {
+            let mut new = ns_obj.clone();
+            new["spec"]["finalizers"] = Value::Array(Vec::new());
+            let kind = store
+                .kinds()
+                .by_resource("", "v1", "namespaces")
+                .expect("namespaces are served");
+            new.get_mut("spec")
+                .and_then(Value::as_object_mut)
+                .map(|s| s.remove("finalizers"));
+            st.replace(kind, new);
+            if crate::ops::is_finalized(
+                kind,
+                &st.get(kind, "", &ns)
+                    .map(|o| (*o).clone())
+                    .unwrap_or_default(),
+            ) {
+                st.remove(kind, "", &ns);
+            }
+            return true;
+        }
+    }
+    wrote
+}

@@ -1,0 +1,1121 @@
+//! The HTTP surface: URL parsing into (kind, namespace, name, subresource), query options,
+//! content negotiation (JSON and server-side Tables), lists, watches and the request log.
+//!
+//! Every request passes through one axum middleware (`record`) so that fault injection
+//! can later be slotted in at the same place.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::discovery;
+use crate::ops::{self, DeleteOptions, FieldValidation, Propagation, WriteOptions, WriteResult};
+use crate::patch::PatchType;
+use crate::resources::{ResourceKind, meta_str};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::status::{ApiError, ApiResult, success_status};
+use crate::store::{Change, EventType, Store};
+
+/// One recorded request (for tests that count writes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    /// `fieldManager` query parameter, if any.
+    pub field_manager: Option<String>,
+    /// `X-Client-Id` header, if any (lets tests tell clients apart).
+    pub client_id: Option<String>,
+    pub status: u16,
+}
+
+/// The request log shared by the middleware and the emulator handle.
+#[derive(Clone, Default)]
+pub struct RequestLog(Arc<Mutex<Vec<RecordedRequest>>>);
+
+impl RequestLog {
+    pub fn snapshot(&self) -> Vec<RecordedRequest> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    pub fn clear(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+    fn push(&self, r: RecordedRequest) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+    }
+}
+
+/// State shared by all handlers.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub log: RequestLog,
+    pub bookmark_interval: Duration,
+    pub server_address: Arc<str>,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .fallback(dispatch)
+        .layer(middleware::from_fn_with_state(state.clone(), record))
+        .with_state(state)
+}
+
+async fn record(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let method = req.method().to_string();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let field_manager = parse_query(&query).remove("fieldManager");
+    let client_id = req
+        .headers()
+        .get("x-client-id")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let resp = next.run(req).await;
+    state.log.push(RecordedRequest {
+        method,
+        path,
+        query,
+        field_manager,
+        client_id,
+        status: resp.status().as_u16(),
+    });
+    resp
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match u8::from_str_radix(
+                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
+                    16,
+                ) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn parse_query(q: &str) -> HashMap<String, String> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Response {
+    let mut resp = (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_vec(body).unwrap_or_default(),
+    )
+        .into_response();
+    for w in warnings {
+        if let Ok(v) = HeaderValue::from_str(&format!("299 - {w:?}")) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
+/// What a resource URL names.
+struct Target {
+    kind: &'static ResourceKind,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+async fn dispatch(
+    State(state): State<AppState>,
+    method: Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let query = parse_query(uri.query().unwrap_or(""));
+    match route(&state, &method, uri.path(), &query, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn route(
+    state: &AppState,
+    method: &Method,
+    path: &str,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let segs: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect();
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let kinds = state.store.kinds();
+    let ok = |v: Value| Ok(json_response(StatusCode::OK, &v, &[]));
+    match segs.as_slice() {
+        ["version"] => return ok(discovery::version()),
+        ["healthz"] | ["livez"] | ["readyz"] => return Ok((StatusCode::OK, "ok").into_response()),
+        ["api"] => return ok(discovery::api_versions(&state.server_address)),
+        ["apis"] => return ok(discovery::api_group_list(kinds)),
+        ["api", v] => {
+            return discovery::resource_list(kinds, "", v)
+                .map(ok)
+                .unwrap_or_else(|| Err(ApiError::page_not_found()));
+        }
+        ["apis", g] => {
+            return discovery::api_group(kinds, g)
+                .map(ok)
+                .unwrap_or_else(|| Err(ApiError::page_not_found()));
+        }
+        ["apis", g, v] => {
+            return discovery::resource_list(kinds, g, v)
+                .map(ok)
+                .unwrap_or_else(|| Err(ApiError::page_not_found()));
+        }
+        ["openapi", "v3"] => return ok(discovery::openapi_v3_index(kinds)),
+        ["openapi", "v3", rest @ ..] => {
+            return discovery::openapi_v3_doc(kinds, &rest.join("/"))
+                .map(ok)
+                .unwrap_or_else(|| Err(ApiError::page_not_found()));
+        }
+        _ => {}
+    }
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Err(ApiError::page_not_found()),
+    };
+    let (legacy_watch, rest) = match rest {
+        ["watch", r @ ..] => (true, r),
+        r => (false, r),
+    };
+    let lookup = |plural: &str| {
+        kinds
+            .by_resource(group, version, plural)
+            .ok_or_else(ApiError::page_not_found)
+    };
+    let target = match rest {
+        [plural] => Target {
+            kind: lookup(plural)?,
+            namespace: None,
+            name: None,
+            subresource: None,
+        },
+        ["namespaces", ns, plural]
+            if group.is_empty() && (*plural == "status" || *plural == "finalize") =>
+        {
+            Target {
+                kind: lookup("namespaces")?,
+                namespace: None,
+                name: Some(ns.to_string()),
+                subresource: Some(plural.to_string()),
+            }
+        }
+        ["namespaces", ns, plural, tail @ ..] => {
+            let kind = lookup(plural)?;
+            if !kind.namespaced {
+                return Err(ApiError::page_not_found());
+            }
+            let (name, sub) = match tail {
+                [] => (None, None),
+                [n] => (Some(n.to_string()), None),
+                [n, s] => (Some(n.to_string()), Some(s.to_string())),
+                _ => return Err(ApiError::page_not_found()),
+            };
+            Target {
+                kind,
+                namespace: Some(ns.to_string()),
+                name,
+                subresource: sub,
+            }
+        }
+        [plural, name] => {
+            let kind = lookup(plural)?;
+            if kind.namespaced {
+                return Err(ApiError::page_not_found());
+            }
+            Target {
+                kind,
+                namespace: None,
+                name: Some(name.to_string()),
+                subresource: None,
+            }
+        }
+        [plural, name, sub] => {
+            let kind = lookup(plural)?;
+            if kind.namespaced {
+                return Err(ApiError::page_not_found());
+            }
+            Target {
+                kind,
+                namespace: None,
+                name: Some(name.to_string()),
+                subresource: Some(sub.to_string()),
+            }
+        }
+        _ => return Err(ApiError::page_not_found()),
+    };
+    if let Some(sub) = &target.subresource {
+        let served = (sub == "status" && target.kind.status_subresource)
+            || target.kind.extra_subresources().contains(&sub.as_str());
+        if !served {
+            return Err(ApiError::page_not_found());
+        }
+    }
+    let watch = legacy_watch || query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    handle_resource(state, method, target, watch, query, headers, body).await
+}
+
+fn write_options(query: &HashMap<String, String>, headers: &HeaderMap) -> ApiResult<WriteOptions> {
+    let ua = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("unknown");
+    // The real server derives the default manager from the User-Agent up to the first '/'.
+    let default_manager = ua.split('/').next().unwrap_or("unknown").to_string();
+    let dry_run = match query.get("dryRun").map(String::as_str) {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "Invalid dryRun value: {other:?}; supported values: \"All\""
+            )));
+        }
+    };
+    let field_validation = match query.get("fieldValidation").map(String::as_str) {
+        None | Some("") | Some("Warn") => FieldValidation::Warn,
+        Some("Strict") => FieldValidation::Strict,
+        Some("Ignore") => FieldValidation::Ignore,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "fieldValidation: Invalid value: {other:?}: fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\""
+            )));
+        }
+    };
+    let force = match query.get("force").map(String::as_str) {
+        None => None,
+        Some("true") | Some("1") => Some(true),
+        Some(_) => Some(false),
+    };
+    if let Some(m) = query.get("fieldManager") {
+        if m.len() > 128 {
+            return Err(ApiError::bad_request(
+                "fieldManager: Too long: must have at most 128 bytes",
+            ));
+        }
+    }
+    Ok(WriteOptions {
+        dry_run,
+        field_manager: query.get("fieldManager").cloned(),
+        default_manager,
+        field_validation,
+        force,
+    })
+}
+
+fn parse_body(body: &Bytes) -> ApiResult<Value> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding body: {e}")))
+}
+
+fn write_response(r: WriteResult, with_created: bool) -> Response {
+    let code = if r.created && with_created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    json_response(code, &r.object, &r.warnings)
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
+}
+
+async fn handle_resource(
+    state: &AppState,
+    method: &Method,
+    t: Target,
+    watch: bool,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let store = &state.store;
+    let kind = t.kind;
+    let ns = t.namespace.clone().unwrap_or_default();
+    let sub = t.subresource.clone().unwrap_or_default();
+    let table = wants_table(headers);
+    match (method.clone(), &t.name) {
+        (Method::GET, None) if watch => {
+            watch_response(state, kind, t.namespace.as_deref(), None, query, table)
+        }
+        (Method::GET, Some(name)) if watch => watch_response(
+            state,
+            kind,
+            t.namespace.as_deref(),
+            Some(name),
+            query,
+            table,
+        ),
+        (Method::GET, None) => list(store, kind, t.namespace.as_deref(), query, table),
+        (Method::GET, Some(name)) => {
+            if !sub.is_empty() && sub != "status" {
+                return Err(ApiError::method_not_allowed());
+            }
+            let obj = ops::get(store, kind, &ns, name)?;
+            if table {
+                let rv = meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &to_table(kind, &[obj], &rv, query),
+                    &[],
+                ));
+            }
+            Ok(json_response(StatusCode::OK, &obj, &[]))
+        }
+        (Method::POST, None) => {
+            let opts = write_options(query, headers)?;
+            Ok(write_response(
+                ops::create(store, kind, &ns, parse_body(&body)?, &opts)?,
+                true,
+            ))
+        }
+        (Method::POST, Some(name)) if sub == "binding" => {
+            bind_pod(store, kind, &ns, name, &body, query, headers)
+        }
+        (Method::PUT, Some(name)) => {
+            let opts = write_options(query, headers)?;
+            if sub == "finalize" {
+                return Ok(write_response(
+                    ops::update(store, kind, &ns, name, "", parse_body(&body)?, &opts)?,
+                    false,
+                ));
+            }
+            Ok(write_response(
+                ops::update(store, kind, &ns, name, &sub, parse_body(&body)?, &opts)?,
+                false,
+            ))
+        }
+        (Method::PATCH, Some(name)) => {
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let pt = PatchType::from_content_type(ct)
+                .ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+            let opts = write_options(query, headers)?;
+            Ok(write_response(
+                ops::patch(store, kind, &ns, name, &sub, pt, &body, &opts)?,
+                true,
+            ))
+        }
+        (Method::DELETE, Some(name)) if sub.is_empty() => {
+            let opts = delete_options(query, &body)?;
+            let r = ops::delete(store, kind, &ns, name, &opts)?;
+            let code = if r.deleted {
+                StatusCode::OK
+            } else {
+                StatusCode::ACCEPTED
+            };
+            // Kinds whose delete returns a Status rather than the object.
+            if r.deleted && kind.kind == "Event" {
+                let uid = meta_str(&r.object, "uid").unwrap_or("").to_string();
+                return Ok(json_response(code, &success_status(kind, name, &uid), &[]));
+            }
+            Ok(json_response(code, &r.object, &[]))
+        }
+        (Method::DELETE, None) => {
+            delete_collection(store, kind, t.namespace.as_deref(), query, &body)
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> ApiResult<DeleteOptions> {
+    let b: Value = if body.is_empty() {
+        json!({})
+    } else {
+        parse_body(body)?
+    };
+    let policy = query.get("propagationPolicy").cloned().or_else(|| {
+        b.get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(String::from)
+    });
+    let mut propagation = match policy.as_deref() {
+        None | Some("") => None,
+        Some("Background") => Some(Propagation::Background),
+        Some("Foreground") => Some(Propagation::Foreground),
+        Some("Orphan") => Some(Propagation::Orphan),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "propagationPolicy: Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+            )));
+        }
+    };
+    let orphan = query
+        .get("orphanDependents")
+        .map(|v| v == "true")
+        .or_else(|| b.get("orphanDependents").and_then(Value::as_bool));
+    if propagation.is_none() && orphan == Some(true) {
+        propagation = Some(Propagation::Orphan);
+    }
+    let dry_run = query.get("dryRun").is_some_and(|d| d == "All")
+        || b.get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|x| x == "All"));
+    let pre = b.get("preconditions");
+    Ok(DeleteOptions {
+        dry_run,
+        propagation,
+        precondition_uid: pre
+            .and_then(|p| p.get("uid"))
+            .and_then(Value::as_str)
+            .map(String::from),
+        precondition_rv: pre
+            .and_then(|p| p.get("resourceVersion"))
+            .and_then(Value::as_str)
+            .map(String::from),
+    })
+}
+
+fn delete_collection(
+    store: &Store,
+    kind: &'static ResourceKind,
+    ns: Option<&str>,
+    query: &HashMap<String, String>,
+    body: &Bytes,
+) -> ApiResult<Response> {
+    let labels =
+        LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))?;
+    let fields = FieldSelector::parse(
+        query.get("fieldSelector").map(String::as_str).unwrap_or(""),
+        kind,
+    )?;
+    let opts = delete_options(query, body)?;
+    let (items, rv) = {
+        let st = store.lock();
+        (st.list(kind, ns), st.current_rv())
+    };
+    let mut deleted = Vec::new();
+    for o in items
+        .iter()
+        .filter(|o| labels.matches(o) && fields.matches(o))
+    {
+        let name = meta_str(o, "name").unwrap_or("");
+        let ons = meta_str(o, "namespace").unwrap_or("");
+        if let Ok(r) = ops::delete(store, kind, ons, name, &opts) {
+            deleted.push(r.object);
+        }
+    }
+    let list = list_body(kind, deleted, rv, None, None);
+    Ok(json_response(StatusCode::OK, &list, &[]))
+}
+
+/// `POST pods/{name}/binding`: sets spec.nodeName once.
+fn bind_pod(
+    store: &Store,
+    kind: &'static ResourceKind,
+    ns: &str,
+    name: &str,
+    body: &Bytes,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
+    let b = parse_body(body)?;
+    let node = b
+        .pointer("/target/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if node.is_empty() {
+        return Err(ApiError::invalid(
+            kind,
+            name,
+            vec![crate::status::Cause::required("target.name")],
+        ));
+    }
+    let pod = ops::get(store, kind, ns, name)?;
+    if pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty())
+    {
+        return Err(ApiError::conflict(
+            kind,
+            name,
+            &format!(
+                "pod {name} is already assigned to node {:?}",
+                pod["spec"]["nodeName"].as_str().unwrap_or("")
+            ),
+        ));
+    }
+    let opts = write_options(query, headers)?;
+    let patch = json!({"spec": {"nodeName": node}});
+    ops::patch(
+        store,
+        kind,
+        ns,
+        name,
+        "",
+        PatchType::Merge,
+        patch.to_string().as_bytes(),
+        &opts,
+    )?;
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        &[],
+    ))
+}
+
+fn list_body(
+    kind: &ResourceKind,
+    items: Vec<Value>,
+    rv: u64,
+    cont: Option<String>,
+    remaining: Option<usize>,
+) -> Value {
+    let items: Vec<Value> = items
+        .into_iter()
+        .map(|mut o| {
+            // List items carry no apiVersion/kind, like typed lists from the real server.
+            if let Some(m) = o.as_object_mut() {
+                m.remove("apiVersion");
+                m.remove("kind");
+            }
+            o
+        })
+        .collect();
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = cont {
+        meta["continue"] = json!(c);
+    }
+    if let Some(r) = remaining {
+        meta["remainingItemCount"] = json!(r);
+    }
+    json!({"kind": kind.list_kind(), "apiVersion": kind.api_version(), "metadata": meta, "items": items})
+}
+
+/// Continue tokens: base64 JSON of the list's resourceVersion and the last key returned.
+fn encode_continue(rv: u64, ns: &str, name: &str) -> String {
+    let raw = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{ns}/{name}")}).to_string();
+    base64::engine::general_purpose::STANDARD.encode(raw)
+}
+
+fn decode_continue(token: &str) -> ApiResult<(u64, String)> {
+    let bad = || ApiError::bad_request("continue key is not valid: illegal base64 data");
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(token)
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    Ok((
+        v["rv"].as_u64().unwrap_or(0),
+        v["start"].as_str().unwrap_or("").to_string(),
+    ))
+}
+
+fn list(
+    store: &Store,
+    kind: &'static ResourceKind,
+    ns: Option<&str>,
+    query: &HashMap<String, String>,
+    table: bool,
+) -> ApiResult<Response> {
+    let labels =
+        LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))?;
+    let fields = FieldSelector::parse(
+        query.get("fieldSelector").map(String::as_str).unwrap_or(""),
+        kind,
+    )?;
+    let limit: usize = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
+    let (items, rv, compacted) = {
+        let st = store.lock();
+        (st.list(kind, ns), st.current_rv(), st.compacted_rv())
+    };
+    let mut start_after: Option<String> = None;
+    let mut list_rv = rv;
+    if let Some(token) = query.get("continue").filter(|c| !c.is_empty()) {
+        let (crv, start) = decode_continue(token)?;
+        if crv < compacted {
+            return Err(ApiError::expired(
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+            ));
+        }
+        list_rv = crv;
+        start_after = Some(start);
+    }
+    let key = |o: &Value| {
+        format!(
+            "{}/{}",
+            meta_str(o, "namespace").unwrap_or(""),
+            meta_str(o, "name").unwrap_or("")
+        )
+    };
+    let matching: Vec<Value> = items
+        .iter()
+        .filter(|o| {
+            start_after
+                .as_ref()
+                .is_none_or(|s| key(o).as_str() > s.as_str())
+        })
+        .filter(|o| labels.matches(o) && fields.matches(o))
+        .map(|o| (**o).clone())
+        .collect();
+    let (page, cont, remaining) = if limit > 0 && matching.len() > limit {
+        let page: Vec<Value> = matching[..limit].to_vec();
+        let last = page.last().expect("limit > 0");
+        let token = encode_continue(
+            list_rv,
+            meta_str(last, "namespace").unwrap_or(""),
+            meta_str(last, "name").unwrap_or(""),
+        );
+        (page, Some(token), Some(matching.len() - limit))
+    } else {
+        (matching, None, None)
+    };
+    if table {
+        let mut t = to_table(kind, &page, &list_rv.to_string(), query);
+        if let Some(c) = cont {
+            t["metadata"]["continue"] = json!(c);
+        }
+        return Ok(json_response(StatusCode::OK, &t, &[]));
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &list_body(kind, page, list_rv, cont, remaining),
+        &[],
+    ))
+}
+
+/// A watch event line (newline-delimited JSON).
+fn event_line(ty: &str, obj: &Value) -> Bytes {
+    let mut s = serde_json::to_vec(&json!({"type": ty, "object": obj})).unwrap_or_default();
+    s.push(b'\n');
+    Bytes::from(s)
+}
+
+struct WatchFilter {
+    kind: &'static ResourceKind,
+    ns: Option<String>,
+    name: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl WatchFilter {
+    fn scope(&self, c: &Change) -> bool {
+        std::ptr::eq(c.kind, self.kind)
+            && self.ns.as_ref().is_none_or(|n| *n == c.namespace)
+            && self.name.as_ref().is_none_or(|n| *n == c.name)
+    }
+    fn matches(&self, o: &Value) -> bool {
+        self.labels.matches(o) && self.fields.matches(o)
+    }
+    /// Turns a change into the event this watcher sees (selector transitions become ADDED/DELETED).
+    fn event(&self, c: &Change) -> Option<(&'static str, Value)> {
+        if !self.scope(c) {
+            return None;
+        }
+        let new_m = self.matches(&c.object);
+        match c.event {
+            EventType::Added => new_m.then(|| ("ADDED", (*c.object).clone())),
+            EventType::Deleted => {
+                let old_m = c.old.as_ref().is_none_or(|o| self.matches(o));
+                old_m.then(|| ("DELETED", (*c.object).clone()))
+            }
+            EventType::Modified => {
+                let old_m = c.old.as_ref().is_some_and(|o| self.matches(o));
+                match (old_m, new_m) {
+                    (true, true) => Some(("MODIFIED", (*c.object).clone())),
+                    (true, false) => Some(("DELETED", (*c.object).clone())),
+                    (false, true) => Some(("ADDED", (*c.object).clone())),
+                    (false, false) => None,
+                }
+            }
+        }
+    }
+}
+
+fn bookmark(kind: &ResourceKind, rv: u64, initial_end: bool) -> Value {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    json!({"kind": kind.kind, "apiVersion": kind.api_version(), "metadata": meta})
+}
+
+fn watch_response(
+    state: &AppState,
+    kind: &'static ResourceKind,
+    ns: Option<&str>,
+    name: Option<&str>,
+    query: &HashMap<String, String>,
+    table: bool,
+) -> ApiResult<Response> {
+    let mut field_sel = query.get("fieldSelector").cloned().unwrap_or_default();
+    if let Some(n) = name {
+        // A watch on one object is a watch with a metadata.name field selector.
+        field_sel = if field_sel.is_empty() {
+            format!("metadata.name={n}")
+        } else {
+            format!("{field_sel},metadata.name={n}")
+        };
+    }
+    let filter = WatchFilter {
+        kind,
+        ns: ns.map(String::from),
+        name: name.map(String::from),
+        labels: LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))?,
+        fields: FieldSelector::parse(&field_sel, kind)?,
+    };
+    let bookmarks = query
+        .get("allowWatchBookmarks")
+        .is_some_and(|b| b == "true");
+    let send_initial = query.get("sendInitialEvents").is_some_and(|b| b == "true");
+    if send_initial && !bookmarks {
+        return Err(ApiError::invalid(
+            kind,
+            "",
+            vec![crate::status::Cause::forbidden(
+                "allowWatchBookmarks",
+                "sendInitialEvents requires setting allowWatchBookmarks=true",
+            )],
+        ));
+    }
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let rv_param = query.get("resourceVersion").cloned().unwrap_or_default();
+
+    // Snapshot + subscription under one lock so no change is missed or duplicated.
+    enum Start {
+        Initial(Vec<Value>),
+        Resume(Vec<Arc<Change>>),
+        Expired(u64),
+    }
+    let (start, mut rx, start_rv) = {
+        let st = state.store.lock();
+        let rx = st.subscribe();
+        let cur = st.current_rv();
+        let start = if send_initial || rv_param.is_empty() || rv_param == "0" {
+            Start::Initial(
+                st.list(kind, ns)
+                    .into_iter()
+                    .map(|o| (*o).clone())
+                    .collect(),
+            )
+        } else {
+            let rv: u64 = rv_param.parse().map_err(|_| {
+                ApiError::bad_request(format!("invalid resource version: {rv_param:?}"))
+            })?;
+            match st.changes_since(rv) {
+                Ok(changes) => Start::Resume(changes),
+                Err(oldest) => Start::Expired(oldest),
+            }
+        };
+        (start, rx, cur)
+    };
+
+    let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let interval = state.bookmark_interval;
+    let query = query.clone();
+    tokio::spawn(async move {
+        let render = |obj: &Value| {
+            if table {
+                to_table(
+                    kind,
+                    std::slice::from_ref(obj),
+                    meta_str(obj, "resourceVersion").unwrap_or(""),
+                    &query,
+                )
+            } else {
+                obj.clone()
+            }
+        };
+        let mut last_rv = start_rv;
+        match start {
+            Start::Expired(oldest) => {
+                let status =
+                    ApiError::expired(format!("too old resource version: {rv_param} ({oldest})"))
+                        .to_status();
+                let _ = tx.send(Ok(event_line("ERROR", &status))).await;
+                return;
+            }
+            Start::Initial(objs) => {
+                for o in objs.iter().filter(|o| {
+                    filter.matches(o)
+                        && filter
+                            .name
+                            .as_ref()
+                            .is_none_or(|n| meta_str(o, "name") == Some(n))
+                }) {
+                    if tx.send(Ok(event_line("ADDED", &render(o)))).await.is_err() {
+                        return;
+                    }
+                }
+                if send_initial
+                    && tx
+                        .send(Ok(event_line("BOOKMARK", &bookmark(kind, start_rv, true))))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+            }
+            Start::Resume(changes) => {
+                for c in changes {
+                    if let Some((ty, obj)) = filter.event(&c) {
+                        if tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut ticker = tokio::time::interval(interval);
+        ticker.tick().await;
+        loop {
+            let sleep_until = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => futures::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = sleep_until => return,
+                _ = ticker.tick(), if bookmarks => {
+                    if tx.send(Ok(event_line("BOOKMARK", &bookmark(kind, last_rv, false)))).await.is_err() {
+                        return;
+                    }
+                }
+                msg = rx.recv() => match msg {
+                    Ok(c) => {
+                        if c.rv <= start_rv {
+                            continue;
+                        }
+                        last_rv = c.rv;
+                        if let Some((ty, obj)) = filter.event(&c) {
+                            if tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    // Too slow a reader: end the watch; the client resumes from its last resourceVersion.
+                    Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return,
+                },
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    let stream = futures::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let mut resp = Response::new(Body::from_stream(stream));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(resp)
+}
+
+/// kubectl-style age: 45s, 3m20s, 15m, 5h10m, 3d.
+fn human_age(created: Option<&str>) -> String {
+    let Some(t) = created.and_then(|c| chrono::DateTime::parse_from_rfc3339(c).ok()) else {
+        return "<unknown>".into();
+    };
+    let s = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+        .num_seconds()
+        .max(0);
+    match s {
+        s if s < 120 => format!("{s}s"),
+        s if s < 600 => format!("{}m{}s", s / 60, s % 60),
+        s if s < 3 * 3600 => format!("{}m", s / 60),
+        s if s < 8 * 3600 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+        s if s < 48 * 3600 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+fn col(name: &str, ty: &str, format: &str) -> Value {
+    json!({"name": name, "type": ty, "format": format, "description": "", "priority": 0})
+}
+
+fn s(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(Value::Bool(b)) => b.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Server-side printing (`Accept: ...;as=Table;g=meta.k8s.io`), with the columns kubectl shows.
+fn to_table(
+    kind: &ResourceKind,
+    objs: &[Value],
+    rv: &str,
+    query: &HashMap<String, String>,
+) -> Value {
+    let (mut cols, cells): (Vec<Value>, Box<dyn Fn(&Value) -> Vec<Value>>) = match kind.kind {
+        "Pod" => (
+            vec![
+                col("Name", "string", "name"),
+                col("Ready", "string", ""),
+                col("Status", "string", ""),
+                col("Restarts", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                let total = o
+                    .pointer("/spec/containers")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len);
+                let statuses = o
+                    .pointer("/status/containerStatuses")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let ready = statuses
+                    .iter()
+                    .filter(|c| c["ready"] == json!(true))
+                    .count();
+                let restarts: i64 = statuses
+                    .iter()
+                    .filter_map(|c| c["restartCount"].as_i64())
+                    .sum();
+                let phase = if o.pointer("/metadata/deletionTimestamp").is_some() {
+                    "Terminating".into()
+                } else {
+                    s(o.pointer("/status/phase"))
+                };
+                vec![
+                    json!(format!("{ready}/{total}")),
+                    json!(phase),
+                    json!(restarts.to_string()),
+                ]
+            }),
+        ),
+        "Deployment" => (
+            vec![
+                col("Name", "string", "name"),
+                col("Ready", "string", ""),
+                col("Up-to-date", "string", ""),
+                col("Available", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                let want = o
+                    .pointer("/spec/replicas")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let n = |p: &str| o.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+                vec![
+                    json!(format!("{}/{want}", n("/status/readyReplicas"))),
+                    json!(n("/status/updatedReplicas")),
+                    json!(n("/status/availableReplicas")),
+                ]
+            }),
+        ),
+        "Service" => (
+            vec![
+                col("Name", "string", "name"),
+                col("Type", "string", ""),
+                col("Cluster-IP", "string", ""),
+                col("External-IP", "string", ""),
+                col("Port(s)", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                let ports: Vec<String> = o
+                    .pointer("/spec/ports")
+                    .and_then(Value::as_array)
+                    .map(|ps| {
+                        ps.iter()
+                            .map(|p| format!("{}/{}", s(p.get("port")), s(p.get("protocol"))))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let ports = if ports.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    ports.join(",")
+                };
+                vec![
+                    json!(s(o.pointer("/spec/type"))),
+                    json!(s(o.pointer("/spec/clusterIP"))),
+                    json!("<none>"),
+                    json!(ports),
+                ]
+            }),
+        ),
+        "Namespace" => (
+            vec![col("Name", "string", "name"), col("Status", "string", "")],
+            Box::new(|o: &Value| vec![json!(s(o.pointer("/status/phase")))]),
+        ),
+        _ => (
+            vec![col("Name", "string", "name")],
+            Box::new(|_: &Value| Vec::new()),
+        ),
+    };
+    cols.push(col("Age", "string", ""));
+    let include = query
+        .get("includeObject")
+        .map(String::as_str)
+        .unwrap_or("Metadata");
+    let rows: Vec<Value> = objs
+        .iter()
+        .map(|o| {
+            let mut c = vec![json!(meta_str(o, "name").unwrap_or(""))];
+            c.extend(cells(o));
+            c.push(json!(human_age(meta_str(o, "creationTimestamp"))));
+            let mut row = json!({"cells": c});
+            match include {
+                "None" => {}
+                "Object" => row["object"] = o.clone(),
+                _ => {
+                    row["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o.get("metadata").cloned().unwrap_or(json!({}))})
+                }
+            }
+            row
+        })
+        .collect();
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv}, "columnDefinitions": cols, "rows": rows})
+}

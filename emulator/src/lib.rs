@@ -1,0 +1,246 @@
+//! A Kubernetes API server emulator for modelplane's tests and demos.
+//!
+//! It speaks the real Kubernetes HTTP protocol (discovery, CRUD, list/watch, patches,
+//! server-side apply, status subresources, garbage collection) for the kinds modelplane
+//! uses, so that the real `kube` client and `kubectl` work against it unchanged.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! let emu = modelplane_emulator::Emulator::builder().gateway_api(true).start().await?;
+//! std::fs::write("/tmp/kubeconfig", emu.kubeconfig_yaml())?;
+//! // ... point a kube::Client at emu.url() ...
+//! emu.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod apply;
+pub mod defaults;
+pub mod discovery;
+pub mod gc;
+pub mod http;
+pub mod ops;
+pub mod patch;
+pub mod resources;
+pub mod schema;
+pub mod selectors;
+pub mod status;
+pub mod store;
+pub mod validation;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use http::{RecordedRequest, RequestLog};
+pub use resources::{Kinds, ResourceKind};
+pub use status::ApiError;
+pub use store::{Change, EventType, Store};
+
+/// Entry point: `Emulator::builder()`.
+pub struct Emulator;
+
+impl Emulator {
+    pub fn builder() -> EmulatorBuilder {
+        EmulatorBuilder::default()
+    }
+}
+
+/// Configures an emulator before it starts.
+#[derive(Debug, Clone)]
+pub struct EmulatorBuilder {
+    listen: SocketAddr,
+    gateway_api: bool,
+    inference_api: bool,
+    history: usize,
+    bookmark_interval: Duration,
+}
+
+impl Default for EmulatorBuilder {
+    fn default() -> Self {
+        EmulatorBuilder {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            gateway_api: true,
+            inference_api: true,
+            history: 10_000,
+            bookmark_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+impl EmulatorBuilder {
+    /// Address to listen on; the default `127.0.0.1:0` picks a free port.
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// Serve the Gateway API group (gateway.networking.k8s.io); on by default.
+    pub fn gateway_api(mut self, on: bool) -> Self {
+        self.gateway_api = on;
+        self
+    }
+
+    /// Serve the InferencePool group (inference.networking.k8s.io); on by default.
+    pub fn inference_api(mut self, on: bool) -> Self {
+        self.inference_api = on;
+        self
+    }
+
+    /// How many changes are kept for watch resumption (older resourceVersions get 410 Expired).
+    pub fn watch_history(mut self, n: usize) -> Self {
+        self.history = n;
+        self
+    }
+
+    /// How often watches that allow bookmarks receive one (the real server: about a minute).
+    pub fn bookmark_interval(mut self, d: Duration) -> Self {
+        self.bookmark_interval = d;
+        self
+    }
+
+    /// Binds, seeds the default namespaces and starts serving.
+    pub async fn start(self) -> std::io::Result<RunningEmulator> {
+        let store = Store::new(
+            Kinds::new(self.gateway_api, self.inference_api),
+            self.history,
+        );
+        seed(&store);
+        let listener = tokio::net::TcpListener::bind(self.listen).await?;
+        let addr = listener.local_addr()?;
+        let log = RequestLog::default();
+        let state = http::AppState {
+            store: store.clone(),
+            log: log.clone(),
+            bookmark_interval: self.bookmark_interval,
+            server_address: addr.to_string().into(),
+        };
+        let app = http::router(state);
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stop_rx.await;
+                })
+                .await;
+        });
+        let gc = tokio::spawn(gc::run(store.clone()));
+        tracing::info!(%addr, "kubernetes api emulator listening");
+        Ok(RunningEmulator {
+            addr,
+            store,
+            log,
+            stop: Some(stop_tx),
+            server: Some(server),
+            gc,
+        })
+    }
+}
+
+/// Objects every cluster starts with.
+fn seed(store: &Store) {
+    let opts = ops::WriteOptions {
+        default_manager: "kube-apiserver".into(),
+        ..Default::default()
+    };
+    let ns = store
+        .kinds()
+        .by_resource("", "v1", "namespaces")
+        .expect("namespaces are served");
+    for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let _ = ops::create(store, ns, "", json!({"metadata": {"name": name}}), &opts);
+    }
+    let svc = store
+        .kinds()
+        .by_resource("", "v1", "services")
+        .expect("services are served");
+    let kubernetes = json!({
+        "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443}]},
+    });
+    let _ = ops::create(store, svc, "default", kubernetes, &opts);
+}
+
+/// A running emulator. Dropping it stops serving (prefer [`RunningEmulator::shutdown`]).
+pub struct RunningEmulator {
+    addr: SocketAddr,
+    store: Store,
+    log: RequestLog,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<()>>,
+    gc: JoinHandle<()>,
+}
+
+impl RunningEmulator {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The in-process store (read objects, subscribe to changes).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Every request served so far (method, path, query, fieldManager, client id, status).
+    pub fn requests(&self) -> &RequestLog {
+        &self.log
+    }
+
+    /// A kubeconfig for this emulator (context `modelplane-emulator`, namespace `default`).
+    pub fn kubeconfig_yaml(&self) -> String {
+        kubeconfig_yaml(&self.url())
+    }
+
+    /// Stops serving and waits for the server task (open watches are cut).
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            // Long-running watches would hold graceful shutdown open: bound the wait.
+            let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+        }
+        self.gc.abort();
+    }
+}
+
+impl Drop for RunningEmulator {
+    fn drop(&mut self) {
+        if let Some(server) = &self.server {
+            server.abort();
+        }
+        self.gc.abort();
+    }
+}
+
+/// A kubeconfig pointing at `url` (no credentials: the emulator does no authentication).
+pub fn kubeconfig_yaml(url: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: modelplane-emulator
+  cluster:
+    server: {url}
+contexts:
+- name: modelplane-emulator
+  context:
+    cluster: modelplane-emulator
+    user: modelplane-emulator
+    namespace: default
+current-context: modelplane-emulator
+users:
+- name: modelplane-emulator
+  user:
+    token: emulator
+preferences: {{}}
+"
+    )
+}

@@ -1,0 +1,1086 @@
+//! The API operations (create, update, patch, apply, delete) with the real server's
+//! semantics: identity metadata, status isolation, defaulting, validation, generation,
+//! managedFields, optimistic concurrency, finalizers and dry-run.
+//!
+//! These functions are used by the HTTP layer and are public so that in-process users
+//! (tests, the simulated controllers of part 2) get exactly the same behaviour.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::apply::{self, Writer};
+use crate::defaults::apply_defaults;
+use crate::patch::{PatchType, apply_patch};
+use crate::resources::{Generation, ResourceKind, meta_mut, meta_str};
+use crate::status::{ApiError, ApiResult, Cause};
+use crate::store::{State, Store};
+use crate::validation::validate;
+
+/// How unknown fields are treated (`fieldValidation` query parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    Ignore,
+    #[default]
+    Warn,
+    Strict,
+}
+
+/// Options shared by every write.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    pub dry_run: bool,
+    /// `fieldManager`; when absent, derived from the User-Agent (as the real server does).
+    pub field_manager: Option<String>,
+    /// The manager name derived from the User-Agent, used when `field_manager` is absent.
+    pub default_manager: String,
+    pub field_validation: FieldValidation,
+    /// `force` (server-side apply only).
+    pub force: Option<bool>,
+}
+
+impl WriteOptions {
+    fn manager(&self) -> String {
+        self.field_manager
+            .clone()
+            .unwrap_or_else(|| self.default_manager.clone())
+    }
+}
+
+/// A successful write: the resulting object and any warnings (sent as `Warning` headers).
+#[derive(Debug, Clone)]
+pub struct WriteResult {
+    pub object: Value,
+    pub warnings: Vec<String>,
+    /// True when a new object was created (201 instead of 200).
+    pub created: bool,
+}
+
+/// Deletion propagation policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    Background,
+    Foreground,
+    Orphan,
+}
+
+/// Options of a DELETE.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    pub dry_run: bool,
+    pub propagation: Option<Propagation>,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
+}
+
+/// The outcome of a DELETE: the object, and whether it is gone (200) or pending finalizers (202).
+#[derive(Debug, Clone)]
+pub struct DeleteResult {
+    pub object: Value,
+    pub deleted: bool,
+}
+
+pub fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+fn generate_suffix() -> String {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    bytes[..5]
+        .iter()
+        .map(|b| GENERATE_ALPHABET[*b as usize % GENERATE_ALPHABET.len()] as char)
+        .collect()
+}
+
+/// Checks the body's apiVersion/kind against the endpoint (filling them in when absent).
+fn check_type(kind: &ResourceKind, body: &mut Value) -> ApiResult<()> {
+    let Some(o) = body.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        ));
+    };
+    let av = kind.api_version();
+    match o.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => {
+            o.insert("apiVersion".into(), Value::String(av));
+        }
+        Some(v) if v == av => {}
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({av})"
+            )));
+        }
+    }
+    match o.get("kind").and_then(Value::as_str) {
+        None | Some("") => {
+            o.insert("kind".into(), Value::String(kind.kind.into()));
+        }
+        Some(k) if k == kind.kind => {}
+        Some(k) => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                kind.kind
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Namespace checks for a namespaced create: it must exist and not be terminating.
+fn check_namespace(
+    st: &State,
+    store: &Store,
+    kind: &ResourceKind,
+    ns: &str,
+    name: &str,
+) -> ApiResult<()> {
+    if !kind.namespaced {
+        return Ok(());
+    }
+    let ns_kind = store
+        .kinds()
+        .by_resource("", "v1", "namespaces")
+        .expect("namespaces are always served");
+    match st.get(ns_kind, "", ns) {
+        None => Err(ApiError::namespace_not_found(ns)),
+        Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => Err(ApiError::forbidden(
+            kind,
+            name,
+            &format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            ),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+const KNOWN_META: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// Top-level fields each kind has (unknown-field detection covers the top level and metadata).
+fn known_top_level(kind: &ResourceKind) -> &'static [&'static str] {
+    match kind.kind {
+        "ConfigMap" => &["data", "binaryData", "immutable"],
+        "Secret" => &["data", "stringData", "type", "immutable"],
+        "ServiceAccount" => &[
+            "secrets",
+            "imagePullSecrets",
+            "automountServiceAccountToken",
+        ],
+        "PriorityClass" => &["value", "globalDefault", "description", "preemptionPolicy"],
+        "Event" => &[
+            "involvedObject",
+            "reason",
+            "message",
+            "source",
+            "firstTimestamp",
+            "lastTimestamp",
+            "count",
+            "type",
+            "eventTime",
+            "series",
+            "action",
+            "related",
+            "reportingComponent",
+            "reportingInstance",
+        ],
+        _ => &["spec", "status"],
+    }
+}
+
+/// Unknown fields of a body, as the server's strict decoder names them.
+fn unknown_fields(kind: &ResourceKind, body: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(o) = body.as_object() {
+        for k in o.keys() {
+            if !["apiVersion", "kind", "metadata"].contains(&k.as_str())
+                && !known_top_level(kind).contains(&k.as_str())
+            {
+                out.push(format!("unknown field \"{k}\""));
+            }
+        }
+        if let Some(m) = o.get("metadata").and_then(Value::as_object) {
+            for k in m.keys().filter(|k| !KNOWN_META.contains(&k.as_str())) {
+                out.push(format!("unknown field \"metadata.{k}\""));
+            }
+        }
+    }
+    out
+}
+
+fn field_validation(
+    kind: &ResourceKind,
+    body: &Value,
+    opts: &WriteOptions,
+) -> ApiResult<Vec<String>> {
+    let unknown = unknown_fields(kind, body);
+    match opts.field_validation {
+        FieldValidation::Ignore => Ok(Vec::new()),
+        FieldValidation::Warn => Ok(unknown),
+        FieldValidation::Strict if unknown.is_empty() => Ok(Vec::new()),
+        FieldValidation::Strict => {
+            let msg = if unknown.len() == 1 {
+                format!("strict decoding error: {}", unknown[0])
+            } else {
+                format!("strict decoding error: {}", unknown.join(", "))
+            };
+            Err(ApiError::bad_request(msg))
+        }
+    }
+}
+
+/// Drops fields a strict decoder would never keep, so they are not stored.
+fn drop_unknown(kind: &ResourceKind, body: &mut Value) {
+    let known = known_top_level(kind);
+    if let Some(o) = body.as_object_mut() {
+        o.retain(|k, _| {
+            ["apiVersion", "kind", "metadata"].contains(&k.as_str()) || known.contains(&k.as_str())
+        });
+        if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.retain(|k, _| KNOWN_META.contains(&k.as_str()));
+        }
+    }
+}
+
+/// The status an object starts with on create (status subresources reset it).
+fn initial_status(kind: &ResourceKind, obj: &Value) -> Option<Value> {
+    match kind.kind {
+        "Pod" => Some(json!({"phase": "Pending", "qosClass": qos_class(obj)})),
+        "Service" => Some(json!({"loadBalancer": {}})),
+        "Namespace" => Some(json!({"phase": "Active"})),
+        "PersistentVolumeClaim" => Some(json!({"phase": "Pending"})),
+        _ => None,
+    }
+}
+
+/// QoS class of a pod: Guaranteed, Burstable or BestEffort.
+fn qos_class(pod: &Value) -> &'static str {
+    let containers = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for c in &containers {
+        let req = c.pointer("/resources/requests").and_then(Value::as_object);
+        let lim = c.pointer("/resources/limits").and_then(Value::as_object);
+        any |= req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty());
+        let full = ["cpu", "memory"].iter().all(|r| {
+            let l = lim.and_then(|l| l.get(*r));
+            l.is_some() && req.and_then(|q| q.get(*r)).is_none_or(|q| Some(q) == l)
+        });
+        guaranteed &= full;
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// Create-time work the real registries and admission plugins do for some kinds.
+fn prepare_create(st: &State, store: &Store, kind: &ResourceKind, obj: &mut Value) {
+    match kind.kind {
+        "Namespace" => {
+            obj["spec"] = json!({"finalizers": ["kubernetes"]});
+        }
+        "Service" => {
+            let spec = obj.get_mut("spec").and_then(Value::as_object_mut);
+            if let Some(spec) = spec {
+                let ty = spec
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("ClusterIP")
+                    .to_string();
+                if ty != "ExternalName" {
+                    if spec
+                        .get("clusterIP")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .is_empty()
+                    {
+                        let ip = allocate_cluster_ip(st, store);
+                        spec.insert("clusterIP".into(), json!(ip));
+                    }
+                    let ip = spec["clusterIP"].clone();
+                    spec.entry("clusterIPs").or_insert_with(|| json!([ip]));
+                    spec.entry("ipFamilies").or_insert_with(|| json!(["IPv4"]));
+                    spec.entry("ipFamilyPolicy")
+                        .or_insert_with(|| json!("SingleStack"));
+                }
+                if ty == "NodePort" || ty == "LoadBalancer" {
+                    if let Some(Value::Array(ports)) = spec.get_mut("ports") {
+                        for (i, p) in ports.iter_mut().enumerate() {
+                            if p.get("nodePort").is_none() {
+                                p["nodePort"] =
+                                    json!(30000 + (st.current_rv() as usize * 7 + i) % 2768);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        "Pod" => {
+            // Admission: ServiceAccount, Priority and DefaultTolerationSeconds plugins.
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                let sa = spec
+                    .get("serviceAccountName")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or("default")
+                    .to_string();
+                spec.insert("serviceAccountName".into(), json!(sa));
+                spec.insert("serviceAccount".into(), json!(sa));
+                if spec.get("priorityClassName").is_none() {
+                    spec.entry("priority").or_insert(json!(0));
+                }
+                spec.entry("preemptionPolicy")
+                    .or_insert(json!("PreemptLowerPriority"));
+                let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+                if let Some(t) = tolerations.as_array_mut() {
+                    for key in [
+                        "node.kubernetes.io/not-ready",
+                        "node.kubernetes.io/unreachable",
+                    ] {
+                        if !t
+                            .iter()
+                            .any(|x| x.get("key").and_then(Value::as_str) == Some(key))
+                        {
+                            t.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn allocate_cluster_ip(st: &State, store: &Store) -> String {
+    let svc = store
+        .kinds()
+        .by_resource("", "v1", "services")
+        .expect("services are served");
+    let used: Vec<String> = st
+        .list(svc, None)
+        .iter()
+        .filter_map(|s| {
+            s.pointer("/spec/clusterIP")
+                .and_then(Value::as_str)
+                .map(String::from)
+        })
+        .collect();
+    // 10.96.0.0/12 like kubeadm; .1 is the kubernetes service.
+    for n in 1u32..(1 << 20) {
+        let ip = format!("10.{}.{}.{}", 96 + (n >> 16), (n >> 8) & 0xff, n & 0xff);
+        if n & 0xff != 0 && !used.contains(&ip) {
+            return ip;
+        }
+    }
+    "10.96.0.254".into()
+}
+
+/// Fields the main endpoint may not change (owned by the status subresource) and vice versa.
+fn isolate_subresource(kind: &ResourceKind, old: &Value, new: &mut Value, subresource: &str) {
+    if subresource == "status" {
+        let status = new.get("status").cloned();
+        let mut merged = old.clone();
+        match status {
+            Some(s) => merged["status"] = s,
+            None => {
+                merged.as_object_mut().map(|o| o.remove("status"));
+            }
+        }
+        // Keep the resourceVersion precondition the client sent.
+        if let Some(rv) = new.pointer("/metadata/resourceVersion").cloned() {
+            meta_mut(&mut merged).insert("resourceVersion".into(), rv);
+        }
+        *new = merged;
+    } else if kind.has_status() {
+        match old.get("status") {
+            Some(s) => new["status"] = s.clone(),
+            None => {
+                new.as_object_mut().map(|o| o.remove("status"));
+            }
+        }
+    }
+}
+
+/// Copies server-owned metadata from the stored object.
+fn keep_identity(old: &Value, new: &mut Value) {
+    let old_meta = old
+        .get("metadata")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let meta = meta_mut(new);
+    for f in [
+        "uid",
+        "creationTimestamp",
+        "generation",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "name",
+        "namespace",
+    ] {
+        match old_meta.get(f) {
+            Some(v) => {
+                meta.insert(f.into(), v.clone());
+            }
+            None => {
+                meta.remove(f);
+            }
+        }
+    }
+    meta.remove("selfLink");
+}
+
+fn spec_part(kind: &ResourceKind, obj: &Value) -> Value {
+    match kind.generation {
+        Generation::AllButMetadataStatus => {
+            let mut o = obj.as_object().cloned().unwrap_or_default();
+            for k in ["metadata", "status", "apiVersion", "kind"] {
+                o.remove(k);
+            }
+            Value::Object(o)
+        }
+        Generation::SpecAndAnnotations => {
+            json!([obj.get("spec"), obj.pointer("/metadata/annotations")])
+        }
+        _ => obj.get("spec").cloned().unwrap_or(Value::Null),
+    }
+}
+
+/// True when the object is marked deleted and nothing holds it any more.
+pub fn is_finalized(kind: &ResourceKind, obj: &Value) -> bool {
+    if obj.pointer("/metadata/deletionTimestamp").is_none() {
+        return false;
+    }
+    let empty = |p: &str| {
+        obj.pointer(p)
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty)
+    };
+    empty("/metadata/finalizers") && (kind.kind != "Namespace" || empty("/spec/finalizers"))
+}
+
+/// Equality for no-op detection: managedFields timestamps and resourceVersion do not count.
+fn same_content(a: &Value, b: &Value) -> bool {
+    fn norm(v: &Value) -> Value {
+        let mut v = v.clone();
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+            if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
+                for e in mf.iter_mut().filter_map(Value::as_object_mut) {
+                    e.remove("time");
+                }
+            }
+        }
+        v
+    }
+    norm(a) == norm(b)
+}
+
+fn invalid_if_any(kind: &ResourceKind, name: &str, causes: Vec<Cause>) -> ApiResult<()> {
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(kind, name, causes))
+    }
+}
+
+/// Service updates keep allocated values the client did not send (patchAllocatedValues).
+fn keep_allocated(kind: &ResourceKind, old: &Value, new: &mut Value) {
+    if kind.kind != "Service" {
+        return;
+    }
+    for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+        if let Some(v) = old.pointer(&format!("/spec/{f}")) {
+            if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+                if spec
+                    .get(f)
+                    .is_none_or(|x| x.is_null() || x.as_str() == Some(""))
+                {
+                    spec.insert(f.into(), v.clone());
+                }
+            }
+        }
+    }
+}
+
+/// Shared tail of update, patch and apply: validate, default, account and persist.
+#[allow(clippy::too_many_arguments)]
+fn commit_update(
+    st: &mut State,
+    kind: &'static ResourceKind,
+    old: &Value,
+    mut new: Value,
+    subresource: &str,
+    opts: &WriteOptions,
+    applied: bool,
+    warnings: Vec<String>,
+) -> ApiResult<WriteResult> {
+    let name = meta_str(old, "name").unwrap_or("").to_string();
+    let old_rv = meta_str(old, "resourceVersion").unwrap_or("");
+    if let Some(rv) = meta_str(&new, "resourceVersion") {
+        if !rv.is_empty() && rv != old_rv {
+            return Err(ApiError::stale(kind, &name));
+        }
+    }
+    isolate_subresource(kind, old, &mut new, subresource);
+    keep_identity(old, &mut new);
+    keep_allocated(kind, old, &mut new);
+    apply_defaults(kind, &mut new);
+    invalid_if_any(kind, &name, validate(kind, &new, Some(old)))?;
+    if old.pointer("/metadata/deletionTimestamp").is_some() {
+        let before: Vec<Value> = old
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let after: Vec<Value> = new
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if after.iter().any(|f| !before.contains(f)) {
+            return Err(ApiError::invalid(
+                kind,
+                &name,
+                vec![Cause::forbidden(
+                    "metadata.finalizers",
+                    "no new finalizers can be added if the object is being deleted",
+                )],
+            ));
+        }
+    }
+    let manager = opts.manager();
+    let api_version = kind.api_version();
+    let now = now();
+    if !applied {
+        let w = Writer {
+            manager: &manager,
+            api_version: &api_version,
+            subresource,
+            now: &now,
+        };
+        apply::record_update(kind, Some(old), &mut new, &w);
+    }
+    if kind.generation != Generation::None && spec_part(kind, old) != spec_part(kind, &new) {
+        let g = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+    }
+    meta_mut(&mut new).insert("resourceVersion".into(), Value::String(old_rv.to_string()));
+    if same_content(old, &new) {
+        return Ok(WriteResult {
+            object: old.clone(),
+            warnings,
+            created: false,
+        });
+    }
+    if opts.dry_run {
+        return Ok(WriteResult {
+            object: new,
+            warnings,
+            created: false,
+        });
+    }
+    let ns = meta_str(old, "namespace").unwrap_or("").to_string();
+    let stored = if is_finalized(kind, &new) {
+        st.replace(kind, new);
+        st.remove(kind, &ns, &name).expect("just stored")
+    } else {
+        st.replace(kind, new)
+    };
+    Ok(WriteResult {
+        object: (*stored).clone(),
+        warnings,
+        created: false,
+    })
+}
+
+/// POST: creates an object.
+pub fn create(
+    store: &Store,
+    kind: &'static ResourceKind,
+    ns: &str,
+    mut body: Value,
+    opts: &WriteOptions,
+) -> ApiResult<WriteResult> {
+    check_type(kind, &mut body)?;
+    let warnings = field_validation(kind, &body, opts)?;
+    drop_unknown(kind, &mut body);
+    store.write(|st| create_locked(st, store, kind, ns, body, opts, false, warnings))
+}
+
+/// Creation with the lock held; `by_apply` when the object already carries apply's managedFields.
+#[allow(clippy::too_many_arguments)]
+fn create_locked(
+    st: &mut State,
+    store: &Store,
+    kind: &'static ResourceKind,
+    ns: &str,
+    mut obj: Value,
+    opts: &WriteOptions,
+    by_apply: bool,
+    warnings: Vec<String>,
+) -> ApiResult<WriteResult> {
+    {
+        let meta = meta_mut(&mut obj);
+        if kind.namespaced {
+            match meta.get("namespace").and_then(Value::as_str) {
+                Some(n) if !n.is_empty() && n != ns => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                _ => {
+                    meta.insert("namespace".into(), json!(ns));
+                }
+            }
+        } else {
+            meta.remove("namespace");
+        }
+        let name = meta
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if name.is_empty() {
+            if let Some(g) = meta
+                .get("generateName")
+                .and_then(Value::as_str)
+                .filter(|g| !g.is_empty())
+            {
+                let generated = format!("{g}{}", generate_suffix());
+                meta.insert("name".into(), json!(generated));
+            }
+        }
+    }
+    let name = meta_str(&obj, "name").unwrap_or("").to_string();
+    if name.is_empty() {
+        return Err(ApiError::invalid(
+            kind,
+            "",
+            vec![Cause::new(
+                "FieldValueRequired",
+                "metadata.name",
+                "Required value: name or generateName is required",
+            )],
+        ));
+    }
+    check_namespace(st, store, kind, ns, &name)?;
+    if st
+        .get(kind, if kind.namespaced { ns } else { "" }, &name)
+        .is_some()
+    {
+        return Err(ApiError::already_exists(kind, &name));
+    }
+    let now = now();
+    {
+        let meta = meta_mut(&mut obj);
+        meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        meta.insert("creationTimestamp".into(), json!(now));
+        for f in [
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ] {
+            meta.remove(f);
+        }
+        if !by_apply {
+            meta.remove("managedFields");
+        }
+        if kind.generation != Generation::None {
+            meta.insert("generation".into(), json!(1));
+        } else {
+            meta.remove("generation");
+        }
+    }
+    if kind.has_status() {
+        obj.as_object_mut().map(|o| o.remove("status"));
+    }
+    prepare_create(st, store, kind, &mut obj);
+    apply_defaults(kind, &mut obj);
+    if kind.has_status() && obj.get("status").is_none() {
+        if let Some(s) = initial_status(kind, &obj) {
+            obj["status"] = s;
+        }
+    }
+    invalid_if_any(kind, &name, validate(kind, &obj, None))?;
+    if !by_apply {
+        let manager = opts.manager();
+        let av = kind.api_version();
+        let w = Writer {
+            manager: &manager,
+            api_version: &av,
+            subresource: "",
+            now: &now,
+        };
+        apply::record_update(kind, None, &mut obj, &w);
+    }
+    if opts.dry_run {
+        return Ok(WriteResult {
+            object: obj,
+            warnings,
+            created: true,
+        });
+    }
+    let stored = st.insert(kind, obj);
+    Ok(WriteResult {
+        object: (*stored).clone(),
+        warnings,
+        created: true,
+    })
+}
+
+fn check_name(kind: &ResourceKind, body: &Value, name: &str) -> ApiResult<()> {
+    match meta_str(body, "name") {
+        Some(n) if n == name => Ok(()),
+        Some(n) if !n.is_empty() => Err(ApiError::bad_request(format!(
+            "the name of the object ({n}) does not match the name on the URL ({name})"
+        ))),
+        _ => {
+            let _ = kind;
+            Err(ApiError::bad_request(
+                "name is required in the body of the request",
+            ))
+        }
+    }
+}
+
+fn check_body_namespace(kind: &ResourceKind, body: &Value, ns: &str) -> ApiResult<()> {
+    if let Some(n) = meta_str(body, "namespace") {
+        if kind.namespaced && !n.is_empty() && n != ns {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn get_locked(
+    st: &State,
+    kind: &'static ResourceKind,
+    ns: &str,
+    name: &str,
+) -> ApiResult<Arc<Value>> {
+    st.get(kind, if kind.namespaced { ns } else { "" }, name)
+        .ok_or_else(|| ApiError::not_found(kind, name))
+}
+
+/// GET of one object.
+pub fn get(store: &Store, kind: &'static ResourceKind, ns: &str, name: &str) -> ApiResult<Value> {
+    get_locked(&store.lock(), kind, ns, name).map(|o| (*o).clone())
+}
+
+/// PUT: replaces an object (on the main endpoint or a subresource).
+pub fn update(
+    store: &Store,
+    kind: &'static ResourceKind,
+    ns: &str,
+    name: &str,
+    subresource: &str,
+    mut body: Value,
+    opts: &WriteOptions,
+) -> ApiResult<WriteResult> {
+    check_type(kind, &mut body)?;
+    check_name(kind, &body, name)?;
+    check_body_namespace(kind, &body, ns)?;
+    let warnings = field_validation(kind, &body, opts)?;
+    drop_unknown(kind, &mut body);
+    store.write(|st| {
+        let old = get_locked(st, kind, ns, name)?;
+        commit_update(st, kind, &old, body, subresource, opts, false, warnings)
+    })
+}
+
+/// PATCH: JSON, merge, strategic or apply patch.
+#[allow(clippy::too_many_arguments)]
+pub fn patch(
+    store: &Store,
+    kind: &'static ResourceKind,
+    ns: &str,
+    name: &str,
+    subresource: &str,
+    pt: PatchType,
+    body: &[u8],
+    opts: &WriteOptions,
+) -> ApiResult<WriteResult> {
+    if pt == PatchType::Apply {
+        return server_side_apply(store, kind, ns, name, subresource, body, opts);
+    }
+    if opts.force.is_some() {
+        return Err(ApiError::bad_request(
+            "force may not be specified for non-apply patch",
+        ));
+    }
+    store.write(|st| {
+        let old = get_locked(st, kind, ns, name)?;
+        let mut new = (*old).clone();
+        apply_patch(kind, pt, &mut new, body)?;
+        // A patch may carry a resourceVersion precondition; otherwise it is unconditional.
+        let patched_rv = meta_str(&new, "resourceVersion").map(String::from);
+        if patched_rv.as_deref() == meta_str(&old, "resourceVersion") {
+            meta_mut(&mut new).remove("resourceVersion");
+        }
+        if meta_str(&new, "name") != Some(name) {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                meta_str(&new, "name").unwrap_or("")
+            )));
+        }
+        let warnings = field_validation(kind, &new, opts)?;
+        drop_unknown(kind, &mut new);
+        commit_update(st, kind, &old, new, subresource, opts, false, warnings)
+    })
+}
+
+fn server_side_apply(
+    store: &Store,
+    kind: &'static ResourceKind,
+    ns: &str,
+    name: &str,
+    subresource: &str,
+    body: &[u8],
+    opts: &WriteOptions,
+) -> ApiResult<WriteResult> {
+    let config: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "error decoding YAML: only JSON apply configurations are supported by the emulator: {e}"
+        ))
+    })?;
+    let Some(o) = config.as_object() else {
+        return Err(ApiError::bad_request(
+            "apply configuration must be an object",
+        ));
+    };
+    for f in ["apiVersion", "kind"] {
+        if o.get(f).and_then(Value::as_str).unwrap_or("").is_empty() {
+            let what = if f == "kind" {
+                "Object 'Kind' is missing"
+            } else {
+                "Object 'apiVersion' is missing"
+            };
+            return Err(ApiError::bad_request(format!("{what} in '{}'", config)));
+        }
+    }
+    let mut config = config;
+    check_type(kind, &mut config)?;
+    check_name(kind, &config, name)?;
+    check_body_namespace(kind, &config, ns)?;
+    if config
+        .pointer("/metadata/managedFields")
+        .is_some_and(|m| !m.is_null())
+    {
+        return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+    }
+    let Some(manager) = opts.field_manager.clone().filter(|m| !m.is_empty()) else {
+        return Err(ApiError::bad_request(
+            "PATCH, application/apply-patch+yaml requires fieldManager parameter",
+        ));
+    };
+    let warnings = field_validation(kind, &config, opts)?;
+    drop_unknown(kind, &mut config);
+    let force = opts.force.unwrap_or(false);
+    let av = kind.api_version();
+    store.write(|st| {
+        let old = st.get(kind, if kind.namespaced { ns } else { "" }, name);
+        let now = now();
+        let w = Writer {
+            manager: &manager,
+            api_version: &av,
+            subresource,
+            now: &now,
+        };
+        match old {
+            None => {
+                if subresource == "status" {
+                    return Err(ApiError::not_found(kind, name));
+                }
+                let obj = apply::apply(kind, None, &config, force, &w)?;
+                create_locked(st, store, kind, ns, obj, opts, true, warnings)
+            }
+            Some(old) => {
+                let mut obj = apply::apply(kind, Some(&old), &config, force, &w)?;
+                // An apply never carries a resourceVersion precondition unless the config has one.
+                if config.pointer("/metadata/resourceVersion").is_none() {
+                    meta_mut(&mut obj).remove("resourceVersion");
+                }
+                commit_update(st, kind, &old, obj, subresource, opts, true, warnings)
+            }
+        }
+    })
+}
+
+/// DELETE of one object.
+pub fn delete(
+    store: &Store,
+    kind: &'static ResourceKind,
+    ns: &str,
+    name: &str,
+    opts: &DeleteOptions,
+) -> ApiResult<DeleteResult> {
+    store.write(|st| {
+        let obj = get_locked(st, kind, ns, name)?;
+        if let Some(uid) = &opts.precondition_uid {
+            let actual = meta_str(&obj, "uid").unwrap_or("");
+            if uid != actual {
+                return Err(ApiError::conflict(
+                    kind,
+                    name,
+                    &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
+                ));
+            }
+        }
+        if let Some(rv) = &opts.precondition_rv {
+            let actual = meta_str(&obj, "resourceVersion").unwrap_or("");
+            if rv != actual {
+                return Err(ApiError::conflict(
+                    kind,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+                    ),
+                ));
+            }
+        }
+        Ok(delete_locked(st, kind, &obj, opts.propagation, opts.dry_run))
+    })
+}
+
+/// Deletes (or starts deleting) a stored object; used by the API and by garbage collection.
+pub fn delete_locked(
+    st: &mut State,
+    kind: &'static ResourceKind,
+    obj: &Value,
+    propagation: Option<Propagation>,
+    dry_run: bool,
+) -> DeleteResult {
+    let ns = meta_str(obj, "namespace").unwrap_or("").to_string();
+    let name = meta_str(obj, "name").unwrap_or("").to_string();
+    let mut new = obj.clone();
+    let mut finalizers: Vec<Value> = obj
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    match propagation {
+        Some(Propagation::Foreground) => {
+            let f = json!("foregroundDeletion");
+            if !finalizers.contains(&f) {
+                finalizers.push(f);
+            }
+            finalizers.retain(|x| x != "orphan");
+        }
+        Some(Propagation::Orphan) => {
+            let f = json!("orphan");
+            if !finalizers.contains(&f) {
+                finalizers.push(f);
+            }
+            finalizers.retain(|x| x != "foregroundDeletion");
+        }
+        _ => {}
+    }
+    let pending = !finalizers.is_empty() || kind.kind == "Namespace";
+    if !pending {
+        if dry_run {
+            return DeleteResult {
+                object: obj.clone(),
+                deleted: true,
+            };
+        }
+        let gone = st
+            .remove(kind, &ns, &name)
+            .map(|o| (*o).clone())
+            .unwrap_or_else(|| obj.clone());
+        return DeleteResult {
+            object: gone,
+            deleted: true,
+        };
+    }
+    {
+        let meta = meta_mut(&mut new);
+        if !finalizers.is_empty() {
+            meta.insert("finalizers".into(), Value::Array(finalizers));
+        }
+        if !meta.contains_key("deletionTimestamp") {
+            meta.insert("deletionTimestamp".into(), json!(now()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            // Setting deletionTimestamp bumps generation for kinds that track it.
+            if let Some(g) = meta.get("generation").and_then(Value::as_i64) {
+                meta.insert("generation".into(), json!(g + 1));
+            }
+        }
+    }
+    if kind.kind == "Namespace" {
+        new["status"] = json!({"phase": "Terminating"});
+    }
+    if dry_run || same_content(obj, &new) {
+        return DeleteResult {
+            object: new,
+            deleted: false,
+        };
+    }
+    let stored = st.replace(kind, new);
+    DeleteResult {
+        object: (*stored).clone(),
+        deleted: false,
+    }
+}
+
+/// Reads `metadata.finalizers` as strings.
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Replaces an object's finalizers (system writes by the garbage collector), removing it when finalized.
+pub fn set_finalizers(st: &mut State, kind: &'static ResourceKind, obj: &Value, fins: Vec<String>) {
+    let mut new = obj.clone();
+    let meta = meta_mut(&mut new);
+    if fins.is_empty() {
+        meta.remove("finalizers");
+    } else {
+        meta.insert("finalizers".into(), json!(fins));
+    }
+    let ns = meta_str(obj, "namespace").unwrap_or("").to_string();
+    let name = meta_str(obj, "name").unwrap_or("").to_string();
+    if is_finalized(kind, &new) {
+        st.replace(kind, new);
+        st.remove(kind, &ns, &name);
+    } else {
+        st.replace(kind, new);
+    }
+}

@@ -1,0 +1,283 @@
+//! The kind table: every served resource is one [`ResourceKind`] entry.
+//!
+//! Adding a kind is a table entry; all request handling is generic over it.
+
+use serde_json::Value;
+
+/// Which optional API group family a kind belongs to (so it can be switched off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Built into every Kubernetes API server.
+    Builtin,
+    /// Gateway API CRDs (gateway.networking.k8s.io).
+    GatewayApi,
+    /// Gateway API Inference Extension CRDs (inference.networking.k8s.io).
+    Inference,
+}
+
+/// When `metadata.generation` is bumped on update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// The kind does not track generation.
+    None,
+    /// Bumped when `.spec` changes.
+    Spec,
+    /// Bumped when `.spec` or `metadata.annotations` change (Deployments, for legacy rollback).
+    SpecAndAnnotations,
+    /// Bumped when anything but `.metadata` and `.status` changes (custom resources).
+    AllButMetadataStatus,
+}
+
+/// The naming rule enforced on `metadata.name`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// RFC 1123 subdomain (most kinds).
+    Subdomain,
+    /// RFC 1123 label (namespaces).
+    Label1123,
+    /// RFC 1035 label: must start with a letter (services).
+    Label1035,
+    /// Path segment: anything without '/' and not '.' or '..' (events).
+    PathSegment,
+}
+
+/// One served resource type.
+#[derive(Debug)]
+pub struct ResourceKind {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    pub namespaced: bool,
+    /// Has a `/status` subresource (status is ignored on the main endpoint).
+    pub status_subresource: bool,
+    /// Served from a CustomResourceDefinition (no strategic merge patch, atomic lists).
+    pub custom: bool,
+    pub generation: Generation,
+    pub name_rule: NameRule,
+    pub family: Family,
+    /// Field selector labels supported besides metadata.name / metadata.namespace.
+    pub field_labels: &'static [&'static str],
+}
+
+impl ResourceKind {
+    /// `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `pods` or `deployments.apps`, as used in error messages.
+    pub fn qualified_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// `Pod` or `Deployment.apps`, as used in Invalid error messages.
+    pub fn qualified_kind(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.to_string()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    /// Does the main endpoint of this kind carry a status that a subresource owns?
+    pub fn has_status(&self) -> bool {
+        self.status_subresource
+    }
+
+    /// Extra subresources besides `status` (served for these kinds only).
+    pub fn extra_subresources(&self) -> &'static [&'static str] {
+        match (self.group, self.plural) {
+            ("", "pods") => &["binding"],
+            ("", "namespaces") => &["finalize"],
+            _ => &[],
+        }
+    }
+}
+
+const POD_FIELDS: &[&str] = &[
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+];
+const EVENT_FIELDS: &[&str] = &[
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+];
+
+macro_rules! kind {
+    ($group:expr, $version:expr, $kind:expr, $plural:expr, $singular:expr, namespaced: $ns:expr,
+     status: $status:expr, custom: $custom:expr, generation: $gen:expr, names: $names:expr,
+     family: $family:expr, short: $short:expr, categories: $cats:expr, fields: $fields:expr) => {
+        ResourceKind {
+            group: $group,
+            version: $version,
+            kind: $kind,
+            plural: $plural,
+            singular: $singular,
+            short_names: $short,
+            categories: $cats,
+            namespaced: $ns,
+            status_subresource: $status,
+            custom: $custom,
+            generation: $gen,
+            name_rule: $names,
+            family: $family,
+            field_labels: $fields,
+        }
+    };
+}
+
+use Family::*;
+use Generation as G;
+use NameRule as N;
+
+/// Every kind the emulator knows. Order matters only for discovery output.
+pub static KINDS: &[ResourceKind] = &[
+    kind!("", "v1", "Namespace", "namespaces", "namespace", namespaced: false, status: true, custom: false,
+          generation: G::None, names: N::Label1123, family: Builtin, short: &["ns"], categories: &[], fields: &["status.phase"]),
+    kind!("", "v1", "Node", "nodes", "node", namespaced: false, status: true, custom: false,
+          generation: G::None, names: N::Subdomain, family: Builtin, short: &["no"], categories: &[], fields: &["spec.unschedulable"]),
+    kind!("", "v1", "Pod", "pods", "pod", namespaced: true, status: true, custom: false,
+          generation: G::Spec, names: N::Subdomain, family: Builtin, short: &["po"], categories: &["all"], fields: POD_FIELDS),
+    kind!("", "v1", "Service", "services", "service", namespaced: true, status: true, custom: false,
+          generation: G::None, names: N::Label1035, family: Builtin, short: &["svc"], categories: &["all"], fields: &[]),
+    kind!("", "v1", "Event", "events", "event", namespaced: true, status: false, custom: false,
+          generation: G::None, names: N::PathSegment, family: Builtin, short: &["ev"], categories: &[], fields: EVENT_FIELDS),
+    kind!("", "v1", "Secret", "secrets", "secret", namespaced: true, status: false, custom: false,
+          generation: G::None, names: N::Subdomain, family: Builtin, short: &[], categories: &[], fields: &["type"]),
+    kind!("", "v1", "ConfigMap", "configmaps", "configmap", namespaced: true, status: false, custom: false,
+          generation: G::None, names: N::Subdomain, family: Builtin, short: &["cm"], categories: &[], fields: &[]),
+    kind!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", namespaced: true, status: false, custom: false,
+          generation: G::None, names: N::Subdomain, family: Builtin, short: &["sa"], categories: &[], fields: &[]),
+    kind!("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim", namespaced: true, status: true, custom: false,
+          generation: G::None, names: N::Subdomain, family: Builtin, short: &["pvc"], categories: &[], fields: &[]),
+    kind!("apps", "v1", "Deployment", "deployments", "deployment", namespaced: true, status: true, custom: false,
+          generation: G::SpecAndAnnotations, names: N::Subdomain, family: Builtin, short: &["deploy"], categories: &["all"], fields: &[]),
+    kind!("apps", "v1", "ReplicaSet", "replicasets", "replicaset", namespaced: true, status: true, custom: false,
+          generation: G::Spec, names: N::Subdomain, family: Builtin, short: &["rs"], categories: &["all"], fields: &[]),
+    kind!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", namespaced: false, status: false, custom: false,
+          generation: G::None, names: N::Subdomain, family: Builtin, short: &["pc"], categories: &[], fields: &[]),
+    kind!("gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses", "gatewayclass", namespaced: false, status: true, custom: true,
+          generation: G::AllButMetadataStatus, names: N::Subdomain, family: GatewayApi, short: &["gc"], categories: &["gateway-api"], fields: &[]),
+    kind!("gateway.networking.k8s.io", "v1", "Gateway", "gateways", "gateway", namespaced: true, status: true, custom: true,
+          generation: G::AllButMetadataStatus, names: N::Subdomain, family: GatewayApi, short: &["gtw"], categories: &["gateway-api"], fields: &[]),
+    kind!("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes", "httproute", namespaced: true, status: true, custom: true,
+          generation: G::AllButMetadataStatus, names: N::Subdomain, family: GatewayApi, short: &[], categories: &["gateway-api"], fields: &[]),
+    kind!("inference.networking.k8s.io", "v1", "InferencePool", "inferencepools", "inferencepool", namespaced: true, status: true, custom: true,
+          generation: G::AllButMetadataStatus, names: N::Subdomain, family: Inference, short: &["infpool"], categories: &["gateway-api"], fields: &[]),
+];
+
+/// The set of kinds one emulator serves (optional families may be switched off).
+#[derive(Debug, Clone)]
+pub struct Kinds {
+    enabled: Vec<&'static ResourceKind>,
+}
+
+impl Kinds {
+    pub fn new(gateway_api: bool, inference: bool) -> Self {
+        let enabled = KINDS
+            .iter()
+            .filter(|k| match k.family {
+                Builtin => true,
+                GatewayApi => gateway_api,
+                Inference => inference,
+            })
+            .collect();
+        Kinds { enabled }
+    }
+
+    pub fn all(&self) -> &[&'static ResourceKind] {
+        &self.enabled
+    }
+
+    /// Looks a kind up by its URL coordinates.
+    pub fn by_resource(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<&'static ResourceKind> {
+        self.enabled
+            .iter()
+            .copied()
+            .find(|k| k.group == group && k.version == version && k.plural == plural)
+    }
+
+    /// Looks a kind up by apiVersion and kind (as found in object bodies).
+    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<&'static ResourceKind> {
+        self.enabled
+            .iter()
+            .copied()
+            .find(|k| k.api_version() == api_version && k.kind == kind)
+    }
+
+    /// Groups served (excluding the legacy core group), in discovery order.
+    pub fn groups(&self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for k in &self.enabled {
+            if !k.group.is_empty() && !out.contains(&k.group) {
+                out.push(k.group);
+            }
+        }
+        out
+    }
+
+    pub fn in_group_version(&self, group: &str, version: &str) -> Vec<&'static ResourceKind> {
+        self.enabled
+            .iter()
+            .copied()
+            .filter(|k| k.group == group && k.version == version)
+            .collect()
+    }
+
+    pub fn has_group_version(&self, group: &str, version: &str) -> bool {
+        self.enabled
+            .iter()
+            .any(|k| k.group == group && k.version == version)
+    }
+}
+
+/// Reads `metadata.<field>` as a string.
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata")?.get(field)?.as_str()
+}
+
+/// Mutable access to `metadata`, creating it when absent.
+pub fn meta_mut(obj: &mut Value) -> &mut serde_json::Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = Value::Object(Default::default());
+    }
+    obj["metadata"]
+        .as_object_mut()
+        .expect("metadata is an object")
+}

@@ -1,0 +1,565 @@
+//! The validation the real server performs for the served kinds, with its messages and field paths.
+
+use serde_json::Value;
+
+use crate::resources::{NameRule, ResourceKind};
+use crate::selectors::LabelSelector;
+use crate::status::Cause;
+
+const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const DNS1035_LABEL_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
+const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+const NAME_PART_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+const PORT_RANGE_MSG: &str = "must be between 1 and 65535, inclusive";
+
+pub fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+pub fn is_dns1035_label(s: &str) -> bool {
+    is_dns1123_label(s) && s.as_bytes()[0].is_ascii_lowercase()
+}
+
+fn is_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// Validates `metadata.name` for the kind; returns the message of the failed rule.
+pub fn name_error(rule: NameRule, name: &str) -> Option<String> {
+    let (ok, msg) = match rule {
+        NameRule::Subdomain => (is_dns1123_subdomain(name), DNS1123_SUBDOMAIN_MSG),
+        NameRule::Label1123 => (is_dns1123_label(name), DNS1123_LABEL_MSG),
+        NameRule::Label1035 => (is_dns1035_label(name), DNS1035_LABEL_MSG),
+        NameRule::PathSegment => (
+            !name.contains('/') && !name.contains('%') && name != "." && name != "..",
+            "may not contain '/'",
+        ),
+    };
+    if ok {
+        return None;
+    }
+    if matches!(rule, NameRule::Label1123 | NameRule::Label1035) && name.len() > 63 {
+        return Some("must be no more than 63 characters".into());
+    }
+    Some(msg.into())
+}
+
+fn qualified_name_errors(key: &str, field: &str, out: &mut Vec<Cause>) {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        if !is_dns1123_subdomain(p) {
+            out.push(Cause::invalid(
+                field,
+                &Value::String(key.into()),
+                &format!("prefix part {DNS1123_SUBDOMAIN_MSG}"),
+            ));
+        }
+    }
+    if name.len() > 63 {
+        out.push(Cause::invalid(
+            field,
+            &Value::String(key.into()),
+            "name part must be no more than 63 characters",
+        ));
+    } else if !is_name_part(name) {
+        out.push(Cause::invalid(
+            field,
+            &Value::String(key.into()),
+            NAME_PART_MSG,
+        ));
+    }
+}
+
+/// Label keys and values, reported at `path` (e.g. `metadata.labels`).
+pub fn validate_labels(labels: Option<&Value>, path: &str, out: &mut Vec<Cause>) {
+    let Some(m) = labels.and_then(Value::as_object) else {
+        return;
+    };
+    for (k, v) in m {
+        qualified_name_errors(k, path, out);
+        let s = v.as_str().unwrap_or("");
+        if s.len() > 63 {
+            out.push(Cause::invalid(
+                path,
+                v,
+                "must be no more than 63 characters",
+            ));
+        } else if !s.is_empty() && !is_name_part(s) {
+            out.push(Cause::invalid(path, v, LABEL_VALUE_MSG));
+        }
+    }
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    v.and_then(Value::as_i64)
+}
+
+/// Validates the whole object (and immutability against `old` on update).
+pub fn validate(kind: &ResourceKind, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
+    let mut out = Vec::new();
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if name.is_empty() {
+        out.push(Cause::required("metadata.name"));
+    } else if let Some(msg) = name_error(kind.name_rule, name) {
+        out.push(Cause::invalid(
+            "metadata.name",
+            &Value::String(name.into()),
+            &msg,
+        ));
+    }
+    validate_labels(obj.pointer("/metadata/labels"), "metadata.labels", &mut out);
+    if let Some(ann) = obj
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+    {
+        for k in ann.keys() {
+            qualified_name_errors(k, "metadata.annotations", &mut out);
+        }
+    }
+    match (kind.group, kind.kind) {
+        ("", "Pod") => {
+            if let Some(spec) = obj.get("spec") {
+                pod_spec(spec, "spec", &mut out);
+            } else {
+                out.push(Cause::required("spec.containers"));
+            }
+        }
+        ("apps", "Deployment") | ("apps", "ReplicaSet") => workload(kind, obj, old, &mut out),
+        ("", "Service") => service(obj, old, &mut out),
+        ("gateway.networking.k8s.io", "HTTPRoute") => {
+            if let Some(refs) = obj.pointer("/spec/parentRefs").and_then(Value::as_array) {
+                for (i, r) in refs.iter().enumerate() {
+                    if r.get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .is_empty()
+                    {
+                        out.push(Cause::required(format!("spec.parentRefs[{i}].name")));
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Go's `%#v` of a string map, as printed in selector-mismatch messages.
+fn go_map(v: Option<&Value>) -> String {
+    let entries: Vec<String> = v
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k:?}:{:?}", v.as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    if entries.is_empty() {
+        "map[string]string(nil)".into()
+    } else {
+        format!("map[string]string{{{}}}", entries.join(", "))
+    }
+}
+
+fn workload(kind: &ResourceKind, obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
+    let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
+    if let Some(r) = int(spec.get("replicas")) {
+        if r < 0 {
+            out.push(Cause::invalid(
+                "spec.replicas",
+                &Value::from(r),
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+    let selector = spec.get("selector");
+    match selector {
+        None | Some(Value::Null) => out.push(Cause::required("spec.selector")),
+        Some(sel) => {
+            let parsed = LabelSelector::from_object(sel);
+            if parsed.is_empty() {
+                out.push(Cause::invalid(
+                    "spec.selector",
+                    sel,
+                    &format!("empty selector is invalid for {}", kind.singular),
+                ));
+            } else {
+                let labels = spec.pointer("/template/metadata/labels");
+                if !parsed.matches_labels(labels) {
+                    out.push(Cause::new(
+                        "FieldValueInvalid",
+                        "spec.template.metadata.labels",
+                        format!(
+                            "Invalid value: {}: `selector` does not match template `labels`",
+                            go_map(labels)
+                        ),
+                    ));
+                }
+            }
+            if let Some(old_sel) = old.and_then(|o| o.pointer("/spec/selector")) {
+                if old_sel != sel {
+                    out.push(Cause::invalid("spec.selector", sel, "field is immutable"));
+                }
+            }
+        }
+    }
+    validate_labels(
+        spec.pointer("/template/metadata/labels"),
+        "spec.template.metadata.labels",
+        out,
+    );
+    match spec.pointer("/template/spec") {
+        Some(ps) => {
+            pod_spec(ps, "spec.template.spec", out);
+            if let Some(rp) = ps.get("restartPolicy").and_then(Value::as_str) {
+                if rp != "Always" {
+                    out.push(Cause::not_supported(
+                        "spec.template.spec.restartPolicy",
+                        &Value::String(rp.into()),
+                        &["Always"],
+                    ));
+                }
+            }
+        }
+        None => out.push(Cause::required("spec.template.spec.containers")),
+    }
+}
+
+fn pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
+    let volumes: Vec<&str> = spec
+        .get("volumes")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.get("name").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (i, v) in volumes.iter().enumerate() {
+        if volumes[..i].contains(v) {
+            out.push(Cause::duplicate(
+                format!("{path}.volumes[{i}].name"),
+                &Value::String((*v).into()),
+            ));
+        }
+    }
+    let containers = spec.get("containers").and_then(Value::as_array);
+    match containers {
+        None => out.push(Cause::required(format!("{path}.containers"))),
+        Some(cs) if cs.is_empty() => out.push(Cause::required(format!("{path}.containers"))),
+        Some(_) => {}
+    }
+    let mut names: Vec<String> = Vec::new();
+    for list in ["initContainers", "containers"] {
+        let Some(cs) = spec.get(list).and_then(Value::as_array) else {
+            continue;
+        };
+        for (i, c) in cs.iter().enumerate() {
+            let cp = format!("{path}.{list}[{i}]");
+            let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+            if name.is_empty() {
+                out.push(Cause::required(format!("{cp}.name")));
+            } else if !is_dns1123_label(name) {
+                out.push(Cause::invalid(
+                    format!("{cp}.name"),
+                    &Value::String(name.into()),
+                    DNS1123_LABEL_MSG,
+                ));
+            } else if names.iter().any(|n| n == name) {
+                out.push(Cause::duplicate(
+                    format!("{cp}.name"),
+                    &Value::String(name.into()),
+                ));
+            }
+            names.push(name.to_string());
+            if c.get("image")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .trim()
+                .is_empty()
+            {
+                out.push(Cause::required(format!("{cp}.image")));
+            }
+            if let Some(p) = c.get("imagePullPolicy").and_then(Value::as_str) {
+                if !["Always", "IfNotPresent", "Never"].contains(&p) {
+                    out.push(Cause::not_supported(
+                        format!("{cp}.imagePullPolicy"),
+                        &Value::String(p.into()),
+                        &["Always", "IfNotPresent", "Never"],
+                    ));
+                }
+            }
+            let mut port_names: Vec<&str> = Vec::new();
+            for (j, p) in c
+                .get("ports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let pp = format!("{cp}.ports[{j}]");
+                match int(p.get("containerPort")) {
+                    Some(n) if (1..=65535).contains(&n) => {}
+                    Some(n) => out.push(Cause::invalid(
+                        format!("{pp}.containerPort"),
+                        &Value::from(n),
+                        PORT_RANGE_MSG,
+                    )),
+                    None => out.push(Cause::required(format!("{pp}.containerPort"))),
+                }
+                if let Some(n) = int(p.get("hostPort")) {
+                    if !(1..=65535).contains(&n) {
+                        out.push(Cause::invalid(
+                            format!("{pp}.hostPort"),
+                            &Value::from(n),
+                            PORT_RANGE_MSG,
+                        ));
+                    }
+                }
+                if let Some(pn) = p.get("name").and_then(Value::as_str) {
+                    if let Some(msg) = port_name_error(pn) {
+                        out.push(Cause::invalid(
+                            format!("{pp}.name"),
+                            &Value::String(pn.into()),
+                            msg,
+                        ));
+                    } else if port_names.contains(&pn) {
+                        out.push(Cause::duplicate(
+                            format!("{pp}.name"),
+                            &Value::String(pn.into()),
+                        ));
+                    }
+                    port_names.push(pn);
+                }
+                protocol(p, &pp, out);
+            }
+            for (j, m) in c
+                .get("volumeMounts")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let vn = m.get("name").and_then(Value::as_str).unwrap_or("");
+                if !volumes.contains(&vn) {
+                    out.push(Cause::new(
+                        "FieldValueNotFound",
+                        format!("{cp}.volumeMounts[{j}].name"),
+                        format!("Not found: {vn:?}"),
+                    ));
+                }
+                if m.get("mountPath")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .is_empty()
+                {
+                    out.push(Cause::required(format!("{cp}.volumeMounts[{j}].mountPath")));
+                }
+            }
+        }
+    }
+    if let Some(rp) = spec.get("restartPolicy").and_then(Value::as_str) {
+        if !["Always", "OnFailure", "Never"].contains(&rp) {
+            out.push(Cause::not_supported(
+                format!("{path}.restartPolicy"),
+                &Value::String(rp.into()),
+                &["Always", "OnFailure", "Never"],
+            ));
+        }
+    }
+    if let Some(dp) = spec.get("dnsPolicy").and_then(Value::as_str) {
+        let ok = ["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"];
+        if !ok.contains(&dp) {
+            out.push(Cause::not_supported(
+                format!("{path}.dnsPolicy"),
+                &Value::String(dp.into()),
+                &ok,
+            ));
+        }
+    }
+}
+
+fn protocol(p: &Value, path: &str, out: &mut Vec<Cause>) {
+    if let Some(proto) = p.get("protocol").and_then(Value::as_str) {
+        if !["TCP", "UDP", "SCTP"].contains(&proto) {
+            out.push(Cause::not_supported(
+                format!("{path}.protocol"),
+                &Value::String(proto.into()),
+                &["SCTP", "TCP", "UDP"],
+            ));
+        }
+    }
+}
+
+/// IANA service names: at most 15 characters, lowercase alphanumerics and '-', at least one letter.
+fn port_name_error(n: &str) -> Option<&'static str> {
+    if n.len() > 15 {
+        return Some("must be no more than 15 characters");
+    }
+    if !n
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Some("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)");
+    }
+    if n.contains("--") {
+        return Some("must not contain consecutive hyphens");
+    }
+    if !n.bytes().any(|b| b.is_ascii_lowercase()) {
+        return Some("must contain at least one letter (a-z)");
+    }
+    if n.starts_with('-') || n.ends_with('-') {
+        return Some("must not begin or end with a hyphen");
+    }
+    None
+}
+
+fn service(obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
+    let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
+    let ty = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP");
+    let types = ["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"];
+    if !types.contains(&ty) {
+        out.push(Cause::not_supported(
+            "spec.type",
+            &Value::String(ty.into()),
+            &types,
+        ));
+    }
+    let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
+    let ports = spec
+        .get("ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if ports.is_empty() && ty != "ExternalName" && !headless {
+        out.push(Cause::required("spec.ports"));
+    }
+    let mut names: Vec<String> = Vec::new();
+    let mut seen: Vec<(i64, String)> = Vec::new();
+    for (i, p) in ports.iter().enumerate() {
+        let pp = format!("spec.ports[{i}]");
+        let name = p.get("name").and_then(Value::as_str).unwrap_or("");
+        if ports.len() > 1 && name.is_empty() {
+            out.push(Cause::required(format!("{pp}.name")));
+        } else if !name.is_empty() {
+            if !is_dns1123_label(name) {
+                out.push(Cause::invalid(
+                    format!("{pp}.name"),
+                    &Value::String(name.into()),
+                    DNS1123_LABEL_MSG,
+                ));
+            } else if names.iter().any(|n| n == name) {
+                out.push(Cause::duplicate(
+                    format!("{pp}.name"),
+                    &Value::String(name.into()),
+                ));
+            }
+        }
+        names.push(name.to_string());
+        match int(p.get("port")) {
+            Some(n) if (1..=65535).contains(&n) => {
+                let proto = p
+                    .get("protocol")
+                    .and_then(Value::as_str)
+                    .unwrap_or("TCP")
+                    .to_string();
+                if seen.contains(&(n, proto.clone())) {
+                    out.push(Cause::duplicate(pp.clone(), p));
+                }
+                seen.push((n, proto));
+            }
+            Some(n) => out.push(Cause::invalid(
+                format!("{pp}.port"),
+                &Value::from(n),
+                PORT_RANGE_MSG,
+            )),
+            None => out.push(Cause::required(format!("{pp}.port"))),
+        }
+        match p.get("targetPort") {
+            Some(Value::Number(n)) => {
+                let n = n.as_i64().unwrap_or(0);
+                if !(1..=65535).contains(&n) {
+                    out.push(Cause::invalid(
+                        format!("{pp}.targetPort"),
+                        &Value::from(n),
+                        PORT_RANGE_MSG,
+                    ));
+                }
+            }
+            Some(Value::String(s)) => {
+                if let Some(msg) = port_name_error(s) {
+                    out.push(Cause::invalid(
+                        format!("{pp}.targetPort"),
+                        &Value::String(s.clone()),
+                        msg,
+                    ));
+                }
+            }
+            _ => {}
+        }
+        if let Some(n) = int(p.get("nodePort")) {
+            if !(1..=65535).contains(&n) {
+                out.push(Cause::invalid(
+                    format!("{pp}.nodePort"),
+                    &Value::from(n),
+                    PORT_RANGE_MSG,
+                ));
+            }
+        }
+        protocol(p, &pp, out);
+    }
+    if let (Some(new_ip), Some(old_ip)) = (
+        spec.get("clusterIP").and_then(Value::as_str),
+        old.and_then(|o| o.pointer("/spec/clusterIP"))
+            .and_then(Value::as_str),
+    ) {
+        if new_ip != old_ip && ty != "ExternalName" {
+            out.push(Cause::invalid(
+                "spec.clusterIPs[0]",
+                &Value::String(new_ip.into()),
+                "may not change once set",
+            ));
+        }
+    }
+    validate_labels(spec.get("selector"), "spec.selector", out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns1123_subdomain("a.b-c"));
+        assert!(!is_dns1123_subdomain("A"));
+        assert!(is_dns1035_label("svc-1"));
+        assert!(!is_dns1035_label("1svc"));
+        assert!(port_name_error("http").is_none());
+        assert!(port_name_error("8080").is_some());
+    }
+}
