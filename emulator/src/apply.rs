@@ -389,10 +389,11 @@ fn remove_fields(
             names.pop();
         }
         // A map emptied by removal disappears unless someone still owns it.
-        if now_empty && keep_child.is_none() {
-            if let Err(f) = loc {
-                v.as_object_mut().map(|m| m.remove(&f));
-            }
+        if now_empty
+            && keep_child.is_none()
+            && let Err(f) = loc
+        {
+            v.as_object_mut().map(|m| m.remove(&f));
         }
     }
 }

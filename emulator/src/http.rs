@@ -328,12 +328,12 @@ fn write_options(query: &HashMap<String, String>, headers: &HeaderMap) -> ApiRes
         Some("true") | Some("1") => Some(true),
         Some(_) => Some(false),
     };
-    if let Some(m) = query.get("fieldManager") {
-        if m.len() > 128 {
-            return Err(ApiError::bad_request(
-                "fieldManager: Too long: must have at most 128 bytes",
-            ));
-        }
+    if let Some(m) = query.get("fieldManager")
+        && m.len() > 128
+    {
+        return Err(ApiError::bad_request(
+            "fieldManager: Too long: must have at most 128 bytes",
+        ));
     }
     Ok(WriteOptions {
         dry_run,
@@ -900,10 +900,10 @@ fn watch_response(
             }
             Start::Resume(changes) => {
                 for c in changes {
-                    if let Some((ty, obj)) = filter.event(&c) {
-                        if tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err() {
-                            return;
-                        }
+                    if let Some((ty, obj)) = filter.event(&c)
+                        && tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err()
+                    {
+                        return;
                     }
                 }
             }
@@ -931,11 +931,10 @@ fn watch_response(
                             continue;
                         }
                         last_rv = c.rv;
-                        if let Some((ty, obj)) = filter.event(&c) {
-                            if tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err() {
+                        if let Some((ty, obj)) = filter.event(&c)
+                            && tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err() {
                                 return;
                             }
-                        }
                     }
                     // Too slow a reader: end the watch; the client resumes from its last resourceVersion.
                     Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return,
@@ -990,6 +989,9 @@ fn s(v: Option<&Value>) -> String {
     }
 }
 
+/// Computes a row's cells after the name column.
+type CellFn = Box<dyn Fn(&Value) -> Vec<Value>>;
+
 /// Server-side printing (`Accept: ...;as=Table;g=meta.k8s.io`), with the columns kubectl shows.
 fn to_table(
     kind: &ResourceKind,
@@ -997,7 +999,7 @@ fn to_table(
     rv: &str,
     query: &HashMap<String, String>,
 ) -> Value {
-    let (mut cols, cells): (Vec<Value>, Box<dyn Fn(&Value) -> Vec<Value>>) = match kind.kind {
+    let (mut cols, cells): (Vec<Value>, CellFn) = match kind.kind {
         "Pod" => (
             vec![
                 col("Name", "string", "name"),

@@ -328,13 +328,13 @@ fn prepare_create(st: &State, store: &Store, kind: &ResourceKind, obj: &mut Valu
                     spec.entry("ipFamilyPolicy")
                         .or_insert_with(|| json!("SingleStack"));
                 }
-                if ty == "NodePort" || ty == "LoadBalancer" {
-                    if let Some(Value::Array(ports)) = spec.get_mut("ports") {
-                        for (i, p) in ports.iter_mut().enumerate() {
-                            if p.get("nodePort").is_none() {
-                                p["nodePort"] =
-                                    json!(30000 + (st.current_rv() as usize * 7 + i) % 2768);
-                            }
+                if (ty == "NodePort" || ty == "LoadBalancer")
+                    && let Some(Value::Array(ports)) = spec.get_mut("ports")
+                {
+                    for (i, p) in ports.iter_mut().enumerate() {
+                        if p.get("nodePort").is_none() {
+                            p["nodePort"] =
+                                json!(30000 + (st.current_rv() as usize * 7 + i) % 2768);
                         }
                     }
                 }
@@ -515,15 +515,13 @@ fn keep_allocated(kind: &ResourceKind, old: &Value, new: &mut Value) {
         return;
     }
     for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
-        if let Some(v) = old.pointer(&format!("/spec/{f}")) {
-            if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
-                if spec
-                    .get(f)
-                    .is_none_or(|x| x.is_null() || x.as_str() == Some(""))
-                {
-                    spec.insert(f.into(), v.clone());
-                }
-            }
+        if let Some(v) = old.pointer(&format!("/spec/{f}"))
+            && let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut)
+            && spec
+                .get(f)
+                .is_none_or(|x| x.is_null() || x.as_str() == Some(""))
+        {
+            spec.insert(f.into(), v.clone());
         }
     }
 }
@@ -542,10 +540,11 @@ fn commit_update(
 ) -> ApiResult<WriteResult> {
     let name = meta_str(old, "name").unwrap_or("").to_string();
     let old_rv = meta_str(old, "resourceVersion").unwrap_or("");
-    if let Some(rv) = meta_str(&new, "resourceVersion") {
-        if !rv.is_empty() && rv != old_rv {
-            return Err(ApiError::stale(kind, &name));
-        }
+    if let Some(rv) = meta_str(&new, "resourceVersion")
+        && !rv.is_empty()
+        && rv != old_rv
+    {
+        return Err(ApiError::stale(kind, &name));
     }
     isolate_subresource(kind, old, &mut new, subresource);
     keep_identity(old, &mut new);
@@ -669,15 +668,14 @@ fn create_locked(
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        if name.is_empty() {
-            if let Some(g) = meta
+        if name.is_empty()
+            && let Some(g) = meta
                 .get("generateName")
                 .and_then(Value::as_str)
                 .filter(|g| !g.is_empty())
-            {
-                let generated = format!("{g}{}", generate_suffix());
-                meta.insert("name".into(), json!(generated));
-            }
+        {
+            let generated = format!("{g}{}", generate_suffix());
+            meta.insert("name".into(), json!(generated));
         }
     }
     let name = meta_str(&obj, "name").unwrap_or("").to_string();
@@ -726,10 +724,11 @@ fn create_locked(
     }
     prepare_create(st, store, kind, &mut obj);
     apply_defaults(kind, &mut obj);
-    if kind.has_status() && obj.get("status").is_none() {
-        if let Some(s) = initial_status(kind, &obj) {
-            obj["status"] = s;
-        }
+    if kind.has_status()
+        && obj.get("status").is_none()
+        && let Some(s) = initial_status(kind, &obj)
+    {
+        obj["status"] = s;
     }
     invalid_if_any(kind, &name, validate(kind, &obj, None))?;
     if !by_apply {
@@ -774,12 +773,14 @@ fn check_name(kind: &ResourceKind, body: &Value, name: &str) -> ApiResult<()> {
 }
 
 fn check_body_namespace(kind: &ResourceKind, body: &Value, ns: &str) -> ApiResult<()> {
-    if let Some(n) = meta_str(body, "namespace") {
-        if kind.namespaced && !n.is_empty() && n != ns {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
-        }
+    if let Some(n) = meta_str(body, "namespace")
+        && kind.namespaced
+        && !n.is_empty()
+        && n != ns
+    {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
     }
     Ok(())
 }

@@ -65,14 +65,14 @@ fn qualified_name_errors(key: &str, field: &str, out: &mut Vec<Cause>) {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    if let Some(p) = prefix {
-        if !is_dns1123_subdomain(p) {
-            out.push(Cause::invalid(
-                field,
-                &Value::String(key.into()),
-                &format!("prefix part {DNS1123_SUBDOMAIN_MSG}"),
-            ));
-        }
+    if let Some(p) = prefix
+        && !is_dns1123_subdomain(p)
+    {
+        out.push(Cause::invalid(
+            field,
+            &Value::String(key.into()),
+            &format!("prefix part {DNS1123_SUBDOMAIN_MSG}"),
+        ));
     }
     if name.len() > 63 {
         out.push(Cause::invalid(
@@ -185,14 +185,14 @@ fn go_map(v: Option<&Value>) -> String {
 
 fn workload(kind: &ResourceKind, obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
     let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
-    if let Some(r) = int(spec.get("replicas")) {
-        if r < 0 {
-            out.push(Cause::invalid(
-                "spec.replicas",
-                &Value::from(r),
-                "must be greater than or equal to 0",
-            ));
-        }
+    if let Some(r) = int(spec.get("replicas"))
+        && r < 0
+    {
+        out.push(Cause::invalid(
+            "spec.replicas",
+            &Value::from(r),
+            "must be greater than or equal to 0",
+        ));
     }
     let selector = spec.get("selector");
     match selector {
@@ -218,10 +218,10 @@ fn workload(kind: &ResourceKind, obj: &Value, old: Option<&Value>, out: &mut Vec
                     ));
                 }
             }
-            if let Some(old_sel) = old.and_then(|o| o.pointer("/spec/selector")) {
-                if old_sel != sel {
-                    out.push(Cause::invalid("spec.selector", sel, "field is immutable"));
-                }
+            if let Some(old_sel) = old.and_then(|o| o.pointer("/spec/selector"))
+                && old_sel != sel
+            {
+                out.push(Cause::invalid("spec.selector", sel, "field is immutable"));
             }
         }
     }
@@ -233,14 +233,14 @@ fn workload(kind: &ResourceKind, obj: &Value, old: Option<&Value>, out: &mut Vec
     match spec.pointer("/template/spec") {
         Some(ps) => {
             pod_spec(ps, "spec.template.spec", out);
-            if let Some(rp) = ps.get("restartPolicy").and_then(Value::as_str) {
-                if rp != "Always" {
-                    out.push(Cause::not_supported(
-                        "spec.template.spec.restartPolicy",
-                        &Value::String(rp.into()),
-                        &["Always"],
-                    ));
-                }
+            if let Some(rp) = ps.get("restartPolicy").and_then(Value::as_str)
+                && rp != "Always"
+            {
+                out.push(Cause::not_supported(
+                    "spec.template.spec.restartPolicy",
+                    &Value::String(rp.into()),
+                    &["Always"],
+                ));
             }
         }
         None => out.push(Cause::required("spec.template.spec.containers")),
@@ -302,14 +302,14 @@ fn pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
             {
                 out.push(Cause::required(format!("{cp}.image")));
             }
-            if let Some(p) = c.get("imagePullPolicy").and_then(Value::as_str) {
-                if !["Always", "IfNotPresent", "Never"].contains(&p) {
-                    out.push(Cause::not_supported(
-                        format!("{cp}.imagePullPolicy"),
-                        &Value::String(p.into()),
-                        &["Always", "IfNotPresent", "Never"],
-                    ));
-                }
+            if let Some(p) = c.get("imagePullPolicy").and_then(Value::as_str)
+                && !["Always", "IfNotPresent", "Never"].contains(&p)
+            {
+                out.push(Cause::not_supported(
+                    format!("{cp}.imagePullPolicy"),
+                    &Value::String(p.into()),
+                    &["Always", "IfNotPresent", "Never"],
+                ));
             }
             let mut port_names: Vec<&str> = Vec::new();
             for (j, p) in c
@@ -329,14 +329,14 @@ fn pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
                     )),
                     None => out.push(Cause::required(format!("{pp}.containerPort"))),
                 }
-                if let Some(n) = int(p.get("hostPort")) {
-                    if !(1..=65535).contains(&n) {
-                        out.push(Cause::invalid(
-                            format!("{pp}.hostPort"),
-                            &Value::from(n),
-                            PORT_RANGE_MSG,
-                        ));
-                    }
+                if let Some(n) = int(p.get("hostPort"))
+                    && !(1..=65535).contains(&n)
+                {
+                    out.push(Cause::invalid(
+                        format!("{pp}.hostPort"),
+                        &Value::from(n),
+                        PORT_RANGE_MSG,
+                    ));
                 }
                 if let Some(pn) = p.get("name").and_then(Value::as_str) {
                     if let Some(msg) = port_name_error(pn) {
@@ -380,14 +380,14 @@ fn pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
             }
         }
     }
-    if let Some(rp) = spec.get("restartPolicy").and_then(Value::as_str) {
-        if !["Always", "OnFailure", "Never"].contains(&rp) {
-            out.push(Cause::not_supported(
-                format!("{path}.restartPolicy"),
-                &Value::String(rp.into()),
-                &["Always", "OnFailure", "Never"],
-            ));
-        }
+    if let Some(rp) = spec.get("restartPolicy").and_then(Value::as_str)
+        && !["Always", "OnFailure", "Never"].contains(&rp)
+    {
+        out.push(Cause::not_supported(
+            format!("{path}.restartPolicy"),
+            &Value::String(rp.into()),
+            &["Always", "OnFailure", "Never"],
+        ));
     }
     if let Some(dp) = spec.get("dnsPolicy").and_then(Value::as_str) {
         let ok = ["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"];
@@ -402,14 +402,14 @@ fn pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
 }
 
 fn protocol(p: &Value, path: &str, out: &mut Vec<Cause>) {
-    if let Some(proto) = p.get("protocol").and_then(Value::as_str) {
-        if !["TCP", "UDP", "SCTP"].contains(&proto) {
-            out.push(Cause::not_supported(
-                format!("{path}.protocol"),
-                &Value::String(proto.into()),
-                &["SCTP", "TCP", "UDP"],
-            ));
-        }
+    if let Some(proto) = p.get("protocol").and_then(Value::as_str)
+        && !["TCP", "UDP", "SCTP"].contains(&proto)
+    {
+        out.push(Cause::not_supported(
+            format!("{path}.protocol"),
+            &Value::String(proto.into()),
+            &["SCTP", "TCP", "UDP"],
+        ));
     }
 }
 
@@ -522,14 +522,14 @@ fn service(obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
             }
             _ => {}
         }
-        if let Some(n) = int(p.get("nodePort")) {
-            if !(1..=65535).contains(&n) {
-                out.push(Cause::invalid(
-                    format!("{pp}.nodePort"),
-                    &Value::from(n),
-                    PORT_RANGE_MSG,
-                ));
-            }
+        if let Some(n) = int(p.get("nodePort"))
+            && !(1..=65535).contains(&n)
+        {
+            out.push(Cause::invalid(
+                format!("{pp}.nodePort"),
+                &Value::from(n),
+                PORT_RANGE_MSG,
+            ));
         }
         protocol(p, &pp, out);
     }
@@ -537,14 +537,14 @@ fn service(obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
         spec.get("clusterIP").and_then(Value::as_str),
         old.and_then(|o| o.pointer("/spec/clusterIP"))
             .and_then(Value::as_str),
-    ) {
-        if new_ip != old_ip && ty != "ExternalName" {
-            out.push(Cause::invalid(
-                "spec.clusterIPs[0]",
-                &Value::String(new_ip.into()),
-                "may not change once set",
-            ));
-        }
+    ) && new_ip != old_ip
+        && ty != "ExternalName"
+    {
+        out.push(Cause::invalid(
+            "spec.clusterIPs[0]",
+            &Value::String(new_ip.into()),
+            "may not change once set",
+        ));
     }
     validate_labels(spec.get("selector"), "spec.selector", out);
 }

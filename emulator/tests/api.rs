@@ -1,0 +1,1146 @@
+//! The emulator driven by the real `kube` client over HTTP.
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod, Service};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams, Preconditions, WatchEvent, WatchParams,
+};
+use kube::runtime::watcher;
+use kube::{Client, Config};
+use modelplane_emulator::{Emulator, RunningEmulator};
+use serde_json::{Value, json};
+
+async fn start() -> (RunningEmulator, Client) {
+    start_with(Emulator::builder()).await
+}
+
+async fn start_with(b: modelplane_emulator::EmulatorBuilder) -> (RunningEmulator, Client) {
+    let emu = b
+        .bookmark_interval(Duration::from_millis(200))
+        .start()
+        .await
+        .expect("emulator starts");
+    let config = Config::new(emu.url().parse().expect("url"));
+    let client = Client::try_from(config).expect("client");
+    (emu, client)
+}
+
+/// Waits (bounded) until `cond` holds, polling the API.
+async fn wait_until<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn api_err(e: kube::Error) -> Box<kube::core::Status> {
+    match e {
+        kube::Error::Api(s) => s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+fn cm(name: &str, labels: Value) -> ConfigMap {
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}),
+    )
+    .unwrap()
+}
+
+fn deployment(name: &str, image: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{
+                    "name": "server", "image": image,
+                    "ports": [{"name": "http", "containerPort": 8000}],
+                    "env": [{"name": "MODEL", "value": "m"}],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}},
+                }]},
+            },
+        },
+    }))
+    .unwrap()
+}
+
+fn service(name: &str) -> Service {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+    }))
+    .unwrap()
+}
+
+fn httproute_api(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute");
+    Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(&gvk, "httproutes"),
+    )
+}
+
+fn httproute(name: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": name},
+        "spec": {
+            "parentRefs": [{"name": "gw"}],
+            "rules": [{"matches": [{"path": {"value": "/v1"}}], "backendRefs": [{"name": "svc", "port": 80}]}],
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn crud_conflicts_and_not_found() {
+    let (_emu, client) = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let created = cms
+        .create(&PostParams::default(), &cm("a", json!({"x": "1"})))
+        .await
+        .unwrap();
+    let meta = &created.metadata;
+    assert!(meta.uid.is_some() && meta.creation_timestamp.is_some());
+    let rv: u64 = meta.resource_version.as_deref().unwrap().parse().unwrap();
+
+    let err = api_err(
+        cms.create(&PostParams::default(), &cm("a", json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "AlreadyExists"));
+    assert_eq!(err.message, "configmaps \"a\" already exists");
+
+    let mut stale = created.clone();
+    stale.data = Some([("k".to_string(), "v2".to_string())].into());
+    let updated = cms
+        .replace("a", &PostParams::default(), &stale)
+        .await
+        .unwrap();
+    let rv2: u64 = updated
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rv2 > rv);
+    let err = api_err(
+        cms.replace("a", &PostParams::default(), &stale)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+
+    let err = api_err(cms.get("missing").await.unwrap_err());
+    assert_eq!((err.code, err.reason.as_str()), (404, "NotFound"));
+    assert_eq!(err.details.as_ref().unwrap().kind, "configmaps");
+
+    // generateName
+    let gen_cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"generateName": "gen-"}})).unwrap();
+    let g = cms.create(&PostParams::default(), &gen_cm).await.unwrap();
+    let name = g.metadata.name.unwrap();
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+
+    // Namespaced object in a namespace that does not exist.
+    let other: Api<ConfigMap> = Api::namespaced(client.clone(), "nope");
+    let err = api_err(
+        other
+            .create(&PostParams::default(), &cm("a", json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (404, "NotFound"));
+    assert_eq!(err.message, "namespaces \"nope\" not found");
+
+    // dryRun=All does not persist.
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    cms.create(&dry, &cm("dry", json!({}))).await.unwrap();
+    assert!(cms.get_opt("dry").await.unwrap().is_none());
+
+    // Delete with a stale precondition, then for real.
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some("wrong".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let err = api_err(cms.delete("a", &dp).await.unwrap_err());
+    assert_eq!(err.code, 409);
+    cms.delete("a", &DeleteParams::default()).await.unwrap();
+    assert!(cms.get_opt("a").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn list_label_selectors_and_paging() {
+    let (_emu, client) = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    for (i, tier) in ["web", "web", "db", "cache", "web"].iter().enumerate() {
+        let labels = if i == 3 {
+            json!({"tier": tier})
+        } else {
+            json!({"tier": tier, "team": "a"})
+        };
+        cms.create(&PostParams::default(), &cm(&format!("cm{i}"), labels))
+            .await
+            .unwrap();
+    }
+    let names = |l: kube::core::ObjectList<ConfigMap>| {
+        l.items
+            .into_iter()
+            .map(|c| c.metadata.name.unwrap())
+            .collect::<Vec<_>>()
+    };
+    let q = |s: &str| ListParams::default().labels(s);
+    assert_eq!(
+        names(cms.list(&q("tier=web")).await.unwrap()),
+        ["cm0", "cm1", "cm4"]
+    );
+    assert_eq!(names(cms.list(&q("tier==db")).await.unwrap()), ["cm2"]);
+    assert_eq!(
+        names(cms.list(&q("tier!=web")).await.unwrap()),
+        ["cm2", "cm3"]
+    );
+    assert_eq!(
+        names(cms.list(&q("tier in (db,cache)")).await.unwrap()),
+        ["cm2", "cm3"]
+    );
+    assert_eq!(
+        names(cms.list(&q("tier notin (web)")).await.unwrap()),
+        ["cm2", "cm3"]
+    );
+    assert_eq!(names(cms.list(&q("!team")).await.unwrap()), ["cm3"]);
+    assert_eq!(
+        names(cms.list(&q("team,tier=web")).await.unwrap()),
+        ["cm0", "cm1", "cm4"]
+    );
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().fields("metadata.name=cm2"))
+                .await
+                .unwrap()
+        ),
+        ["cm2"]
+    );
+
+    // Paging with limit/continue.
+    let first = cms.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(first.items.len(), 2);
+    assert_eq!(first.metadata.remaining_item_count, Some(3));
+    let token = first.metadata.continue_.clone().unwrap();
+    let second = cms
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap();
+    let third = cms
+        .list(
+            &ListParams::default()
+                .limit(2)
+                .continue_token(second.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(names(second), ["cm2", "cm3"]);
+    assert_eq!(names(third.clone()), ["cm4"]);
+    assert!(third.metadata.continue_.is_none());
+
+    // All namespaces.
+    let all: Api<ConfigMap> = Api::all(client.clone());
+    assert_eq!(
+        all.list(&ListParams::default()).await.unwrap().items.len(),
+        5
+    );
+}
+
+#[tokio::test]
+async fn field_selectors_on_events() {
+    let (_emu, client) = start().await;
+    let events: Api<Event> = Api::default_namespaced(client.clone());
+    for (i, (kind, name)) in [("Pod", "p1"), ("Pod", "p2"), ("Deployment", "p1")]
+        .iter()
+        .enumerate()
+    {
+        let ev: Event = serde_json::from_value(json!({
+            "metadata": {"name": format!("ev{i}")},
+            "involvedObject": {"kind": kind, "name": name, "namespace": "default", "uid": format!("uid-{i}")},
+            "reason": "Test", "message": "m", "type": "Normal",
+        }))
+        .unwrap();
+        events.create(&PostParams::default(), &ev).await.unwrap();
+    }
+    let count = |s: &'static str| {
+        let events = events.clone();
+        async move {
+            events
+                .list(&ListParams::default().fields(s))
+                .await
+                .unwrap()
+                .items
+                .len()
+        }
+    };
+    assert_eq!(count("involvedObject.name=p1").await, 2);
+    assert_eq!(
+        count("involvedObject.name=p1,involvedObject.kind=Pod").await,
+        1
+    );
+    assert_eq!(count("involvedObject.uid=uid-1").await, 1);
+    assert_eq!(
+        count("involvedObject.namespace=default,involvedObject.kind!=Pod").await,
+        1
+    );
+    let err = api_err(
+        events
+            .list(&ListParams::default().fields("spec.foo=bar"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 400);
+}
+
+#[tokio::test]
+async fn watch_resume_selectors_bookmarks_and_expiry() {
+    let (_emu, client) = start_with(Emulator::builder().watch_history(50)).await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let c = cms
+        .create(&PostParams::default(), &cm("w", json!({"app": "x"})))
+        .await
+        .unwrap();
+    let rv0 = c.metadata.resource_version.clone().unwrap();
+
+    // Changes after rv0, watched from rv0 (resume), with a label selector.
+    cms.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "2"}})),
+    )
+    .await
+    .unwrap();
+    cms.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "y"}}})),
+    )
+    .await
+    .unwrap();
+    cms.create(&PostParams::default(), &cm("other", json!({"app": "x"})))
+        .await
+        .unwrap();
+    cms.delete("other", &DeleteParams::default()).await.unwrap();
+
+    let wp = WatchParams::default().labels("app=x").timeout(5);
+    let mut stream = cms.watch(&wp, &rv0).await.unwrap().boxed();
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        match stream.try_next().await.unwrap().expect("event") {
+            WatchEvent::Added(o) => seen.push(format!("ADDED {}", o.metadata.name.unwrap())),
+            WatchEvent::Modified(o) => seen.push(format!("MODIFIED {}", o.metadata.name.unwrap())),
+            WatchEvent::Deleted(o) => seen.push(format!("DELETED {}", o.metadata.name.unwrap())),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("unexpected error {e:?}"),
+        }
+    }
+    // The relabel makes "w" stop matching: it arrives as DELETED.
+    assert_eq!(
+        seen,
+        ["MODIFIED w", "DELETED w", "ADDED other", "DELETED other"]
+    );
+    // Then a bookmark (allowWatchBookmarks is on by default in kube).
+    loop {
+        if let WatchEvent::Bookmark(b) = stream.try_next().await.unwrap().expect("event") {
+            assert!(!b.metadata.resource_version.is_empty());
+            break;
+        }
+    }
+
+    // Fill the history window, then a too-old resourceVersion is Expired (HTTP 200 + ERROR event).
+    for i in 0..60 {
+        cms.patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"i": i.to_string()}})),
+        )
+        .await
+        .unwrap();
+    }
+    let mut stream = cms
+        .watch(&WatchParams::default(), &rv0)
+        .await
+        .unwrap()
+        .boxed();
+    match stream.try_next().await.unwrap().expect("event") {
+        WatchEvent::Error(s) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired")),
+        other => panic!("expected Expired, got {other:?}"),
+    }
+
+    // timeoutSeconds ends the stream.
+    let cur = cms
+        .get("w")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let stream = cms
+        .watch(&WatchParams::default().timeout(1).disable_bookmarks(), &cur)
+        .await
+        .unwrap();
+    let events: Vec<_> = tokio::time::timeout(Duration::from_secs(5), stream.collect::<Vec<_>>())
+        .await
+        .expect("watch ends");
+    assert!(events.is_empty());
+}
+
+#[tokio::test]
+async fn runtime_watcher_list_watch_and_streaming_lists() {
+    let (_emu, client) = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    cms.create(&PostParams::default(), &cm("pre", json!({})))
+        .await
+        .unwrap();
+    for config in [
+        watcher::Config::default(),
+        watcher::Config::default().streaming_lists(),
+    ] {
+        let mut stream = watcher(cms.clone(), config).boxed();
+        let mut initial = Vec::new();
+        loop {
+            match stream.try_next().await.unwrap().unwrap() {
+                watcher::Event::Init => {}
+                watcher::Event::InitApply(o) => initial.push(o.metadata.name.unwrap()),
+                watcher::Event::InitDone => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(initial.contains(&"pre".to_string()));
+        let name = format!("live-{}", initial.len());
+        cms.create(&PostParams::default(), &cm(&name, json!({})))
+            .await
+            .unwrap();
+        loop {
+            if let watcher::Event::Apply(o) = stream.try_next().await.unwrap().unwrap() {
+                assert_eq!(o.metadata.name.as_deref(), Some(name.as_str()));
+                break;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn defaulting_like_the_real_server() {
+    let (_emu, client) = start().await;
+    let deps: Api<Deployment> = Api::default_namespaced(client.clone());
+    let d = deps
+        .create(
+            &PostParams::default(),
+            &deployment("web", "vllm/vllm-openai:v0.9"),
+        )
+        .await
+        .unwrap();
+    let v = serde_json::to_value(&d).unwrap();
+    assert_eq!(v["metadata"]["generation"], 1);
+    assert_eq!(
+        v["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
+    );
+    assert_eq!(v["spec"]["revisionHistoryLimit"], 10);
+    assert_eq!(v["spec"]["progressDeadlineSeconds"], 600);
+    let ps = &v["spec"]["template"]["spec"];
+    assert_eq!(ps["restartPolicy"], "Always");
+    assert_eq!(ps["dnsPolicy"], "ClusterFirst");
+    assert_eq!(ps["schedulerName"], "default-scheduler");
+    assert_eq!(ps["terminationGracePeriodSeconds"], 30);
+    let c = &ps["containers"][0];
+    assert_eq!(c["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(c["terminationMessagePath"], "/dev/termination-log");
+    assert_eq!(c["terminationMessagePolicy"], "File");
+    assert_eq!(c["ports"][0]["protocol"], "TCP");
+    assert_eq!(c["readinessProbe"]["httpGet"]["scheme"], "HTTP");
+    assert_eq!(c["readinessProbe"]["periodSeconds"], 10);
+
+    let svcs: Api<Service> = Api::default_namespaced(client.clone());
+    let s = serde_json::to_value(
+        svcs.create(&PostParams::default(), &service("web"))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(s["spec"]["type"], "ClusterIP");
+    assert_eq!(s["spec"]["sessionAffinity"], "None");
+    assert_eq!(s["spec"]["ipFamilies"], json!(["IPv4"]));
+    assert_eq!(s["spec"]["ipFamilyPolicy"], "SingleStack");
+    assert_eq!(s["spec"]["internalTrafficPolicy"], "Cluster");
+    assert_eq!(s["spec"]["ports"][0]["protocol"], "TCP");
+    assert!(
+        s["spec"]["clusterIP"]
+            .as_str()
+            .unwrap()
+            .starts_with("10.96.")
+    );
+
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})).unwrap();
+    let p = serde_json::to_value(pods.create(&PostParams::default(), &pod).await.unwrap()).unwrap();
+    assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], "Always");
+    assert_eq!(p["spec"]["enableServiceLinks"], true);
+    assert_eq!(p["spec"]["serviceAccountName"], "default");
+    assert_eq!(p["status"]["phase"], "Pending");
+    assert_eq!(p["status"]["qosClass"], "BestEffort");
+
+    let routes = httproute_api(&client);
+    let r = serde_json::to_value(
+        routes
+            .create(&PostParams::default(), &httproute("r"))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        r["spec"]["parentRefs"][0],
+        json!({"name": "gw", "group": "gateway.networking.k8s.io", "kind": "Gateway"})
+    );
+    assert_eq!(
+        r["spec"]["rules"][0]["matches"][0]["path"],
+        json!({"type": "PathPrefix", "value": "/v1"})
+    );
+    assert_eq!(
+        r["spec"]["rules"][0]["backendRefs"][0],
+        json!({"name": "svc", "port": 80, "group": "", "kind": "Service", "weight": 1})
+    );
+}
+
+#[tokio::test]
+async fn validation_errors_name_the_field() {
+    let (_emu, client) = start().await;
+    let deps: Api<Deployment> = Api::default_namespaced(client.clone());
+    let mut bad = deployment("bad", "img:1");
+    bad.spec
+        .as_mut()
+        .unwrap()
+        .template
+        .metadata
+        .as_mut()
+        .unwrap()
+        .labels = Some([("app".into(), "other".into())].into());
+    let err = api_err(deps.create(&PostParams::default(), &bad).await.unwrap_err());
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    let causes = &err.details.as_ref().unwrap().causes;
+    assert_eq!(causes[0].field, "spec.template.metadata.labels");
+    assert!(
+        err.message
+            .contains("`selector` does not match template `labels`"),
+        "{}",
+        err.message
+    );
+
+    let mut no_image = deployment("noimage", "");
+    no_image
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .image = None;
+    let err = api_err(
+        deps.create(&PostParams::default(), &no_image)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        err.details.as_ref().unwrap().causes[0].field,
+        "spec.template.spec.containers[0].image"
+    );
+
+    // Selector is immutable.
+    deps.create(&PostParams::default(), &deployment("web", "img:1"))
+        .await
+        .unwrap();
+    let patch = json!({"spec": {"selector": {"matchLabels": {"app": "web", "x": "y"}}, "template": {"metadata": {"labels": {"x": "y"}}}}});
+    let err = api_err(
+        deps.patch("web", &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 422);
+    assert!(
+        err.details
+            .as_ref()
+            .unwrap()
+            .causes
+            .iter()
+            .any(|c| c.field == "spec.selector" && c.message.contains("field is immutable"))
+    );
+
+    // Service names must be DNS-1035 labels; ports in range; port names unique.
+    let svcs: Api<Service> = Api::default_namespaced(client.clone());
+    let err = api_err(
+        svcs.create(&PostParams::default(), &service("1web"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        err.details.as_ref().unwrap().causes[0].field,
+        "metadata.name"
+    );
+    let s: Service = serde_json::from_value(json!({"metadata": {"name": "s"}, "spec": {"ports": [
+        {"name": "a", "port": 70000}, {"name": "a", "port": 80}]}}))
+    .unwrap();
+    let err = api_err(svcs.create(&PostParams::default(), &s).await.unwrap_err());
+    let fields: Vec<&str> = err
+        .details
+        .as_ref()
+        .unwrap()
+        .causes
+        .iter()
+        .map(|c| c.field.as_str())
+        .collect();
+    assert!(
+        fields.contains(&"spec.ports[0].port") && fields.contains(&"spec.ports[1].name"),
+        "{fields:?}"
+    );
+
+    // Bad label values.
+    let err = api_err(
+        Api::<ConfigMap>::default_namespaced(client.clone())
+            .create(&PostParams::default(), &cm("l", json!({"k": "-bad-"})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        err.details.as_ref().unwrap().causes[0].field,
+        "metadata.labels"
+    );
+
+    // Duplicate container port names.
+    let mut dup = deployment("dup", "img:1");
+    let c = &mut dup
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0];
+    c.ports
+        .as_mut()
+        .unwrap()
+        .push(serde_json::from_value(json!({"name": "http", "containerPort": 9000})).unwrap());
+    let err = api_err(deps.create(&PostParams::default(), &dup).await.unwrap_err());
+    assert_eq!(
+        err.details.as_ref().unwrap().causes[0].field,
+        "spec.template.spec.containers[0].ports[1].name"
+    );
+}
+
+#[tokio::test]
+async fn patches_merge_json_strategic() {
+    let (_emu, client) = start().await;
+    let deps: Api<Deployment> = Api::default_namespaced(client.clone());
+    deps.create(&PostParams::default(), &deployment("web", "img:1"))
+        .await
+        .unwrap();
+    let pp = PatchParams::default();
+
+    // Strategic: containers and env merge by name.
+    let sp = json!({"spec": {"template": {"spec": {"containers": [{"name": "server", "env": [{"name": "EXTRA", "value": "1"}]}]}}}});
+    let d = deps.patch("web", &pp, &Patch::Strategic(sp)).await.unwrap();
+    let c = &d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(c.image.as_deref(), Some("img:1"));
+    assert_eq!(c.env.as_ref().unwrap().len(), 2);
+    assert_eq!(d.metadata.generation, Some(2));
+
+    // Merge patch replaces lists.
+    let mp = json!({"spec": {"template": {"spec": {"containers": [{"name": "other", "image": "img:2"}]}}}});
+    let d = deps.patch("web", &pp, &Patch::Merge(mp)).await.unwrap();
+    let cs = &d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers;
+    assert_eq!(cs.len(), 1);
+    assert_eq!(cs[0].name, "other");
+
+    // JSON patch.
+    let req = http::Request::patch("/apis/apps/v1/namespaces/default/deployments/web")
+        .header("content-type", "application/json-patch+json")
+        .body(
+            serde_json::to_vec(&json!([{"op": "replace", "path": "/spec/replicas", "value": 5}]))
+                .unwrap(),
+        )
+        .unwrap();
+    let d: Deployment = client.request(req).await.unwrap();
+    assert_eq!(d.spec.unwrap().replicas, Some(5));
+
+    // Strategic merge on a custom resource: 415 like the real server.
+    let routes = httproute_api(&client);
+    routes
+        .create(&PostParams::default(), &httproute("r"))
+        .await
+        .unwrap();
+    let err = api_err(
+        routes
+            .patch("r", &pp, &Patch::Strategic(json!({"spec": {}})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (err.code, err.reason.as_str()),
+        (415, "UnsupportedMediaType")
+    );
+}
+
+#[tokio::test]
+async fn status_subresource_isolation_and_generation() {
+    let (_emu, client) = start().await;
+    let deps: Api<Deployment> = Api::default_namespaced(client.clone());
+    deps.create(&PostParams::default(), &deployment("web", "img:1"))
+        .await
+        .unwrap();
+    let pp = PatchParams::default();
+    // Status through the main endpoint is ignored.
+    let d = deps
+        .patch(
+            "web",
+            &pp,
+            &Patch::Merge(json!({"status": {"replicas": 7}})),
+        )
+        .await
+        .unwrap();
+    assert!(d.status.is_none_or(|s| s.replicas.is_none()));
+    // Spec through /status is ignored; status lands; generation is not bumped.
+    let d = deps
+        .patch_status("web", &pp, &Patch::Merge(json!({"spec": {"replicas": 9}, "status": {"replicas": 2, "observedGeneration": 1}})))
+        .await
+        .unwrap();
+    assert_eq!(d.spec.as_ref().unwrap().replicas, Some(2));
+    assert_eq!(d.status.as_ref().unwrap().replicas, Some(2));
+    assert_eq!(d.metadata.generation, Some(1));
+    // Annotations bump a Deployment's generation.
+    let d = deps
+        .patch(
+            "web",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"annotations": {"a": "b"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.metadata.generation, Some(2));
+    // Labels do not.
+    let d = deps
+        .patch(
+            "web",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"labels": {"l": "v"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.metadata.generation, Some(2));
+}
+
+#[tokio::test]
+async fn server_side_apply_is_idempotent_for_modelplane_objects() {
+    let (emu, client) = start().await;
+    let pp = PatchParams::apply("modelplane");
+    let deps: Api<Deployment> = Api::default_namespaced(client.clone());
+    let svcs: Api<Service> = Api::default_namespaced(client.clone());
+    let routes = httproute_api(&client);
+
+    let d1 = deps
+        .patch("web", &pp, &Patch::Apply(deployment("web", "img:1")))
+        .await
+        .unwrap();
+    let s1 = svcs
+        .patch("web", &pp, &Patch::Apply(service("web")))
+        .await
+        .unwrap();
+    let r1 = routes
+        .patch("r", &pp, &Patch::Apply(httproute("r")))
+        .await
+        .unwrap();
+    let writes_before = emu.store().lock().current_rv();
+    let d2 = deps
+        .patch("web", &pp, &Patch::Apply(deployment("web", "img:1")))
+        .await
+        .unwrap();
+    let s2 = svcs
+        .patch("web", &pp, &Patch::Apply(service("web")))
+        .await
+        .unwrap();
+    let r2 = routes
+        .patch("r", &pp, &Patch::Apply(httproute("r")))
+        .await
+        .unwrap();
+    assert_eq!(d1.metadata.resource_version, d2.metadata.resource_version);
+    assert_eq!(s1.metadata.resource_version, s2.metadata.resource_version);
+    assert_eq!(r1.metadata.resource_version, r2.metadata.resource_version);
+    assert_eq!(
+        emu.store().lock().current_rv(),
+        writes_before,
+        "a no-op apply writes nothing"
+    );
+
+    let mf = d2.metadata.managed_fields.unwrap();
+    assert_eq!(mf.len(), 1);
+    assert_eq!(mf[0].manager.as_deref(), Some("modelplane"));
+    assert_eq!(mf[0].operation.as_deref(), Some("Apply"));
+    let fields = serde_json::to_value(&mf[0].fields_v1).unwrap();
+    assert!(fields["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"server\"}"]["f:image"].is_object(), "{fields}");
+
+    // Apply with missing kind is a 400.
+    let err = api_err(
+        deps.patch(
+            "web",
+            &pp,
+            &Patch::Apply(json!({"apiVersion": "apps/v1", "metadata": {"name": "web"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(err.code, 400);
+}
+
+#[tokio::test]
+async fn server_side_apply_removal_and_conflicts() {
+    let (_emu, client) = start().await;
+    let deps: Api<Deployment> = Api::default_namespaced(client.clone());
+    let a = PatchParams::apply("alpha");
+    let b = PatchParams::apply("beta");
+
+    let mut d = deployment("web", "img:1");
+    d.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("extra".into(), "yes".into());
+    deps.patch("web", &a, &Patch::Apply(&d)).await.unwrap();
+    // Dropping the label from the applied config removes it.
+    let applied = deps
+        .patch("web", &a, &Patch::Apply(deployment("web", "img:1")))
+        .await
+        .unwrap();
+    assert!(!applied.metadata.labels.unwrap().contains_key("extra"));
+
+    // Another manager changing an owned field conflicts without force...
+    let other = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {"replicas": 5}});
+    let err = api_err(
+        deps.patch("web", &b, &Patch::Apply(&other))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+    let causes = &err.details.as_ref().unwrap().causes;
+    assert_eq!(causes.len(), 1);
+    assert_eq!(causes[0].reason, "FieldManagerConflict");
+    assert_eq!(causes[0].field, ".spec.replicas");
+    // ...and takes ownership with force.
+    let forced = deps
+        .patch("web", &b.clone().force(), &Patch::Apply(&other))
+        .await
+        .unwrap();
+    assert_eq!(forced.spec.as_ref().unwrap().replicas, Some(5));
+    let mf = forced.metadata.managed_fields.unwrap();
+    let beta = mf
+        .iter()
+        .find(|m| m.manager.as_deref() == Some("beta"))
+        .unwrap();
+    assert!(serde_json::to_value(&beta.fields_v1).unwrap()["f:spec"]["f:replicas"].is_object());
+    let alpha = mf
+        .iter()
+        .find(|m| m.manager.as_deref() == Some("alpha"))
+        .unwrap();
+    assert!(
+        serde_json::to_value(&alpha.fields_v1).unwrap()["f:spec"]
+            .get("f:replicas")
+            .is_none()
+    );
+
+    // alpha no longer owns replicas, so its next apply (still at 2) conflicts with beta.
+    let err = api_err(
+        deps.patch("web", &a, &Patch::Apply(deployment("web", "img:1")))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 409);
+
+    // An Update by another manager takes fields silently.
+    let d = deps
+        .patch(
+            "web",
+            &PatchParams {
+                field_manager: Some("editor".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    let editor = d
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .find(|m| m.manager.as_deref() == Some("editor"))
+        .unwrap();
+    assert_eq!(editor.operation.as_deref(), Some("Update"));
+
+    // fieldValidation=Strict rejects unknown fields.
+    let unknown = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "bogus": 1});
+    let err = api_err(
+        deps.patch(
+            "web",
+            &PatchParams::apply("alpha").validation_strict(),
+            &Patch::Apply(&unknown),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(err.code, 400);
+    assert!(
+        err.message.contains("unknown field \"bogus\""),
+        "{}",
+        err.message
+    );
+}
+
+#[tokio::test]
+async fn garbage_collection_and_finalizers() {
+    let (_emu, client) = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let owner_ref = |o: &ConfigMap, block: bool| json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": o.metadata.name, "uid": o.metadata.uid, "blockOwnerDeletion": block}]);
+    let make_child = |name: &str, owner: &ConfigMap, block: bool, finalizers: Value| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": owner_ref(owner, block), "finalizers": finalizers}})).unwrap()
+    };
+    let exists = |name: &'static str| {
+        let cms = cms.clone();
+        async move { cms.get_opt(name).await.unwrap().is_some() }
+    };
+
+    // Background: owner goes at once, dependent soon after.
+    let owner = cms
+        .create(&PostParams::default(), &cm("bg-owner", json!({})))
+        .await
+        .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &make_child("bg-child", &owner, false, json!([])),
+    )
+    .await
+    .unwrap();
+    cms.delete("bg-owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    assert!(!exists("bg-owner").await);
+    wait_until("background dependent deleted", || async {
+        !exists("bg-child").await
+    })
+    .await;
+
+    // Orphan: dependent stays without the owner reference.
+    let owner = cms
+        .create(&PostParams::default(), &cm("or-owner", json!({})))
+        .await
+        .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &make_child("or-child", &owner, false, json!([])),
+    )
+    .await
+    .unwrap();
+    cms.delete("or-owner", &DeleteParams::orphan())
+        .await
+        .unwrap();
+    wait_until("orphaning owner deleted", || async {
+        !exists("or-owner").await
+    })
+    .await;
+    let child = cms.get("or-child").await.unwrap();
+    assert!(child.metadata.owner_references.is_none_or(|r| r.is_empty()));
+
+    // Foreground: the owner waits (deletionTimestamp + foregroundDeletion) for a blocking
+    // dependent held by a finalizer, and goes once the finalizer is removed.
+    let owner = cms
+        .create(&PostParams::default(), &cm("fg-owner", json!({})))
+        .await
+        .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &make_child("fg-child", &owner, true, json!(["example.com/hold"])),
+    )
+    .await
+    .unwrap();
+    cms.delete("fg-owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    wait_until("dependent marked for deletion", || async {
+        cms.get("fg-child")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    })
+    .await;
+    let o = cms.get("fg-owner").await.unwrap();
+    assert!(o.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        o.metadata.finalizers.as_deref(),
+        Some(&["foregroundDeletion".to_string()][..])
+    );
+    cms.patch(
+        "fg-child",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    wait_until("foreground owner deleted", || async {
+        !exists("fg-owner").await && !exists("fg-child").await
+    })
+    .await;
+
+    // Finalizers hold a plain delete; new finalizers cannot be added while deleting.
+    let held: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "held", "finalizers": ["example.com/x"]}}),
+    )
+    .unwrap();
+    cms.create(&PostParams::default(), &held).await.unwrap();
+    cms.delete("held", &DeleteParams::default()).await.unwrap();
+    assert!(
+        cms.get("held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    let err = api_err(
+        cms.patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/x", "example.com/y"]}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(err.code, 422);
+    cms.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": []}})),
+    )
+    .await
+    .unwrap();
+    assert!(!exists("held").await);
+}
+
+#[tokio::test]
+async fn namespaces_delete_their_contents() {
+    let (_emu, client) = start().await;
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap();
+    let created = nss.create(&PostParams::default(), &ns).await.unwrap();
+    assert_eq!(created.status.unwrap().phase.as_deref(), Some("Active"));
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
+    cms.create(&PostParams::default(), &cm("c", json!({})))
+        .await
+        .unwrap();
+    nss.delete("team", &DeleteParams::default()).await.unwrap();
+    wait_until("namespace gone", || async {
+        nss.get_opt("team").await.unwrap().is_none()
+    })
+    .await;
+    let all: Api<ConfigMap> = Api::all(client.clone());
+    assert!(
+        all.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn optional_api_groups_can_be_switched_off() {
+    let (_emu, client) =
+        start_with(Emulator::builder().gateway_api(false).inference_api(false)).await;
+    let routes = httproute_api(&client);
+    let err = api_err(routes.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!(err.code, 404);
+    let groups = client.list_api_groups().await.unwrap();
+    assert!(
+        groups
+            .groups
+            .iter()
+            .all(|g| g.name != "gateway.networking.k8s.io"
+                && g.name != "inference.networking.k8s.io")
+    );
+    // Discovery still works for the rest.
+    let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
+    assert!(discovery.has_group("apps"));
+    assert!(!discovery.has_group("gateway.networking.k8s.io"));
+}
+
+#[tokio::test]
+async fn request_log_counts_writes() {
+    let (emu, client) = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    emu.requests().clear();
+    cms.patch(
+        "x",
+        &PatchParams::apply("mp"),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})),
+    )
+    .await
+    .unwrap();
+    let log = emu.requests().snapshot();
+    assert_eq!(log.len(), 1);
+    assert_eq!(
+        (
+            log[0].method.as_str(),
+            log[0].field_manager.as_deref(),
+            log[0].status
+        ),
+        ("PATCH", Some("mp"), 201)
+    );
+}
