@@ -51,12 +51,13 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         metrics,
     };
     let app = api::router(state, &config.http);
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| StartupError::Listen {
-            addr: config.listen,
-            source,
-        })?;
+    let listener =
+        TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| StartupError::Listen {
+                addr: config.listen,
+                source,
+            })?;
     let addr = listener.local_addr().map_err(StartupError::Serve)?;
     tracing::info!(%addr, "modelplane API listening: REST at http://{addr}/api/v1, reference at http://{addr}/api/docs");
     axum::serve(listener, app)

@@ -8,7 +8,10 @@ use crate::config::{LogConfig, LogFormat};
 /// Installs the global tracing subscriber.
 pub fn init_tracing(config: &LogConfig) {
     let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|err| {
-        eprintln!("invalid MODELPLANE_LOG `{}` ({err}); using `info`", config.log);
+        eprintln!(
+            "invalid MODELPLANE_LOG `{}` ({err}); using `info`",
+            config.log
+        );
         EnvFilter::new("info")
     });
     let builder = tracing_subscriber::fmt()
@@ -16,7 +19,11 @@ pub fn init_tracing(config: &LogConfig) {
         .with_writer(std::io::stderr);
     match config.log_format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init(),
     }
 }
 

@@ -79,14 +79,38 @@ impl From<FieldErrors> for ApiError {
 impl ApiError {
     fn parts(&self) -> (StatusCode, &'static str, &'static str) {
         match self {
-            Self::MalformedBody(_) => (StatusCode::BAD_REQUEST, "malformed-body", "Malformed request body"),
-            Self::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid-input", "Invalid input"),
+            Self::MalformedBody(_) => (
+                StatusCode::BAD_REQUEST,
+                "malformed-body",
+                "Malformed request body",
+            ),
+            Self::Invalid(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-input",
+                "Invalid input",
+            ),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             Self::Conflict { .. } => (StatusCode::CONFLICT, "conflict", "Conflict"),
-            Self::PreconditionFailed(_) => (StatusCode::PRECONDITION_FAILED, "precondition-failed", "Precondition failed"),
-            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large"),
-            Self::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", "Unsupported media type"),
-            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal server error"),
+            Self::PreconditionFailed(_) => (
+                StatusCode::PRECONDITION_FAILED,
+                "precondition-failed",
+                "Precondition failed",
+            ),
+            Self::PayloadTooLarge(_) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "Payload too large",
+            ),
+            Self::UnsupportedMediaType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
+            ),
+            Self::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal server error",
+            ),
         }
     }
 }

@@ -61,9 +61,8 @@ async fn read_json<S: Send + Sync>(
             ApiError::MalformedBody(format!("could not read the request body: {rejection}"))
         }
     })?;
-    serde_json::from_slice(&bytes).map_err(|err| {
-        ApiError::MalformedBody(format!("the body is not valid JSON: {err}"))
-    })
+    serde_json::from_slice(&bytes)
+        .map_err(|err| ApiError::MalformedBody(format!("the body is not valid JSON: {err}")))
 }
 
 /// Query parameters deserialised into `T`; a bad or unknown parameter is a 422 naming it.
@@ -75,12 +74,18 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         let query = parts.uri.query().unwrap_or("");
         let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
-        serde_path_to_error::deserialize(de).map(Query).map_err(|err| {
-            let path = err.path().to_string();
-            let message = err.into_inner().to_string();
-            let field = if path == "." { "query".to_owned() } else { path };
-            ApiError::Invalid(FieldErrors::single(field, message))
-        })
+        serde_path_to_error::deserialize(de)
+            .map(Query)
+            .map_err(|err| {
+                let path = err.path().to_string();
+                let message = err.into_inner().to_string();
+                let field = if path == "." {
+                    "query".to_owned()
+                } else {
+                    path
+                };
+                ApiError::Invalid(FieldErrors::single(field, message))
+            })
     }
 }
 
@@ -103,14 +108,14 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         let key = header_string(parts, "idempotency-key", "Idempotency-Key")?;
-        if let Some(k) = &key {
-            if k.is_empty() || k.len() > 255 {
-                return Err(FieldErrors::single(
-                    "Idempotency-Key",
-                    "must be 1 to 255 visible ASCII characters",
-                )
-                .into());
-            }
+        if let Some(k) = &key
+            && (k.is_empty() || k.len() > 255)
+        {
+            return Err(FieldErrors::single(
+                "Idempotency-Key",
+                "must be 1 to 255 visible ASCII characters",
+            )
+            .into());
         }
         Ok(Self(key))
     }
@@ -122,8 +127,6 @@ fn header_string(parts: &Parts, name: &str, display: &str) -> Result<Option<Stri
         Some(value) => value
             .to_str()
             .map(|s| Some(s.trim().to_owned()))
-            .map_err(|_| {
-                FieldErrors::single(display, "must be visible ASCII characters").into()
-            }),
+            .map_err(|_| FieldErrors::single(display, "must be visible ASCII characters").into()),
     }
 }

@@ -43,11 +43,20 @@ pub async fn observe(request: Request, next: Next) -> Response {
     );
     let started = Instant::now();
     let mut response = REQUEST_ID
-        .scope(request_id.clone(), next.run(request).instrument(span.clone()))
+        .scope(
+            request_id.clone(),
+            next.run(request).instrument(span.clone()),
+        )
         .await;
     let latency = started.elapsed();
     let status = response.status().as_u16();
-    span.in_scope(|| tracing::info!(status, latency_ms = latency.as_millis() as u64, "request finished"));
+    span.in_scope(|| {
+        tracing::info!(
+            status,
+            latency_ms = latency.as_millis() as u64,
+            "request finished"
+        )
+    });
 
     let labels = [
         ("method", method.to_string()),

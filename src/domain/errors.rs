@@ -44,6 +44,11 @@ impl FieldErrors {
         }
     }
 
+    /// Adds every error of `other`.
+    pub fn extend(&mut self, other: FieldErrors) {
+        self.0.extend(other.0);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -87,7 +92,10 @@ pub fn from_json_value<T: serde::de::DeserializeOwned>(
     serde_path_to_error::deserialize(value).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
-        FieldErrors::single(path_or_root(&path), describe_serde_error(&inner.to_string()))
+        FieldErrors::single(
+            path_or_root(&path),
+            describe_serde_error(&inner.to_string()),
+        )
     })
 }
 
@@ -97,12 +105,19 @@ pub fn from_json_slice<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T
     serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
-        FieldErrors::single(path_or_root(&path), describe_serde_error(&inner.to_string()))
+        FieldErrors::single(
+            path_or_root(&path),
+            describe_serde_error(&inner.to_string()),
+        )
     })
 }
 
 fn path_or_root(path: &str) -> String {
-    if path == "." { String::new() } else { path.to_owned() }
+    if path == "." {
+        String::new()
+    } else {
+        path.to_owned()
+    }
 }
 
 /// serde's messages end with " at line 1 column 42", which means nothing to an API client.

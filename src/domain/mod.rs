@@ -17,8 +17,8 @@ pub use names::{
     validate_label_value,
 };
 pub use quantity::Quantity;
+pub use records::{Deployment, Project, Revision, TimelineEvent, entity_tag};
 pub use selector::{LabelRequirement, LabelSelector};
-pub use records::{entity_tag, Deployment, Project, Revision, TimelineEvent};
 pub use spec::{
     CURRENT_SPEC_VERSION, CacheVolume, DeploymentSpec, EngineDefaults, EngineKind, EngineSpec,
     EnvVar, GpuSpec, ModelSource, ModelSpec, ProbeSpec, ResourceSpec, RoutingSpec, SchedulingSpec,

@@ -30,7 +30,10 @@ fn dns1035_label(s: &str, max: usize) -> Result<(), String> {
         return Err("must not be empty".into());
     }
     if s.len() > max {
-        return Err(format!("must be at most {max} characters (got {})", s.len()));
+        return Err(format!(
+            "must be at most {max} characters (got {})",
+            s.len()
+        ));
     }
     if !s.starts_with(|c: char| c.is_ascii_lowercase()) {
         return Err("must start with a lowercase letter".into());
@@ -116,12 +119,12 @@ pub fn validate_label_key(key: &str) -> Result<(), String> {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    if let Some(prefix) = prefix {
-        if !is_dns1123_subdomain(prefix) {
-            return Err(format!(
-                "key `{key}`: the prefix must be a DNS-1123 subdomain"
-            ));
-        }
+    if let Some(prefix) = prefix
+        && !is_dns1123_subdomain(prefix)
+    {
+        return Err(format!(
+            "key `{key}`: the prefix must be a DNS-1123 subdomain"
+        ));
     }
     if name.is_empty() || name.len() > 63 {
         return Err(format!(
@@ -180,7 +183,13 @@ mod tests {
 
     #[test]
     fn system_namespaces_are_refused() {
-        for ns in ["default", "kube-system", "kube-public", "kube-node-lease", "kube-foo"] {
+        for ns in [
+            "default",
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+            "kube-foo",
+        ] {
             assert!(ProjectName::parse(ns).is_err(), "{ns} accepted");
         }
         assert!(ProjectName::parse("team-a").is_ok());

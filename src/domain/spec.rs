@@ -16,8 +16,7 @@ use utoipa::ToSchema;
 
 use super::errors::FieldErrors;
 use super::names::{
-    DeploymentName, is_dns1123_label, is_dns1123_subdomain, validate_label_key,
-    validate_label_value,
+    is_dns1123_label, is_dns1123_subdomain, validate_label_key, validate_label_value,
 };
 use super::quantity::Quantity;
 
@@ -156,6 +155,7 @@ impl EngineKind {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default)]
 pub struct EngineSpec {
     #[serde(default)]
     pub kind: EngineKind,
@@ -174,20 +174,6 @@ pub struct EngineSpec {
     pub max_model_len: Option<i64>,
     #[serde(default)]
     pub tensor_parallel_size: Option<i64>,
-}
-
-impl Default for EngineSpec {
-    fn default() -> Self {
-        Self {
-            kind: EngineKind::default(),
-            image: None,
-            port: None,
-            args: Vec::new(),
-            env: Vec::new(),
-            max_model_len: None,
-            tensor_parallel_size: None,
-        }
-    }
 }
 
 /// An environment variable: a literal `value` or a `secretRef`, not both.
@@ -360,9 +346,9 @@ impl ModelSource {
             "s3" => {
                 let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
                 let bucket_ok = (3..=63).contains(&bucket.len())
-                    && bucket
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+                    && bucket.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-'
+                    });
                 if !bucket_ok {
                     return Err(format!("`{s}`: `{bucket}` is not a valid S3 bucket name"));
                 }
@@ -381,9 +367,10 @@ impl ModelSource {
 impl DeploymentSpec {
     /// Validates a spec deserialised from user input, fills context-free defaults,
     /// and returns every problem with its field path (prefixed `spec.`).
+    /// `served_name_default` is the deployment's name, used when `model.servedName` is unset.
     pub fn parse(
         mut self,
-        name: &DeploymentName,
+        served_name_default: &str,
         limits: &SpecLimits,
     ) -> Result<Self, FieldErrors> {
         let mut errors = FieldErrors::new();
@@ -398,7 +385,7 @@ impl DeploymentSpec {
         self.replicas.get_or_insert(1);
         self.engine.port.get_or_insert(DEFAULT_PORT);
         if self.model.served_name.is_none() {
-            self.model.served_name = Some(name.as_str().to_owned());
+            self.model.served_name = Some(served_name_default.to_owned());
         }
 
         self.validate_model(&mut errors);
@@ -432,27 +419,25 @@ impl DeploymentSpec {
 
     fn validate_model(&self, errors: &mut FieldErrors) {
         errors.check("spec.model.source", ModelSource::parse(&self.model.source));
-        if let Some(served) = &self.model.served_name {
-            if served.is_empty()
+        if let Some(served) = &self.model.served_name
+            && (served.is_empty()
                 || served.len() > 256
-                || served.chars().any(|c| c.is_whitespace() || c.is_control())
-            {
-                errors.push(
-                    "spec.model.servedName",
-                    "must be 1 to 256 characters without whitespace",
-                );
-            }
+                || served.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            errors.push(
+                "spec.model.servedName",
+                "must be 1 to 256 characters without whitespace",
+            );
         }
-        if let Some(rev) = &self.model.revision {
-            if rev.is_empty()
+        if let Some(rev) = &self.model.revision
+            && (rev.is_empty()
                 || rev.len() > 255
-                || rev.chars().any(|c| c.is_whitespace() || c.is_control())
-            {
-                errors.push(
-                    "spec.model.revision",
-                    "must be 1 to 255 characters without whitespace",
-                );
-            }
+                || rev.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            errors.push(
+                "spec.model.revision",
+                "must be 1 to 255 characters without whitespace",
+            );
         }
         if let Some(secret) = &self.model.secret_ref {
             validate_secret_ref(errors, "spec.model.secretRef", secret);
@@ -461,18 +446,20 @@ impl DeploymentSpec {
 
     fn validate_engine(&self, errors: &mut FieldErrors) {
         let engine = &self.engine;
-        if let Some(image) = &engine.image {
-            if !IMAGE_REFERENCE.is_match(image) {
-                errors.push(
-                    "spec.engine.image",
-                    format!("`{image}` is not a valid image reference (e.g. `vllm/vllm-openai:v0.11.0`)"),
-                );
-            }
+        if let Some(image) = &engine.image
+            && !IMAGE_REFERENCE.is_match(image)
+        {
+            errors.push(
+                "spec.engine.image",
+                format!(
+                    "`{image}` is not a valid image reference (e.g. `vllm/vllm-openai:v0.11.0`)"
+                ),
+            );
         }
-        if let Some(port) = engine.port {
-            if !(1..=65535).contains(&port) {
-                errors.push("spec.engine.port", "must be between 1 and 65535");
-            }
+        if let Some(port) = engine.port
+            && !(1..=65535).contains(&port)
+        {
+            errors.push("spec.engine.port", "must be between 1 and 65535");
         }
         for (i, arg) in engine.args.iter().enumerate() {
             if arg.len() > 4096 || arg.contains('\0') {
@@ -491,31 +478,33 @@ impl DeploymentSpec {
                     format!("`{}` is not a valid environment variable name (letters, digits, '_', '-', '.'; not starting with a digit)", var.name),
                 );
             } else if !seen.insert(var.name.as_str()) {
-                errors.push(format!("{path}.name"), format!("`{}` is set twice", var.name));
+                errors.push(
+                    format!("{path}.name"),
+                    format!("`{}` is set twice", var.name),
+                );
             }
             match (&var.value, &var.secret_ref) {
-                (Some(_), Some(_)) => errors.push(
-                    path.clone(),
-                    "set either `value` or `secretRef`, not both",
-                ),
+                (Some(_), Some(_)) => {
+                    errors.push(path.clone(), "set either `value` or `secretRef`, not both")
+                }
                 (None, Some(secret)) => {
                     validate_secret_ref(errors, &format!("{path}.secretRef"), secret)
                 }
                 _ => {}
             }
         }
-        if let Some(len) = engine.max_model_len {
-            if len < 1 {
-                errors.push("spec.engine.maxModelLen", "must be at least 1");
-            }
+        if let Some(len) = engine.max_model_len
+            && len < 1
+        {
+            errors.push("spec.engine.maxModelLen", "must be at least 1");
         }
-        if let Some(tp) = engine.tensor_parallel_size {
-            if !(1..=MAX_TENSOR_PARALLEL).contains(&tp) {
-                errors.push(
-                    "spec.engine.tensorParallelSize",
-                    format!("must be between 1 and {MAX_TENSOR_PARALLEL}"),
-                );
-            }
+        if let Some(tp) = engine.tensor_parallel_size
+            && !(1..=MAX_TENSOR_PARALLEL).contains(&tp)
+        {
+            errors.push(
+                "spec.engine.tensorParallelSize",
+                format!("must be between 1 and {MAX_TENSOR_PARALLEL}"),
+            );
         }
     }
 
@@ -537,14 +526,13 @@ impl DeploymentSpec {
                         "spec.resources.gpu.count",
                         format!("must be between 0 and {MAX_GPUS}"),
                     );
-                }
-                if let Some(tp) = self.engine.tensor_parallel_size {
-                    if count < tp {
-                        errors.push(
-                            "spec.resources.gpu.count",
-                            format!("must be at least spec.engine.tensorParallelSize ({tp})"),
-                        );
-                    }
+                } else if let Some(tp) = self.engine.tensor_parallel_size
+                    && count < tp
+                {
+                    errors.push(
+                        "spec.resources.gpu.count",
+                        format!("must be at least spec.engine.tensorParallelSize ({tp})"),
+                    );
                 }
             }
             if let Some(name) = &gpu.resource_name {
@@ -579,18 +567,21 @@ impl DeploymentSpec {
         for (i, t) in sched.tolerations.iter().enumerate() {
             validate_toleration(errors, &format!("spec.scheduling.tolerations[{i}]"), t);
         }
-        if let Some(name) = &sched.scheduler_name {
-            if !is_dns1123_subdomain(name) {
-                errors.push("spec.scheduling.schedulerName", "must be a DNS-1123 subdomain");
-            }
+        if let Some(name) = &sched.scheduler_name
+            && !is_dns1123_subdomain(name)
+        {
+            errors.push(
+                "spec.scheduling.schedulerName",
+                "must be a DNS-1123 subdomain",
+            );
         }
-        if let Some(name) = &sched.priority_class_name {
-            if !is_dns1123_subdomain(name) {
-                errors.push(
-                    "spec.scheduling.priorityClassName",
-                    "must be a DNS-1123 subdomain",
-                );
-            }
+        if let Some(name) = &sched.priority_class_name
+            && !is_dns1123_subdomain(name)
+        {
+            errors.push(
+                "spec.scheduling.priorityClassName",
+                "must be a DNS-1123 subdomain",
+            );
         }
     }
 
@@ -616,7 +607,10 @@ impl DeploymentSpec {
     fn validate_routing(&self, errors: &mut FieldErrors) {
         let routing = &self.routing;
         if let Some(gateway) = &routing.gateway {
-            errors.check("spec.routing.gateway", parse_gateway_ref(gateway).map(|_| ()));
+            errors.check(
+                "spec.routing.gateway",
+                parse_gateway_ref(gateway).map(|_| ()),
+            );
         }
         if let Some(host) = &routing.hostname {
             let plain = host.strip_prefix("*.").unwrap_or(host);
@@ -644,21 +638,21 @@ impl DeploymentSpec {
     }
 
     fn validate_probes(&self, errors: &mut FieldErrors) {
-        if let Some(secs) = self.probes.startup_timeout_seconds {
-            if !(1..=MAX_STARTUP_SECONDS).contains(&secs) {
-                errors.push(
-                    "spec.probes.startupTimeoutSeconds",
-                    format!("must be between 1 and {MAX_STARTUP_SECONDS}"),
-                );
-            }
+        if let Some(secs) = self.probes.startup_timeout_seconds
+            && !(1..=MAX_STARTUP_SECONDS).contains(&secs)
+        {
+            errors.push(
+                "spec.probes.startupTimeoutSeconds",
+                format!("must be between 1 and {MAX_STARTUP_SECONDS}"),
+            );
         }
-        if let Some(path) = &self.probes.health_path {
-            if !path.starts_with('/') || path.chars().any(|c| c.is_whitespace()) {
-                errors.push(
-                    "spec.probes.healthPath",
-                    "must start with '/' and contain no whitespace",
-                );
-            }
+        if let Some(path) = &self.probes.health_path
+            && (!path.starts_with('/') || path.chars().any(|c| c.is_whitespace()))
+        {
+            errors.push(
+                "spec.probes.healthPath",
+                "must start with '/' and contain no whitespace",
+            );
         }
     }
 }
@@ -670,10 +664,10 @@ pub fn parse_gateway_ref(s: &str) -> Result<(String, String, Option<String>), St
     match parts.as_slice() {
         [ns, name] | [ns, name, _] if is_dns1123_label(ns) && is_dns1123_subdomain(name) => {
             let section = parts.get(2).map(|s| (*s).to_owned());
-            if let Some(sec) = &section {
-                if !is_dns1123_subdomain(sec) {
-                    return Err(bad());
-                }
+            if let Some(sec) = &section
+                && !is_dns1123_subdomain(sec)
+            {
+                return Err(bad());
             }
             Ok(((*ns).to_owned(), (*name).to_owned(), section))
         }
@@ -727,7 +721,9 @@ fn validate_toleration(errors: &mut FieldErrors, path: &str, t: &Toleration) {
     if !["", "NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
         errors.push(
             format!("{path}.effect"),
-            format!("`{effect}` is not supported; use `NoSchedule`, `PreferNoSchedule` or `NoExecute`"),
+            format!(
+                "`{effect}` is not supported; use `NoSchedule`, `PreferNoSchedule` or `NoExecute`"
+            ),
         );
     }
     if t.toleration_seconds.is_some() && effect != "NoExecute" {
@@ -777,10 +773,7 @@ mod tests {
 
     fn parse(spec: serde_json::Value) -> Result<DeploymentSpec, FieldErrors> {
         let spec: DeploymentSpec = serde_json::from_value(spec).expect("deserialises");
-        spec.parse(
-            &DeploymentName::parse("qwen").unwrap(),
-            &SpecLimits::default(),
-        )
+        spec.parse("qwen", &SpecLimits::default())
     }
 
     fn fields(result: Result<DeploymentSpec, FieldErrors>) -> Vec<String> {
@@ -799,7 +792,10 @@ mod tests {
         assert_eq!(spec.replicas, Some(1));
         assert_eq!(spec.engine.port, Some(8000));
         assert_eq!(spec.model.served_name.as_deref(), Some("qwen"));
-        assert_eq!(spec.engine.image, None, "engine defaults are resolved later");
+        assert_eq!(
+            spec.engine.image, None,
+            "engine defaults are resolved later"
+        );
     }
 
     #[test]
@@ -863,10 +859,16 @@ mod tests {
     #[test]
     fn replicas_respect_the_configured_maximum() {
         let spec: DeploymentSpec =
-            serde_json::from_value(json!({"model": {"source": "hf://a/b"}, "replicas": 5})).unwrap();
-        let name = DeploymentName::parse("qwen").unwrap();
-        assert!(spec.clone().parse(&name, &SpecLimits { max_replicas: 5 }).is_ok());
-        let errors = spec.parse(&name, &SpecLimits { max_replicas: 4 }).unwrap_err();
+            serde_json::from_value(json!({"model": {"source": "hf://a/b"}, "replicas": 5}))
+                .unwrap();
+        assert!(
+            spec.clone()
+                .parse("qwen", &SpecLimits { max_replicas: 5 })
+                .is_ok()
+        );
+        let errors = spec
+            .parse("qwen", &SpecLimits { max_replicas: 4 })
+            .unwrap_err();
         assert_eq!(errors.as_slice()[0].field, "spec.replicas");
     }
 

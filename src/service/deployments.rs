@@ -15,8 +15,8 @@ use super::diff::changed_paths;
 use super::projects::{get_project, parse_uuid_cursor};
 use super::{Actor, Context, Page, ServiceError, cursor, page_size};
 use crate::domain::{
-    Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, FieldErrors, LabelSelector, entity_tag,
-    Phase, Project, Revision, TimelineEvent, from_json_value,
+    Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, FieldErrors, LabelSelector,
+    Phase, Project, Revision, TimelineEvent, entity_tag, from_json_value,
 };
 use crate::store;
 use crate::store::deployments::{DeploymentFilter, DeploymentRow};
@@ -83,9 +83,12 @@ pub struct Created {
 /// What a spec-changing request asks for.
 enum SpecChange {
     MergePatch(serde_json::Value),
-    Replace(DeploymentSpec),
+    Replace(Box<DeploymentSpec>),
     Scale(i64),
-    Rollback { revision: i64, replicas: Option<i64> },
+    Rollback {
+        revision: i64,
+        replicas: Option<i64>,
+    },
 }
 
 #[instrument(skip(ctx, actor, request, idempotency_key), fields(project, deployment = %request.name))]
@@ -101,17 +104,12 @@ pub async fn create_deployment(
 
     let mut errors = FieldErrors::new();
     let name = errors.check("name", DeploymentName::parse(&request.name));
-    let spec = match &name {
-        Some(name) => match request.spec.parse(name, &ctx.limits) {
-            Ok(spec) => Some(spec),
-            Err(spec_errors) => {
-                for e in spec_errors.into_vec() {
-                    errors.push(e.field, e.message);
-                }
-                None
-            }
-        },
-        None => None,
+    let spec = match request.spec.parse(&request.name, &ctx.limits) {
+        Ok(spec) => Some(spec),
+        Err(spec_errors) => {
+            errors.extend(spec_errors);
+            None
+        }
     };
     let (name, spec) = errors.finish(|| (name.unwrap(), spec.unwrap()))?;
 
@@ -225,7 +223,10 @@ async fn name_taken(ctx: &Context, project: &Project, name: &str) -> ServiceErro
     let message = if deleting {
         format!("deployment `{name}` is being deleted; the name is free again once it is gone")
     } else {
-        format!("deployment `{name}` already exists in project `{}`", project.name)
+        format!(
+            "deployment `{name}` already exists in project `{}`",
+            project.name
+        )
     };
     ServiceError::conflict(Some("name"), message)
 }
@@ -280,9 +281,7 @@ pub async fn list_deployments(
     let limit = match page_size(query.limit) {
         Ok(limit) => limit,
         Err(ServiceError::Invalid(e)) => {
-            for e in e.into_vec() {
-                errors.push(e.field, e.message);
-            }
+            errors.extend(e);
             0
         }
         Err(other) => return Err(other),
@@ -295,9 +294,7 @@ pub async fn list_deployments(
         Some(c) => match cursor::decode(c, &filters).and_then(|k| parse_uuid_cursor(&k)) {
             Ok(id) => Some(id),
             Err(e) => {
-                for e in e.into_vec() {
-                    errors.push(e.field, e.message);
-                }
+                errors.extend(e);
                 None
             }
         },
@@ -336,7 +333,15 @@ pub async fn patch_deployment(
     if !patch.is_object() {
         return Err(FieldErrors::single("", "a merge patch must be a JSON object").into());
     }
-    change_spec(ctx, actor, project, name, if_match, SpecChange::MergePatch(patch)).await
+    change_spec(
+        ctx,
+        actor,
+        project,
+        name,
+        if_match,
+        SpecChange::MergePatch(patch),
+    )
+    .await
 }
 
 pub async fn replace_deployment(
@@ -347,7 +352,15 @@ pub async fn replace_deployment(
     request: ReplaceDeployment,
     if_match: Option<&str>,
 ) -> Result<Deployment, ServiceError> {
-    change_spec(ctx, actor, project, name, if_match, SpecChange::Replace(request.spec)).await
+    change_spec(
+        ctx,
+        actor,
+        project,
+        name,
+        if_match,
+        SpecChange::Replace(Box::new(request.spec)),
+    )
+    .await
 }
 
 pub async fn scale_deployment(
@@ -358,7 +371,15 @@ pub async fn scale_deployment(
     request: ScaleDeployment,
     if_match: Option<&str>,
 ) -> Result<Deployment, ServiceError> {
-    change_spec(ctx, actor, project, name, if_match, SpecChange::Scale(request.replicas)).await
+    change_spec(
+        ctx,
+        actor,
+        project,
+        name,
+        if_match,
+        SpecChange::Scale(request.replicas),
+    )
+    .await
 }
 
 pub async fn rollback_deployment(
@@ -424,17 +445,15 @@ async fn compute_spec(
     row: &DeploymentRow,
     change: SpecChange,
 ) -> Result<(DeploymentSpec, String, &'static str), ServiceError> {
-    let name = DeploymentName::parse(&row.name).expect("stored names are valid");
-    let parse = |spec: DeploymentSpec| spec.parse(&name, &ctx.limits);
+    let parse = |spec: DeploymentSpec| spec.parse(&row.name, &ctx.limits);
     Ok(match change {
         SpecChange::MergePatch(patch) => {
-            let mut document =
-                serde_json::json!({ "spec": serde_json::to_value(&row.spec.0).expect("spec serialises") });
+            let mut document = serde_json::json!({ "spec": serde_json::to_value(&row.spec.0).expect("spec serialises") });
             json_patch::merge(&mut document, &patch);
             let request: ReplaceDeployment = from_json_value(document)?;
             (parse(request.spec)?, "updated".into(), "SpecChanged")
         }
-        SpecChange::Replace(spec) => (parse(spec)?, "replaced".into(), "SpecChanged"),
+        SpecChange::Replace(spec) => (parse(*spec)?, "replaced".into(), "SpecChanged"),
         SpecChange::Scale(replicas) => {
             let mut spec = row.spec.0.clone();
             spec.replicas = Some(replicas);
@@ -463,7 +482,11 @@ async fn compute_spec(
 fn rename_field(errors: FieldErrors, from: &str, to: &str) -> FieldErrors {
     let mut out = FieldErrors::new();
     for e in errors.into_vec() {
-        let field = if e.field == from { to.to_owned() } else { e.field };
+        let field = if e.field == from {
+            to.to_owned()
+        } else {
+            e.field
+        };
         out.push(field, e.message);
     }
     out
@@ -482,8 +505,14 @@ pub async fn restart_deployment(
     let mut tx = ctx.pool.begin().await?;
     let row = lock_for_change(&mut tx, &project, name, if_match).await?;
     let updated = store::deployments::set_restart_marker(&mut *tx, row.id).await?;
-    record_event(&mut tx, &updated, "RestartRequested", "restart requested: pods will be replaced", actor)
-        .await?;
+    record_event(
+        &mut tx,
+        &updated,
+        "RestartRequested",
+        "restart requested: pods will be replaced",
+        actor,
+    )
+    .await?;
     store::work_queue::enqueue_reconcile(&mut *tx, row.id).await?;
     tx.commit().await?;
     Ok(updated.into_record(&project.name))
@@ -510,7 +539,14 @@ pub async fn delete_deployment(
         return Ok(row.into_record(&project.name));
     }
     let updated = store::deployments::mark_deployment_deleting(&mut *tx, row.id).await?;
-    record_event(&mut tx, &updated, "DeleteRequested", "delete requested", actor).await?;
+    record_event(
+        &mut tx,
+        &updated,
+        "DeleteRequested",
+        "delete requested",
+        actor,
+    )
+    .await?;
     store::work_queue::enqueue_reconcile(&mut *tx, row.id).await?;
     tx.commit().await?;
     tracing::info!(deployment_id = %updated.id, "deployment delete requested");
@@ -534,7 +570,9 @@ pub async fn list_revisions(
         None => None,
     };
     let rows = store::revisions::list_revisions(&ctx.pool, row.id, before, limit + 1).await?;
-    Ok(cursor::page(rows, limit, &filters, |r| r.revision.to_string()))
+    Ok(cursor::page(rows, limit, &filters, |r| {
+        r.revision.to_string()
+    }))
 }
 
 /// The timeline of a deployment by id: it outlives the deployment.
@@ -557,8 +595,8 @@ pub async fn list_events(
         Some(c) => Some(parse_i64_cursor(&cursor::decode(c, &filters)?)?),
         None => None,
     };
-    let rows = store::events::list_events(&ctx.pool, project.id, deployment_id, after, limit + 1)
-        .await?;
+    let rows =
+        store::events::list_events(&ctx.pool, project.id, deployment_id, after, limit + 1).await?;
     Ok(cursor::page(rows, limit, &filters, |e| e.id.to_string()))
 }
 

@@ -47,7 +47,8 @@ mod tests {
     #[test]
     fn lists_changed_leaves_up_to_the_depth() {
         let old = json!({"replicas": 1, "engine": {"image": "a", "port": 8000}, "labels": {}});
-        let new = json!({"replicas": 2, "engine": {"image": "b", "port": 8000}, "labels": {"x": "y"}});
+        let new =
+            json!({"replicas": 2, "engine": {"image": "b", "port": 8000}, "labels": {"x": "y"}});
         assert_eq!(
             changed_paths(&old, &new, 2),
             vec!["engine.image", "labels.x", "replicas"]

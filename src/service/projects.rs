@@ -21,7 +21,10 @@ pub struct CreateProject {
 }
 
 #[instrument(skip(ctx), fields(project = %request.name))]
-pub async fn create_project(ctx: &Context, request: CreateProject) -> Result<Project, ServiceError> {
+pub async fn create_project(
+    ctx: &Context,
+    request: CreateProject,
+) -> Result<Project, ServiceError> {
     let mut errors = FieldErrors::new();
     let name = errors.check("name", ProjectName::parse(&request.name));
     let namespace = match &request.namespace {

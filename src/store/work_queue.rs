@@ -11,7 +11,10 @@ use uuid::Uuid;
 pub const NOTIFY_CHANNEL: &str = "modelplane_reconcile";
 
 #[instrument(skip(db))]
-pub async fn enqueue_reconcile(db: impl PgExecutor<'_>, deployment_id: Uuid) -> Result<(), sqlx::Error> {
+pub async fn enqueue_reconcile(
+    db: impl PgExecutor<'_>,
+    deployment_id: Uuid,
+) -> Result<(), sqlx::Error> {
     sqlx::query!(
         "with queued as (
              insert into reconcile_work (deployment_id) values ($1)

@@ -360,9 +360,14 @@ pub async fn list_revisions(
     Path((project, name)): Path<(String, String)>,
     Query(page): Query<PageParams>,
 ) -> Result<Json<RevisionList>, ApiError> {
-    let page =
-        service::list_revisions(&state.ctx, &project, &name, page.limit, page.cursor.as_deref())
-            .await?;
+    let page = service::list_revisions(
+        &state.ctx,
+        &project,
+        &name,
+        page.limit,
+        page.cursor.as_deref(),
+    )
+    .await?;
     Ok(Json(RevisionList {
         items: page.items,
         next_cursor: page.next_cursor,

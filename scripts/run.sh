@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs the whole system on this machine: Postgres (found or started), then the
+# modelplane API (which applies migrations on start). Ctrl-C stops everything it started.
+#
+#   ./scripts/run.sh                 # API on http://127.0.0.1:8080
+#   MODELPLANE_LISTEN=0.0.0.0:9000 ./scripts/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/postgres.sh
+
+ensure_postgres modelplane
+ensure_database "$DATABASE_URL"
+
+log "building modelplane"
+SQLX_OFFLINE=true cargo build --quiet --bin modelplane
+
+listen=${MODELPLANE_LISTEN:-127.0.0.1:8080}
+export MODELPLANE_LISTEN=$listen
+base="http://$listen"
+base=${base/0.0.0.0/127.0.0.1}
+
+./target/debug/modelplane serve &
+api_pid=$!
+trap 'kill "$api_pid" 2>/dev/null; wait "$api_pid" 2>/dev/null' EXIT INT TERM
+
+for _ in $(seq 1 100); do
+  if curl -fsS "$base/readyz" >/dev/null 2>&1; then break; fi
+  kill -0 "$api_pid" 2>/dev/null || die "modelplane exited during start-up (see the log above)"
+  sleep 0.2
+done
+curl -fsS "$base/readyz" >/dev/null || die "modelplane did not become ready at $base/readyz"
+
+cat >&2 <<MSG
+
+  modelplane is running.
+    REST API        $base/api/v1/projects
+    API reference   $base/api/docs
+    OpenAPI         $base/api/openapi.json
+    Health          $base/healthz  $base/readyz   Metrics  $base/metrics
+    Database        ${DATABASE_URL}
+
+  Try:  curl -s -X POST $base/api/v1/projects -H 'content-type: application/json' -d '{"name":"team-a"}'
+  Stop: Ctrl-C
+
+MSG
+wait "$api_pid"

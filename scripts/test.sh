@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs every check and test: formatting, clippy, the sqlx offline data, the OpenAPI
+# document, and the whole test suite against a real Postgres (one database per test).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/postgres.sh
+
+ensure_postgres modelplane_test
+ensure_database "$DATABASE_URL"
+
+log "cargo fmt --check"
+cargo fmt --all --check
+
+# Build from the committed .sqlx data, as a clean checkout without a database would.
+export SQLX_OFFLINE=true
+log "cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+log "sqlx offline data (.sqlx) matches the queries"
+ensure_sqlx_cli
+check_db="${DATABASE_URL%/*}/modelplane_sqlx_check"
+ensure_database "$check_db"
+DATABASE_URL=$check_db sqlx migrate run --source migrations >/dev/null
+DATABASE_URL=$check_db SQLX_OFFLINE=false cargo sqlx prepare --workspace --check -- --all-targets --quiet
+
+log "OpenAPI document (openapi/openapi.json) matches the code"
+cargo run --quiet --bin modelplane -- openapi | diff -u openapi/openapi.json - \
+  || die "openapi/openapi.json is stale: run 'cargo run --bin modelplane -- openapi > openapi/openapi.json'"
+
+if [ -x emulator/scripts/install-kubectl.sh ]; then
+  KUBECTL=$(emulator/scripts/install-kubectl.sh)
+  export KUBECTL
+fi
+
+log "tests"
+if command -v cargo-nextest >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast
+else
+  cargo test --workspace --no-fail-fast
+fi

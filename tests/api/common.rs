@@ -1,0 +1,138 @@
+//! A test server: the real router on a random port over a fresh database.
+
+use metrics_exporter_prometheus::PrometheusBuilder;
+use modelplane::api::{self, AppState};
+use modelplane::config::HttpConfig;
+use modelplane::domain::SpecLimits;
+use modelplane::service;
+use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+pub struct TestApp {
+    pub base: String,
+    pub client: Client,
+    pub pool: PgPool,
+}
+
+impl TestApp {
+    pub async fn spawn(pool: PgPool) -> Self {
+        let state = AppState {
+            ctx: service::Context {
+                pool: pool.clone(),
+                limits: SpecLimits { max_replicas: 20 },
+            },
+            metrics: PrometheusBuilder::new().build_recorder().handle(),
+        };
+        let app = api::router(state, &HttpConfig::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self {
+            base: format!("http://{addr}"),
+            client: Client::new(),
+            pool,
+        }
+    }
+
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.client.request(method, format!("{}{path}", self.base))
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.request(Method::GET, path).send().await.unwrap()
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> Response {
+        self.request(Method::POST, path)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn patch(&self, path: &str, body: &Value, if_match: Option<&str>) -> Response {
+        let mut req = self
+            .request(Method::PATCH, path)
+            .header("content-type", "application/merge-patch+json")
+            .body(body.to_string());
+        if let Some(tag) = if_match {
+            req = req.header("if-match", tag);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// Creates project `name` and returns its JSON.
+    pub async fn create_project(&self, name: &str) -> Value {
+        let response = self
+            .post_json("/api/v1/projects", &json!({ "name": name }))
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        response.json().await.unwrap()
+    }
+
+    /// Creates deployment `name` in `project` with [`valid_spec`] and returns the response.
+    pub async fn create_deployment(&self, project: &str, name: &str) -> Response {
+        self.post_json(
+            &format!("/api/v1/projects/{project}/deployments"),
+            &json!({ "name": name, "spec": valid_spec() }),
+        )
+        .await
+    }
+
+    pub async fn count_rows(&self, table: &'static str) -> i64 {
+        // Only ever called with literal table names from the tests.
+        let sql = sqlx::AssertSqlSafe(format!("select count(*) from {table}"));
+        sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap()
+    }
+}
+
+/// A spec that exercises most fields and is valid.
+pub fn valid_spec() -> Value {
+    json!({
+        "model": {"source": "hf://Qwen/Qwen2.5-0.5B-Instruct", "secretRef": {"name": "hf-token", "key": "token"}},
+        "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.11.0", "args": ["--enable-prefix-caching"],
+                   "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "INFO"}], "maxModelLen": 8192, "tensorParallelSize": 1},
+        "replicas": 1,
+        "resources": {"cpu": "4", "memory": "16Gi", "gpu": {"count": 1, "resourceName": "nvidia.com/gpu", "product": "NVIDIA-L4"}, "sharedMemory": "2Gi"},
+        "scheduling": {"nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+        "storage": {"cache": {"sizeLimit": "50Gi"}},
+        "routing": {"pathPrefix": "/team-a/qwen"},
+        "probes": {"startupTimeoutSeconds": 1800, "healthPath": "/health"},
+        "labels": {"team": "nlp"},
+        "annotations": {"example.com/owner": "nlp-team"}
+    })
+}
+
+/// The `field`s of a problem document's `errors`.
+pub fn error_fields(problem: &Value) -> Vec<String> {
+    problem["errors"]
+        .as_array()
+        .map(|errors| {
+            errors
+                .iter()
+                .map(|e| e["field"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Asserts a problem+json response with `status` and returns its body.
+pub async fn expect_problem(response: Response, status: StatusCode) -> Value {
+    assert_eq!(response.status(), status, "unexpected status");
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(content_type, "application/problem+json");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["status"], status.as_u16());
+    assert!(
+        body["type"]
+            .as_str()
+            .unwrap()
+            .starts_with("urn:modelplane:problem:")
+    );
+    assert!(body["title"].is_string() && body["detail"].is_string());
+    body
+}

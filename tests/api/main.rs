@@ -1,0 +1,9 @@
+//! Integration tests of the REST API over HTTP, each against a fresh database.
+
+mod common;
+mod deployments;
+mod errors;
+mod openapi;
+mod paging;
+mod projects;
+mod validation;
