@@ -108,15 +108,21 @@ pub fn resource_list(kinds: &Kinds, group: &str, version: &str) -> Option<Value>
         for sub in k.extra_subresources() {
             let (kind, verbs) = match *sub {
                 "binding" => ("Binding", json!(["create"])),
+                "scale" => ("Scale", json!(["get", "patch", "update"])),
                 _ => (k.kind, json!(["update"])),
             };
-            resources.push(json!({
+            let mut entry = json!({
                 "name": format!("{}/{sub}", k.plural),
                 "singularName": "",
                 "namespaced": k.namespaced,
                 "kind": kind,
                 "verbs": verbs,
-            }));
+            });
+            if *sub == "scale" {
+                entry["group"] = json!("autoscaling");
+                entry["version"] = json!("v1");
+            }
+            resources.push(entry);
         }
     }
     let gv = if group.is_empty() {

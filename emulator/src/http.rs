@@ -345,6 +345,12 @@ fn write_options(query: &HashMap<String, String>, headers: &HeaderMap) -> ApiRes
 }
 
 fn parse_body(body: &Bytes) -> ApiResult<Value> {
+    // Kubernetes protobuf envelopes start with "k8s\0"; only JSON is implemented.
+    if body.starts_with(b"k8s\0") {
+        return Err(ApiError::unsupported_media_type(
+            "application/vnd.kubernetes.protobuf",
+        ));
+    }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("error decoding body: {e}")))
 }
@@ -392,6 +398,16 @@ async fn handle_resource(
             table,
         ),
         (Method::GET, None) => list(store, kind, t.namespace.as_deref(), query, table),
+        (_, Some(name)) if sub == "scale" => scale(
+            store,
+            kind,
+            &ns,
+            name,
+            method.clone(),
+            query,
+            headers,
+            &body,
+        ),
         (Method::GET, Some(name)) => {
             if !sub.is_empty() && sub != "status" {
                 return Err(ApiError::method_not_allowed());
@@ -544,6 +560,104 @@ fn delete_collection(
     }
     let list = list_body(kind, deleted, rv, None, None);
     Ok(json_response(StatusCode::OK, &list, &[]))
+}
+
+/// The autoscaling/v1 Scale view of a Deployment or ReplicaSet.
+fn to_scale(obj: &Value) -> Value {
+    let meta = obj.get("metadata").cloned().unwrap_or_default();
+    let selector = obj
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    let pick = |k: &str| meta.get(k).cloned().unwrap_or(Value::Null);
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": pick("name"), "namespace": pick("namespace"), "uid": pick("uid"),
+            "resourceVersion": pick("resourceVersion"), "creationTimestamp": pick("creationTimestamp"),
+        },
+        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
+        "status": {
+            "replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "selector": selector,
+        },
+    })
+}
+
+/// `deployments/{name}/scale` and `replicasets/{name}/scale`: reads and writes spec.replicas.
+#[allow(clippy::too_many_arguments)]
+fn scale(
+    store: &Store,
+    kind: &'static ResourceKind,
+    ns: &str,
+    name: &str,
+    method: Method,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> ApiResult<Response> {
+    let current = ops::get(store, kind, ns, name)?;
+    let mut scale_obj = to_scale(&current);
+    match method {
+        Method::GET => return Ok(json_response(StatusCode::OK, &scale_obj, &[])),
+        Method::PUT => scale_obj = parse_body(body)?,
+        Method::PATCH => {
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let pt = PatchType::from_content_type(ct)
+                .filter(|p| *p != PatchType::Apply)
+                .ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+            // Scale is a built-in type: strategic merge behaves like a merge patch here.
+            crate::patch::apply_patch(
+                kind,
+                if pt == PatchType::Strategic {
+                    PatchType::Merge
+                } else {
+                    pt
+                },
+                &mut scale_obj,
+                body,
+            )?;
+        }
+        _ => return Err(ApiError::method_not_allowed()),
+    }
+    let replicas = scale_obj
+        .pointer("/spec/replicas")
+        .cloned()
+        .unwrap_or(json!(0));
+    let mut patch = json!({"spec": {"replicas": replicas}});
+    if let Some(rv) = scale_obj
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty())
+    {
+        patch["metadata"] = json!({"resourceVersion": rv});
+    }
+    let opts = write_options(query, headers)?;
+    let r = ops::patch(
+        store,
+        kind,
+        ns,
+        name,
+        "",
+        PatchType::Merge,
+        patch.to_string().as_bytes(),
+        &opts,
+    )?;
+    Ok(json_response(
+        StatusCode::OK,
+        &to_scale(&r.object),
+        &r.warnings,
+    ))
 }
 
 /// `POST pods/{name}/binding`: sets spec.nodeName once.

@@ -105,6 +105,7 @@ impl ResourceKind {
         match (self.group, self.plural) {
             ("", "pods") => &["binding"],
             ("", "namespaces") => &["finalize"],
+            ("apps", "deployments") | ("apps", "replicasets") => &["scale"],
             _ => &[],
         }
     }

@@ -1,0 +1,378 @@
+//! A pinned kubectl (v1.35, see tests/kubectl/package-lock.json and scripts/install-kubectl.sh)
+//! against the emulator, with kubectl's default flags.
+//!
+//! Without kubectl these tests skip with a message, except under `CI=true` where they fail.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use modelplane_emulator::{Emulator, RunningEmulator};
+use serde_json::{Value, json};
+
+fn kubectl_path() -> Option<PathBuf> {
+    let candidate = std::env::var_os("KUBECTL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kubectl/bin/kubectl")
+        });
+    if candidate.is_file() {
+        return Some(candidate);
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    assert!(
+        !ci,
+        "kubectl not found at {} (CI=true): run emulator/scripts/install-kubectl.sh",
+        candidate.display()
+    );
+    eprintln!(
+        "SKIPPED: kubectl not found at {}; run emulator/scripts/install-kubectl.sh or set KUBECTL",
+        candidate.display()
+    );
+    None
+}
+
+struct Env {
+    emu: RunningEmulator,
+    kubectl: PathBuf,
+    dir: PathBuf,
+}
+
+impl Env {
+    async fn start(kubectl: PathBuf) -> Env {
+        let emu = Emulator::builder().start().await.expect("emulator starts");
+        let dir = std::env::temp_dir().join(format!("emulator-kubectl-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("kubeconfig"), emu.kubeconfig_yaml()).unwrap();
+        Env { emu, kubectl, dir }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.kubectl);
+        c.args(args)
+            .env("KUBECONFIG", self.dir.join("kubeconfig"))
+            .env("HOME", &self.dir)
+            .env_remove("KUBECTL_EXTERNAL_DIFF");
+        c
+    }
+
+    /// Runs kubectl off the async runtime (the emulator serves on it).
+    async fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = self.command(args);
+        let input = stdin.map(String::from);
+        tokio::task::spawn_blocking(move || {
+            cmd.stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            });
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+            let mut child = cmd.spawn().expect("kubectl runs");
+            if let Some(i) = input {
+                use std::io::Write;
+                child.stdin.take().unwrap().write_all(i.as_bytes()).unwrap();
+            }
+            child.wait_with_output().unwrap()
+        })
+        .await
+        .unwrap()
+    }
+
+    async fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.run(args, stdin).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "kubectl {args:?} failed: {stderr}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn rv(&self, kind_plural: &str, group: &str, name: &str) -> String {
+        let kind = self
+            .emu
+            .store()
+            .kinds()
+            .by_resource(group, "v1", kind_plural)
+            .unwrap();
+        let obj = self
+            .emu
+            .store()
+            .get(kind, "default", name)
+            .expect("object exists");
+        obj["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+}
+
+const MANIFEST: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: app
+        image: nginx:1.27
+        ports:
+        - {name: http, containerPort: 80}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  selector: {app: web}
+  ports:
+  - {name: http, port: 80, targetPort: http}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: web
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - backendRefs: [{name: web, port: 80}]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_version_is_within_one_minor() {
+    let Some(k) = kubectl_path() else { return };
+    let env = Env::start(k).await;
+    let out = env.ok(&["version", "-o", "json"], None).await;
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let client: i64 = v["clientVersion"]["minor"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches('+')
+        .parse()
+        .unwrap();
+    let server: i64 = v["serverVersion"]["minor"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (client - server).abs() <= 1,
+        "client {client} server {server}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_server_side_is_idempotent_and_get_yaml_shows_defaults() {
+    let Some(k) = kubectl_path() else { return };
+    let env = Env::start(k).await;
+    let out = env
+        .ok(&["apply", "--server-side", "-f", "-"], Some(MANIFEST))
+        .await;
+    assert!(
+        out.contains("deployment.apps/web serverside-applied"),
+        "{out}"
+    );
+    assert!(
+        out.contains("httproute.gateway.networking.k8s.io/web serverside-applied"),
+        "{out}"
+    );
+    let before = (
+        env.rv("deployments", "apps", "web"),
+        env.rv("services", "", "web"),
+        env.rv("httproutes", "gateway.networking.k8s.io", "web"),
+    );
+    env.ok(&["apply", "--server-side", "-f", "-"], Some(MANIFEST))
+        .await;
+    let after = (
+        env.rv("deployments", "apps", "web"),
+        env.rv("services", "", "web"),
+        env.rv("httproutes", "gateway.networking.k8s.io", "web"),
+    );
+    assert_eq!(
+        before, after,
+        "re-applying the same manifest writes nothing"
+    );
+
+    let yaml = env
+        .ok(&["get", "deployment", "web", "-o", "yaml"], None)
+        .await;
+    for needle in [
+        "imagePullPolicy: IfNotPresent",
+        "terminationMessagePolicy: File",
+        "revisionHistoryLimit: 10",
+        "protocol: TCP",
+    ] {
+        assert!(yaml.contains(needle), "missing {needle} in:\n{yaml}");
+    }
+    let json_out = env
+        .ok(
+            &[
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "json",
+                "--show-managed-fields",
+            ],
+            None,
+        )
+        .await;
+    let d: Value = serde_json::from_str(&json_out).unwrap();
+    assert_eq!(d["metadata"]["managedFields"][0]["manager"], "kubectl");
+    assert_eq!(d["metadata"]["managedFields"][0]["operation"], "Apply");
+
+    // Tables: the default `kubectl get` output.
+    let table = env.ok(&["get", "deploy,svc"], None).await;
+    assert!(
+        table.contains("deployment.apps/web") && table.contains("service/web"),
+        "{table}"
+    );
+
+    // A conflicting apply from another manager is refused without --force-conflicts.
+    let changed = MANIFEST.replace("replicas: 2", "replicas: 4");
+    let out = env
+        .run(
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager",
+                "other",
+                "-f",
+                "-",
+            ],
+            Some(&changed),
+        )
+        .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("conflict") && stderr.contains(".spec.replicas"),
+        "{stderr}"
+    );
+    env.ok(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager",
+            "other",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ],
+        Some(&changed),
+    )
+    .await;
+    let replicas = env
+        .ok(
+            &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"],
+            None,
+        )
+        .await;
+    assert_eq!(replicas, "4");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_watch_and_delete() {
+    let Some(k) = kubectl_path() else { return };
+    let env = Env::start(k).await;
+    env.ok(&["apply", "--server-side", "-f", "-"], Some(MANIFEST))
+        .await;
+
+    // `kubectl get -w` prints the existing objects, then changes as they happen.
+    let cm_kind = env
+        .emu
+        .store()
+        .kinds()
+        .by_resource("", "v1", "configmaps")
+        .unwrap();
+    let opts = modelplane_emulator::ops::WriteOptions {
+        default_manager: "test".into(),
+        ..Default::default()
+    };
+    modelplane_emulator::ops::create(
+        env.emu.store(),
+        cm_kind,
+        "default",
+        json!({"metadata": {"name": "existing"}}),
+        &opts,
+    )
+    .unwrap();
+    let mut watch = env
+        .command(&["get", "configmaps", "-w"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut lines = Vec::new();
+    // The initial list is printed once the watch is being established.
+    while !lines.iter().any(|l: &String| l.starts_with("existing")) {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) => lines.push(l),
+            Err(_) => panic!("kubectl get -w printed no initial list: {lines:?}"),
+        }
+    }
+    modelplane_emulator::ops::create(
+        env.emu.store(),
+        cm_kind,
+        "default",
+        json!({"metadata": {"name": "watched"}}),
+        &opts,
+    )
+    .unwrap();
+    let found = loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(remaining) {
+            Ok(l) if l.starts_with("watched") => break true,
+            Ok(l) => lines.push(l),
+            Err(_) => break false,
+        }
+    };
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(
+        found,
+        "kubectl get -w did not show the new configmap; saw {lines:?}"
+    );
+
+    // `kubectl delete` (background cascade, waits for deletion).
+    let out = env.ok(&["delete", "deployment", "web"], None).await;
+    assert!(out.contains("deleted"), "{out}");
+    let out = env.run(&["get", "deployment", "web"], None).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NotFound"));
+    env.ok(
+        &["delete", "-f", "-"],
+        Some(MANIFEST.split("---").nth(1).unwrap()),
+    )
+    .await;
+
+    // Scale subresource.
+    env.ok(&["apply", "--server-side", "-f", "-"], Some(MANIFEST))
+        .await;
+    env.ok(&["scale", "deployment", "web", "--replicas=3"], None)
+        .await;
+    assert_eq!(
+        env.ok(
+            &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"],
+            None
+        )
+        .await,
+        "3"
+    );
+}
