@@ -462,13 +462,10 @@ async fn handle_resource(
         (Method::DELETE, Some(name)) if sub.is_empty() => {
             let opts = delete_options(query, &body)?;
             let r = ops::delete(store, kind, &ns, name, &opts)?;
-            let code = if r.deleted {
-                StatusCode::OK
-            } else {
-                StatusCode::ACCEPTED
-            };
-            // Kinds whose delete returns a Status rather than the object.
-            if r.deleted && kind.kind == "Event" {
+            // Objects still held by finalizers come back as they are; immediate deletes
+            // answer with the object or a success Status depending on the kind.
+            let code = StatusCode::OK;
+            if r.deleted && !kind.returns_deleted_object() {
                 let uid = meta_str(&r.object, "uid").unwrap_or("").to_string();
                 return Ok(json_response(code, &success_status(kind, name, &uid), &[]));
             }

@@ -100,6 +100,18 @@ impl ResourceKind {
         self.status_subresource
     }
 
+    /// Whether an immediate DELETE answers with the deleted object (the registry's
+    /// `ReturnDeletedObject`) rather than a success Status.
+    pub fn returns_deleted_object(&self) -> bool {
+        matches!(
+            (self.group, self.plural),
+            (
+                "",
+                "pods" | "services" | "serviceaccounts" | "persistentvolumeclaims" | "namespaces"
+            )
+        )
+    }
+
     /// Extra subresources besides `status` (served for these kinds only).
     pub fn extra_subresources(&self) -> &'static [&'static str] {
         match (self.group, self.plural) {
