@@ -51,7 +51,7 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseConfig {
     /// Postgres connection URL, e.g. `postgres://modelplane@127.0.0.1:5432/modelplane`.
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Secret,
     /// Largest number of pooled database connections.
     #[arg(long, env = "MODELPLANE_DB_MAX_CONNECTIONS", default_value_t = 10)]

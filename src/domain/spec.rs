@@ -404,6 +404,9 @@ impl DeploymentSpec {
         self.validate_probes(&mut errors);
         validate_user_map(&mut errors, "spec.labels", &self.labels, true);
         validate_user_map(&mut errors, "spec.annotations", &self.annotations, false);
+        // Postgres cannot store NUL in text or JSONB, and no Kubernetes field wants one.
+        let json = serde_json::to_value(&self).expect("a spec serialises");
+        find_nul_characters(&json, "spec", &mut errors);
         errors.finish(|| self)
     }
 
@@ -731,6 +734,31 @@ fn validate_toleration(errors: &mut FieldErrors, path: &str, t: &Toleration) {
             format!("{path}.tolerationSeconds"),
             "may only be set when effect is `NoExecute`",
         );
+    }
+}
+
+/// Reports every string (value or key) below `value` that contains a NUL character.
+fn find_nul_characters(value: &serde_json::Value, path: &str, errors: &mut FieldErrors) {
+    match value {
+        serde_json::Value::String(s) if s.contains('\0') => {
+            errors.push(path, "must not contain NUL characters");
+        }
+        serde_json::Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                find_nul_characters(item, &format!("{path}[{i}]"), errors);
+            }
+        }
+        serde_json::Value::Object(map) => {
+            for (key, item) in map {
+                let child = format!("{path}.{key}");
+                if key.contains('\0') {
+                    errors.push(&child, "keys must not contain NUL characters");
+                } else {
+                    find_nul_characters(item, &child, errors);
+                }
+            }
+        }
+        _ => {}
     }
 }
 

@@ -243,6 +243,7 @@ pub async fn get_deployment(
 }
 
 async fn find(ctx: &Context, project: &Project, name: &str) -> Result<DeploymentRow, ServiceError> {
+    check_name_could_exist(name)?;
     store::deployments::find_deployment(&ctx.pool, project.id, name)
         .await?
         .ok_or_else(|| ServiceError::not_found("deployment", name))
@@ -530,10 +531,7 @@ pub async fn delete_deployment(
 ) -> Result<Deployment, ServiceError> {
     let project = get_project(ctx, project).await?;
     let mut tx = ctx.pool.begin().await?;
-    let row = store::deployments::lock_deployment(&mut *tx, project.id, name)
-        .await?
-        .ok_or_else(|| ServiceError::not_found("deployment", name))?;
-    check_if_match(&row, if_match)?;
+    let row = lock(&mut tx, &project, name, if_match).await?;
     if row.deletion_requested_at.is_some() {
         tx.rollback().await?;
         return Ok(row.into_record(&project.name));
@@ -608,16 +606,36 @@ pub enum DeploymentRef<'a> {
     Id(Uuid),
 }
 
+/// Locks the row for the rest of the transaction and checks `If-Match`.
+async fn lock(
+    tx: &mut Transaction<'_, Postgres>,
+    project: &Project,
+    name: &str,
+    if_match: Option<&str>,
+) -> Result<DeploymentRow, ServiceError> {
+    check_name_could_exist(name)?;
+    let row = store::deployments::lock_deployment(&mut **tx, project.id, name)
+        .await?
+        .ok_or_else(|| ServiceError::not_found("deployment", name))?;
+    check_if_match(&row, if_match)?;
+    Ok(row)
+}
+
+/// A name from a URL that is not a valid name cannot exist: 404 without asking the database.
+fn check_name_could_exist(name: &str) -> Result<(), ServiceError> {
+    DeploymentName::parse(name)
+        .map(|_| ())
+        .map_err(|_| ServiceError::not_found("deployment", name))
+}
+
+/// Like [`lock`], and refuses a deployment that is being deleted.
 async fn lock_for_change(
     tx: &mut Transaction<'_, Postgres>,
     project: &Project,
     name: &str,
     if_match: Option<&str>,
 ) -> Result<DeploymentRow, ServiceError> {
-    let row = store::deployments::lock_deployment(&mut **tx, project.id, name)
-        .await?
-        .ok_or_else(|| ServiceError::not_found("deployment", name))?;
-    check_if_match(&row, if_match)?;
+    let row = lock(tx, project, name, if_match).await?;
     if row.deletion_requested_at.is_some() {
         return Err(ServiceError::conflict(
             None,

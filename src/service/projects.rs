@@ -6,7 +6,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{Context, Page, ServiceError, cursor, page_size};
-use crate::domain::{FieldErrors, Project, ProjectName};
+use crate::domain::{FieldErrors, Project, ProjectName, is_dns1123_label};
 use crate::store;
 
 /// The body of `POST /api/v1/projects`.
@@ -61,6 +61,9 @@ pub async fn create_project(
 
 #[instrument(skip(ctx))]
 pub async fn get_project(ctx: &Context, name: &str) -> Result<Project, ServiceError> {
+    if !is_dns1123_label(name) {
+        return Err(ServiceError::not_found("project", name));
+    }
     store::projects::find_project_by_name(&ctx.pool, name)
         .await?
         .ok_or_else(|| ServiceError::not_found("project", name))

@@ -155,3 +155,67 @@ async fn the_api_reference_is_served_without_internet(pool: PgPool) {
     let document: serde_json::Value = app.get("/api/openapi.json").await.json().await.unwrap();
     assert!(document["openapi"].as_str().unwrap().starts_with("3.1"));
 }
+
+#[sqlx::test]
+async fn no_input_produces_a_500(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    app.create_project("team-a").await;
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let mut nul_annotation = valid_spec();
+    nul_annotation["annotations"]["example.com/x"] = json!("a\u{0}b");
+    let mut nul_env = valid_spec();
+    nul_env["engine"]["env"][0]["value"] = json!("\u{0}");
+    let bodies = [
+        deep,
+        r#"{"name": "qwen", "spec": {"model": {"source": "hf://a/b"}, "replicas": 1e400}}"#.to_owned(),
+        r#"{"name": "qwen", "spec": {"model": {"source": "hf://a/b"}, "replicas": 9223372036854775808}}"#.to_owned(),
+        r#"{"name": "q\u0000", "spec": {"model": {"source": "hf://a/b"}}}"#.to_owned(),
+        json!({"name": "qwen", "spec": nul_annotation}).to_string(),
+        json!({"name": "qwen", "spec": nul_env}).to_string(),
+        r#"{"name": "ünïcødé", "spec": {"model": {"source": "hf://ü/ö"}}}"#.to_owned(),
+        "null".to_owned(),
+        "[]".to_owned(),
+        "\"just a string\"".to_owned(),
+    ];
+    for body in bodies {
+        let response = app
+            .request(Method::POST, "/api/v1/projects/team-a/deployments")
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        assert!(
+            status.is_client_error(),
+            "{status} for {}",
+            &body[..body.len().min(80)]
+        );
+    }
+    for path in [
+        "/api/v1/projects/team%00a",
+        "/api/v1/projects/team-a/deployments/q%00wen",
+        "/api/v1/projects/team-a/deployments/q%00wen/events",
+        "/api/v1/projects/team-a/events?deploymentId=not-a-uuid",
+        "/api/v1/projects/team-a/deployments?labelSelector=a%00%3Db",
+        "/api/v1/projects/team-a/deployments?namePrefix=%00",
+    ] {
+        let status = app.get(path).await.status();
+        assert!(status.is_client_error(), "{status} for {path}");
+    }
+    for (method, path) in [
+        (
+            Method::DELETE,
+            "/api/v1/projects/team-a/deployments/q%00wen",
+        ),
+        (
+            Method::POST,
+            "/api/v1/projects/team-a/deployments/q%00wen/restart",
+        ),
+        (Method::DELETE, "/api/v1/projects/%00"),
+    ] {
+        let status = app.request(method, path).send().await.unwrap().status();
+        assert!(status.is_client_error(), "{status} for {path}");
+    }
+    assert_eq!(app.count_rows("model_deployment").await, 0);
+}
