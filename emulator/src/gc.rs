@@ -1,6 +1,8 @@
-//! Garbage collection and namespace deletion, as the kube-controller-manager's garbage
-//! collector and namespace controller do them: ownerReference cascades (background,
-//! foreground, orphan), and emptying terminating namespaces.
+//! The few kube-controller-manager loops every cluster has and that clients rely on:
+//! the garbage collector (ownerReference cascades: background, foreground, orphan), the
+//! namespace controller (emptying terminating namespaces), the service account controller
+//! (a `default` ServiceAccount per namespace) and pod GC (force-deleting terminating pods
+//! bound to nodes that do not exist).
 //!
 //! Runs as a background task woken after every write; each pass works under the store lock.
 
@@ -61,11 +63,22 @@ pub fn pass(store: &Store) -> bool {
         let live: Vec<&(String, bool)> = owners.iter().filter(|(u, _)| uids.contains(u)).collect();
         if live.is_empty() && !deleting(obj) {
             // Every owner is gone: the dependent goes too (its own dependents cascade later).
-            delete_locked(&mut st, kind, obj, Some(Propagation::Background), false);
+            delete_locked(
+                &mut st,
+                kind,
+                obj,
+                Some(Propagation::Background),
+                None,
+                false,
+            );
             changed = true;
         }
     }
     if changed {
+        return true;
+    }
+
+    if service_accounts(&mut st, store, &all) || pod_gc(&mut st, &all) {
         return true;
     }
 
@@ -89,7 +102,7 @@ pub fn pass(store: &Store) -> bool {
             let mut wrote = false;
             for (dk, d) in &dependents {
                 if !deleting(d) {
-                    delete_locked(&mut st, dk, d, Some(Propagation::Foreground), false);
+                    delete_locked(&mut st, dk, d, Some(Propagation::Foreground), None, false);
                     wrote = true;
                 }
             }
@@ -166,7 +179,7 @@ fn finalize_namespace(
     let mut wrote = false;
     for (k, o) in &contents {
         if !deleting(o) {
-            delete_locked(st, k, o, Some(Propagation::Background), false);
+            delete_locked(st, k, o, Some(Propagation::Background), None, false);
             wrote = true;
         }
     }
@@ -195,6 +208,61 @@ fn finalize_namespace(
                 st.remove(kind, "", &ns);
             }
             return true;
+        }
+    }
+    wrote
+}
+
+/// The service account controller: every active namespace gets a `default` ServiceAccount.
+fn service_accounts(
+    st: &mut State,
+    store: &Store,
+    all: &[(&'static ResourceKind, std::sync::Arc<Value>)],
+) -> bool {
+    let kinds = store.kinds();
+    let Some(sa) = kinds.by_resource("", "v1", "serviceaccounts") else {
+        return false;
+    };
+    let mut wrote = false;
+    for (k, ns) in all
+        .iter()
+        .filter(|(k, o)| k.kind == "Namespace" && !deleting(o))
+    {
+        let _ = k;
+        let name = meta_str(ns, "name").unwrap_or("");
+        if st.get(sa, name, "default").is_none() {
+            let obj = serde_json::json!({"metadata": {"name": "default"}});
+            wrote |= crate::ops::system_create(st, store, sa, name, obj, "kube-controller-manager")
+                .is_ok();
+        }
+    }
+    wrote
+}
+
+/// Pod GC: terminating pods bound to a node that does not exist are force-deleted
+/// (there is no kubelet to finish them).
+fn pod_gc(st: &mut State, all: &[(&'static ResourceKind, std::sync::Arc<Value>)]) -> bool {
+    let nodes: HashSet<&str> = all
+        .iter()
+        .filter(|(k, _)| k.kind == "Node" && k.group.is_empty())
+        .filter_map(|(_, o)| meta_str(o, "name"))
+        .collect();
+    let mut wrote = false;
+    for (kind, pod) in all
+        .iter()
+        .filter(|(k, o)| k.kind == "Pod" && k.group.is_empty() && deleting(o))
+    {
+        let grace = pod
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let node = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if grace > 0 && !nodes.contains(node) {
+            delete_locked(st, kind, pod, None, Some(0), false);
+            wrote = true;
         }
     }
     wrote

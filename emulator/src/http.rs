@@ -512,8 +512,13 @@ fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> ApiResult<De
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|x| x == "All"));
     let pre = b.get("preconditions");
+    let grace_period_seconds = query
+        .get("gracePeriodSeconds")
+        .and_then(|g| g.parse().ok())
+        .or_else(|| b.get("gracePeriodSeconds").and_then(Value::as_i64));
     Ok(DeleteOptions {
         dry_run,
+        grace_period_seconds,
         propagation,
         precondition_uid: pre
             .and_then(|p| p.get("uid"))

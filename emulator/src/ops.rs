@@ -68,6 +68,8 @@ pub enum Propagation {
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOptions {
     pub dry_run: bool,
+    /// `gracePeriodSeconds` (pods only; other kinds have no graceful deletion).
+    pub grace_period_seconds: Option<i64>,
     pub propagation: Option<Propagation>,
     pub precondition_uid: Option<String>,
     pub precondition_rv: Option<String>,
@@ -481,7 +483,34 @@ pub fn is_finalized(kind: &ResourceKind, obj: &Value) -> bool {
             .and_then(Value::as_array)
             .is_none_or(Vec::is_empty)
     };
-    empty("/metadata/finalizers") && (kind.kind != "Namespace" || empty("/spec/finalizers"))
+    let grace = obj
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    empty("/metadata/finalizers")
+        && (kind.kind != "Namespace" || empty("/spec/finalizers"))
+        && (kind.kind != "Pod" || grace == 0)
+}
+
+/// The grace period a pod deletion gets: bound, running pods wait for their kubelet;
+/// unscheduled or finished pods go at once (the pod strategy's CheckGracefulDelete).
+fn pod_grace_period(pod: &Value, requested: Option<i64>) -> i64 {
+    let bound = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let finished = matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    );
+    if !bound || finished {
+        return 0;
+    }
+    let default = pod
+        .pointer("/spec/terminationGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(30);
+    requested.unwrap_or(default).max(0)
 }
 
 /// Equality for no-op detection: managedFields timestamps and resourceVersion do not count.
@@ -971,7 +1000,14 @@ pub fn delete(
                 ));
             }
         }
-        Ok(delete_locked(st, kind, &obj, opts.propagation, opts.dry_run))
+        Ok(delete_locked(
+            st,
+            kind,
+            &obj,
+            opts.propagation,
+            opts.grace_period_seconds,
+            opts.dry_run,
+        ))
     })
 }
 
@@ -981,6 +1017,7 @@ pub fn delete_locked(
     kind: &'static ResourceKind,
     obj: &Value,
     propagation: Option<Propagation>,
+    grace_period: Option<i64>,
     dry_run: bool,
 ) -> DeleteResult {
     let ns = meta_str(obj, "namespace").unwrap_or("").to_string();
@@ -1008,7 +1045,12 @@ pub fn delete_locked(
         }
         _ => {}
     }
-    let pending = !finalizers.is_empty() || kind.kind == "Namespace";
+    let grace = if kind.kind == "Pod" {
+        pod_grace_period(obj, grace_period)
+    } else {
+        0
+    };
+    let pending = !finalizers.is_empty() || kind.kind == "Namespace" || grace > 0;
     if !pending {
         if dry_run {
             return DeleteResult {
@@ -1030,13 +1072,23 @@ pub fn delete_locked(
         if !finalizers.is_empty() {
             meta.insert("finalizers".into(), Value::Array(finalizers));
         }
+        let deadline = (chrono::Utc::now() + chrono::Duration::seconds(grace))
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let current_grace = meta
+            .get("deletionGracePeriodSeconds")
+            .and_then(Value::as_i64);
         if !meta.contains_key("deletionTimestamp") {
-            meta.insert("deletionTimestamp".into(), json!(now()));
-            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            meta.insert("deletionTimestamp".into(), json!(deadline));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
             // Setting deletionTimestamp bumps generation for kinds that track it.
             if let Some(g) = meta.get("generation").and_then(Value::as_i64) {
                 meta.insert("generation".into(), json!(g + 1));
             }
+        } else if current_grace.is_some_and(|c| grace < c) {
+            // A second delete may only shorten a pod's grace period.
+            meta.insert("deletionTimestamp".into(), json!(deadline));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
         }
     }
     if kind.kind == "Namespace" {
@@ -1046,6 +1098,15 @@ pub fn delete_locked(
         return DeleteResult {
             object: new,
             deleted: false,
+        };
+    }
+    if is_finalized(kind, &new) {
+        // e.g. a terminating pod deleted again with gracePeriodSeconds=0.
+        st.replace(kind, new);
+        let gone = st.remove(kind, &ns, &name).map(|o| (*o).clone());
+        return DeleteResult {
+            object: gone.unwrap_or_default(),
+            deleted: true,
         };
     }
     let stored = st.replace(kind, new);
@@ -1084,4 +1145,23 @@ pub fn set_finalizers(st: &mut State, kind: &'static ResourceKind, obj: &Value, 
     } else {
         st.replace(kind, new);
     }
+}
+
+/// Creates an object on behalf of a simulated controller (manager `manager`, operation Update),
+/// with the lock already held. Errors (e.g. AlreadyExists) are returned as for any client.
+pub fn system_create(
+    st: &mut State,
+    store: &Store,
+    kind: &'static ResourceKind,
+    ns: &str,
+    obj: Value,
+    manager: &str,
+) -> ApiResult<Value> {
+    let opts = WriteOptions {
+        default_manager: manager.to_string(),
+        ..Default::default()
+    };
+    let mut obj = obj;
+    check_type(kind, &mut obj)?;
+    create_locked(st, store, kind, ns, obj, &opts, false, Vec::new()).map(|r| r.object)
 }

@@ -1144,3 +1144,93 @@ async fn request_log_counts_writes() {
         ("PATCH", Some("mp"), 201)
     );
 }
+
+#[tokio::test]
+async fn pod_binding_graceful_deletion_and_service_accounts() {
+    let (_emu, client) = start().await;
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let pod = |name: &str| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}})).unwrap()
+    };
+    let bind = |name: &'static str, node: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"kind": "Node", "name": node}});
+            let _: Value = pods
+                .create_subresource("binding", name, &PostParams::default(), &binding)
+                .await
+                .unwrap();
+        }
+    };
+
+    // Unscheduled pods are deleted at once.
+    pods.create(&PostParams::default(), &pod("p"))
+        .await
+        .unwrap();
+    pods.delete("p", &DeleteParams::default()).await.unwrap();
+    assert!(pods.get_opt("p").await.unwrap().is_none());
+
+    // A pod bound to a live node terminates gracefully (its kubelet finishes the deletion).
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &pod("q"))
+        .await
+        .unwrap();
+    bind("q", "n1").await;
+    assert_eq!(
+        pods.get("q")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .node_name
+            .as_deref(),
+        Some("n1")
+    );
+    pods.delete("q", &DeleteParams::default()).await.unwrap();
+    let q = pods.get("q").await.unwrap();
+    assert!(q.metadata.deletion_timestamp.is_some());
+    assert_eq!(q.metadata.deletion_grace_period_seconds, Some(30));
+    pods.delete(
+        "q",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(pods.get_opt("q").await.unwrap().is_none());
+
+    // Pod GC force-deletes terminating pods bound to nodes that do not exist.
+    pods.create(&PostParams::default(), &pod("r"))
+        .await
+        .unwrap();
+    bind("r", "ghost").await;
+    pods.delete("r", &DeleteParams::default()).await.unwrap();
+    wait_until("orphaned terminating pod collected", || async {
+        pods.get_opt("r").await.unwrap().is_none()
+    })
+    .await;
+
+    // Every namespace gets a default ServiceAccount.
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "fresh"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), "fresh");
+    wait_until("default service account", || async {
+        sas.get_opt("default").await.unwrap().is_some()
+    })
+    .await;
+}
