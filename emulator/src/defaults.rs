@@ -90,6 +90,10 @@ pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
         ("", "PersistentVolumeClaim") => {
             if let Some(spec) = obj_at(obj, "spec") {
                 default_field(spec, "volumeMode", json!("Filesystem"));
+                if let Some(r) = spec.get_mut("resources") {
+                    crate::quantity::canonicalize_map(r.get_mut("requests"));
+                    crate::quantity::canonicalize_map(r.get_mut("limits"));
+                }
             }
         }
         ("scheduling.k8s.io", "PriorityClass") => {
@@ -178,6 +182,7 @@ pub fn pod_spec(spec: &mut Map<String, Value>) {
     default_field(spec, "terminationGracePeriodSeconds", json!(30));
     default_field(spec, "securityContext", json!({}));
     default_field(spec, "schedulerName", json!("default-scheduler"));
+    crate::quantity::canonicalize_map(spec.get_mut("overhead"));
     for list in ["containers", "initContainers"] {
         each_item(spec.get_mut(list), container);
     }
@@ -204,6 +209,10 @@ fn container(c: &mut Map<String, Value>) {
     default_field(c, "terminationMessagePolicy", json!("File"));
     // ResourceRequirements is a non-pointer struct: the server always serialises it.
     default_field(c, "resources", json!({}));
+    if let Some(r) = c.get_mut("resources") {
+        crate::quantity::canonicalize_map(r.get_mut("limits"));
+        crate::quantity::canonicalize_map(r.get_mut("requests"));
+    }
     each_item(c.get_mut("ports"), |p| {
         default_field(p, "protocol", json!("TCP"))
     });

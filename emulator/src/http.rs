@@ -878,7 +878,13 @@ impl WatchFilter {
                 let old_m = c.old.as_ref().is_some_and(|o| self.matches(o));
                 match (old_m, new_m) {
                     (true, true) => Some(("MODIFIED", (*c.object).clone())),
-                    (true, false) => Some(("DELETED", (*c.object).clone())),
+                    // Like the watch cache: the previous content, at the change's resourceVersion.
+                    (true, false) => {
+                        let mut old = c.old.as_deref().cloned().unwrap_or_default();
+                        crate::resources::meta_mut(&mut old)
+                            .insert("resourceVersion".into(), json!(c.rv.to_string()));
+                        Some(("DELETED", old))
+                    }
                     (false, true) => Some(("ADDED", (*c.object).clone())),
                     (false, false) => None,
                 }

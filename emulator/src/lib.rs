@@ -20,6 +20,7 @@ pub mod gc;
 pub mod http;
 pub mod ops;
 pub mod patch;
+pub mod quantity;
 pub mod resources;
 pub mod schema;
 pub mod selectors;

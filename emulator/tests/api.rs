@@ -1234,3 +1234,36 @@ async fn pod_binding_graceful_deletion_and_service_accounts() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn quantities_are_stored_in_canonical_form() {
+    let (_emu, client) = start().await;
+    let deps: Api<Deployment> = Api::default_namespaced(client.clone());
+    let mut d = serde_json::to_value(deployment("q", "img:1")).unwrap();
+    d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "1024Mi", "cpu": 0.5, "nvidia.com/gpu": 1}, "requests": {"cpu": "1000m"}});
+    let pp = PatchParams::apply("modelplane");
+    let first = deps.patch("q", &pp, &Patch::Apply(&d)).await.unwrap();
+    let res = serde_json::to_value(
+        &first
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .resources,
+    )
+    .unwrap();
+    assert_eq!(
+        res,
+        json!({"limits": {"memory": "1Gi", "cpu": "500m", "nvidia.com/gpu": "1"}, "requests": {"cpu": "1"}})
+    );
+    // Re-applying the non-canonical spelling is still a no-op.
+    let second = deps.patch("q", &pp, &Patch::Apply(&d)).await.unwrap();
+    assert_eq!(
+        first.metadata.resource_version,
+        second.metadata.resource_version
+    );
+}
