@@ -16,6 +16,7 @@
 pub mod apply;
 pub mod defaults;
 pub mod discovery;
+pub mod fields;
 pub mod gc;
 pub mod http;
 pub mod ops;

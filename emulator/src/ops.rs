@@ -158,106 +158,25 @@ fn check_namespace(
     }
 }
 
-const KNOWN_META: &[&str] = &[
-    "name",
-    "generateName",
-    "namespace",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "managedFields",
-];
-
-/// Top-level fields each kind has (unknown-field detection covers the top level and metadata).
-fn known_top_level(kind: &ResourceKind) -> &'static [&'static str] {
-    match kind.kind {
-        "ConfigMap" => &["data", "binaryData", "immutable"],
-        "Secret" => &["data", "stringData", "type", "immutable"],
-        "ServiceAccount" => &[
-            "secrets",
-            "imagePullSecrets",
-            "automountServiceAccountToken",
-        ],
-        "PriorityClass" => &["value", "globalDefault", "description", "preemptionPolicy"],
-        "Event" => &[
-            "involvedObject",
-            "reason",
-            "message",
-            "source",
-            "firstTimestamp",
-            "lastTimestamp",
-            "count",
-            "type",
-            "eventTime",
-            "series",
-            "action",
-            "related",
-            "reportingComponent",
-            "reportingInstance",
-        ],
-        _ => &["spec", "status"],
-    }
-}
-
-/// Unknown fields of a body, as the server's strict decoder names them.
-fn unknown_fields(kind: &ResourceKind, body: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(o) = body.as_object() {
-        for k in o.keys() {
-            if !["apiVersion", "kind", "metadata"].contains(&k.as_str())
-                && !known_top_level(kind).contains(&k.as_str())
-            {
-                out.push(format!("unknown field \"{k}\""));
-            }
-        }
-        if let Some(m) = o.get("metadata").and_then(Value::as_object) {
-            for k in m.keys().filter(|k| !KNOWN_META.contains(&k.as_str())) {
-                out.push(format!("unknown field \"metadata.{k}\""));
-            }
-        }
-    }
-    out
-}
-
+/// Applies the `fieldValidation` policy: unknown fields are always dropped (as decoding
+/// into the Go types does); Strict rejects them, Warn reports them, Ignore says nothing.
 fn field_validation(
     kind: &ResourceKind,
-    body: &Value,
+    body: &mut Value,
     opts: &WriteOptions,
 ) -> ApiResult<Vec<String>> {
-    let unknown = unknown_fields(kind, body);
+    let unknown: Vec<String> = crate::fields::prune_unknown(kind, body)
+        .into_iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .collect();
     match opts.field_validation {
         FieldValidation::Ignore => Ok(Vec::new()),
         FieldValidation::Warn => Ok(unknown),
         FieldValidation::Strict if unknown.is_empty() => Ok(Vec::new()),
-        FieldValidation::Strict => {
-            let msg = if unknown.len() == 1 {
-                format!("strict decoding error: {}", unknown[0])
-            } else {
-                format!("strict decoding error: {}", unknown.join(", "))
-            };
-            Err(ApiError::bad_request(msg))
-        }
-    }
-}
-
-/// Drops fields a strict decoder would never keep, so they are not stored.
-fn drop_unknown(kind: &ResourceKind, body: &mut Value) {
-    let known = known_top_level(kind);
-    if let Some(o) = body.as_object_mut() {
-        o.retain(|k, _| {
-            ["apiVersion", "kind", "metadata"].contains(&k.as_str()) || known.contains(&k.as_str())
-        });
-        if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.retain(|k, _| KNOWN_META.contains(&k.as_str()));
-        }
+        FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            unknown.join(", ")
+        ))),
     }
 }
 
@@ -659,8 +578,7 @@ pub fn create(
     opts: &WriteOptions,
 ) -> ApiResult<WriteResult> {
     check_type(kind, &mut body)?;
-    let warnings = field_validation(kind, &body, opts)?;
-    drop_unknown(kind, &mut body);
+    let warnings = field_validation(kind, &mut body, opts)?;
     store.write(|st| create_locked(st, store, kind, ns, body, opts, false, warnings))
 }
 
@@ -842,8 +760,7 @@ pub fn update(
     check_type(kind, &mut body)?;
     check_name(kind, &body, name)?;
     check_body_namespace(kind, &body, ns)?;
-    let warnings = field_validation(kind, &body, opts)?;
-    drop_unknown(kind, &mut body);
+    let warnings = field_validation(kind, &mut body, opts)?;
     store.write(|st| {
         let old = get_locked(st, kind, ns, name)?;
         commit_update(st, kind, &old, body, subresource, opts, false, warnings)
@@ -885,8 +802,7 @@ pub fn patch(
                 meta_str(&new, "name").unwrap_or("")
             )));
         }
-        let warnings = field_validation(kind, &new, opts)?;
-        drop_unknown(kind, &mut new);
+        let warnings = field_validation(kind, &mut new, opts)?;
         commit_update(st, kind, &old, new, subresource, opts, false, warnings)
     })
 }
@@ -935,8 +851,7 @@ fn server_side_apply(
             "PATCH, application/apply-patch+yaml requires fieldManager parameter",
         ));
     };
-    let warnings = field_validation(kind, &config, opts)?;
-    drop_unknown(kind, &mut config);
+    let warnings = field_validation(kind, &mut config, opts)?;
     let force = opts.force.unwrap_or(false);
     let av = kind.api_version();
     store.write(|st| {

@@ -941,6 +941,38 @@ async fn server_side_apply_removal_and_conflicts() {
         "{}",
         err.message
     );
+    let mut typo = serde_json::to_value(deployment("web", "img:1")).unwrap();
+    typo["spec"]["template"]["spec"]["containers"][0]["imagee"] = json!("x");
+    let err = api_err(
+        deps.patch(
+            "web",
+            &PatchParams::apply("alpha").validation_strict(),
+            &Patch::Apply(&typo),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert!(
+        err.message
+            .contains("unknown field \"spec.template.spec.containers[0].imagee\""),
+        "{}",
+        err.message
+    );
+    // Without Strict the unknown field is dropped, not stored.
+    let d = deps
+        .patch(
+            "web",
+            &PatchParams::apply("alpha").force(),
+            &Patch::Apply(&typo),
+        )
+        .await
+        .unwrap();
+    let stored = serde_json::to_value(&d).unwrap();
+    assert!(
+        stored["spec"]["template"]["spec"]["containers"][0]
+            .get("imagee")
+            .is_none()
+    );
 }
 
 #[tokio::test]

@@ -275,6 +275,21 @@ async fn kubectl_apply_server_side_is_idempotent_and_get_yaml_shows_defaults() {
         )
         .await;
     assert_eq!(replicas, "4");
+
+    // kubectl validates strictly by default: a typo is a server-side error naming the field.
+    let typo = MANIFEST.replace(
+        "image: nginx:1.27",
+        "image: nginx:1.27\n        imagePullPolicyy: Always",
+    );
+    let out = env
+        .run(&["apply", "--server-side", "-f", "-"], Some(&typo))
+        .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unknown field \"spec.template.spec.containers[0].imagePullPolicyy\""),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,150 @@
+//! Unknown-field detection for `fieldValidation`, like the real server's strict decoder.
+//!
+//! Built-in kinds are decoded into the typed `k8s-openapi` structs while recording every
+//! ignored field (so nested typos such as `spec.template.spec.containers[0].imagee` are
+//! found); the Gateway API and InferencePool kinds only get their top level and metadata
+//! checked. Unknown fields are removed from the body, as decoding into Go structs does.
+
+use k8s_openapi::api::{apps::v1 as apps, core::v1 as core, scheduling::v1 as scheduling};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::resources::ResourceKind;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+fn segments(path: &serde_ignored::Path, out: &mut Vec<Seg>) {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => {}
+        Path::Seq { parent, index } => {
+            segments(parent, out);
+            out.push(Seg::Index(*index));
+        }
+        Path::Map { parent, key } => {
+            segments(parent, out);
+            out.push(Seg::Key(key.clone()));
+        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => segments(parent, out),
+    }
+}
+
+/// Paths of the fields `T` does not know (decoding errors just end the search early;
+/// validation reports missing or malformed fields).
+fn ignored<T: DeserializeOwned>(v: &Value) -> Vec<Vec<Seg>> {
+    let mut out = Vec::new();
+    let _ = serde_ignored::deserialize::<_, _, T>(v.clone(), |p| {
+        let mut segs = Vec::new();
+        segments(&p, &mut segs);
+        out.push(segs);
+    });
+    out
+}
+
+fn render(path: &[Seg]) -> String {
+    let mut s = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(k) if s.is_empty() => s.push_str(k),
+            Seg::Key(k) => {
+                s.push('.');
+                s.push_str(k);
+            }
+            Seg::Index(i) => s.push_str(&format!("[{i}]")),
+        }
+    }
+    s
+}
+
+fn remove(v: &mut Value, path: &[Seg]) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut cur = v;
+    for seg in parents {
+        let next = match seg {
+            Seg::Key(k) => cur.get_mut(k.as_str()),
+            Seg::Index(i) => cur.get_mut(*i),
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    if let (Seg::Key(k), Some(m)) = (last, cur.as_object_mut()) {
+        m.remove(k);
+    }
+}
+
+/// Top level of a custom resource: standard fields plus `spec` and `status`.
+fn custom_resource(v: &Value) -> Vec<Vec<Seg>> {
+    let mut out = Vec::new();
+    if let Some(o) = v.as_object() {
+        for k in o.keys() {
+            if !["apiVersion", "kind", "metadata", "spec", "status"].contains(&k.as_str()) {
+                out.push(vec![Seg::Key(k.clone())]);
+            }
+        }
+        if let Some(meta) = o.get("metadata") {
+            for mut p in ignored::<ObjectMeta>(meta) {
+                p.insert(0, Seg::Key("metadata".into()));
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Removes unknown fields from `body` and returns their paths (`spec.foo`, `items[0].bar`).
+pub fn prune_unknown(kind: &ResourceKind, body: &mut Value) -> Vec<String> {
+    let paths = match (kind.group, kind.kind) {
+        ("", "Namespace") => ignored::<core::Namespace>(body),
+        ("", "Node") => ignored::<core::Node>(body),
+        ("", "Pod") => ignored::<core::Pod>(body),
+        ("", "Service") => ignored::<core::Service>(body),
+        ("", "Event") => ignored::<core::Event>(body),
+        ("", "Secret") => ignored::<core::Secret>(body),
+        ("", "ConfigMap") => ignored::<core::ConfigMap>(body),
+        ("", "ServiceAccount") => ignored::<core::ServiceAccount>(body),
+        ("", "PersistentVolumeClaim") => ignored::<core::PersistentVolumeClaim>(body),
+        ("apps", "Deployment") => ignored::<apps::Deployment>(body),
+        ("apps", "ReplicaSet") => ignored::<apps::ReplicaSet>(body),
+        ("scheduling.k8s.io", "PriorityClass") => ignored::<scheduling::PriorityClass>(body),
+        _ => custom_resource(body),
+    };
+    for p in &paths {
+        remove(body, p);
+    }
+    paths.iter().map(|p| render(p)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::KINDS;
+    use serde_json::json;
+
+    #[test]
+    fn finds_nested_unknown_fields() {
+        let kind = KINDS.iter().find(|k| k.kind == "Deployment").unwrap();
+        let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "bogus": 1},
+            "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "c", "image": "i", "imagee": "typo"}]}}}});
+        let found = prune_unknown(kind, &mut d);
+        assert_eq!(
+            found,
+            ["metadata.bogus", "spec.template.spec.containers[0].imagee"]
+        );
+        assert!(
+            d["spec"]["template"]["spec"]["containers"][0]
+                .get("imagee")
+                .is_none()
+        );
+    }
+}
