@@ -18,6 +18,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::conversion::identity;
 use crate::discovery;
 use crate::ops::{self, DeleteOptions, FieldValidation, Propagation, WriteOptions, WriteResult};
 use crate::patch::PatchType;
@@ -150,6 +151,50 @@ struct Target {
     namespace: Option<String>,
     name: Option<String>,
     subresource: Option<String>,
+}
+
+/// A kind as served: the requested kind, the kind whose storage holds its objects, and the
+/// conversions between them (identity except for views such as events.k8s.io Events).
+#[derive(Clone, Copy)]
+struct Served {
+    kind: &'static ResourceKind,
+    storage: &'static ResourceKind,
+    out: fn(&Value) -> Value,
+    into: fn(&Value) -> Value,
+}
+
+impl Served {
+    fn new(store: &Store, kind: &'static ResourceKind) -> ApiResult<Self> {
+        match crate::conversion::view_for(kind.group, kind.plural) {
+            None => Ok(Served {
+                kind,
+                storage: kind,
+                out: identity,
+                into: identity,
+            }),
+            Some(v) => {
+                let storage = store
+                    .kinds()
+                    .by_resource(v.storage_group, "v1", v.storage_plural)
+                    .ok_or_else(ApiError::page_not_found)?;
+                Ok(Served {
+                    kind,
+                    storage,
+                    out: v.from_storage,
+                    into: v.to_storage,
+                })
+            }
+        }
+    }
+
+    fn is_view(&self) -> bool {
+        !std::ptr::eq(self.kind, self.storage)
+    }
+
+    fn result(&self, mut r: WriteResult) -> WriteResult {
+        r.object = (self.out)(&r.object);
+        r
+    }
 }
 
 async fn dispatch(
@@ -381,23 +426,25 @@ async fn handle_resource(
     body: Bytes,
 ) -> ApiResult<Response> {
     let store = &state.store;
-    let kind = t.kind;
+    let served = Served::new(store, t.kind)?;
+    let kind = served.storage;
     let ns = t.namespace.clone().unwrap_or_default();
     let sub = t.subresource.clone().unwrap_or_default();
     let table = wants_table(headers);
+    let body_in = |b: &Bytes| parse_body(b).map(|v| (served.into)(&v));
     match (method.clone(), &t.name) {
         (Method::GET, None) if watch => {
-            watch_response(state, kind, t.namespace.as_deref(), None, query, table)
+            watch_response(state, served, t.namespace.as_deref(), None, query, table)
         }
         (Method::GET, Some(name)) if watch => watch_response(
             state,
-            kind,
+            served,
             t.namespace.as_deref(),
             Some(name),
             query,
             table,
         ),
-        (Method::GET, None) => list(store, kind, t.namespace.as_deref(), query, table),
+        (Method::GET, None) => list(store, served, t.namespace.as_deref(), query, table),
         (_, Some(name)) if sub == "scale" => scale(
             store,
             kind,
@@ -412,12 +459,12 @@ async fn handle_resource(
             if !sub.is_empty() && sub != "status" {
                 return Err(ApiError::method_not_allowed());
             }
-            let obj = ops::get(store, kind, &ns, name)?;
+            let obj = (served.out)(&ops::get(store, kind, &ns, name)?);
             if table {
                 let rv = meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
                 return Ok(json_response(
                     StatusCode::OK,
-                    &to_table(kind, &[obj], &rv, query),
+                    &to_table(served.kind, &[obj], &rv, query),
                     &[],
                 ));
             }
@@ -425,26 +472,22 @@ async fn handle_resource(
         }
         (Method::POST, None) => {
             let opts = write_options(query, headers)?;
-            Ok(write_response(
-                ops::create(store, kind, &ns, parse_body(&body)?, &opts)?,
-                true,
-            ))
+            let r = ops::create(store, kind, &ns, body_in(&body)?, &opts)?;
+            Ok(write_response(served.result(r), true))
         }
         (Method::POST, Some(name)) if sub == "binding" => {
             bind_pod(store, kind, &ns, name, &body, query, headers)
         }
         (Method::PUT, Some(name)) => {
             let opts = write_options(query, headers)?;
-            if sub == "finalize" {
-                return Ok(write_response(
-                    ops::update(store, kind, &ns, name, "", parse_body(&body)?, &opts)?,
-                    false,
-                ));
-            }
-            Ok(write_response(
-                ops::update(store, kind, &ns, name, &sub, parse_body(&body)?, &opts)?,
-                false,
-            ))
+            // `finalize` writes the whole namespace, spec.finalizers included.
+            let sub = if sub == "finalize" {
+                String::new()
+            } else {
+                sub
+            };
+            let r = ops::update(store, kind, &ns, name, &sub, body_in(&body)?, &opts)?;
+            Ok(write_response(served.result(r), false))
         }
         (Method::PATCH, Some(name)) => {
             let ct = headers
@@ -454,6 +497,9 @@ async fn handle_resource(
             let pt = PatchType::from_content_type(ct)
                 .ok_or_else(|| ApiError::unsupported_media_type(ct))?;
             let opts = write_options(query, headers)?;
+            if served.is_view() {
+                return patch_view(store, served, &ns, name, &sub, pt, &body, &opts);
+            }
             Ok(write_response(
                 ops::patch(store, kind, &ns, name, &sub, pt, &body, &opts)?,
                 true,
@@ -465,17 +511,56 @@ async fn handle_resource(
             // Objects still held by finalizers come back as they are; immediate deletes
             // answer with the object or a success Status depending on the kind.
             let code = StatusCode::OK;
-            if r.deleted && !kind.returns_deleted_object() {
+            if r.deleted && !served.kind.returns_deleted_object() {
                 let uid = meta_str(&r.object, "uid").unwrap_or("").to_string();
-                return Ok(json_response(code, &success_status(kind, name, &uid), &[]));
+                return Ok(json_response(
+                    code,
+                    &success_status(served.kind, name, &uid),
+                    &[],
+                ));
             }
-            Ok(json_response(code, &r.object, &[]))
+            Ok(json_response(code, &(served.out)(&r.object), &[]))
         }
         (Method::DELETE, None) => {
             delete_collection(store, kind, t.namespace.as_deref(), query, &body)
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// PATCH through a converted view: the patch applies to the object as the view shows it.
+#[allow(clippy::too_many_arguments)]
+fn patch_view(
+    store: &Store,
+    served: Served,
+    ns: &str,
+    name: &str,
+    sub: &str,
+    pt: PatchType,
+    body: &Bytes,
+    opts: &WriteOptions,
+) -> ApiResult<Response> {
+    if pt == PatchType::Apply {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "server-side apply to {} is not supported by the emulator; apply to {} instead",
+                served.kind.qualified_resource(),
+                served.storage.qualified_resource()
+            ),
+        ));
+    }
+    let stored = ops::get(store, served.storage, ns, name)?;
+    let mut view = (served.out)(&stored);
+    crate::patch::apply_patch(served.kind, pt, &mut view, body)?;
+    let mut back = (served.into)(&view);
+    // Optimistic concurrency against the version the patch was applied to.
+    if let Some(rv) = stored.pointer("/metadata/resourceVersion") {
+        crate::resources::meta_mut(&mut back).insert("resourceVersion".into(), rv.clone());
+    }
+    let r = ops::update(store, served.storage, ns, name, sub, back, opts)?;
+    Ok(write_response(served.result(r), false))
 }
 
 fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> ApiResult<DeleteOptions> {
@@ -767,11 +852,12 @@ fn decode_continue(token: &str) -> ApiResult<(u64, String)> {
 
 fn list(
     store: &Store,
-    kind: &'static ResourceKind,
+    served: Served,
     ns: Option<&str>,
     query: &HashMap<String, String>,
     table: bool,
 ) -> ApiResult<Response> {
+    let kind = served.storage;
     let labels =
         LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))?;
     let fields = FieldSelector::parse(
@@ -810,7 +896,7 @@ fn list(
                 .is_none_or(|s| key(o).as_str() > s.as_str())
         })
         .filter(|o| labels.matches(o) && fields.matches(o))
-        .map(|o| (**o).clone())
+        .map(|o| (served.out)(o))
         .collect();
     let (page, cont, remaining) = if limit > 0 && matching.len() > limit {
         let page: Vec<Value> = matching[..limit].to_vec();
@@ -825,7 +911,7 @@ fn list(
         (matching, None, None)
     };
     if table {
-        let mut t = to_table(kind, &page, &list_rv.to_string(), query);
+        let mut t = to_table(served.kind, &page, &list_rv.to_string(), query);
         if let Some(c) = cont {
             t["metadata"]["continue"] = json!(c);
         }
@@ -833,7 +919,7 @@ fn list(
     }
     Ok(json_response(
         StatusCode::OK,
-        &list_body(kind, page, list_rv, cont, remaining),
+        &list_body(served.kind, page, list_rv, cont, remaining),
         &[],
     ))
 }
@@ -903,12 +989,13 @@ fn bookmark(kind: &ResourceKind, rv: u64, initial_end: bool) -> Value {
 
 fn watch_response(
     state: &AppState,
-    kind: &'static ResourceKind,
+    served: Served,
     ns: Option<&str>,
     name: Option<&str>,
     query: &HashMap<String, String>,
     table: bool,
 ) -> ApiResult<Response> {
+    let kind = served.storage;
     let mut field_sel = query.get("fieldSelector").cloned().unwrap_or_default();
     if let Some(n) = name {
         // A watch on one object is a watch with a metadata.name field selector.
@@ -979,15 +1066,16 @@ fn watch_response(
     let query = query.clone();
     tokio::spawn(async move {
         let render = |obj: &Value| {
+            let obj = (served.out)(obj);
             if table {
                 to_table(
-                    kind,
-                    std::slice::from_ref(obj),
-                    meta_str(obj, "resourceVersion").unwrap_or(""),
+                    served.kind,
+                    std::slice::from_ref(&obj),
+                    meta_str(&obj, "resourceVersion").unwrap_or(""),
                     &query,
                 )
             } else {
-                obj.clone()
+                obj
             }
         };
         let mut last_rv = start_rv;
@@ -1013,7 +1101,10 @@ fn watch_response(
                 }
                 if send_initial
                     && tx
-                        .send(Ok(event_line("BOOKMARK", &bookmark(kind, start_rv, true))))
+                        .send(Ok(event_line(
+                            "BOOKMARK",
+                            &bookmark(served.kind, start_rv, true),
+                        )))
                         .await
                         .is_err()
                 {
@@ -1043,7 +1134,7 @@ fn watch_response(
             tokio::select! {
                 _ = sleep_until => return,
                 _ = ticker.tick(), if bookmarks => {
-                    if tx.send(Ok(event_line("BOOKMARK", &bookmark(kind, last_rv, false)))).await.is_err() {
+                    if tx.send(Ok(event_line("BOOKMARK", &bookmark(served.kind, last_rv, false)))).await.is_err() {
                         return;
                     }
                 }

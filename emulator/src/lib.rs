@@ -14,6 +14,7 @@
 //! ```
 
 pub mod apply;
+pub mod conversion;
 pub mod defaults;
 pub mod discovery;
 pub mod fields;

@@ -198,6 +198,9 @@ pub static KINDS: &[ResourceKind] = &[
           generation: G::SpecAndAnnotations, names: N::Subdomain, family: Builtin, short: &["deploy"], categories: &["all"], fields: &[]),
     kind!("apps", "v1", "ReplicaSet", "replicasets", "replicaset", namespaced: true, status: true, custom: false,
           generation: G::Spec, names: N::Subdomain, family: Builtin, short: &["rs"], categories: &["all"], fields: &[]),
+    // Served from core/v1 Event storage (see conversion.rs).
+    kind!("events.k8s.io", "v1", "Event", "events", "event", namespaced: true, status: false, custom: false,
+          generation: G::None, names: N::PathSegment, family: Builtin, short: &["ev"], categories: &[], fields: &[]),
     kind!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", namespaced: false, status: false, custom: false,
           generation: G::None, names: N::Subdomain, family: Builtin, short: &["pc"], categories: &[], fields: &[]),
     kind!("gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses", "gatewayclass", namespaced: false, status: true, custom: true,

@@ -1299,3 +1299,54 @@ async fn quantities_are_stored_in_canonical_form() {
         second.metadata.resource_version
     );
 }
+
+#[tokio::test]
+async fn events_k8s_io_is_a_view_of_core_events() {
+    use kube::runtime::events::{Event as RecEvent, EventType, Recorder, Reporter};
+    let (_emu, client) = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let owner = cms
+        .create(&PostParams::default(), &cm("subject", json!({})))
+        .await
+        .unwrap();
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        name: owner.metadata.name.clone(),
+        namespace: Some("default".into()),
+        uid: owner.metadata.uid.clone(),
+        ..Default::default()
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "modelplane".into(),
+            instance: None,
+        },
+    );
+    let ev = RecEvent {
+        type_: EventType::Normal,
+        reason: "Synced".into(),
+        note: Some("all good".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    recorder.publish(&ev, &reference).await.unwrap();
+    recorder.publish(&ev, &reference).await.unwrap(); // a series update (merge patch)
+
+    // Read back through core/v1 with the involvedObject field selectors.
+    let core: Api<Event> = Api::default_namespaced(client.clone());
+    let uid = owner.metadata.uid.clone().unwrap();
+    let list = core
+        .list(&ListParams::default().fields(&format!("involvedObject.uid={uid}")))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    let e = &list.items[0];
+    assert_eq!(e.message.as_deref(), Some("all good"));
+    assert_eq!(e.reporting_component.as_deref(), Some("modelplane"));
+    assert_eq!(e.series.as_ref().and_then(|s| s.count), Some(2));
+    let v1: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(client.clone());
+    let listed = v1.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items[0].note.as_deref(), Some("all good"));
+}
