@@ -332,9 +332,12 @@ fn isolate_subresource(kind: &ResourceKind, old: &Value, new: &mut Value, subres
                 merged.as_object_mut().map(|o| o.remove("status"));
             }
         }
-        // Keep the resourceVersion precondition the client sent.
-        if let Some(rv) = new.pointer("/metadata/resourceVersion").cloned() {
-            meta_mut(&mut merged).insert("resourceVersion".into(), rv);
+        // Keep the resourceVersion precondition the client sent, and the ownership an
+        // apply computed (updates recompute theirs from the stored object afterwards).
+        for f in ["resourceVersion", "managedFields"] {
+            if let Some(v) = new.pointer(&format!("/metadata/{f}")).cloned() {
+                meta_mut(&mut merged).insert(f.into(), v);
+            }
         }
         *new = merged;
     } else if kind.has_status() {

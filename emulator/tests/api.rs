@@ -1350,3 +1350,127 @@ async fn events_k8s_io_is_a_view_of_core_events() {
     let listed = v1.list(&ListParams::default()).await.unwrap();
     assert_eq!(listed.items[0].note.as_deref(), Some("all good"));
 }
+
+#[tokio::test]
+async fn protocol_errors_dry_run_and_status_apply() {
+    let (_emu, client) = start().await;
+    let raw = |method: &str, path: &str, ct: &str, body: Value| {
+        http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", ct)
+            .body(serde_json::to_vec(&body).unwrap())
+            .unwrap()
+    };
+    let err = |r: Result<Value, kube::Error>| api_err(r.unwrap_err());
+
+    let e = err(client
+        .request(raw(
+            "PUT",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            json!({}),
+        ))
+        .await);
+    assert_eq!((e.code, e.reason.as_str()), (405, "MethodNotAllowed"));
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    cms.create(&PostParams::default(), &cm("c", json!({})))
+        .await
+        .unwrap();
+    let e = err(client
+        .request(raw(
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/c",
+            "text/plain",
+            json!({}),
+        ))
+        .await);
+    assert_eq!((e.code, e.reason.as_str()), (415, "UnsupportedMediaType"));
+    let e = err(client
+        .request(raw(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            json!({"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "x"}}),
+        ))
+        .await);
+    assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+    let e = err(client
+        .request(raw(
+            "GET",
+            "/apis/nope.example.com/v1/things",
+            "application/json",
+            json!({}),
+        ))
+        .await);
+    assert_eq!(e.code, 404);
+    let e = err(client
+        .request(raw(
+            "GET",
+            "/api/v1/namespaces/default/configmaps?limit=1&continue=garbage",
+            "application/json",
+            json!({}),
+        ))
+        .await);
+    assert_eq!(e.code, 400);
+
+    // dryRun=All on update, patch and delete changes nothing.
+    let before = cms.get("c").await.unwrap();
+    let dry = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let patched = cms
+        .patch("c", &dry, &Patch::Merge(json!({"data": {"k": "dry"}})))
+        .await
+        .unwrap();
+    assert_eq!(patched.data.unwrap()["k"], "dry");
+    cms.delete(
+        "c",
+        &DeleteParams {
+            dry_run: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let after = cms.get("c").await.unwrap();
+    assert_eq!(
+        before.metadata.resource_version,
+        after.metadata.resource_version
+    );
+    assert_eq!(after.data.unwrap()["k"], "v");
+
+    // Server-side apply of status through /status, owned with subresource "status".
+    let deps: Api<Deployment> = Api::default_namespaced(client.clone());
+    deps.patch(
+        "web",
+        &PatchParams::apply("mp"),
+        &Patch::Apply(deployment("web", "img:1")),
+    )
+    .await
+    .unwrap();
+    let status = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "status": {"replicas": 2, "readyReplicas": 1}});
+    let d = deps
+        .patch_status("web", &PatchParams::apply("ctrl"), &Patch::Apply(&status))
+        .await
+        .unwrap();
+    assert_eq!(d.status.as_ref().unwrap().ready_replicas, Some(1));
+    let mf = d.metadata.managed_fields.unwrap();
+    let ctrl = mf
+        .iter()
+        .find(|m| m.manager.as_deref() == Some("ctrl"))
+        .unwrap();
+    assert_eq!(ctrl.subresource.as_deref(), Some("status"));
+    // The main endpoint's apply does not touch status, and re-applying is still a no-op.
+    let again = deps
+        .patch(
+            "web",
+            &PatchParams::apply("mp"),
+            &Patch::Apply(deployment("web", "img:1")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.metadata.resource_version, d.metadata.resource_version);
+    assert_eq!(again.status.unwrap().ready_replicas, Some(1));
+}
