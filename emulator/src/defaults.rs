@@ -26,8 +26,60 @@ fn each_item(v: Option<&mut Value>, mut f: impl FnMut(&mut Map<String, Value>)) 
     }
 }
 
+/// Map-typed fields (Go `map[...]` with `omitempty`) of the built-in kinds: stored without
+/// them when empty. Empty structs such as `resources: {}` or `emptyDir: {}` are kept.
+const OMITEMPTY_MAPS: &[&str] = &[
+    "labels",
+    "annotations",
+    "data",
+    "binaryData",
+    "stringData",
+    "nodeSelector",
+    "matchLabels",
+    "limits",
+    "requests",
+    "capacity",
+    "allocatable",
+    "overhead",
+];
+
+/// What decoding into the Go types and re-encoding does to built-in objects: empty
+/// lists and empty map-typed fields disappear (`omitempty`).
+fn drop_empty(v: &mut Value, in_service_spec: bool) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|k, x| match x {
+                // `containers` is the one list without omitempty that matters here.
+                Value::Array(a) => !a.is_empty() || k == "containers",
+                Value::Object(o) if o.is_empty() => {
+                    !(OMITEMPTY_MAPS.contains(&k.as_str()) || (in_service_spec && k == "selector"))
+                }
+                _ => true,
+            });
+            for (k, x) in m.iter_mut() {
+                drop_empty(x, k == "spec" && in_service_spec);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| drop_empty(x, false)),
+        _ => {}
+    }
+}
+
 /// Applies the kind's defaults to `obj` in place.
 pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
+    if !kind.custom {
+        // Only the top-level `spec` of a Service has a map-typed `selector`.
+        if let Some(m) = obj.as_object_mut() {
+            for (k, x) in m.iter_mut() {
+                drop_empty(x, k == "spec" && kind.kind == "Service");
+            }
+            m.retain(|k, x| {
+                !(matches!(x, Value::Array(a) if a.is_empty())
+                    || (x.as_object().is_some_and(|o| o.is_empty())
+                        && OMITEMPTY_MAPS.contains(&k.as_str())))
+            });
+        }
+    }
     match (kind.group, kind.kind) {
         ("", "Pod") => {
             if let Some(spec) = obj_at(obj, "spec") {

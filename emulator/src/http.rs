@@ -40,6 +40,9 @@ pub struct RecordedRequest {
     pub status: u16,
 }
 
+/// How many requests the log keeps (the oldest tenth is dropped when full).
+pub const REQUEST_LOG_LIMIT: usize = 100_000;
+
 /// The request log shared by the middleware and the emulator handle.
 #[derive(Clone, Default)]
 pub struct RequestLog(Arc<Mutex<Vec<RecordedRequest>>>);
@@ -52,7 +55,12 @@ impl RequestLog {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
     fn push(&self, r: RecordedRequest) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+        let mut log = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // Bounded so a long-running demo server does not grow without limit.
+        if log.len() >= REQUEST_LOG_LIMIT {
+            log.drain(..REQUEST_LOG_LIMIT / 10);
+        }
+        log.push(r);
     }
 }
 
@@ -814,8 +822,9 @@ fn list_body(
     let items: Vec<Value> = items
         .into_iter()
         .map(|mut o| {
-            // List items carry no apiVersion/kind, like typed lists from the real server.
-            if let Some(m) = o.as_object_mut() {
+            // Typed lists from the real server carry no apiVersion/kind on their items;
+            // custom resource lists (unstructured) do.
+            if let Some(m) = o.as_object_mut().filter(|_| !kind.custom) {
                 m.remove("apiVersion");
                 m.remove("kind");
             }

@@ -54,7 +54,23 @@ async fn main() -> std::io::Result<()> {
         tracing::info!(path = %path.display(), "wrote kubeconfig");
     }
     println!("modelplane-emulator serving on {}", emu.url());
-    tokio::signal::ctrl_c().await?;
+    shutdown_signal().await?;
     emu.shutdown().await;
     Ok(())
+}
+
+/// Ctrl-C or SIGTERM (what process managers and `kill` send).
+async fn shutdown_signal() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r,
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await
+    }
 }

@@ -187,6 +187,8 @@ fn initial_status(kind: &ResourceKind, obj: &Value) -> Option<Value> {
         "Service" => Some(json!({"loadBalancer": {}})),
         "Namespace" => Some(json!({"phase": "Active"})),
         "PersistentVolumeClaim" => Some(json!({"phase": "Pending"})),
+        // Non-pointer Go status structs always serialise, if only as `{}`.
+        "Deployment" | "ReplicaSet" => Some(json!({})),
         _ => None,
     }
 }
