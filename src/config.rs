@@ -70,6 +70,54 @@ pub struct ServeConfig {
     /// Largest `replicas` a deployment may ask for.
     #[arg(long, env = "MODELPLANE_MAX_REPLICAS", default_value_t = 100)]
     pub max_replicas: i64,
+    #[command(flatten)]
+    pub auth: AuthConfig,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AuthConfig {
+    /// A platform-admin token stored on first start (when no live platform-admin token
+    /// exists), so a fresh install can be used at once. At least 32 characters.
+    #[arg(long, env = "MODELPLANE_BOOTSTRAP_TOKEN", hide_env_values = true)]
+    pub bootstrap_token: Option<Secret>,
+    /// OIDC issuer (`iss`) accepted in user tokens; enables OIDC together with the audience and keys.
+    #[arg(long, env = "MODELPLANE_OIDC_ISSUER")]
+    pub oidc_issuer: Option<String>,
+    /// OIDC audience (`aud`) user tokens must carry.
+    #[arg(long, env = "MODELPLANE_OIDC_AUDIENCE")]
+    pub oidc_audience: Option<String>,
+    /// JWKS file with the provider's signing keys (re-read when an unknown key id appears).
+    #[arg(
+        long,
+        env = "MODELPLANE_OIDC_JWKS_FILE",
+        conflicts_with = "oidc_jwks_url"
+    )]
+    pub oidc_jwks_file: Option<std::path::PathBuf>,
+    /// JWKS URL with the provider's signing keys (re-fetched when an unknown key id appears).
+    #[arg(long, env = "MODELPLANE_OIDC_JWKS_URL")]
+    pub oidc_jwks_url: Option<String>,
+    /// Claim that names the user in role bindings and audit logs.
+    #[arg(long, env = "MODELPLANE_OIDC_USERNAME_CLAIM", default_value = "sub")]
+    pub oidc_username_claim: String,
+    /// Claim listing the user's groups.
+    #[arg(long, env = "MODELPLANE_OIDC_GROUPS_CLAIM", default_value = "groups")]
+    pub oidc_groups_claim: String,
+    /// Groups whose members are platform admins (comma-separated).
+    #[arg(
+        long,
+        env = "MODELPLANE_OIDC_PLATFORM_ADMIN_GROUPS",
+        value_delimiter = ','
+    )]
+    pub oidc_platform_admin_groups: Vec<String>,
+    /// Require a platform-admin credential for `/metrics` (open by default, for scrapers).
+    #[arg(long, env = "MODELPLANE_METRICS_REQUIRE_AUTH", default_value_t = false)]
+    pub metrics_require_auth: bool,
+    /// Requests per minute allowed per token or user (and per client address for unauthenticated requests).
+    #[arg(long, env = "MODELPLANE_RATE_LIMIT_PER_MINUTE", default_value_t = 600)]
+    pub rate_limit_per_minute: u32,
+    /// Requests allowed in a burst above the steady rate.
+    #[arg(long, env = "MODELPLANE_RATE_LIMIT_BURST", default_value_t = 100)]
+    pub rate_limit_burst: u32,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -4,9 +4,16 @@
 //! `domain` holding the validated types every layer shares.
 
 pub mod api;
+pub mod auth;
 pub mod config;
 pub mod domain;
 pub mod server;
 pub mod service;
 pub mod store;
 pub mod telemetry;
+
+/// Selects rustls' ring backend for every TLS client in the process (JWKS fetches, the
+/// Kubernetes client). Safe to call more than once.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -14,6 +14,7 @@ async fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     telemetry::init_tracing(&cli.log);
+    modelplane::install_crypto_provider();
     let result = match cli.command {
         Command::Serve(config) => server::serve(config, telemetry::init_metrics()).await,
         Command::Migrate(config) => server::migrate(&config).await,

@@ -39,6 +39,12 @@ pub enum ApiError {
     #[error("invalid input")]
     Invalid(FieldErrors),
     #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("too many requests; retry in {} s", .0.as_secs().max(1))]
+    RateLimited(std::time::Duration),
+    #[error("{0}")]
     NotFound(String),
     #[error("{message}")]
     Conflict {
@@ -60,6 +66,7 @@ impl From<ServiceError> for ApiError {
         match err {
             ServiceError::Invalid(errors) => Self::Invalid(errors),
             ServiceError::NotFound { .. } => Self::NotFound(err.to_string()),
+            ServiceError::Forbidden(message) => Self::Forbidden(message),
             ServiceError::Conflict { message, field } => Self::Conflict { message, field },
             ServiceError::PreconditionFailed(message) => Self::PreconditionFailed(message),
             ServiceError::IdempotencyKeyReused(_) => {
@@ -88,6 +95,13 @@ impl ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid-input",
                 "Invalid input",
+            ),
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
+            Self::RateLimited(_) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate-limited",
+                "Too many requests",
             ),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             Self::Conflict { .. } => (StatusCode::CONFLICT, "conflict", "Conflict"),
@@ -119,6 +133,15 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, slug, title) = self.parts();
         let request_id = super::middleware::current_request_id();
+        let extra_header = match &self {
+            Self::Unauthorized(_) => Some((header::WWW_AUTHENTICATE, "Bearer".to_owned())),
+            Self::RateLimited(wait) => Some((
+                header::RETRY_AFTER,
+                // Whole seconds, rounded up: never tell a client to retry too early.
+                (wait.as_millis().div_ceil(1000).max(1)).to_string(),
+            )),
+            _ => None,
+        };
         let (detail, errors) = match self {
             Self::Invalid(errors) => {
                 let detail = if errors.as_slice().len() == 1 {
@@ -153,7 +176,14 @@ impl IntoResponse for ApiError {
             }
             other => (other.to_string(), Vec::new()),
         };
-        problem_response(status, slug, title, detail, request_id, errors)
+        let mut response = problem_response(status, slug, title, detail, request_id, errors);
+        if let Some((name, value)) = extra_header {
+            response.headers_mut().insert(
+                name,
+                HeaderValue::from_str(&value).expect("a valid header value"),
+            );
+        }
+        response
     }
 }
 

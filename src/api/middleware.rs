@@ -40,6 +40,7 @@ pub async fn observe(request: Request, next: Next) -> Response {
         %method,
         route = %route,
         request_id = %request_id,
+        actor = tracing::field::Empty,
     );
     let started = Instant::now();
     let mut response = REQUEST_ID

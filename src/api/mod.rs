@@ -1,11 +1,14 @@
 //! HTTP front-end: the REST API under `/api/v1`, health, metrics and the API reference.
 
+mod authn;
 pub mod error;
 pub mod extract;
 pub mod middleware;
 mod openapi;
+pub mod rate_limit;
 pub mod rest;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -17,8 +20,10 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::timeout::TimeoutLayer;
 use utoipa_swagger_ui::SwaggerUi;
 
+use crate::auth::Authenticator;
 use crate::config::HttpConfig;
 use crate::service;
+use rate_limit::RateLimiter;
 
 pub use openapi::openapi_document;
 
@@ -27,11 +32,15 @@ pub use openapi::openapi_document;
 pub struct AppState {
     pub ctx: service::Context,
     pub metrics: PrometheusHandle,
+    pub auth: Arc<Authenticator>,
+    pub limiter: Arc<RateLimiter>,
+    /// `/metrics` needs a platform-admin credential when set.
+    pub metrics_require_auth: bool,
 }
 
 /// The complete HTTP application.
 pub fn router(state: AppState, http: &HttpConfig) -> Router {
-    let (api, document) = openapi::api_router().split_for_parts();
+    let (api, document) = openapi::split();
     let app = api
         .merge(SwaggerUi::new("/api/docs").url("/api/openapi.json", document))
         .route("/metrics", axum::routing::get(rest::health::metrics))

@@ -3,6 +3,7 @@
 //! Every type is built by a `parse` function that collects *all* problems as
 //! [`FieldError`]s with a JSON path, so a value that exists is valid.
 
+mod access;
 mod errors;
 mod names;
 mod quantity;
@@ -11,13 +12,16 @@ mod selector;
 mod spec;
 mod status;
 
+pub use access::{Role, TokenRole};
 pub use errors::{FieldError, FieldErrors, from_json_slice, from_json_value};
 pub use names::{
     DeploymentName, ProjectName, is_dns1123_label, is_dns1123_subdomain, validate_label_key,
     validate_label_value,
 };
 pub use quantity::Quantity;
-pub use records::{Deployment, Project, Revision, TimelineEvent, entity_tag};
+pub use records::{
+    ApiToken, AuditEvent, Deployment, Project, Revision, RoleBinding, TimelineEvent, entity_tag,
+};
 pub use selector::{LabelRequirement, LabelSelector};
 pub use spec::{
     CURRENT_SPEC_VERSION, CacheVolume, DeploymentSpec, EngineDefaults, EngineKind, EngineSpec,

@@ -73,7 +73,51 @@ pub struct TimelineEvent {
     /// e.g. `Created`, `SpecChanged`, `Scaled`, `RestartRequested`, `RolledBack`, `DeleteRequested`.
     pub kind: String,
     pub message: String,
-    /// Who did it (`anonymous` until authentication is configured, `worker` for the reconciler).
+    /// Who did it: `token:<name>`, `user:<name>` (OIDC), or `worker` for the reconciler.
+    pub actor: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// An API token as listed: never its secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiToken {
+    pub id: Uuid,
+    pub name: String,
+    /// The project it grants a role on; `null` for a platform-admin token.
+    pub project: Option<String>,
+    /// `viewer`, `editor`, `admin` or `platform-admin`.
+    pub role: String,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// A role granted to an OIDC user or group on a project.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleBinding {
+    pub id: Uuid,
+    /// `user` (matched against the token's subject) or `group` (against its groups claim).
+    pub subject_kind: String,
+    pub subject: String,
+    pub role: String,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A change to a project, its tokens or its role bindings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    pub id: i64,
+    /// e.g. `ProjectCreated`, `TokenCreated`, `TokenRevoked`, `RoleBindingCreated`.
+    pub kind: String,
+    /// What it was done to, e.g. `token/ci-deployer`.
+    pub target: String,
+    pub message: String,
     pub actor: String,
     pub created_at: DateTime<Utc>,
 }

@@ -11,12 +11,13 @@ use tracing::instrument;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
+use super::access::authorize;
 use super::diff::changed_paths;
-use super::projects::{get_project, parse_uuid_cursor};
+use super::projects::parse_uuid_cursor;
 use super::{Actor, Context, Page, ServiceError, cursor, page_size};
 use crate::domain::{
     Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, FieldErrors, LabelSelector,
-    Phase, Project, Revision, TimelineEvent, entity_tag, from_json_value,
+    Phase, Project, Revision, Role, TimelineEvent, entity_tag, from_json_value,
 };
 use crate::store;
 use crate::store::deployments::{DeploymentFilter, DeploymentRow};
@@ -99,7 +100,7 @@ pub async fn create_deployment(
     request: CreateDeployment,
     idempotency_key: Option<&str>,
 ) -> Result<Created, ServiceError> {
-    let project = get_project(ctx, project).await?;
+    let project = authorize(ctx, actor, project, Role::Editor).await?;
     let request_hash = hash_request(&request);
 
     let mut errors = FieldErrors::new();
@@ -118,7 +119,7 @@ pub async fn create_deployment(
         let claimed = store::idempotency::claim_idempotency_key(
             &mut *tx,
             project.id,
-            actor.name(),
+            &actor.key(),
             key,
             &request_hash,
         )
@@ -164,7 +165,7 @@ pub async fn create_deployment(
         store::idempotency::save_idempotent_response(
             &mut *tx,
             project.id,
-            actor.name(),
+            &actor.key(),
             key,
             201,
             &body,
@@ -188,7 +189,7 @@ async fn replay(
     request_hash: &str,
 ) -> Result<Created, ServiceError> {
     let stored =
-        store::idempotency::find_idempotency_key(&mut **tx, project.id, actor.name(), key).await?;
+        store::idempotency::find_idempotency_key(&mut **tx, project.id, &actor.key(), key).await?;
     match stored {
         Some(stored) if stored.request_hash != request_hash => {
             Err(ServiceError::IdempotencyKeyReused(key.to_owned()))
@@ -231,13 +232,14 @@ async fn name_taken(ctx: &Context, project: &Project, name: &str) -> ServiceErro
     ServiceError::conflict(Some("name"), message)
 }
 
-#[instrument(skip(ctx))]
+#[instrument(skip(ctx, actor))]
 pub async fn get_deployment(
     ctx: &Context,
+    actor: &Actor,
     project: &str,
     name: &str,
 ) -> Result<Deployment, ServiceError> {
-    let project = get_project(ctx, project).await?;
+    let project = authorize(ctx, actor, project, Role::Viewer).await?;
     let row = find(ctx, &project, name).await?;
     Ok(row.into_record(&project.name))
 }
@@ -249,13 +251,14 @@ async fn find(ctx: &Context, project: &Project, name: &str) -> Result<Deployment
         .ok_or_else(|| ServiceError::not_found("deployment", name))
 }
 
-#[instrument(skip(ctx))]
+#[instrument(skip(ctx, actor))]
 pub async fn list_deployments(
     ctx: &Context,
+    actor: &Actor,
     project: &str,
     query: &ListDeployments,
 ) -> Result<Page<Deployment>, ServiceError> {
-    let project = get_project(ctx, project).await?;
+    let project = authorize(ctx, actor, project, Role::Viewer).await?;
     let mut errors = FieldErrors::new();
     let phase = match &query.phase {
         Some(p) => errors.check("phase", p.parse::<Phase>()),
@@ -408,7 +411,7 @@ async fn change_spec(
     if_match: Option<&str>,
     change: SpecChange,
 ) -> Result<Deployment, ServiceError> {
-    let project = get_project(ctx, project).await?;
+    let project = authorize(ctx, actor, project, Role::Editor).await?;
     let mut tx = ctx.pool.begin().await?;
     let row = lock_for_change(&mut tx, &project, name, if_match).await?;
     let (new_spec, reason, kind) = compute_spec(ctx, &mut tx, &row, change).await?;
@@ -502,7 +505,7 @@ pub async fn restart_deployment(
     name: &str,
     if_match: Option<&str>,
 ) -> Result<Deployment, ServiceError> {
-    let project = get_project(ctx, project).await?;
+    let project = authorize(ctx, actor, project, Role::Editor).await?;
     let mut tx = ctx.pool.begin().await?;
     let row = lock_for_change(&mut tx, &project, name, if_match).await?;
     let updated = store::deployments::set_restart_marker(&mut *tx, row.id).await?;
@@ -529,7 +532,7 @@ pub async fn delete_deployment(
     name: &str,
     if_match: Option<&str>,
 ) -> Result<Deployment, ServiceError> {
-    let project = get_project(ctx, project).await?;
+    let project = authorize(ctx, actor, project, Role::Editor).await?;
     let mut tx = ctx.pool.begin().await?;
     let row = lock(&mut tx, &project, name, if_match).await?;
     if row.deletion_requested_at.is_some() {
@@ -551,15 +554,16 @@ pub async fn delete_deployment(
     Ok(updated.into_record(&project.name))
 }
 
-#[instrument(skip(ctx))]
+#[instrument(skip(ctx, actor))]
 pub async fn list_revisions(
     ctx: &Context,
+    actor: &Actor,
     project: &str,
     name: &str,
     limit: Option<i64>,
     cursor_param: Option<&str>,
 ) -> Result<Page<Revision>, ServiceError> {
-    let project = get_project(ctx, project).await?;
+    let project = authorize(ctx, actor, project, Role::Viewer).await?;
     let row = find(ctx, &project, name).await?;
     let limit = page_size(limit)?;
     let filters = format!("revisions|{}", row.id);
@@ -574,15 +578,16 @@ pub async fn list_revisions(
 }
 
 /// The timeline of a deployment by id: it outlives the deployment.
-#[instrument(skip(ctx))]
+#[instrument(skip(ctx, actor))]
 pub async fn list_events(
     ctx: &Context,
+    actor: &Actor,
     project: &str,
     deployment: DeploymentRef<'_>,
     limit: Option<i64>,
     cursor_param: Option<&str>,
 ) -> Result<Page<TimelineEvent>, ServiceError> {
-    let project = get_project(ctx, project).await?;
+    let project = authorize(ctx, actor, project, Role::Viewer).await?;
     let deployment_id = match deployment {
         DeploymentRef::Name(name) => find(ctx, &project, name).await?.id,
         DeploymentRef::Id(id) => id,

@@ -1,15 +1,20 @@
 //! The use cases shared by every front-end (REST now; GraphQL and the portal later):
 //! parse → transaction → store → enqueue → timeline. Handlers stay thin.
 
+pub mod access;
+pub mod audit;
 mod cursor;
 pub mod deployments;
 mod diff;
 pub mod projects;
+pub mod role_bindings;
+pub mod tokens;
 
 use sqlx::PgPool;
 
 use crate::domain::{FieldErrors, SpecLimits};
 
+pub use access::{Actor, Identity};
 pub use cursor::Page;
 
 /// Everything a use case needs: the database and the rules from configuration.
@@ -19,26 +24,15 @@ pub struct Context {
     pub limits: SpecLimits,
 }
 
-/// Who asks. Until authentication lands every caller is `anonymous`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Actor(pub String);
-
-impl Actor {
-    pub fn anonymous() -> Self {
-        Self("anonymous".into())
-    }
-
-    pub fn name(&self) -> &str {
-        &self.0
-    }
-}
-
 /// The service layer's one error type; front-ends map it to their protocol.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
     /// The input is invalid; every problem names its field.
     #[error("invalid input: {0}")]
     Invalid(FieldErrors),
+    /// The caller may see the project but lacks the role for this.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{kind} `{name}` not found")]
     NotFound { kind: &'static str, name: String },
     /// The request conflicts with the current state (name taken, deleting, …).

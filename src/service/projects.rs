@@ -5,8 +5,9 @@ use tracing::instrument;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{Context, Page, ServiceError, cursor, page_size};
-use crate::domain::{FieldErrors, Project, ProjectName, is_dns1123_label};
+use super::access::{authorize, require_platform_admin, visible_projects};
+use super::{Actor, Context, Page, ServiceError, cursor, page_size};
+use crate::domain::{FieldErrors, Project, ProjectName, Role};
 use crate::store;
 
 /// The body of `POST /api/v1/projects`.
@@ -18,13 +19,19 @@ pub struct CreateProject {
     /// The Kubernetes namespace; defaults to the name. Fixed once created.
     #[serde(default)]
     pub namespace: Option<String>,
+    /// Adopt an existing namespace instead of creating one; it then survives the project.
+    #[serde(default)]
+    pub adopt_namespace: bool,
 }
 
-#[instrument(skip(ctx), fields(project = %request.name))]
+/// Creates a project (platform admins only).
+#[instrument(skip(ctx, actor), fields(project = %request.name))]
 pub async fn create_project(
     ctx: &Context,
+    actor: &Actor,
     request: CreateProject,
 ) -> Result<Project, ServiceError> {
+    require_platform_admin(actor)?;
     let mut errors = FieldErrors::new();
     let name = errors.check("name", ProjectName::parse(&request.name));
     let namespace = match &request.namespace {
@@ -33,45 +40,66 @@ pub async fn create_project(
     };
     let (name, namespace) = errors.finish(|| (name.unwrap(), namespace.unwrap()))?;
 
-    match store::projects::insert_project(
-        &ctx.pool,
+    let mut tx = ctx.pool.begin().await?;
+    let inserted = store::projects::insert_project(
+        &mut *tx,
         Uuid::now_v7(),
         name.as_str(),
         namespace.as_str(),
-        false,
+        request.adopt_namespace,
     )
-    .await
-    {
-        Ok(project) => {
-            tracing::info!(project_id = %project.id, namespace = %project.namespace, "project created");
-            Ok(project)
+    .await;
+    let project = match inserted {
+        Ok(project) => project,
+        Err(err) if store::is_unique_violation(&err, "project_name_key") => {
+            return Err(ServiceError::conflict(
+                Some("name"),
+                format!("project `{name}` already exists"),
+            ));
         }
-        Err(err) if store::is_unique_violation(&err, "project_name_key") => Err(
-            ServiceError::conflict(Some("name"), format!("project `{name}` already exists")),
-        ),
         Err(err) if store::is_unique_violation(&err, "project_namespace_key") => {
-            Err(ServiceError::conflict(
+            return Err(ServiceError::conflict(
                 Some("namespace"),
                 format!("namespace `{namespace}` already belongs to another project"),
-            ))
+            ));
         }
-        Err(err) => Err(err.into()),
-    }
+        Err(err) => return Err(err.into()),
+    };
+    let how = if project.namespace_adopted {
+        "adopting"
+    } else {
+        "with"
+    };
+    let message = format!("project created, {how} namespace {}", project.namespace);
+    store::audit::insert_audit_event(
+        &mut *tx,
+        Some(project.id),
+        "ProjectCreated",
+        &format!("project/{}", project.name),
+        &message,
+        actor.name(),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(project_id = %project.id, namespace = %project.namespace, "project created");
+    Ok(project)
 }
 
-#[instrument(skip(ctx))]
-pub async fn get_project(ctx: &Context, name: &str) -> Result<Project, ServiceError> {
-    if !is_dns1123_label(name) {
-        return Err(ServiceError::not_found("project", name));
-    }
-    store::projects::find_project_by_name(&ctx.pool, name)
-        .await?
-        .ok_or_else(|| ServiceError::not_found("project", name))
+/// Reads a project the caller has any role on.
+#[instrument(skip(ctx, actor))]
+pub async fn get_project(
+    ctx: &Context,
+    actor: &Actor,
+    name: &str,
+) -> Result<Project, ServiceError> {
+    authorize(ctx, actor, name, Role::Viewer).await
 }
 
-#[instrument(skip(ctx))]
+/// Lists the projects the caller may see.
+#[instrument(skip(ctx, actor))]
 pub async fn list_projects(
     ctx: &Context,
+    actor: &Actor,
     limit: Option<i64>,
     cursor: Option<&str>,
 ) -> Result<Page<Project>, ServiceError> {
@@ -80,23 +108,36 @@ pub async fn list_projects(
         Some(c) => Some(parse_uuid_cursor(&cursor::decode(c, "projects")?)?),
         None => None,
     };
-    let rows = store::projects::list_projects(&ctx.pool, after, limit + 1).await?;
+    let visible = visible_projects(ctx, actor).await?;
+    let rows =
+        store::projects::list_projects(&ctx.pool, visible.as_deref(), after, limit + 1).await?;
     Ok(cursor::page(rows, limit, "projects", |p| p.id.to_string()))
 }
 
-/// Deletes a project; refused while it still has deployments (even ones being deleted).
-#[instrument(skip(ctx))]
-pub async fn delete_project(ctx: &Context, name: &str) -> Result<(), ServiceError> {
-    let project = get_project(ctx, name).await?;
-    if store::projects::delete_project_without_deployments(&ctx.pool, project.id).await? {
-        tracing::info!(project_id = %project.id, "project deleted");
-        Ok(())
-    } else {
-        Err(ServiceError::conflict(
+/// Deletes a project (platform admins only); refused while it still has deployments.
+#[instrument(skip(ctx, actor))]
+pub async fn delete_project(ctx: &Context, actor: &Actor, name: &str) -> Result<(), ServiceError> {
+    let project = authorize(ctx, actor, name, Role::Admin).await?;
+    require_platform_admin(actor)?;
+    let mut tx = ctx.pool.begin().await?;
+    if !store::projects::delete_project_without_deployments(&mut *tx, project.id).await? {
+        return Err(ServiceError::conflict(
             None,
             format!("project `{name}` still has deployments; delete them first"),
-        ))
+        ));
     }
+    store::audit::insert_audit_event(
+        &mut *tx,
+        Some(project.id),
+        "ProjectDeleted",
+        &format!("project/{name}"),
+        "project deleted",
+        actor.name(),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(project_id = %project.id, "project deleted");
+    Ok(())
 }
 
 pub(super) fn parse_uuid_cursor(key: &str) -> Result<Uuid, FieldErrors> {

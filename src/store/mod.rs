@@ -3,11 +3,14 @@
 //! Functions take any executor (`&PgPool` or a transaction) so the service layer decides
 //! what runs atomically.
 
+pub mod audit;
 pub mod deployments;
 pub mod events;
 pub mod idempotency;
 pub mod projects;
 pub mod revisions;
+pub mod role_bindings;
+pub mod tokens;
 pub mod work_queue;
 
 use std::time::Duration;

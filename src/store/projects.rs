@@ -42,19 +42,22 @@ pub async fn find_project_by_name(
     .await
 }
 
-/// Projects ordered by id (time-ordered UUIDv7), after `after` when paging.
-#[instrument(skip(db))]
+/// Projects ordered by id (time-ordered UUIDv7), after `after` when paging, and only
+/// those in `only` when it is given.
+#[instrument(skip(db, only))]
 pub async fn list_projects(
     db: impl PgExecutor<'_>,
+    only: Option<&[Uuid]>,
     after: Option<Uuid>,
     limit: i64,
 ) -> Result<Vec<Project>, sqlx::Error> {
     sqlx::query_as!(
         Project,
         "select id, name, namespace, namespace_adopted, created_at from project
-         where $1::uuid is null or id > $1
+         where ($1::uuid[] is null or id = any($1)) and ($2::uuid is null or id > $2)
          order by id
-         limit $2",
+         limit $3",
+        only as Option<&[Uuid]>,
         after,
         limit
     )

@@ -1,42 +1,114 @@
 //! A test server: the real router on a random port over a fresh database.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
 use metrics_exporter_prometheus::PrometheusBuilder;
+use modelplane::api::rate_limit::RateLimiter;
 use modelplane::api::{self, AppState};
+use modelplane::auth::{Authenticator, OidcConfig, OidcVerifier};
 use modelplane::config::HttpConfig;
 use modelplane::domain::SpecLimits;
 use modelplane::service;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
+/// The platform-admin token every test app is bootstrapped with.
+pub const ADMIN_TOKEN: &str = "mpt_test-bootstrap-admin-token-0123456789abcdef";
+
+/// How a test app differs from the default.
+pub struct Options {
+    pub oidc: Option<OidcConfig>,
+    pub rate_per_minute: u32,
+    pub rate_burst: u32,
+    pub metrics_require_auth: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            oidc: None,
+            rate_per_minute: 100_000,
+            rate_burst: 10_000,
+            metrics_require_auth: false,
+        }
+    }
+}
+
 pub struct TestApp {
     pub base: String,
+    /// Sends the platform-admin token.
     pub client: Client,
     pub pool: PgPool,
 }
 
 impl TestApp {
     pub async fn spawn(pool: PgPool) -> Self {
+        Self::spawn_with(pool, Options::default()).await
+    }
+
+    pub async fn spawn_with(pool: PgPool, options: Options) -> Self {
+        let ctx = service::Context {
+            pool: pool.clone(),
+            limits: SpecLimits { max_replicas: 20 },
+        };
+        service::tokens::ensure_bootstrap_token(&ctx, ADMIN_TOKEN)
+            .await
+            .unwrap();
+        let oidc = match options.oidc {
+            Some(config) => Some(OidcVerifier::new(config).await.unwrap()),
+            None => None,
+        };
         let state = AppState {
-            ctx: service::Context {
-                pool: pool.clone(),
-                limits: SpecLimits { max_replicas: 20 },
-            },
+            ctx,
             metrics: PrometheusBuilder::new().build_recorder().handle(),
+            auth: Arc::new(Authenticator::new(pool.clone(), oidc)),
+            limiter: Arc::new(RateLimiter::new(
+                options.rate_per_minute,
+                options.rate_burst,
+            )),
+            metrics_require_auth: options.metrics_require_auth,
         };
         let app = api::router(state, &HttpConfig::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            .unwrap()
+        });
         Self {
             base: format!("http://{addr}"),
-            client: Client::new(),
+            client: client_with_token(Some(ADMIN_TOKEN)),
             pool,
         }
     }
 
     pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
         self.client.request(method, format!("{}{path}", self.base))
+    }
+
+    /// A request with another credential (or none).
+    pub fn request_as(&self, token: Option<&str>, method: Method, path: &str) -> RequestBuilder {
+        client_with_token(token).request(method, format!("{}{path}", self.base))
+    }
+
+    /// Creates a token with `role` on `project` and returns its secret.
+    pub async fn token_for(&self, project: &str, name: &str, role: &str) -> String {
+        let response = self
+            .post_json(
+                &format!("/api/v1/projects/{project}/tokens"),
+                &json!({"name": name, "role": role}),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let body: Value = response.json().await.unwrap();
+        body["secret"].as_str().unwrap().to_owned()
     }
 
     pub async fn get(&self, path: &str) -> Response {
@@ -85,6 +157,18 @@ impl TestApp {
         let sql = sqlx::AssertSqlSafe(format!("select count(*) from {table}"));
         sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap()
     }
+}
+
+fn client_with_token(token: Option<&str>) -> Client {
+    modelplane::install_crypto_provider();
+    let mut headers = HeaderMap::new();
+    if let Some(token) = token {
+        headers.insert(
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        );
+    }
+    Client::builder().default_headers(headers).build().unwrap()
 }
 
 /// A spec that exercises most fields and is valid.

@@ -52,7 +52,7 @@ async fn create_returns_201_with_location_etag_and_a_pending_record(pool: PgPool
     assert_eq!(queued, 1);
     let events = json_of(app.get(&format!("{QWEN}/events")).await, StatusCode::OK).await;
     assert_eq!(events["items"][0]["kind"], "Created");
-    assert_eq!(events["items"][0]["actor"], "anonymous");
+    assert_eq!(events["items"][0]["actor"], "token:bootstrap");
 }
 
 #[sqlx::test]

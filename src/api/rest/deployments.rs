@@ -130,10 +130,11 @@ pub async fn create_deployment(
     ))]
 pub async fn list_deployments(
     State(state): State<AppState>,
+    actor: Actor,
     Path(project): Path<String>,
     Query(query): Query<ListDeployments>,
 ) -> Result<Json<DeploymentList>, ApiError> {
-    let page = service::list_deployments(&state.ctx, &project, &query).await?;
+    let page = service::list_deployments(&state.ctx, &actor, &project, &query).await?;
     Ok(Json(DeploymentList {
         items: page.items,
         next_cursor: page.next_cursor,
@@ -150,9 +151,10 @@ pub async fn list_deployments(
     ))]
 pub async fn get_deployment(
     State(state): State<AppState>,
+    actor: Actor,
     Path((project, name)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let deployment = service::get_deployment(&state.ctx, &project, &name).await?;
+    let deployment = service::get_deployment(&state.ctx, &actor, &project, &name).await?;
     Ok(deployment_response(StatusCode::OK, deployment))
 }
 
@@ -357,11 +359,13 @@ pub async fn rollback_deployment(
     ))]
 pub async fn list_revisions(
     State(state): State<AppState>,
+    actor: Actor,
     Path((project, name)): Path<(String, String)>,
     Query(page): Query<PageParams>,
 ) -> Result<Json<RevisionList>, ApiError> {
     let page = service::list_revisions(
         &state.ctx,
+        &actor,
         &project,
         &name,
         page.limit,
@@ -383,11 +387,13 @@ pub async fn list_revisions(
     ))]
 pub async fn list_deployment_events(
     State(state): State<AppState>,
+    actor: Actor,
     Path((project, name)): Path<(String, String)>,
     Query(page): Query<PageParams>,
 ) -> Result<Json<EventList>, ApiError> {
     let page = service::list_events(
         &state.ctx,
+        &actor,
         &project,
         DeploymentRef::Name(&name),
         page.limit,
@@ -410,11 +416,13 @@ pub async fn list_deployment_events(
     ))]
 pub async fn list_project_events(
     State(state): State<AppState>,
+    actor: Actor,
     Path(project): Path<String>,
     Query(params): Query<ProjectEventParams>,
 ) -> Result<Json<EventList>, ApiError> {
     let page = service::list_events(
         &state.ctx,
+        &actor,
         &project,
         DeploymentRef::Id(params.deployment_id),
         params.limit,

@@ -2,12 +2,14 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::api::AppState;
+use crate::api::error::ApiError;
 use crate::store;
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -77,8 +79,19 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     (status, Json(body))
 }
 
-/// Prometheus text exposition of the process's metrics.
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+/// Prometheus text exposition of the process's metrics; open unless configured otherwise.
+pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if state.metrics_require_auth {
+        let header = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+        match state.auth.authenticate(header).await {
+            Ok(actor) if actor.is_platform_admin() => {}
+            Ok(_) => {
+                return ApiError::Forbidden("metrics need the platform-admin role".into())
+                    .into_response();
+            }
+            Err(err) => return ApiError::Unauthorized(err.to_string()).into_response(),
+        }
+    }
     if let Ok(depth) = store::work_queue::count_queued(&state.ctx.pool).await {
         metrics::gauge!("modelplane_reconcile_queue_depth").set(depth as f64);
     }
@@ -89,4 +102,5 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         )],
         state.metrics.render(),
     )
+        .into_response()
 }

@@ -11,6 +11,7 @@ use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{JsonBody, Query};
 use crate::domain::Project;
+use crate::service::Actor;
 use crate::service::projects::{self as service, CreateProject};
 
 /// A page of projects.
@@ -32,22 +33,25 @@ pub struct ListProjects {
     pub cursor: Option<String>,
 }
 
-/// Create a project and fix its namespace.
+/// Create a project and fix its namespace (platform admins).
 #[utoipa::path(post, path = "/api/v1/projects", tag = "projects",
     request_body = CreateProject,
     responses(
         (status = 201, description = "Created", body = Project,
             headers(("Location" = String, description = "URL of the new project"))),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Not authenticated", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not a platform admin", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Name or namespace taken", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn create_project(
     State(state): State<AppState>,
+    actor: Actor,
     JsonBody(request): JsonBody<CreateProject>,
 ) -> Result<Response, ApiError> {
-    let project = service::create_project(&state.ctx, request).await?;
+    let project = service::create_project(&state.ctx, &actor, request).await?;
     let location = format!("/api/v1/projects/{}", project.name);
     Ok((
         StatusCode::CREATED,
@@ -57,7 +61,7 @@ pub async fn create_project(
         .into_response())
 }
 
-/// List projects, oldest first.
+/// List the projects the caller has a role on, oldest first.
 #[utoipa::path(get, path = "/api/v1/projects", tag = "projects",
     params(ListProjects),
     responses(
@@ -66,9 +70,11 @@ pub async fn create_project(
     ))]
 pub async fn list_projects(
     State(state): State<AppState>,
+    actor: Actor,
     Query(query): Query<ListProjects>,
 ) -> Result<Json<ProjectList>, ApiError> {
-    let page = service::list_projects(&state.ctx, query.limit, query.cursor.as_deref()).await?;
+    let page =
+        service::list_projects(&state.ctx, &actor, query.limit, query.cursor.as_deref()).await?;
     Ok(Json(ProjectList {
         items: page.items,
         next_cursor: page.next_cursor,
@@ -84,12 +90,15 @@ pub async fn list_projects(
     ))]
 pub async fn get_project(
     State(state): State<AppState>,
+    actor: Actor,
     Path(project): Path<String>,
 ) -> Result<Json<Project>, ApiError> {
-    Ok(Json(service::get_project(&state.ctx, &project).await?))
+    Ok(Json(
+        service::get_project(&state.ctx, &actor, &project).await?,
+    ))
 }
 
-/// Delete a project that has no deployments.
+/// Delete a project that has no deployments (platform admins).
 #[utoipa::path(delete, path = "/api/v1/projects/{project}", tag = "projects",
     params(("project" = String, Path, description = "Project name")),
     responses(
@@ -99,8 +108,9 @@ pub async fn get_project(
     ))]
 pub async fn delete_project(
     State(state): State<AppState>,
+    actor: Actor,
     Path(project): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    service::delete_project(&state.ctx, &project).await?;
+    service::delete_project(&state.ctx, &actor, &project).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,0 +1,289 @@
+//! Tokens, role bindings, the audit log and `whoami`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::deployments::PageParams;
+use crate::api::AppState;
+use crate::api::error::{ApiError, Problem};
+use crate::api::extract::{JsonBody, Query};
+use crate::domain::{ApiToken, AuditEvent, RoleBinding};
+use crate::service::role_bindings::{self, CreateRoleBinding};
+use crate::service::tokens::{self, CreateToken, CreatedToken};
+use crate::service::{Actor, Identity, audit};
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenList {
+    pub items: Vec<ApiToken>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleBindingList {
+    pub items: Vec<RoleBinding>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEventList {
+    pub items: Vec<AuditEvent>,
+    pub next_cursor: Option<String>,
+}
+
+/// The authenticated caller.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WhoAmI {
+    /// How the caller appears in timelines and audit logs.
+    pub name: String,
+    /// `token` or `user`.
+    pub kind: String,
+    pub platform_admin: bool,
+    /// The user's groups (OIDC), empty for tokens.
+    pub groups: Vec<String>,
+}
+
+/// An id from a URL that is not a UUID names nothing: 404.
+fn parse_id(id: &str, kind: &'static str) -> Result<Uuid, ApiError> {
+    id.parse()
+        .map_err(|_| ApiError::NotFound(format!("{kind} `{id}` not found")))
+}
+
+/// Who am I? Shows the identity the credential resolves to.
+#[utoipa::path(get, path = "/api/v1/whoami", tag = "access",
+    responses(
+        (status = 200, description = "The caller", body = WhoAmI),
+        (status = 401, description = "Not authenticated", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn whoami(actor: Actor) -> Json<WhoAmI> {
+    let (kind, groups) = match &actor.identity {
+        Identity::Token { .. } => ("token", Vec::new()),
+        Identity::User { groups, .. } => ("user", groups.clone()),
+        Identity::System => ("system", Vec::new()),
+    };
+    Json(WhoAmI {
+        platform_admin: actor.is_platform_admin(),
+        name: actor.name,
+        kind: kind.into(),
+        groups,
+    })
+}
+
+/// Create a token with a role on the project (project admins). The secret is shown once.
+#[utoipa::path(post, path = "/api/v1/projects/{project}/tokens", tag = "access",
+    params(("project" = String, Path, description = "Project name")),
+    request_body = CreateToken,
+    responses(
+        (status = 201, description = "Created; `secret` is shown only now", body = CreatedToken),
+        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such project (or not yours)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A live token has that name", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn create_project_token(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(project): Path<String>,
+    JsonBody(request): JsonBody<CreateToken>,
+) -> Result<impl IntoResponse, ApiError> {
+    let created = tokens::create_project_token(&state.ctx, &actor, &project, request).await?;
+    Ok((StatusCode::CREATED, Json(created)))
+}
+
+/// List the project's tokens, newest first, without their secrets (project admins).
+#[utoipa::path(get, path = "/api/v1/projects/{project}/tokens", tag = "access",
+    params(("project" = String, Path, description = "Project name")),
+    responses(
+        (status = 200, description = "The tokens", body = TokenList),
+        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such project (or not yours)", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_project_tokens(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(project): Path<String>,
+) -> Result<Json<TokenList>, ApiError> {
+    let items = tokens::list_project_tokens(&state.ctx, &actor, &project).await?;
+    Ok(Json(TokenList { items }))
+}
+
+/// Revoke a project token; it stops working at once (project admins).
+#[utoipa::path(delete, path = "/api/v1/projects/{project}/tokens/{id}", tag = "access",
+    params(("project" = String, Path, description = "Project name"), ("id" = String, Path, description = "Token id")),
+    responses(
+        (status = 200, description = "Revoked", body = ApiToken),
+        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such live token", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn revoke_project_token(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path((project, id)): Path<(String, String)>,
+) -> Result<Json<ApiToken>, ApiError> {
+    let id = parse_id(&id, "token")?;
+    Ok(Json(
+        tokens::revoke_project_token(&state.ctx, &actor, &project, id).await?,
+    ))
+}
+
+/// Create a platform-admin token (platform admins). The secret is shown once.
+#[utoipa::path(post, path = "/api/v1/tokens", tag = "access",
+    request_body = CreateToken,
+    responses(
+        (status = 201, description = "Created; `secret` is shown only now", body = CreatedToken),
+        (status = 403, description = "Not a platform admin", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A live token has that name", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn create_platform_token(
+    State(state): State<AppState>,
+    actor: Actor,
+    JsonBody(request): JsonBody<CreateToken>,
+) -> Result<impl IntoResponse, ApiError> {
+    let created = tokens::create_platform_token(&state.ctx, &actor, request).await?;
+    Ok((StatusCode::CREATED, Json(created)))
+}
+
+/// List platform-admin tokens without their secrets (platform admins).
+#[utoipa::path(get, path = "/api/v1/tokens", tag = "access",
+    responses(
+        (status = 200, description = "The tokens", body = TokenList),
+        (status = 403, description = "Not a platform admin", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_platform_tokens(
+    State(state): State<AppState>,
+    actor: Actor,
+) -> Result<Json<TokenList>, ApiError> {
+    let items = tokens::list_platform_tokens(&state.ctx, &actor).await?;
+    Ok(Json(TokenList { items }))
+}
+
+/// Revoke a platform-admin token (platform admins).
+#[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "access",
+    params(("id" = String, Path, description = "Token id")),
+    responses(
+        (status = 200, description = "Revoked", body = ApiToken),
+        (status = 403, description = "Not a platform admin", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such live token", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn revoke_platform_token(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(id): Path<String>,
+) -> Result<Json<ApiToken>, ApiError> {
+    let id = parse_id(&id, "token")?;
+    Ok(Json(
+        tokens::revoke_platform_token(&state.ctx, &actor, id).await?,
+    ))
+}
+
+/// Grant a role on the project to an OIDC user or group (project admins).
+#[utoipa::path(post, path = "/api/v1/projects/{project}/role-bindings", tag = "access",
+    params(("project" = String, Path, description = "Project name")),
+    request_body = CreateRoleBinding,
+    responses(
+        (status = 201, description = "Granted", body = RoleBinding),
+        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such project (or not yours)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The subject already has a role", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn create_role_binding(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(project): Path<String>,
+    JsonBody(request): JsonBody<CreateRoleBinding>,
+) -> Result<impl IntoResponse, ApiError> {
+    let binding = role_bindings::create_role_binding(&state.ctx, &actor, &project, request).await?;
+    Ok((StatusCode::CREATED, Json(binding)))
+}
+
+/// List the project's role bindings (project admins).
+#[utoipa::path(get, path = "/api/v1/projects/{project}/role-bindings", tag = "access",
+    params(("project" = String, Path, description = "Project name")),
+    responses(
+        (status = 200, description = "The bindings", body = RoleBindingList),
+        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such project (or not yours)", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_role_bindings(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(project): Path<String>,
+) -> Result<Json<RoleBindingList>, ApiError> {
+    let items = role_bindings::list_role_bindings(&state.ctx, &actor, &project).await?;
+    Ok(Json(RoleBindingList { items }))
+}
+
+/// Remove a role binding (project admins).
+#[utoipa::path(delete, path = "/api/v1/projects/{project}/role-bindings/{id}", tag = "access",
+    params(("project" = String, Path, description = "Project name"), ("id" = String, Path, description = "Binding id")),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such binding", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn delete_role_binding(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path((project, id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let id = parse_id(&id, "role binding")?;
+    role_bindings::delete_role_binding(&state.ctx, &actor, &project, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The project's audit log: tokens, role bindings, the project itself (project admins).
+#[utoipa::path(get, path = "/api/v1/projects/{project}/audit", tag = "access",
+    params(("project" = String, Path, description = "Project name"), PageParams),
+    responses(
+        (status = 200, description = "A page of audit events, oldest first", body = AuditEventList),
+        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such project (or not yours)", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_project_audit(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(project): Path<String>,
+    Query(page): Query<PageParams>,
+) -> Result<Json<AuditEventList>, ApiError> {
+    let page = audit::list_audit_events(
+        &state.ctx,
+        &actor,
+        Some(&project),
+        page.limit,
+        page.cursor.as_deref(),
+    )
+    .await?;
+    Ok(Json(AuditEventList {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// The platform's audit log: platform tokens (platform admins).
+#[utoipa::path(get, path = "/api/v1/audit", tag = "access",
+    params(PageParams),
+    responses(
+        (status = 200, description = "A page of audit events, oldest first", body = AuditEventList),
+        (status = 403, description = "Not a platform admin", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_platform_audit(
+    State(state): State<AppState>,
+    actor: Actor,
+    Query(page): Query<PageParams>,
+) -> Result<Json<AuditEventList>, ApiError> {
+    let page =
+        audit::list_audit_events(&state.ctx, &actor, None, page.limit, page.cursor.as_deref())
+            .await?;
+    Ok(Json(AuditEventList {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
+}

@@ -1,0 +1,169 @@
+//! Who the caller is and what they may do: every use case asks here first.
+//!
+//! A caller without any role on a project is told the project does not exist (404), so
+//! names never leak; a caller who can see the project but lacks the role gets 403.
+
+use uuid::Uuid;
+
+use super::{Context, ServiceError};
+use crate::domain::{Project, Role, TokenRole, is_dns1123_label};
+use crate::store;
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// How the caller appears in timelines and audit logs: `token:ci`, `user:alice@example.com`.
+    pub name: String,
+    pub identity: Identity,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// An API token with a role on one project, or a platform-admin token.
+    Token {
+        id: Uuid,
+        project_id: Option<Uuid>,
+        role: TokenRole,
+    },
+    /// A person authenticated by OIDC; roles come from role bindings on each project.
+    /// `subject` is the configured username claim (`sub` by default).
+    User {
+        subject: String,
+        groups: Vec<String>,
+        platform_admin: bool,
+    },
+    /// modelplane itself (the reconciler).
+    System,
+}
+
+impl Actor {
+    pub fn token(id: Uuid, name: &str, project_id: Option<Uuid>, role: TokenRole) -> Self {
+        Self {
+            name: format!("token:{name}"),
+            identity: Identity::Token {
+                id,
+                project_id,
+                role,
+            },
+        }
+    }
+
+    pub fn user(subject: &str, groups: Vec<String>, platform_admin: bool) -> Self {
+        Self {
+            name: format!("user:{subject}"),
+            identity: Identity::User {
+                subject: subject.to_owned(),
+                groups,
+                platform_admin,
+            },
+        }
+    }
+
+    pub fn system() -> Self {
+        Self {
+            name: "worker".into(),
+            identity: Identity::System,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A stable key for the caller (idempotency scopes, rate limits): not the display name.
+    pub fn key(&self) -> String {
+        match &self.identity {
+            Identity::Token { id, .. } => format!("token:{id}"),
+            Identity::User { subject, .. } => format!("user:{subject}"),
+            Identity::System => "system".into(),
+        }
+    }
+
+    pub fn is_platform_admin(&self) -> bool {
+        match &self.identity {
+            Identity::Token { role, .. } => *role == TokenRole::PlatformAdmin,
+            Identity::User { platform_admin, .. } => *platform_admin,
+            Identity::System => true,
+        }
+    }
+}
+
+/// The caller's role on `project`, if any.
+pub async fn role_on(
+    ctx: &Context,
+    actor: &Actor,
+    project: &Project,
+) -> Result<Option<Role>, ServiceError> {
+    if actor.is_platform_admin() {
+        return Ok(Some(Role::Admin));
+    }
+    match &actor.identity {
+        Identity::Token {
+            project_id, role, ..
+        } => Ok(if *project_id == Some(project.id) {
+            role.project_role()
+        } else {
+            None
+        }),
+        Identity::User {
+            subject, groups, ..
+        } => {
+            let roles =
+                store::role_bindings::roles_of_subject(&ctx.pool, project.id, subject, groups)
+                    .await?;
+            Ok(roles.iter().filter_map(|r| r.parse::<Role>().ok()).max())
+        }
+        Identity::System => Ok(Some(Role::Admin)),
+    }
+}
+
+/// Finds `project` and checks the caller holds at least `needed` on it.
+pub async fn authorize(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    needed: Role,
+) -> Result<Project, ServiceError> {
+    let not_found = || ServiceError::not_found("project", project);
+    if !is_dns1123_label(project) {
+        return Err(not_found());
+    }
+    let found = store::projects::find_project_by_name(&ctx.pool, project)
+        .await?
+        .ok_or_else(not_found)?;
+    match role_on(ctx, actor, &found).await? {
+        None => Err(not_found()),
+        Some(role) if role < needed => Err(ServiceError::Forbidden(format!(
+            "this needs the {needed} role on project `{project}`; you have {role}"
+        ))),
+        Some(_) => Ok(found),
+    }
+}
+
+/// Platform-level operations (projects themselves, platform tokens).
+pub fn require_platform_admin(actor: &Actor) -> Result<(), ServiceError> {
+    if actor.is_platform_admin() {
+        Ok(())
+    } else {
+        Err(ServiceError::Forbidden(
+            "this needs the platform-admin role".into(),
+        ))
+    }
+}
+
+/// The projects the caller may see; `None` means all of them.
+pub async fn visible_projects(
+    ctx: &Context,
+    actor: &Actor,
+) -> Result<Option<Vec<Uuid>>, ServiceError> {
+    if actor.is_platform_admin() {
+        return Ok(None);
+    }
+    Ok(Some(match &actor.identity {
+        Identity::Token { project_id, .. } => project_id.iter().copied().collect(),
+        Identity::User {
+            subject, groups, ..
+        } => store::role_bindings::projects_of_subject(&ctx.pool, subject, groups).await?,
+        Identity::System => Vec::new(),
+    }))
+}

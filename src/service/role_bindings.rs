@@ -1,0 +1,122 @@
+//! Role bindings: roles of OIDC users and groups on a project (project admins manage them).
+
+use serde::Deserialize;
+use tracing::instrument;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::access::authorize;
+use super::{Actor, Context, ServiceError};
+use crate::domain::{FieldErrors, Role, RoleBinding};
+use crate::store;
+
+/// The body of `POST …/role-bindings`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateRoleBinding {
+    /// `user` (the token's subject claim) or `group` (an entry of its groups claim).
+    pub subject_kind: String,
+    pub subject: String,
+    pub role: Role,
+}
+
+#[instrument(skip(ctx, actor, request))]
+pub async fn create_role_binding(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    request: CreateRoleBinding,
+) -> Result<RoleBinding, ServiceError> {
+    let project = authorize(ctx, actor, project, Role::Admin).await?;
+    let mut errors = FieldErrors::new();
+    if !matches!(request.subject_kind.as_str(), "user" | "group") {
+        errors.push("subjectKind", "must be `user` or `group`");
+    }
+    if request.subject.is_empty()
+        || request.subject.len() > 256
+        || request.subject.chars().any(char::is_control)
+    {
+        errors.push(
+            "subject",
+            "must be 1 to 256 characters without control characters",
+        );
+    }
+    errors.finish(|| ())?;
+
+    let mut tx = ctx.pool.begin().await?;
+    let binding = store::role_bindings::insert_role_binding(
+        &mut *tx,
+        Uuid::now_v7(),
+        project.id,
+        &request.subject_kind,
+        &request.subject,
+        request.role.as_str(),
+        actor.name(),
+    )
+    .await
+    .map_err(|err| {
+        if store::is_unique_violation(&err, "role_binding_subject_key") {
+            ServiceError::conflict(
+                Some("subject"),
+                format!(
+                    "{} `{}` already has a role on this project; delete that binding first",
+                    request.subject_kind, request.subject
+                ),
+            )
+        } else {
+            err.into()
+        }
+    })?;
+    store::audit::insert_audit_event(
+        &mut *tx,
+        Some(project.id),
+        "RoleBindingCreated",
+        &format!("{}/{}", binding.subject_kind, binding.subject),
+        &format!(
+            "{} `{}` granted {}",
+            binding.subject_kind, binding.subject, binding.role
+        ),
+        actor.name(),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(binding)
+}
+
+#[instrument(skip(ctx, actor))]
+pub async fn list_role_bindings(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+) -> Result<Vec<RoleBinding>, ServiceError> {
+    let project = authorize(ctx, actor, project, Role::Admin).await?;
+    Ok(store::role_bindings::list_role_bindings(&ctx.pool, project.id).await?)
+}
+
+#[instrument(skip(ctx, actor))]
+pub async fn delete_role_binding(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    id: Uuid,
+) -> Result<(), ServiceError> {
+    let project = authorize(ctx, actor, project, Role::Admin).await?;
+    let mut tx = ctx.pool.begin().await?;
+    let binding = store::role_bindings::delete_role_binding(&mut *tx, project.id, id)
+        .await?
+        .ok_or_else(|| ServiceError::not_found("role binding", id.to_string()))?;
+    store::audit::insert_audit_event(
+        &mut *tx,
+        Some(project.id),
+        "RoleBindingDeleted",
+        &format!("{}/{}", binding.subject_kind, binding.subject),
+        &format!(
+            "{} `{}` no longer has {}",
+            binding.subject_kind, binding.subject, binding.role
+        ),
+        actor.name(),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
