@@ -398,11 +398,15 @@ fn write_options(query: &HashMap<String, String>, headers: &HeaderMap) -> ApiRes
 }
 
 fn parse_body(body: &Bytes) -> ApiResult<Value> {
-    // Kubernetes protobuf envelopes start with "k8s\0"; only JSON is implemented.
+    // Kubernetes protobuf envelopes start with "k8s\0" (kubectl's imperative create commands).
     if body.starts_with(b"k8s\0") {
-        return Err(ApiError::unsupported_media_type(
-            "application/vnd.kubernetes.protobuf",
-        ));
+        return crate::protobuf::decode(body).map_err(|what| {
+            ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!("the emulator cannot decode protobuf for {what}; send JSON instead"),
+            )
+        });
     }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("error decoding body: {e}")))

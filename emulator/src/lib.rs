@@ -22,6 +22,7 @@ pub mod gc;
 pub mod http;
 pub mod ops;
 pub mod patch;
+pub mod protobuf;
 pub mod quantity;
 pub mod resources;
 pub mod schema;

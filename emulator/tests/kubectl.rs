@@ -391,3 +391,110 @@ async fn kubectl_get_watch_and_delete() {
         "3"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_imperative_create_commands_send_protobuf() {
+    let Some(k) = kubectl_path() else { return };
+    let env = Env::start(k).await;
+    env.ok(&["create", "namespace", "demo"], None).await;
+    env.ok(
+        &[
+            "create",
+            "configmap",
+            "cfg",
+            "-n",
+            "demo",
+            "--from-literal=a=b",
+        ],
+        None,
+    )
+    .await;
+    env.ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "sec",
+            "-n",
+            "demo",
+            "--from-literal=pw=hunter2",
+        ],
+        None,
+    )
+    .await;
+    env.ok(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            "demo",
+            "--image=nginx:1.27",
+            "--replicas=3",
+            "--port=80",
+        ],
+        None,
+    )
+    .await;
+    env.ok(
+        &[
+            "create",
+            "service",
+            "clusterip",
+            "web",
+            "-n",
+            "demo",
+            "--tcp=80:8080",
+        ],
+        None,
+    )
+    .await;
+    env.ok(&["run", "pod1", "-n", "demo", "--image=busybox:1.36"], None)
+        .await;
+    let d: Value = serde_json::from_str(
+        &env.ok(&["get", "deploy", "web", "-n", "demo", "-o", "json"], None)
+            .await,
+    )
+    .unwrap();
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["ports"][0],
+        json!({"containerPort": 80, "protocol": "TCP"})
+    );
+    let s: Value = serde_json::from_str(
+        &env.ok(&["get", "svc", "web", "-n", "demo", "-o", "json"], None)
+            .await,
+    )
+    .unwrap();
+    assert_eq!(s["spec"]["ports"][0]["targetPort"], 8080);
+    let secret = env
+        .ok(
+            &[
+                "get",
+                "secret",
+                "sec",
+                "-n",
+                "demo",
+                "-o",
+                "jsonpath={.data.pw}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(secret, "aHVudGVyMg==");
+    let cm = env
+        .ok(
+            &[
+                "get",
+                "configmap",
+                "cfg",
+                "-n",
+                "demo",
+                "-o",
+                "jsonpath={.data.a}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(cm, "b");
+}
