@@ -1,5 +1,6 @@
 //! The HTTP surface: URL parsing into (kind, namespace, name, subresource), query options,
-//! content negotiation (JSON and server-side Tables), lists, watches and the request log.
+//! request bodies, CRUD and list handlers and the request log. Watches live in `watch.rs`,
+//! Tables in `table.rs`, scale and binding in `subresources.rs`.
 //!
 //! Every request passes through one axum middleware (`record`) so that fault injection
 //! can later be slotted in at the same place.
@@ -9,14 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
 
 use crate::conversion::identity;
 use crate::discovery;
@@ -25,7 +25,10 @@ use crate::patch::PatchType;
 use crate::resources::{ResourceKind, meta_str};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult, success_status};
-use crate::store::{Change, EventType, Store};
+use crate::store::Store;
+use crate::subresources::{bind_pod, scale};
+use crate::table::to_table;
+use crate::watch::watch_response;
 
 /// One recorded request (for tests that count writes).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,7 +141,7 @@ fn parse_query(q: &str) -> HashMap<String, String> {
         .collect()
 }
 
-fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Response {
+pub(crate) fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Response {
     let mut resp = (
         code,
         [(header::CONTENT_TYPE, "application/json")],
@@ -164,11 +167,11 @@ struct Target {
 /// A kind as served: the requested kind, the kind whose storage holds its objects, and the
 /// conversions between them (identity except for views such as events.k8s.io Events).
 #[derive(Clone, Copy)]
-struct Served {
-    kind: &'static ResourceKind,
-    storage: &'static ResourceKind,
-    out: fn(&Value) -> Value,
-    into: fn(&Value) -> Value,
+pub(crate) struct Served {
+    pub(crate) kind: &'static ResourceKind,
+    pub(crate) storage: &'static ResourceKind,
+    pub(crate) out: fn(&Value) -> Value,
+    pub(crate) into: fn(&Value) -> Value,
 }
 
 impl Served {
@@ -350,7 +353,10 @@ async fn route(
     handle_resource(state, method, target, watch, query, headers, body).await
 }
 
-fn write_options(query: &HashMap<String, String>, headers: &HeaderMap) -> ApiResult<WriteOptions> {
+pub(crate) fn write_options(
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> ApiResult<WriteOptions> {
     let ua = headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
@@ -397,7 +403,7 @@ fn write_options(query: &HashMap<String, String>, headers: &HeaderMap) -> ApiRes
     })
 }
 
-fn parse_body(body: &Bytes) -> ApiResult<Value> {
+pub(crate) fn parse_body(body: &Bytes) -> ApiResult<Value> {
     // Kubernetes protobuf envelopes start with "k8s\0" (kubectl's imperative create commands).
     if body.starts_with(b"k8s\0") {
         return crate::protobuf::decode(body).map_err(|what| {
@@ -661,161 +667,6 @@ fn delete_collection(
     Ok(json_response(StatusCode::OK, &list, &[]))
 }
 
-/// The autoscaling/v1 Scale view of a Deployment or ReplicaSet.
-fn to_scale(obj: &Value) -> Value {
-    let meta = obj.get("metadata").cloned().unwrap_or_default();
-    let selector = obj
-        .pointer("/spec/selector/matchLabels")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default();
-    let pick = |k: &str| meta.get(k).cloned().unwrap_or(Value::Null);
-    json!({
-        "kind": "Scale",
-        "apiVersion": "autoscaling/v1",
-        "metadata": {
-            "name": pick("name"), "namespace": pick("namespace"), "uid": pick("uid"),
-            "resourceVersion": pick("resourceVersion"), "creationTimestamp": pick("creationTimestamp"),
-        },
-        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
-        "status": {
-            "replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
-            "selector": selector,
-        },
-    })
-}
-
-/// `deployments/{name}/scale` and `replicasets/{name}/scale`: reads and writes spec.replicas.
-#[allow(clippy::too_many_arguments)]
-fn scale(
-    store: &Store,
-    kind: &'static ResourceKind,
-    ns: &str,
-    name: &str,
-    method: Method,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> ApiResult<Response> {
-    let current = ops::get(store, kind, ns, name)?;
-    let mut scale_obj = to_scale(&current);
-    match method {
-        Method::GET => return Ok(json_response(StatusCode::OK, &scale_obj, &[])),
-        Method::PUT => scale_obj = parse_body(body)?,
-        Method::PATCH => {
-            let ct = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let pt = PatchType::from_content_type(ct)
-                .filter(|p| *p != PatchType::Apply)
-                .ok_or_else(|| ApiError::unsupported_media_type(ct))?;
-            // Scale is a built-in type: strategic merge behaves like a merge patch here.
-            crate::patch::apply_patch(
-                kind,
-                if pt == PatchType::Strategic {
-                    PatchType::Merge
-                } else {
-                    pt
-                },
-                &mut scale_obj,
-                body,
-            )?;
-        }
-        _ => return Err(ApiError::method_not_allowed()),
-    }
-    let replicas = scale_obj
-        .pointer("/spec/replicas")
-        .cloned()
-        .unwrap_or(json!(0));
-    let mut patch = json!({"spec": {"replicas": replicas}});
-    if let Some(rv) = scale_obj
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .filter(|r| !r.is_empty())
-    {
-        patch["metadata"] = json!({"resourceVersion": rv});
-    }
-    let opts = write_options(query, headers)?;
-    let r = ops::patch(
-        store,
-        kind,
-        ns,
-        name,
-        "",
-        PatchType::Merge,
-        patch.to_string().as_bytes(),
-        &opts,
-    )?;
-    Ok(json_response(
-        StatusCode::OK,
-        &to_scale(&r.object),
-        &r.warnings,
-    ))
-}
-
-/// `POST pods/{name}/binding`: sets spec.nodeName once.
-fn bind_pod(
-    store: &Store,
-    kind: &'static ResourceKind,
-    ns: &str,
-    name: &str,
-    body: &Bytes,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-) -> ApiResult<Response> {
-    let b = parse_body(body)?;
-    let node = b
-        .pointer("/target/name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    if node.is_empty() {
-        return Err(ApiError::invalid(
-            kind,
-            name,
-            vec![crate::status::Cause::required("target.name")],
-        ));
-    }
-    let pod = ops::get(store, kind, ns, name)?;
-    if pod
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty())
-    {
-        return Err(ApiError::conflict(
-            kind,
-            name,
-            &format!(
-                "pod {name} is already assigned to node {:?}",
-                pod["spec"]["nodeName"].as_str().unwrap_or("")
-            ),
-        ));
-    }
-    let opts = write_options(query, headers)?;
-    let patch = json!({"spec": {"nodeName": node}});
-    ops::patch(
-        store,
-        kind,
-        ns,
-        name,
-        "",
-        PatchType::Merge,
-        patch.to_string().as_bytes(),
-        &opts,
-    )?;
-    Ok(json_response(
-        StatusCode::CREATED,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-        &[],
-    ))
-}
-
 fn list_body(
     kind: &ResourceKind,
     items: Vec<Value>,
@@ -935,415 +786,4 @@ fn list(
         &list_body(served.kind, page, list_rv, cont, remaining),
         &[],
     ))
-}
-
-/// A watch event line (newline-delimited JSON).
-fn event_line(ty: &str, obj: &Value) -> Bytes {
-    let mut s = serde_json::to_vec(&json!({"type": ty, "object": obj})).unwrap_or_default();
-    s.push(b'\n');
-    Bytes::from(s)
-}
-
-struct WatchFilter {
-    kind: &'static ResourceKind,
-    ns: Option<String>,
-    name: Option<String>,
-    labels: LabelSelector,
-    fields: FieldSelector,
-}
-
-impl WatchFilter {
-    fn scope(&self, c: &Change) -> bool {
-        std::ptr::eq(c.kind, self.kind)
-            && self.ns.as_ref().is_none_or(|n| *n == c.namespace)
-            && self.name.as_ref().is_none_or(|n| *n == c.name)
-    }
-    fn matches(&self, o: &Value) -> bool {
-        self.labels.matches(o) && self.fields.matches(o)
-    }
-    /// Turns a change into the event this watcher sees (selector transitions become ADDED/DELETED).
-    fn event(&self, c: &Change) -> Option<(&'static str, Value)> {
-        if !self.scope(c) {
-            return None;
-        }
-        let new_m = self.matches(&c.object);
-        match c.event {
-            EventType::Added => new_m.then(|| ("ADDED", (*c.object).clone())),
-            EventType::Deleted => {
-                let old_m = c.old.as_ref().is_none_or(|o| self.matches(o));
-                old_m.then(|| ("DELETED", (*c.object).clone()))
-            }
-            EventType::Modified => {
-                let old_m = c.old.as_ref().is_some_and(|o| self.matches(o));
-                match (old_m, new_m) {
-                    (true, true) => Some(("MODIFIED", (*c.object).clone())),
-                    // Like the watch cache: the previous content, at the change's resourceVersion.
-                    (true, false) => {
-                        let mut old = c.old.as_deref().cloned().unwrap_or_default();
-                        crate::resources::meta_mut(&mut old)
-                            .insert("resourceVersion".into(), json!(c.rv.to_string()));
-                        Some(("DELETED", old))
-                    }
-                    (false, true) => Some(("ADDED", (*c.object).clone())),
-                    (false, false) => None,
-                }
-            }
-        }
-    }
-}
-
-fn bookmark(kind: &ResourceKind, rv: u64, initial_end: bool) -> Value {
-    let mut meta = json!({"resourceVersion": rv.to_string()});
-    if initial_end {
-        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-    }
-    json!({"kind": kind.kind, "apiVersion": kind.api_version(), "metadata": meta})
-}
-
-fn watch_response(
-    state: &AppState,
-    served: Served,
-    ns: Option<&str>,
-    name: Option<&str>,
-    query: &HashMap<String, String>,
-    table: bool,
-) -> ApiResult<Response> {
-    let kind = served.storage;
-    let mut field_sel = query.get("fieldSelector").cloned().unwrap_or_default();
-    if let Some(n) = name {
-        // A watch on one object is a watch with a metadata.name field selector.
-        field_sel = if field_sel.is_empty() {
-            format!("metadata.name={n}")
-        } else {
-            format!("{field_sel},metadata.name={n}")
-        };
-    }
-    let filter = WatchFilter {
-        kind,
-        ns: ns.map(String::from),
-        name: name.map(String::from),
-        labels: LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))?,
-        fields: FieldSelector::parse(&field_sel, kind)?,
-    };
-    let bookmarks = query
-        .get("allowWatchBookmarks")
-        .is_some_and(|b| b == "true");
-    let send_initial = query.get("sendInitialEvents").is_some_and(|b| b == "true");
-    if send_initial && !bookmarks {
-        return Err(ApiError::invalid(
-            kind,
-            "",
-            vec![crate::status::Cause::forbidden(
-                "allowWatchBookmarks",
-                "sendInitialEvents requires setting allowWatchBookmarks=true",
-            )],
-        ));
-    }
-    let timeout = query
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .map(Duration::from_secs);
-    let rv_param = query.get("resourceVersion").cloned().unwrap_or_default();
-
-    // Snapshot + subscription under one lock so no change is missed or duplicated.
-    enum Start {
-        Initial(Vec<Value>),
-        Resume(Vec<Arc<Change>>),
-        Expired(u64),
-    }
-    let (start, mut rx, start_rv) = {
-        let st = state.store.lock();
-        let rx = st.subscribe();
-        let cur = st.current_rv();
-        let start = if send_initial || rv_param.is_empty() || rv_param == "0" {
-            Start::Initial(
-                st.list(kind, ns)
-                    .into_iter()
-                    .map(|o| (*o).clone())
-                    .collect(),
-            )
-        } else {
-            let rv: u64 = rv_param.parse().map_err(|_| {
-                ApiError::bad_request(format!("invalid resource version: {rv_param:?}"))
-            })?;
-            match st.changes_since(rv) {
-                Ok(changes) => Start::Resume(changes),
-                Err(oldest) => Start::Expired(oldest),
-            }
-        };
-        (start, rx, cur)
-    };
-
-    let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    let interval = state.bookmark_interval;
-    let query = query.clone();
-    tokio::spawn(async move {
-        let render = |obj: &Value| {
-            let obj = (served.out)(obj);
-            if table {
-                to_table(
-                    served.kind,
-                    std::slice::from_ref(&obj),
-                    meta_str(&obj, "resourceVersion").unwrap_or(""),
-                    &query,
-                )
-            } else {
-                obj
-            }
-        };
-        let mut last_rv = start_rv;
-        match start {
-            Start::Expired(oldest) => {
-                let status =
-                    ApiError::expired(format!("too old resource version: {rv_param} ({oldest})"))
-                        .to_status();
-                let _ = tx.send(Ok(event_line("ERROR", &status))).await;
-                return;
-            }
-            Start::Initial(objs) => {
-                for o in objs.iter().filter(|o| {
-                    filter.matches(o)
-                        && filter
-                            .name
-                            .as_ref()
-                            .is_none_or(|n| meta_str(o, "name") == Some(n))
-                }) {
-                    if tx.send(Ok(event_line("ADDED", &render(o)))).await.is_err() {
-                        return;
-                    }
-                }
-                if send_initial
-                    && tx
-                        .send(Ok(event_line(
-                            "BOOKMARK",
-                            &bookmark(served.kind, start_rv, true),
-                        )))
-                        .await
-                        .is_err()
-                {
-                    return;
-                }
-            }
-            Start::Resume(changes) => {
-                for c in changes {
-                    if let Some((ty, obj)) = filter.event(&c)
-                        && tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-        }
-        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-        let mut ticker = tokio::time::interval(interval);
-        ticker.tick().await;
-        loop {
-            let sleep_until = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => futures::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = sleep_until => return,
-                _ = ticker.tick(), if bookmarks => {
-                    if tx.send(Ok(event_line("BOOKMARK", &bookmark(served.kind, last_rv, false)))).await.is_err() {
-                        return;
-                    }
-                }
-                msg = rx.recv() => match msg {
-                    Ok(c) => {
-                        if c.rv <= start_rv {
-                            continue;
-                        }
-                        last_rv = c.rv;
-                        if let Some((ty, obj)) = filter.event(&c)
-                            && tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err() {
-                                return;
-                            }
-                    }
-                    // Too slow a reader: end the watch; the client resumes from its last resourceVersion.
-                    Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return,
-                },
-                _ = tx.closed() => return,
-            }
-        }
-    });
-    let stream = futures::stream::unfold(body_rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
-    let mut resp = Response::new(Body::from_stream(stream));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp.headers_mut().insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache, private"),
-    );
-    Ok(resp)
-}
-
-/// kubectl-style age: 45s, 3m20s, 15m, 5h10m, 3d.
-fn human_age(created: Option<&str>) -> String {
-    let Some(t) = created.and_then(|c| chrono::DateTime::parse_from_rfc3339(c).ok()) else {
-        return "<unknown>".into();
-    };
-    let s = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
-        .num_seconds()
-        .max(0);
-    match s {
-        s if s < 120 => format!("{s}s"),
-        s if s < 600 => format!("{}m{}s", s / 60, s % 60),
-        s if s < 3 * 3600 => format!("{}m", s / 60),
-        s if s < 8 * 3600 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
-        s if s < 48 * 3600 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86400),
-    }
-}
-
-fn col(name: &str, ty: &str, format: &str) -> Value {
-    json!({"name": name, "type": ty, "format": format, "description": "", "priority": 0})
-}
-
-fn s(v: Option<&Value>) -> String {
-    match v {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
-        Some(Value::Bool(b)) => b.to_string(),
-        _ => String::new(),
-    }
-}
-
-/// Computes a row's cells after the name column.
-type CellFn = Box<dyn Fn(&Value) -> Vec<Value>>;
-
-/// Server-side printing (`Accept: ...;as=Table;g=meta.k8s.io`), with the columns kubectl shows.
-fn to_table(
-    kind: &ResourceKind,
-    objs: &[Value],
-    rv: &str,
-    query: &HashMap<String, String>,
-) -> Value {
-    let (mut cols, cells): (Vec<Value>, CellFn) = match kind.kind {
-        "Pod" => (
-            vec![
-                col("Name", "string", "name"),
-                col("Ready", "string", ""),
-                col("Status", "string", ""),
-                col("Restarts", "string", ""),
-            ],
-            Box::new(|o: &Value| {
-                let total = o
-                    .pointer("/spec/containers")
-                    .and_then(Value::as_array)
-                    .map_or(0, Vec::len);
-                let statuses = o
-                    .pointer("/status/containerStatuses")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let ready = statuses
-                    .iter()
-                    .filter(|c| c["ready"] == json!(true))
-                    .count();
-                let restarts: i64 = statuses
-                    .iter()
-                    .filter_map(|c| c["restartCount"].as_i64())
-                    .sum();
-                let phase = if o.pointer("/metadata/deletionTimestamp").is_some() {
-                    "Terminating".into()
-                } else {
-                    s(o.pointer("/status/phase"))
-                };
-                vec![
-                    json!(format!("{ready}/{total}")),
-                    json!(phase),
-                    json!(restarts.to_string()),
-                ]
-            }),
-        ),
-        "Deployment" => (
-            vec![
-                col("Name", "string", "name"),
-                col("Ready", "string", ""),
-                col("Up-to-date", "string", ""),
-                col("Available", "string", ""),
-            ],
-            Box::new(|o: &Value| {
-                let want = o
-                    .pointer("/spec/replicas")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                let n = |p: &str| o.pointer(p).and_then(Value::as_i64).unwrap_or(0);
-                vec![
-                    json!(format!("{}/{want}", n("/status/readyReplicas"))),
-                    json!(n("/status/updatedReplicas")),
-                    json!(n("/status/availableReplicas")),
-                ]
-            }),
-        ),
-        "Service" => (
-            vec![
-                col("Name", "string", "name"),
-                col("Type", "string", ""),
-                col("Cluster-IP", "string", ""),
-                col("External-IP", "string", ""),
-                col("Port(s)", "string", ""),
-            ],
-            Box::new(|o: &Value| {
-                let ports: Vec<String> = o
-                    .pointer("/spec/ports")
-                    .and_then(Value::as_array)
-                    .map(|ps| {
-                        ps.iter()
-                            .map(|p| format!("{}/{}", s(p.get("port")), s(p.get("protocol"))))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let ports = if ports.is_empty() {
-                    "<none>".to_string()
-                } else {
-                    ports.join(",")
-                };
-                vec![
-                    json!(s(o.pointer("/spec/type"))),
-                    json!(s(o.pointer("/spec/clusterIP"))),
-                    json!("<none>"),
-                    json!(ports),
-                ]
-            }),
-        ),
-        "Namespace" => (
-            vec![col("Name", "string", "name"), col("Status", "string", "")],
-            Box::new(|o: &Value| vec![json!(s(o.pointer("/status/phase")))]),
-        ),
-        _ => (
-            vec![col("Name", "string", "name")],
-            Box::new(|_: &Value| Vec::new()),
-        ),
-    };
-    cols.push(col("Age", "string", ""));
-    let include = query
-        .get("includeObject")
-        .map(String::as_str)
-        .unwrap_or("Metadata");
-    let rows: Vec<Value> = objs
-        .iter()
-        .map(|o| {
-            let mut c = vec![json!(meta_str(o, "name").unwrap_or(""))];
-            c.extend(cells(o));
-            c.push(json!(human_age(meta_str(o, "creationTimestamp"))));
-            let mut row = json!({"cells": c});
-            match include {
-                "None" => {}
-                "Object" => row["object"] = o.clone(),
-                _ => {
-                    row["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o.get("metadata").cloned().unwrap_or(json!({}))})
-                }
-            }
-            row
-        })
-        .collect();
-    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv}, "columnDefinitions": cols, "rows": rows})
 }

@@ -29,7 +29,10 @@ pub mod schema;
 pub mod selectors;
 pub mod status;
 pub mod store;
+mod subresources;
+mod table;
 pub mod validation;
+mod watch;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,0 +1,266 @@
+//! Watch streams: newline-delimited JSON events from a resourceVersion (or from a
+//! synthetic initial state), selector transitions, bookmarks, timeouts and 410 Expired.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::http::{AppState, Served};
+use crate::resources::{ResourceKind, meta_str};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::status::{ApiError, ApiResult};
+use crate::store::{Change, EventType};
+use crate::table::to_table;
+
+/// A watch event line (newline-delimited JSON).
+fn event_line(ty: &str, obj: &Value) -> Bytes {
+    let mut s = serde_json::to_vec(&json!({"type": ty, "object": obj})).unwrap_or_default();
+    s.push(b'\n');
+    Bytes::from(s)
+}
+
+struct WatchFilter {
+    kind: &'static ResourceKind,
+    ns: Option<String>,
+    name: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl WatchFilter {
+    fn scope(&self, c: &Change) -> bool {
+        std::ptr::eq(c.kind, self.kind)
+            && self.ns.as_ref().is_none_or(|n| *n == c.namespace)
+            && self.name.as_ref().is_none_or(|n| *n == c.name)
+    }
+    fn matches(&self, o: &Value) -> bool {
+        self.labels.matches(o) && self.fields.matches(o)
+    }
+    /// Turns a change into the event this watcher sees (selector transitions become ADDED/DELETED).
+    fn event(&self, c: &Change) -> Option<(&'static str, Value)> {
+        if !self.scope(c) {
+            return None;
+        }
+        let new_m = self.matches(&c.object);
+        match c.event {
+            EventType::Added => new_m.then(|| ("ADDED", (*c.object).clone())),
+            EventType::Deleted => {
+                let old_m = c.old.as_ref().is_none_or(|o| self.matches(o));
+                old_m.then(|| ("DELETED", (*c.object).clone()))
+            }
+            EventType::Modified => {
+                let old_m = c.old.as_ref().is_some_and(|o| self.matches(o));
+                match (old_m, new_m) {
+                    (true, true) => Some(("MODIFIED", (*c.object).clone())),
+                    // Like the watch cache: the previous content, at the change's resourceVersion.
+                    (true, false) => {
+                        let mut old = c.old.as_deref().cloned().unwrap_or_default();
+                        crate::resources::meta_mut(&mut old)
+                            .insert("resourceVersion".into(), json!(c.rv.to_string()));
+                        Some(("DELETED", old))
+                    }
+                    (false, true) => Some(("ADDED", (*c.object).clone())),
+                    (false, false) => None,
+                }
+            }
+        }
+    }
+}
+
+fn bookmark(kind: &ResourceKind, rv: u64, initial_end: bool) -> Value {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    json!({"kind": kind.kind, "apiVersion": kind.api_version(), "metadata": meta})
+}
+
+pub(crate) fn watch_response(
+    state: &AppState,
+    served: Served,
+    ns: Option<&str>,
+    name: Option<&str>,
+    query: &HashMap<String, String>,
+    table: bool,
+) -> ApiResult<Response> {
+    let kind = served.storage;
+    let mut field_sel = query.get("fieldSelector").cloned().unwrap_or_default();
+    if let Some(n) = name {
+        // A watch on one object is a watch with a metadata.name field selector.
+        field_sel = if field_sel.is_empty() {
+            format!("metadata.name={n}")
+        } else {
+            format!("{field_sel},metadata.name={n}")
+        };
+    }
+    let filter = WatchFilter {
+        kind,
+        ns: ns.map(String::from),
+        name: name.map(String::from),
+        labels: LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))?,
+        fields: FieldSelector::parse(&field_sel, kind)?,
+    };
+    let bookmarks = query
+        .get("allowWatchBookmarks")
+        .is_some_and(|b| b == "true");
+    let send_initial = query.get("sendInitialEvents").is_some_and(|b| b == "true");
+    if send_initial && !bookmarks {
+        return Err(ApiError::invalid(
+            kind,
+            "",
+            vec![crate::status::Cause::forbidden(
+                "allowWatchBookmarks",
+                "sendInitialEvents requires setting allowWatchBookmarks=true",
+            )],
+        ));
+    }
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let rv_param = query.get("resourceVersion").cloned().unwrap_or_default();
+
+    // Snapshot + subscription under one lock so no change is missed or duplicated.
+    enum Start {
+        Initial(Vec<Value>),
+        Resume(Vec<Arc<Change>>),
+        Expired(u64),
+    }
+    let (start, mut rx, start_rv) = {
+        let st = state.store.lock();
+        let rx = st.subscribe();
+        let cur = st.current_rv();
+        let start = if send_initial || rv_param.is_empty() || rv_param == "0" {
+            Start::Initial(
+                st.list(kind, ns)
+                    .into_iter()
+                    .map(|o| (*o).clone())
+                    .collect(),
+            )
+        } else {
+            let rv: u64 = rv_param.parse().map_err(|_| {
+                ApiError::bad_request(format!("invalid resource version: {rv_param:?}"))
+            })?;
+            match st.changes_since(rv) {
+                Ok(changes) => Start::Resume(changes),
+                Err(oldest) => Start::Expired(oldest),
+            }
+        };
+        (start, rx, cur)
+    };
+
+    let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let interval = state.bookmark_interval;
+    let query = query.clone();
+    tokio::spawn(async move {
+        let render = |obj: &Value| {
+            let obj = (served.out)(obj);
+            if table {
+                to_table(
+                    served.kind,
+                    std::slice::from_ref(&obj),
+                    meta_str(&obj, "resourceVersion").unwrap_or(""),
+                    &query,
+                )
+            } else {
+                obj
+            }
+        };
+        let mut last_rv = start_rv;
+        match start {
+            Start::Expired(oldest) => {
+                let status =
+                    ApiError::expired(format!("too old resource version: {rv_param} ({oldest})"))
+                        .to_status();
+                let _ = tx.send(Ok(event_line("ERROR", &status))).await;
+                return;
+            }
+            Start::Initial(objs) => {
+                for o in objs.iter().filter(|o| {
+                    filter.matches(o)
+                        && filter
+                            .name
+                            .as_ref()
+                            .is_none_or(|n| meta_str(o, "name") == Some(n))
+                }) {
+                    if tx.send(Ok(event_line("ADDED", &render(o)))).await.is_err() {
+                        return;
+                    }
+                }
+                if send_initial
+                    && tx
+                        .send(Ok(event_line(
+                            "BOOKMARK",
+                            &bookmark(served.kind, start_rv, true),
+                        )))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+            }
+            Start::Resume(changes) => {
+                for c in changes {
+                    if let Some((ty, obj)) = filter.event(&c)
+                        && tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut ticker = tokio::time::interval(interval);
+        ticker.tick().await;
+        loop {
+            let sleep_until = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => futures::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = sleep_until => return,
+                _ = ticker.tick(), if bookmarks => {
+                    if tx.send(Ok(event_line("BOOKMARK", &bookmark(served.kind, last_rv, false)))).await.is_err() {
+                        return;
+                    }
+                }
+                msg = rx.recv() => match msg {
+                    Ok(c) => {
+                        if c.rv <= start_rv {
+                            continue;
+                        }
+                        last_rv = c.rv;
+                        if let Some((ty, obj)) = filter.event(&c)
+                            && tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err() {
+                                return;
+                            }
+                    }
+                    // Too slow a reader: end the watch; the client resumes from its last resourceVersion.
+                    Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return,
+                },
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    let stream = futures::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let mut resp = Response::new(Body::from_stream(stream));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(resp)
+}
