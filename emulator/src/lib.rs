@@ -13,6 +13,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admission;
 pub mod apply;
 pub mod conversion;
 pub mod defaults;

@@ -1,0 +1,168 @@
+//! Create- and update-time work that the real server's registry strategies and admission
+//! plugins do for particular kinds: initial status, ServiceAccount/Priority/
+//! DefaultTolerationSeconds pod admission, Service IP allocation, Namespace finalizers.
+
+use serde_json::{Value, json};
+
+use crate::resources::ResourceKind;
+use crate::store::{State, Store};
+
+/// The status an object starts with on create (status subresources reset it).
+pub(crate) fn initial_status(kind: &ResourceKind, obj: &Value) -> Option<Value> {
+    match kind.kind {
+        "Pod" => Some(json!({"phase": "Pending", "qosClass": qos_class(obj)})),
+        "Service" => Some(json!({"loadBalancer": {}})),
+        "Namespace" => Some(json!({"phase": "Active"})),
+        "PersistentVolumeClaim" => Some(json!({"phase": "Pending"})),
+        // Non-pointer Go status structs always serialise, if only as `{}`.
+        "Deployment" | "ReplicaSet" => Some(json!({})),
+        _ => None,
+    }
+}
+
+/// QoS class of a pod: Guaranteed, Burstable or BestEffort.
+fn qos_class(pod: &Value) -> &'static str {
+    let containers = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for c in &containers {
+        let req = c.pointer("/resources/requests").and_then(Value::as_object);
+        let lim = c.pointer("/resources/limits").and_then(Value::as_object);
+        any |= req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty());
+        let full = ["cpu", "memory"].iter().all(|r| {
+            let l = lim.and_then(|l| l.get(*r));
+            l.is_some() && req.and_then(|q| q.get(*r)).is_none_or(|q| Some(q) == l)
+        });
+        guaranteed &= full;
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// Create-time work the real registries and admission plugins do for some kinds.
+pub(crate) fn prepare_create(st: &State, store: &Store, kind: &ResourceKind, obj: &mut Value) {
+    match kind.kind {
+        "Namespace" => {
+            obj["spec"] = json!({"finalizers": ["kubernetes"]});
+        }
+        "Service" => {
+            let spec = obj.get_mut("spec").and_then(Value::as_object_mut);
+            if let Some(spec) = spec {
+                let ty = spec
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("ClusterIP")
+                    .to_string();
+                if ty != "ExternalName" {
+                    if spec
+                        .get("clusterIP")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .is_empty()
+                    {
+                        let ip = allocate_cluster_ip(st, store);
+                        spec.insert("clusterIP".into(), json!(ip));
+                    }
+                    let ip = spec["clusterIP"].clone();
+                    spec.entry("clusterIPs").or_insert_with(|| json!([ip]));
+                    spec.entry("ipFamilies").or_insert_with(|| json!(["IPv4"]));
+                    spec.entry("ipFamilyPolicy")
+                        .or_insert_with(|| json!("SingleStack"));
+                }
+                if (ty == "NodePort" || ty == "LoadBalancer")
+                    && let Some(Value::Array(ports)) = spec.get_mut("ports")
+                {
+                    for (i, p) in ports.iter_mut().enumerate() {
+                        if p.get("nodePort").is_none() {
+                            p["nodePort"] =
+                                json!(30000 + (st.current_rv() as usize * 7 + i) % 2768);
+                        }
+                    }
+                }
+            }
+        }
+        "Pod" => {
+            // Admission: ServiceAccount, Priority and DefaultTolerationSeconds plugins.
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                let sa = spec
+                    .get("serviceAccountName")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or("default")
+                    .to_string();
+                spec.insert("serviceAccountName".into(), json!(sa));
+                spec.insert("serviceAccount".into(), json!(sa));
+                if spec.get("priorityClassName").is_none() {
+                    spec.entry("priority").or_insert(json!(0));
+                }
+                spec.entry("preemptionPolicy")
+                    .or_insert(json!("PreemptLowerPriority"));
+                let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+                if let Some(t) = tolerations.as_array_mut() {
+                    for key in [
+                        "node.kubernetes.io/not-ready",
+                        "node.kubernetes.io/unreachable",
+                    ] {
+                        if !t
+                            .iter()
+                            .any(|x| x.get("key").and_then(Value::as_str) == Some(key))
+                        {
+                            t.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn allocate_cluster_ip(st: &State, store: &Store) -> String {
+    let svc = store
+        .kinds()
+        .by_resource("", "v1", "services")
+        .expect("services are served");
+    let used: Vec<String> = st
+        .list(svc, None)
+        .iter()
+        .filter_map(|s| {
+            s.pointer("/spec/clusterIP")
+                .and_then(Value::as_str)
+                .map(String::from)
+        })
+        .collect();
+    // 10.96.0.0/12 like kubeadm; .1 is the kubernetes service.
+    for n in 1u32..(1 << 20) {
+        let ip = format!("10.{}.{}.{}", 96 + (n >> 16), (n >> 8) & 0xff, n & 0xff);
+        if n & 0xff != 0 && !used.contains(&ip) {
+            return ip;
+        }
+    }
+    "10.96.0.254".into()
+}
+
+/// Service updates keep allocated values the client did not send (patchAllocatedValues).
+pub(crate) fn keep_allocated(kind: &ResourceKind, old: &Value, new: &mut Value) {
+    if kind.kind != "Service" {
+        return;
+    }
+    for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+        if let Some(v) = old.pointer(&format!("/spec/{f}"))
+            && let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut)
+            && spec
+                .get(f)
+                .is_none_or(|x| x.is_null() || x.as_str() == Some(""))
+        {
+            spec.insert(f.into(), v.clone());
+        }
+    }
+}
