@@ -23,7 +23,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Apply pending database migrations, then serve the API.
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// Apply pending database migrations and exit.
     Migrate(DatabaseConfig),
     /// Print the OpenAPI document generated from the handlers.

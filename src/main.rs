@@ -16,7 +16,7 @@ async fn main() -> ExitCode {
     telemetry::init_tracing(&cli.log);
     modelplane::install_crypto_provider();
     let result = match cli.command {
-        Command::Serve(config) => server::serve(config, telemetry::init_metrics()).await,
+        Command::Serve(config) => server::serve(*config, telemetry::init_metrics()).await,
         Command::Migrate(config) => server::migrate(&config).await,
         Command::Openapi => unreachable!("handled above"),
     };

@@ -1,5 +1,6 @@
 //! Integration tests of the REST API over HTTP, each against a fresh database.
 
+mod access;
 mod common;
 mod deployments;
 mod errors;
