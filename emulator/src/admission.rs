@@ -81,10 +81,14 @@ pub(crate) fn prepare_create(st: &State, store: &Store, kind: &ResourceKind, obj
                 if (ty == "NodePort" || ty == "LoadBalancer")
                     && let Some(Value::Array(ports)) = spec.get_mut("ports")
                 {
-                    for (i, p) in ports.iter_mut().enumerate() {
+                    let mut used = used_node_ports(st, store);
+                    for p in ports.iter_mut() {
                         if p.get("nodePort").is_none() {
-                            p["nodePort"] =
-                                json!(30000 + (st.current_rv() as usize * 7 + i) % 2768);
+                            // The lowest free port of the default 30000-32767 range.
+                            if let Some(free) = (30000..=32767).find(|n| !used.contains(n)) {
+                                used.push(free);
+                                p["nodePort"] = json!(free);
+                            }
                         }
                     }
                 }
@@ -124,6 +128,19 @@ pub(crate) fn prepare_create(st: &State, store: &Store, kind: &ResourceKind, obj
         }
         _ => {}
     }
+}
+
+fn used_node_ports(st: &State, store: &Store) -> Vec<i64> {
+    let svc = store
+        .kinds()
+        .by_resource("", "v1", "services")
+        .expect("services are served");
+    st.list(svc, None)
+        .iter()
+        .filter_map(|s| s.pointer("/spec/ports").and_then(Value::as_array).cloned())
+        .flatten()
+        .filter_map(|p| p.get("nodePort").and_then(Value::as_i64))
+        .collect()
 }
 
 fn allocate_cluster_ip(st: &State, store: &Store) -> String {

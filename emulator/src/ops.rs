@@ -467,7 +467,15 @@ fn create_locked(
                 .and_then(Value::as_str)
                 .filter(|g| !g.is_empty())
         {
-            let generated = format!("{g}{}", generate_suffix());
+            // Like the real server (RetryGenerateName), retry a few times on a collision.
+            let scope = if kind.namespaced { ns } else { "" };
+            let mut generated = format!("{g}{}", generate_suffix());
+            for _ in 0..7 {
+                if st.get(kind, scope, &generated).is_none() {
+                    break;
+                }
+                generated = format!("{g}{}", generate_suffix());
+            }
             meta.insert("name".into(), json!(generated));
         }
     }
@@ -925,4 +933,46 @@ pub fn system_create(
     let mut obj = obj;
     check_type(kind, &mut obj)?;
     create_locked(st, store, kind, ns, obj, &opts, false, Vec::new()).map(|r| r.object)
+}
+
+/// `pods/{name}/binding`: assigns a node once (spec.nodeName, and the PodScheduled condition),
+/// recorded as an Update on the `binding` subresource.
+pub fn bind(
+    store: &Store,
+    kind: &'static ResourceKind,
+    ns: &str,
+    name: &str,
+    node: &str,
+    opts: &WriteOptions,
+) -> ApiResult<Value> {
+    store.write(|st| {
+        let old = get_locked(st, kind, ns, name)?;
+        if let Some(current) = old.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            return Err(ApiError::conflict(
+                kind,
+                name,
+                &format!("pod {name} is already assigned to node {current:?}"),
+            ));
+        }
+        if old.pointer("/metadata/deletionTimestamp").is_some() {
+            return Err(ApiError::conflict(kind, name, &format!("pod {name} is being deleted, cannot be assigned to a host")));
+        }
+        let mut new = (*old).clone();
+        new["spec"]["nodeName"] = json!(node);
+        let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now()});
+        let conditions = new["status"].as_object_mut().map(|st| st.entry("conditions").or_insert_with(|| json!([])));
+        if let Some(Value::Array(list)) = conditions {
+            list.retain(|c| c.get("type").and_then(Value::as_str) != Some("PodScheduled"));
+            list.push(condition);
+        }
+        let manager = opts.manager();
+        let api_version = kind.api_version();
+        let now = now();
+        let w = Writer { manager: &manager, api_version: &api_version, subresource: "binding", now: &now };
+        apply::record_update(kind, Some(&old), &mut new, &w);
+        if opts.dry_run {
+            return Ok(new);
+        }
+        Ok((*st.replace(kind, new)).clone())
+    })
 }

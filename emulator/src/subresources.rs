@@ -136,33 +136,8 @@ pub(crate) fn bind_pod(
             vec![crate::status::Cause::required("target.name")],
         ));
     }
-    let pod = ops::get(store, kind, ns, name)?;
-    if pod
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty())
-    {
-        return Err(ApiError::conflict(
-            kind,
-            name,
-            &format!(
-                "pod {name} is already assigned to node {:?}",
-                pod["spec"]["nodeName"].as_str().unwrap_or("")
-            ),
-        ));
-    }
     let opts = write_options(query, headers)?;
-    let patch = json!({"spec": {"nodeName": node}});
-    ops::patch(
-        store,
-        kind,
-        ns,
-        name,
-        "",
-        PatchType::Merge,
-        patch.to_string().as_bytes(),
-        &opts,
-    )?;
+    ops::bind(store, kind, ns, name, &node, &opts)?;
     Ok(json_response(
         StatusCode::CREATED,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),

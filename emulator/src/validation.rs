@@ -145,6 +145,9 @@ pub fn validate(kind: &ResourceKind, obj: &Value, old: Option<&Value>) -> Vec<Ca
             } else {
                 out.push(Cause::required("spec.containers"));
             }
+            if let Some(old_spec) = old.and_then(|o| o.get("spec")) {
+                pod_spec_update(old_spec, obj.get("spec").unwrap_or(&Value::Null), &mut out);
+            }
         }
         ("apps", "Deployment") | ("apps", "ReplicaSet") => workload(kind, obj, old, &mut out),
         ("", "Service") => service(obj, old, &mut out),
@@ -398,6 +401,67 @@ fn pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
                 &ok,
             ));
         }
+    }
+}
+
+/// Pod specs are immutable but for a few fields (ValidatePodUpdate).
+fn pod_spec_update(old: &Value, new: &Value, out: &mut Vec<Cause>) {
+    // Carry the mutable fields over from the new spec, then nothing else may differ.
+    let mut allowed = old.clone();
+    for list in ["containers", "initContainers"] {
+        if let (Some(Value::Array(a)), Some(Value::Array(n))) =
+            (allowed.get_mut(list), new.get(list))
+            && a.len() == n.len()
+        {
+            for (c, nc) in a.iter_mut().zip(n) {
+                if let Some(img) = nc.get("image") {
+                    c["image"] = img.clone();
+                }
+            }
+        }
+    }
+    for f in ["activeDeadlineSeconds", "terminationGracePeriodSeconds"] {
+        match new.get(f) {
+            Some(v) => allowed[f] = v.clone(),
+            None => {
+                allowed.as_object_mut().map(|m| m.remove(f));
+            }
+        }
+    }
+    // Tolerations may only be added to; scheduling gates may only be removed.
+    let old_tol = old
+        .get("tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(nt) = new.get("tolerations").and_then(Value::as_array)
+        && old_tol.iter().all(|t| nt.contains(t))
+    {
+        allowed["tolerations"] = Value::Array(nt.clone());
+    }
+    let old_gates = old
+        .get("schedulingGates")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let new_gates = new
+        .get("schedulingGates")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if new_gates.iter().all(|g| old_gates.contains(g)) {
+        match new.get("schedulingGates") {
+            Some(g) => allowed["schedulingGates"] = g.clone(),
+            None => {
+                allowed.as_object_mut().map(|m| m.remove("schedulingGates"));
+            }
+        }
+    }
+    if &allowed != new {
+        out.push(Cause::forbidden(
+            "spec",
+            "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+        ));
     }
 }
 

@@ -1240,6 +1240,34 @@ async fn pod_binding_graceful_deletion_and_service_accounts() {
     .unwrap();
     assert!(pods.get_opt("q").await.unwrap().is_none());
 
+    // Pod specs are immutable except for a few fields; binding set PodScheduled.
+    pods.create(&PostParams::default(), &pod("imm"))
+        .await
+        .unwrap();
+    bind("imm", "n1").await;
+    let bound = pods.get("imm").await.unwrap();
+    let conditions = bound.status.unwrap().conditions.unwrap();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "True")
+    );
+    let err = api_err(
+        pods.patch(
+            "imm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"restartPolicy": "Never"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(err.code, 422);
+    assert_eq!(err.details.as_ref().unwrap().causes[0].field, "spec");
+    let image = json!({"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}});
+    pods.patch("imm", &PatchParams::default(), &Patch::Strategic(image))
+        .await
+        .unwrap();
+
     // Pod GC force-deletes terminating pods bound to nodes that do not exist.
     pods.create(&PostParams::default(), &pod("r"))
         .await
