@@ -11,6 +11,17 @@ source scripts/postgres.sh
 ensure_postgres modelplane
 ensure_database "$DATABASE_URL"
 
+# A platform-admin token for this installation, kept in .dev (git-ignored) across runs.
+token_file=.dev/bootstrap-token
+if [ -z "${MODELPLANE_BOOTSTRAP_TOKEN:-}" ]; then
+  if [ ! -s "$token_file" ]; then
+    mkdir -p .dev
+    (umask 077; printf 'mpt_%s\n' "$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')" > "$token_file")
+  fi
+  MODELPLANE_BOOTSTRAP_TOKEN=$(cat "$token_file")
+  export MODELPLANE_BOOTSTRAP_TOKEN
+fi
+
 log "building modelplane"
 SQLX_OFFLINE=true cargo build --quiet --bin modelplane
 
@@ -39,7 +50,10 @@ cat >&2 <<MSG
     Health          $base/healthz  $base/readyz   Metrics  $base/metrics
     Database        ${DATABASE_URL}
 
-  Try:  curl -s -X POST $base/api/v1/projects -H 'content-type: application/json' -d '{"name":"team-a"}'
+  Every /api/v1 call needs a token. A platform-admin token is in $token_file:
+        AUTH="Authorization: Bearer \$(cat $token_file)"
+        curl -s -H "\$AUTH" $base/api/v1/whoami
+  (It is stored on the first start of a database with no live platform-admin token.)
   Stop: Ctrl-C
 
 MSG
