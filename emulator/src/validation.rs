@@ -137,6 +137,17 @@ pub fn validate(kind: &ResourceKind, obj: &Value, old: Option<&Value>) -> Vec<Ca
         for k in ann.keys() {
             qualified_name_errors(k, "metadata.annotations", &mut out);
         }
+        let total: usize = ann
+            .iter()
+            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+            .sum();
+        if total > 256 * 1024 {
+            out.push(Cause::new(
+                "FieldValueTooLong",
+                "metadata.annotations",
+                "Too long: may not be more than 262144 bytes",
+            ));
+        }
     }
     match (kind.group, kind.kind) {
         ("", "Pod") => {
@@ -197,6 +208,18 @@ fn workload(kind: &ResourceKind, obj: &Value, old: Option<&Value>, out: &mut Vec
             "must be greater than or equal to 0",
         ));
     }
+    for f in ["revisionHistoryLimit", "minReadySeconds"] {
+        if let Some(n) = int(spec.get(f)).filter(|n| *n < 0) {
+            out.push(Cause::invalid(
+                format!("spec.{f}"),
+                &Value::from(n),
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+    if kind.kind == "Deployment" {
+        deployment_strategy(&spec, out);
+    }
     let selector = spec.get("selector");
     match selector {
         None | Some(Value::Null) => out.push(Cause::required("spec.selector")),
@@ -247,6 +270,57 @@ fn workload(kind: &ResourceKind, obj: &Value, old: Option<&Value>, out: &mut Vec
             }
         }
         None => out.push(Cause::required("spec.template.spec.containers")),
+    }
+}
+
+/// An int-or-percent is zero when it is 0 or "0%".
+fn is_zero_int_or_percent(v: Option<&Value>) -> bool {
+    match v {
+        Some(Value::Number(n)) => n.as_i64() == Some(0),
+        Some(Value::String(s)) => s.trim_end_matches('%').parse::<i64>() == Ok(0),
+        _ => false,
+    }
+}
+
+fn deployment_strategy(spec: &Value, out: &mut Vec<Cause>) {
+    let ty = spec
+        .pointer("/strategy/type")
+        .and_then(Value::as_str)
+        .unwrap_or("RollingUpdate");
+    if !["Recreate", "RollingUpdate"].contains(&ty) {
+        out.push(Cause::not_supported(
+            "spec.strategy.type",
+            &Value::String(ty.into()),
+            &["Recreate", "RollingUpdate"],
+        ));
+    }
+    let ru = spec.pointer("/strategy/rollingUpdate");
+    if ty == "Recreate" && ru.is_some() {
+        out.push(Cause::forbidden(
+            "spec.strategy.rollingUpdate",
+            "may not be specified when strategy `type` is 'Recreate'",
+        ));
+    }
+    if let Some(ru) = ru
+        && is_zero_int_or_percent(ru.get("maxUnavailable"))
+        && is_zero_int_or_percent(ru.get("maxSurge"))
+    {
+        out.push(Cause::invalid(
+            "spec.strategy.rollingUpdate.maxUnavailable",
+            ru.get("maxUnavailable").unwrap_or(&Value::Null),
+            "may not be 0 when `maxSurge` is 0",
+        ));
+    }
+    if let (Some(pd), Some(mr)) = (
+        int(spec.get("progressDeadlineSeconds")),
+        int(spec.get("minReadySeconds")),
+    ) && pd <= mr
+    {
+        out.push(Cause::invalid(
+            "spec.progressDeadlineSeconds",
+            &Value::from(pd),
+            "must be greater than minReadySeconds",
+        ));
     }
 }
 
@@ -616,6 +690,24 @@ fn service(obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deployment_strategy_rules() {
+        let kind = crate::resources::KINDS
+            .iter()
+            .find(|k| k.kind == "Deployment")
+            .unwrap();
+        let d = serde_json::json!({"metadata": {"name": "d"}, "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "0%"}},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        let causes = validate(kind, &d, None);
+        assert_eq!(causes.len(), 1);
+        assert_eq!(
+            causes[0].field,
+            "spec.strategy.rollingUpdate.maxUnavailable"
+        );
+    }
 
     #[test]
     fn dns_names() {
