@@ -747,6 +747,10 @@ pub fn delete(
 ) -> ApiResult<DeleteResult> {
     store.write(|st| {
         let obj = get_locked(st, kind, ns, name)?;
+        // The NamespaceLifecycle admission plugin protects the system namespaces.
+        if kind.kind == "Namespace" && ["default", "kube-system", "kube-public"].contains(&name) {
+            return Err(ApiError::forbidden(kind, name, "this namespace may not be deleted"));
+        }
         if let Some(uid) = &opts.precondition_uid {
             let actual = meta_str(&obj, "uid").unwrap_or("");
             if uid != actual {

@@ -3,6 +3,9 @@
 //! Server-side apply uses `x-kubernetes-list-type`/`list-map-keys`; strategic merge
 //! patch uses `patchStrategy`/`patchMergeKey`. They differ for a few lists (e.g.
 //! container ports are keyed by containerPort+protocol for apply, containerPort for SMP).
+//! The table follows the `+listType`/`+listMapKey` markers and `patchStrategy` tags of
+//! k8s.io/api's core/v1 and apps/v1 types for the fields these kinds use; `hostIPs`
+//! (atomic for apply, merged by ip in SMP) is treated as atomic for both.
 
 use serde_json::{Map, Value};
 
@@ -82,7 +85,15 @@ pub fn list_type(kind: &ResourceKind, path: &[&str]) -> ListType {
         "topologySpreadConstraints" => map(&["topologyKey", "whenUnsatisfiable"], "topologyKey"),
         "resourceClaims" if parent == "spec" => map(&["name"], "name"),
         "conditions" => map(&["type"], "type"),
-        "podIPs" | "hostIPs" => map(&["ip"], "ip"),
+        "podIPs" => map(&["ip"], "ip"),
+        "schedulingGates" => map(&["name"], "name"),
+        // ServiceAccount.secrets; ResourceRequirements.claims (no SMP strategy).
+        "secrets" if kind.kind == "ServiceAccount" => map(&["name"], "name"),
+        "claims" if parent == "resources" => ListType::Map {
+            keys: &["name"],
+            smp_key: None,
+        },
+        "podCIDRs" => ListType::Set,
         "addresses" if kind.kind == "Node" => ListType::Map {
             keys: &["type"],
             smp_key: Some("type"),
@@ -120,6 +131,16 @@ pub fn is_atomic_map(kind: &ResourceKind, path: &[&str]) -> bool {
     // Service selectors are atomic maps; metav1.LabelSelector is an atomic struct.
     matches!(
         path.last(),
-        Some(&("selector" | "nodeSelector" | "labelSelector" | "namespaceSelector"))
+        Some(
+            &("selector"
+                | "nodeSelector"
+                | "labelSelector"
+                | "namespaceSelector"
+                | "fieldRef"
+                | "resourceFieldRef"
+                | "configMapKeyRef"
+                | "secretKeyRef"
+                | "involvedObject")
+        )
     )
 }
