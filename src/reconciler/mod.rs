@@ -1,0 +1,3 @@
+//! The reconciler: projects every deployment record into Kubernetes objects.
+
+pub mod desired;
