@@ -235,19 +235,66 @@ pub fn pod_spec(spec: &mut Map<String, Value>) {
     default_field(spec, "securityContext", json!({}));
     default_field(spec, "schedulerName", json!("default-scheduler"));
     crate::quantity::canonicalize_map(spec.get_mut("overhead"));
-    for list in ["containers", "initContainers"] {
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
         each_item(spec.get_mut(list), container);
     }
-    each_item(spec.get_mut("volumes"), |v| {
-        for src in ["configMap", "secret", "projected", "downwardAPI"] {
-            if let Some(s) = v.get_mut(src).and_then(Value::as_object_mut) {
-                default_field(s, "defaultMode", json!(420));
+    each_item(spec.get_mut("volumes"), volume);
+}
+
+/// SetDefaults_Volume and the volume source defaults.
+fn volume(v: &mut Map<String, Value>) {
+    // A volume with no source is an emptyDir.
+    if v.keys().all(|k| k == "name") {
+        v.insert("emptyDir".into(), json!({}));
+    }
+    for src in ["configMap", "secret", "projected", "downwardAPI"] {
+        if let Some(s) = v.get_mut(src).and_then(Value::as_object_mut) {
+            default_field(s, "defaultMode", json!(420));
+        }
+    }
+    if let Some(hp) = v.get_mut("hostPath").and_then(Value::as_object_mut) {
+        default_field(hp, "type", json!(""));
+    }
+    let field_refs = |items: Option<&mut Value>| {
+        each_item(items, |i| {
+            if let Some(fr) = i.get_mut("fieldRef").and_then(Value::as_object_mut) {
+                default_field(fr, "apiVersion", json!("v1"));
             }
+        })
+    };
+    if let Some(d) = v.get_mut("downwardAPI") {
+        field_refs(d.get_mut("items"));
+    }
+    if let Some(p) = v.get_mut("projected") {
+        each_item(p.get_mut("sources"), |src| {
+            if let Some(d) = src.get_mut("downwardAPI") {
+                field_refs(d.get_mut("items"));
+            }
+            if let Some(t) = src
+                .get_mut("serviceAccountToken")
+                .and_then(Value::as_object_mut)
+            {
+                default_field(t, "expirationSeconds", json!(3600));
+            }
+        });
+    }
+    if let Some(spec) = v
+        .get_mut("ephemeral")
+        .and_then(|e| e.get_mut("volumeClaimTemplate"))
+        .and_then(|t| obj_at(t, "spec"))
+    {
+        default_field(spec, "volumeMode", json!("Filesystem"));
+        if let Some(r) = spec.get_mut("resources") {
+            crate::quantity::canonicalize_map(r.get_mut("requests"));
+            crate::quantity::canonicalize_map(r.get_mut("limits"));
         }
-        if let Some(hp) = v.get_mut("hostPath").and_then(Value::as_object_mut) {
-            default_field(hp, "type", json!(""));
-        }
-    });
+    }
+}
+
+/// SetDefaults_HTTPGetAction.
+fn http_get(h: &mut Map<String, Value>) {
+    default_field(h, "path", json!("/"));
+    default_field(h, "scheme", json!("HTTP"));
 }
 
 fn container(c: &mut Map<String, Value>) {
@@ -280,7 +327,21 @@ fn container(c: &mut Map<String, Value>) {
             default_field(p, "successThreshold", json!(1));
             default_field(p, "failureThreshold", json!(3));
             if let Some(h) = p.get_mut("httpGet").and_then(Value::as_object_mut) {
-                default_field(h, "scheme", json!("HTTP"));
+                http_get(h);
+            }
+            if let Some(g) = p.get_mut("grpc").and_then(Value::as_object_mut) {
+                default_field(g, "service", json!(""));
+            }
+        }
+    }
+    if let Some(l) = c.get_mut("lifecycle") {
+        for hook in ["postStart", "preStop"] {
+            if let Some(h) = l
+                .get_mut(hook)
+                .and_then(|x| x.get_mut("httpGet"))
+                .and_then(Value::as_object_mut)
+            {
+                http_get(h);
             }
         }
     }

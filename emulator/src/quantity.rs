@@ -76,9 +76,28 @@ fn parse(s: &str) -> Option<(i128, Format)> {
 
 /// The canonical string of a quantity, or None when it does not parse.
 pub fn canonical(s: &str) -> Option<String> {
-    let (nano, mut format) = parse(s)?;
+    let (nano, format) = parse(s)?;
+    Some(render(nano, format))
+}
+
+/// Like [`canonical`], rounded up to milli precision first, as resource lists are
+/// (SetDefaults_ResourceList): `100n` becomes `1m`.
+pub fn canonical_milli(s: &str) -> Option<String> {
+    let (nano, format) = parse(s)?;
+    const MILLI: i128 = 1_000_000;
+    let rounded = if nano % MILLI == 0 {
+        nano
+    } else if nano > 0 {
+        (nano / MILLI + 1) * MILLI
+    } else {
+        (nano / MILLI) * MILLI
+    };
+    Some(render(rounded, format))
+}
+
+fn render(nano: i128, mut format: Format) -> String {
     if nano == 0 {
-        return Some("0".into());
+        return "0".into();
     }
     let (sign, abs) = if nano < 0 { ("-", -nano) } else { ("", nano) };
     if format == Format::BinarySI {
@@ -89,7 +108,7 @@ pub fn canonical(s: &str) -> Option<String> {
                 power += 1;
             }
             let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][power];
-            return Some(format!("{sign}{}{suffix}", bytes >> (10 * power)));
+            return format!("{sign}{}{suffix}", bytes >> (10 * power));
         }
         format = Format::DecimalSI;
     }
@@ -116,10 +135,10 @@ pub fn canonical(s: &str) -> Option<String> {
         }
         .to_string(),
     };
-    Some(format!("{sign}{mantissa}{suffix}"))
+    format!("{sign}{mantissa}{suffix}")
 }
 
-/// Canonicalises every quantity in a `{name: quantity}` map (e.g. resources.limits).
+/// Canonicalises every quantity in a resource list (`{name: quantity}`, e.g. resources.limits).
 pub fn canonicalize_map(map: Option<&mut Value>) {
     let Some(Value::Object(m)) = map else { return };
     for v in m.values_mut() {
@@ -128,7 +147,7 @@ pub fn canonicalize_map(map: Option<&mut Value>) {
             Value::Number(n) => n.to_string(),
             _ => continue,
         };
-        if let Some(c) = canonical(&text) {
+        if let Some(c) = canonical_milli(&text) {
             *v = Value::String(c);
         }
     }
@@ -136,7 +155,7 @@ pub fn canonicalize_map(map: Option<&mut Value>) {
 
 #[cfg(test)]
 mod tests {
-    use super::canonical;
+    use super::{canonical, canonical_milli};
 
     #[test]
     fn canonical_forms() {
@@ -160,5 +179,7 @@ mod tests {
             assert_eq!(canonical(input).as_deref(), Some(want), "{input}");
         }
         assert_eq!(canonical("abc"), None);
+        assert_eq!(canonical_milli("100n").as_deref(), Some("1m"));
+        assert_eq!(canonical_milli("1.5m").as_deref(), Some("2m"));
     }
 }
