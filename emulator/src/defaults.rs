@@ -14,6 +14,18 @@ fn default_field(obj: &mut Map<String, Value>, key: &str, value: Value) {
     }
 }
 
+/// Nested lookup on a JSON map.
+trait PointerGet {
+    fn pointer_get(&self, path: &[&str]) -> Option<&Value>;
+}
+
+impl PointerGet for Map<String, Value> {
+    fn pointer_get(&self, path: &[&str]) -> Option<&Value> {
+        let (first, rest) = path.split_first()?;
+        rest.iter().try_fold(self.get(*first)?, |v, k| v.get(*k))
+    }
+}
+
 fn obj_at<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Value>> {
     v.get_mut(key).and_then(Value::as_object_mut)
 }
@@ -88,6 +100,21 @@ pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
                 default_field(spec, "enableServiceLinks", json!(true));
                 each_item(spec.get_mut("containers"), requests_from_limits);
                 each_item(spec.get_mut("initContainers"), requests_from_limits);
+                // InPlacePodVerticalScaling: cpu/memory requests get a NotRequired resize policy.
+                each_item(spec.get_mut("containers"), resize_policy);
+                if spec.get("hostNetwork") == Some(&json!(true)) {
+                    for list in ["containers", "initContainers"] {
+                        each_item(spec.get_mut(list), |c| {
+                            each_item(c.get_mut("ports"), |p| {
+                                if p.get("hostPort").and_then(Value::as_i64).unwrap_or(0) == 0
+                                    && let Some(cp) = p.get("containerPort").cloned()
+                                {
+                                    p.insert("hostPort".into(), cp);
+                                }
+                            })
+                        });
+                    }
+                }
             }
         }
         ("apps", "Deployment") => {
@@ -359,6 +386,29 @@ fn image_pull_policy(image: &str) -> &'static str {
     }
 }
 
+/// SetDefaults_Pod: a `NotRequired` resize policy for the cpu and memory a container requests.
+fn resize_policy(c: &mut Map<String, Value>) {
+    let requested: Vec<String> = ["cpu", "memory"]
+        .iter()
+        .filter(|r| c.pointer_get(&["resources", "requests", r]).is_some())
+        .map(|r| r.to_string())
+        .collect();
+    if requested.is_empty() {
+        return;
+    }
+    let policies = c.entry("resizePolicy").or_insert_with(|| json!([]));
+    if let Some(list) = policies.as_array_mut() {
+        for r in requested {
+            if !list
+                .iter()
+                .any(|p| p.get("resourceName").and_then(Value::as_str) == Some(r.as_str()))
+            {
+                list.push(json!({"resourceName": r, "restartPolicy": "NotRequired"}));
+            }
+        }
+    }
+}
+
 /// SetDefaults_Pod: requests default to limits.
 fn requests_from_limits(c: &mut Map<String, Value>) {
     let Some(limits) = c
@@ -393,11 +443,19 @@ fn service_spec(spec: &mut Map<String, Value>) {
             default_field(p, "targetPort", port);
         }
     });
-    if ty != "ExternalName" {
+    if ["ClusterIP", "NodePort", "LoadBalancer"].contains(&ty.as_str()) {
         default_field(spec, "internalTrafficPolicy", json!("Cluster"));
     }
-    if ty == "NodePort" || ty == "LoadBalancer" {
+    // service.ExternallyAccessible: node ports, load balancers, or external IPs.
+    let external_ips = spec
+        .get("externalIPs")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    if ty == "NodePort" || ty == "LoadBalancer" || (ty == "ClusterIP" && external_ips) {
         default_field(spec, "externalTrafficPolicy", json!("Cluster"));
+    }
+    if spec.get("sessionAffinity").and_then(Value::as_str) == Some("None") {
+        spec.remove("sessionAffinityConfig");
     }
     if ty == "LoadBalancer" {
         default_field(spec, "allocateLoadBalancerNodePorts", json!(true));
