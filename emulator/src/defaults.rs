@@ -184,6 +184,7 @@ pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
             if let Some(spec) = obj_at(obj, "spec") {
                 http_route_spec(spec);
             }
+            status_parent_refs(obj);
         }
         ("gateway.networking.k8s.io", "Gateway") => {
             if let Some(spec) = obj_at(obj, "spec") {
@@ -213,26 +214,60 @@ pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
                 each_item(spec.get_mut("addresses"), |a| {
                     default_field(a, "type", json!("IPAddress"))
                 });
+                if let Some(ns) = spec
+                    .get_mut("allowedListeners")
+                    .and_then(Value::as_object_mut)
+                {
+                    let n = ns
+                        .entry("namespaces")
+                        .or_insert_with(|| json!({"from": "None"}));
+                    if let Some(n) = n.as_object_mut() {
+                        default_field(n, "from", json!("None"));
+                    }
+                }
             }
-            if let Some(o) = obj.as_object_mut() {
-                default_field(o, "status", pending_status(&["Accepted", "Programmed"]));
+            crd_status(obj, &["Accepted", "Programmed"]);
+            if let Some(st) = obj.get_mut("status") {
+                each_item(st.get_mut("addresses"), |a| {
+                    default_field(a, "type", json!("IPAddress"))
+                });
+                each_item(st.get_mut("listeners"), |l| {
+                    each_item(l.get_mut("supportedKinds"), |k| {
+                        default_field(k, "group", json!("gateway.networking.k8s.io"))
+                    })
+                });
             }
         }
-        ("gateway.networking.k8s.io", "GatewayClass") => {
-            if let Some(o) = obj.as_object_mut() {
-                default_field(o, "status", pending_status(&["Accepted"]));
-            }
-        }
+        ("gateway.networking.k8s.io", "GatewayClass") => crd_status(obj, &["Accepted"]),
         ("inference.networking.k8s.io", "InferencePool") => {
             if let Some(epp) = obj
                 .pointer_mut("/spec/endpointPickerRef")
                 .and_then(Value::as_object_mut)
             {
+                default_field(epp, "group", json!(""));
                 default_field(epp, "kind", json!("Service"));
                 default_field(epp, "failureMode", json!("FailClose"));
             }
+            if let Some(spec) = obj_at(obj, "spec") {
+                default_field(spec, "appProtocol", json!("http"));
+            }
+            status_parent_refs(obj);
         }
         _ => {}
+    }
+}
+
+/// The Gateway API status defaults: a missing status, or a status without conditions,
+/// gets the "Waiting for controller" conditions.
+fn crd_status(obj: &mut Value, types: &[&str]) {
+    let Some(o) = obj.as_object_mut() else { return };
+    default_field(o, "status", pending_status(types));
+    if let Some(st) = o.get_mut("status").and_then(Value::as_object_mut) {
+        default_field(
+            st,
+            "conditions",
+            pending_status(types)["conditions"].clone(),
+        );
     }
 }
 
@@ -499,12 +534,45 @@ fn http_route_spec(spec: &mut Map<String, Value>) {
                 default_field(q, "type", json!("Exact"))
             });
         });
+        each_item(rule.get_mut("filters"), route_filter);
         each_item(rule.get_mut("backendRefs"), |b| {
             default_field(b, "group", json!(""));
             default_field(b, "kind", json!("Service"));
             default_field(b, "weight", json!(1));
+            each_item(b.get_mut("filters"), route_filter);
         });
     });
+}
+
+/// HTTPRoute filter defaults (rule and backendRef filters share the schema).
+fn route_filter(f: &mut Map<String, Value>) {
+    if let Some(m) = f.get_mut("requestMirror").and_then(Value::as_object_mut) {
+        if let Some(b) = m.get_mut("backendRef").and_then(Value::as_object_mut) {
+            default_field(b, "group", json!(""));
+            default_field(b, "kind", json!("Service"));
+        }
+        if let Some(fr) = m.get_mut("fraction").and_then(Value::as_object_mut) {
+            default_field(fr, "denominator", json!(100));
+        }
+    }
+    if let Some(r) = f.get_mut("requestRedirect").and_then(Value::as_object_mut) {
+        default_field(r, "statusCode", json!(302));
+    }
+    if let Some(c) = f.get_mut("cors").and_then(Value::as_object_mut) {
+        default_field(c, "maxAge", json!(5));
+    }
+}
+
+/// `status.parents[].parentRef` defaults of HTTPRoute and InferencePool.
+fn status_parent_refs(obj: &mut Value) {
+    if let Some(parents) = obj.pointer_mut("/status/parents") {
+        each_item(Some(parents), |p| {
+            if let Some(r) = p.get_mut("parentRef").and_then(Value::as_object_mut) {
+                default_field(r, "group", json!("gateway.networking.k8s.io"));
+                default_field(r, "kind", json!("Gateway"));
+            }
+        });
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,26 @@ fn human_age(created: Option<&str>) -> String {
     }
 }
 
+/// `[*].field` printer columns show the first result only (CRD table convertor).
+fn first(list: Option<&Value>, field: &str) -> String {
+    s(list
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .and_then(|x| x.get(field)))
+}
+
+/// `.status.conditions[?(@.type=="T")].status`
+fn condition_status(o: &Value, ty: &str) -> String {
+    o.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))
+        })
+        .map(|c| s(c.get("status")))
+        .unwrap_or_default()
+}
+
 fn col(name: &str, ty: &str, format: &str) -> Value {
     json!({"name": name, "type": ty, "format": format, "description": "", "priority": 0})
 }
@@ -141,12 +161,62 @@ pub(crate) fn to_table(
             vec![col("Name", "string", "name"), col("Status", "string", "")],
             Box::new(|o: &Value| vec![json!(s(o.pointer("/status/phase")))]),
         ),
+        // Custom resources: the CRDs' additionalPrinterColumns.
+        "HTTPRoute" => (
+            vec![
+                col("Name", "string", "name"),
+                col("Hostnames", "string", ""),
+            ],
+            // A whole-list JSONPath prints as JSON, like the CRD table convertor does.
+            Box::new(|o: &Value| {
+                vec![json!(
+                    o.pointer("/spec/hostnames")
+                        .map(Value::to_string)
+                        .unwrap_or_default()
+                )]
+            }),
+        ),
+        "Gateway" => (
+            vec![
+                col("Name", "string", "name"),
+                col("Class", "string", ""),
+                col("Address", "string", ""),
+                col("Programmed", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                vec![
+                    json!(s(o.pointer("/spec/gatewayClassName"))),
+                    json!(first(o.pointer("/status/addresses"), "value")),
+                    json!(condition_status(o, "Programmed")),
+                ]
+            }),
+        ),
+        "GatewayClass" => (
+            vec![
+                col("Name", "string", "name"),
+                col("Controller", "string", ""),
+                col("Accepted", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                vec![
+                    json!(s(o.pointer("/spec/controllerName"))),
+                    json!(condition_status(o, "Accepted")),
+                ]
+            }),
+        ),
         _ => (
             vec![col("Name", "string", "name")],
             Box::new(|_: &Value| Vec::new()),
         ),
     };
     cols.push(col("Age", "string", ""));
+    // GatewayClass prints its description after Age, only with -o wide (priority 1).
+    let description = kind.kind == "GatewayClass";
+    if description {
+        let mut d = col("Description", "string", "");
+        d["priority"] = json!(1);
+        cols.push(d);
+    }
     let include = query
         .get("includeObject")
         .map(String::as_str)
@@ -157,6 +227,9 @@ pub(crate) fn to_table(
             let mut c = vec![json!(meta_str(o, "name").unwrap_or(""))];
             c.extend(cells(o));
             c.push(json!(human_age(meta_str(o, "creationTimestamp"))));
+            if description {
+                c.push(json!(s(o.pointer("/spec/description"))));
+            }
             let mut row = json!({"cells": c});
             match include {
                 "None" => {}

@@ -162,22 +162,84 @@ pub fn validate(kind: &ResourceKind, obj: &Value, old: Option<&Value>) -> Vec<Ca
         }
         ("apps", "Deployment") | ("apps", "ReplicaSet") => workload(kind, obj, old, &mut out),
         ("", "Service") => service(obj, old, &mut out),
-        ("gateway.networking.k8s.io", "HTTPRoute") => {
-            if let Some(refs) = obj.pointer("/spec/parentRefs").and_then(Value::as_array) {
-                for (i, r) in refs.iter().enumerate() {
-                    if r.get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .is_empty()
-                    {
-                        out.push(Cause::required(format!("spec.parentRefs[{i}].name")));
-                    }
-                }
-            }
-        }
+        (_, _) if kind.custom => crd_required(kind, obj, &mut out),
         _ => {}
     }
     out
+}
+
+/// The `required` properties of the CRD schemas (structural validation), for the fields
+/// these kinds use.
+fn crd_required(kind: &ResourceKind, obj: &Value, out: &mut Vec<Cause>) {
+    // (path pattern with [] for every list item, required field)
+    let rules: &[(&str, &str)] = match kind.kind {
+        "HTTPRoute" => &[
+            ("spec.parentRefs[]", "name"),
+            ("spec.rules[].backendRefs[]", "name"),
+            ("spec.rules[].matches[].headers[]", "name"),
+            ("spec.rules[].matches[].headers[]", "value"),
+            ("spec.rules[].matches[].queryParams[]", "name"),
+            ("spec.rules[].matches[].queryParams[]", "value"),
+        ],
+        "Gateway" => &[
+            ("spec", "gatewayClassName"),
+            ("spec", "listeners"),
+            ("spec.listeners[]", "name"),
+            ("spec.listeners[]", "port"),
+            ("spec.listeners[]", "protocol"),
+            ("spec.listeners[].tls.certificateRefs[]", "name"),
+        ],
+        "GatewayClass" => &[("spec", "controllerName")],
+        "InferencePool" => &[
+            ("spec", "selector"),
+            ("spec", "targetPorts"),
+            ("spec.selector", "matchLabels"),
+            ("spec.targetPorts[]", "number"),
+            ("spec.endpointPickerRef", "name"),
+            ("spec.endpointPickerRef.port", "number"),
+        ],
+        _ => &[],
+    };
+    if obj.get("spec").is_none_or(Value::is_null) {
+        out.push(Cause::required("spec"));
+        return;
+    }
+    for (pattern, field) in rules {
+        for (path, node) in expand(obj, pattern) {
+            if node.get(*field).is_none_or(Value::is_null) {
+                out.push(Cause::required(format!("{path}.{field}")));
+            }
+        }
+    }
+}
+
+/// The objects a dotted pattern such as `spec.rules[].matches[]` reaches, with their paths.
+fn expand<'a>(root: &'a Value, pattern: &str) -> Vec<(String, &'a Value)> {
+    let mut current: Vec<(String, &Value)> = vec![(String::new(), root)];
+    for seg in pattern.split('.') {
+        let (name, each) = match seg.strip_suffix("[]") {
+            Some(n) => (n, true),
+            None => (seg, false),
+        };
+        let mut next = Vec::new();
+        for (path, v) in current {
+            let Some(child) = v.get(name) else { continue };
+            let p = if path.is_empty() {
+                name.to_string()
+            } else {
+                format!("{path}.{name}")
+            };
+            if each {
+                for (i, item) in child.as_array().into_iter().flatten().enumerate() {
+                    next.push((format!("{p}[{i}]"), item));
+                }
+            } else if child.is_object() {
+                next.push((p, child));
+            }
+        }
+        current = next;
+    }
+    current
 }
 
 /// Go's `%#v` of a string map, as printed in selector-mismatch messages.

@@ -1502,3 +1502,107 @@ async fn protocol_errors_dry_run_and_status_apply() {
     assert_eq!(again.metadata.resource_version, d.metadata.resource_version);
     assert_eq!(again.status.unwrap().ready_replicas, Some(1));
 }
+
+fn dynamic_api(client: &Client, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(group, "v1", kind);
+    Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(&gvk, plural),
+    )
+}
+
+#[tokio::test]
+async fn gateway_api_and_inference_pool_schemas() {
+    let (_emu, client) = start().await;
+    let pp = PatchParams::apply("modelplane");
+    let gateways = dynamic_api(&client, "gateway.networking.k8s.io", "Gateway", "gateways");
+    let gw = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "gw"},
+        "spec": {"gatewayClassName": "envoy", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}});
+    let g =
+        serde_json::to_value(gateways.patch("gw", &pp, &Patch::Apply(&gw)).await.unwrap()).unwrap();
+    assert_eq!(
+        g["spec"]["listeners"][0]["allowedRoutes"],
+        json!({"namespaces": {"from": "Same"}})
+    );
+    let conditions: Vec<&str> = g["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(conditions, ["Accepted", "Programmed"]);
+    assert_eq!(g["status"]["conditions"][0]["reason"], "Pending");
+    // Required fields of the CRD schema.
+    let bad = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "bad"},
+        "spec": {"listeners": [{"name": "http", "protocol": "HTTP"}]}});
+    let err = api_err(
+        gateways
+            .patch("bad", &pp, &Patch::Apply(&bad))
+            .await
+            .unwrap_err(),
+    );
+    let fields: Vec<&str> = err
+        .details
+        .as_ref()
+        .unwrap()
+        .causes
+        .iter()
+        .map(|c| c.field.as_str())
+        .collect();
+    assert_eq!(fields, ["spec.gatewayClassName", "spec.listeners[0].port"]);
+
+    let routes = httproute_api(&client);
+    let mut r = serde_json::to_value(httproute("r")).unwrap();
+    r["spec"]["rules"][0]["filters"] =
+        json!([{"type": "RequestRedirect", "requestRedirect": {"scheme": "https"}}]);
+    let created =
+        serde_json::to_value(routes.patch("r", &pp, &Patch::Apply(&r)).await.unwrap()).unwrap();
+    assert_eq!(
+        created["spec"]["rules"][0]["filters"][0]["requestRedirect"]["statusCode"],
+        302
+    );
+    let again =
+        serde_json::to_value(routes.patch("r", &pp, &Patch::Apply(&r)).await.unwrap()).unwrap();
+    assert_eq!(
+        created["metadata"]["resourceVersion"],
+        again["metadata"]["resourceVersion"]
+    );
+
+    let pools = dynamic_api(
+        &client,
+        "inference.networking.k8s.io",
+        "InferencePool",
+        "inferencepools",
+    );
+    let pool = json!({"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool", "metadata": {"name": "pool"},
+        "spec": {"selector": {"matchLabels": {"app": "vllm"}}, "targetPorts": [{"number": 8000}],
+                 "endpointPickerRef": {"name": "epp", "port": {"number": 9002}}}});
+    let p = serde_json::to_value(
+        pools
+            .patch("pool", &pp, &Patch::Apply(&pool))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        p["spec"]["endpointPickerRef"],
+        json!({"name": "epp", "port": {"number": 9002}, "group": "", "kind": "Service", "failureMode": "FailClose"})
+    );
+    assert_eq!(p["metadata"]["generation"], 1);
+    let again = serde_json::to_value(
+        pools
+            .patch("pool", &pp, &Patch::Apply(&pool))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        p["metadata"]["resourceVersion"],
+        again["metadata"]["resourceVersion"]
+    );
+    let err = api_err(
+        pools.patch("bad", &pp, &Patch::Apply(json!({"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool", "metadata": {"name": "bad"}, "spec": {}}))).await.unwrap_err(),
+    );
+    assert_eq!(err.code, 422);
+}
