@@ -72,6 +72,126 @@ pub struct ServeConfig {
     pub max_replicas: i64,
     #[command(flatten)]
     pub auth: AuthConfig,
+    /// What this process runs: the API, the reconciler worker, or both.
+    #[arg(long, env = "MODELPLANE_ROLE", value_enum, default_value_t = ServeRole::All)]
+    pub role: ServeRole,
+    #[command(flatten)]
+    pub cluster: ClusterConfig,
+    #[command(flatten)]
+    pub reconciler: ReconcilerConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ServeRole {
+    /// The HTTP API only.
+    Api,
+    /// The reconciler worker only (health endpoints are still served).
+    Worker,
+    /// Both, in one process.
+    All,
+}
+
+impl ServeRole {
+    pub fn runs_worker(self) -> bool {
+        matches!(self, Self::Worker | Self::All)
+    }
+}
+
+/// Which cluster the worker drives: named explicitly, never guessed.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterConfig {
+    /// Kubeconfig of the cluster to drive. Without it the worker uses in-cluster
+    /// credentials, and refuses to start outside a cluster.
+    #[arg(long, env = "MODELPLANE_KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Context in the kubeconfig (its current context when omitted).
+    #[arg(long, env = "MODELPLANE_KUBE_CONTEXT")]
+    pub context: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReconcilerConfig {
+    /// Names this installation on every object it makes, so installations sharing a cluster
+    /// never touch each other's objects.
+    #[arg(long, env = "MODELPLANE_INSTALLATION", default_value = "default")]
+    pub installation: String,
+    /// Default Gateway for routes, `namespace/name[/section]`; none: no routes are made.
+    #[arg(long, env = "MODELPLANE_GATEWAY")]
+    pub gateway: Option<String>,
+    /// Default image of the vllm engine.
+    #[arg(
+        long,
+        env = "MODELPLANE_IMAGE_VLLM",
+        default_value = "vllm/vllm-openai:v0.11.0"
+    )]
+    pub image_vllm: String,
+    /// Default image of the sglang engine.
+    #[arg(
+        long,
+        env = "MODELPLANE_IMAGE_SGLANG",
+        default_value = "lmsysorg/sglang:v0.5.4"
+    )]
+    pub image_sglang: String,
+    /// Default image of the tgi engine.
+    #[arg(
+        long,
+        env = "MODELPLANE_IMAGE_TGI",
+        default_value = "ghcr.io/huggingface/text-generation-inference:3.3.6"
+    )]
+    pub image_tgi: String,
+    /// Image of the `sim` engine (an OpenAI-compatible simulator).
+    #[arg(
+        long,
+        env = "MODELPLANE_IMAGE_SIM",
+        default_value = "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1"
+    )]
+    pub image_sim: String,
+    /// GPU resource name when a spec names none.
+    #[arg(
+        long,
+        env = "MODELPLANE_GPU_RESOURCE_NAME",
+        default_value = "nvidia.com/gpu"
+    )]
+    pub gpu_resource_name: String,
+    /// Node label holding the GPU product, for `resources.gpu.product`.
+    #[arg(
+        long,
+        env = "MODELPLANE_GPU_PRODUCT_LABEL",
+        default_value = "nvidia.com/gpu.product"
+    )]
+    pub gpu_product_label: String,
+    /// Image of the init container that copies `s3://` models.
+    #[arg(
+        long,
+        env = "MODELPLANE_S3_DOWNLOADER_IMAGE",
+        default_value = "amazon/aws-cli:2.22.0"
+    )]
+    pub s3_downloader_image: String,
+    /// Default time a model may take to load, in seconds.
+    #[arg(long, env = "MODELPLANE_STARTUP_TIMEOUT_SECS", default_value_t = 1800)]
+    pub startup_timeout_secs: i64,
+    /// Seconds a pod may stay unschedulable before the deployment is Failed.
+    #[arg(
+        long,
+        env = "MODELPLANE_UNSCHEDULABLE_BUDGET_SECS",
+        default_value_t = 300
+    )]
+    pub unschedulable_budget_secs: i64,
+    /// Restarts after which a crash loop makes the deployment Failed.
+    #[arg(long, env = "MODELPLANE_CRASH_RESTARTS", default_value_t = 3)]
+    pub crash_restarts: i32,
+    /// This worker's id in leases (default: host name and process id).
+    #[arg(long, env = "MODELPLANE_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// Seconds a claimed work item stays leased to one worker.
+    #[arg(long, env = "MODELPLANE_LEASE_SECS", default_value_t = 30)]
+    pub lease_secs: u64,
+    /// Seconds between full resyncs (a safety net; watches do the real work).
+    #[arg(long, env = "MODELPLANE_RESYNC_SECS", default_value_t = 300)]
+    pub resync_secs: u64,
+    /// Records reconciled at once.
+    #[arg(long, env = "MODELPLANE_WORKER_CONCURRENCY", default_value_t = 8)]
+    pub concurrency: usize,
 }
 
 #[derive(Debug, Clone, Args)]

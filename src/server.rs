@@ -10,8 +10,13 @@ use crate::api::rate_limit::RateLimiter;
 use crate::api::{self, AppState};
 use crate::auth::oidc::JwksSource;
 use crate::auth::{Authenticator, OidcConfig, OidcVerifier};
-use crate::config::{AuthConfig, DatabaseConfig, ServeConfig};
+use crate::config::{AuthConfig, DatabaseConfig, ReconcilerConfig, ServeConfig};
+use crate::domain::EngineDefaults;
 use crate::domain::SpecLimits;
+use crate::reconciler::cluster::{self, ClusterError};
+use crate::reconciler::desired::BuildConfig;
+use crate::reconciler::status::Budgets;
+use crate::reconciler::worker::{Worker, WorkerConfig};
 use crate::service;
 use crate::store;
 
@@ -33,6 +38,8 @@ pub enum StartupError {
     Config(String),
     #[error("cannot store the bootstrap token: {0}")]
     Bootstrap(#[from] service::ServiceError),
+    #[error("{0}")]
+    Cluster(#[from] ClusterError),
 }
 
 /// `modelplane migrate`
@@ -68,6 +75,30 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         }
     }
     let oidc = oidc_verifier(&config.auth).await?;
+    // The worker drives only a cluster named explicitly; the API needs none.
+    let cluster = if config.role.runs_worker() || config.cluster.kubeconfig.is_some() {
+        let cluster = cluster::connect(
+            config.cluster.kubeconfig.as_ref(),
+            config.cluster.context.as_deref(),
+        )
+        .await?;
+        tracing::info!(cluster = %cluster.description, "Kubernetes cluster");
+        Some(cluster)
+    } else {
+        None
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let worker = match (&cluster, config.role.runs_worker()) {
+        (Some(cluster), true) => {
+            let worker = Worker::new(
+                pool.clone(),
+                cluster.clone(),
+                worker_config(&config.reconciler),
+            );
+            Some(tokio::spawn(worker.run(shutdown.clone())))
+        }
+        _ => None,
+    };
     let state = AppState {
         ctx,
         metrics,
@@ -77,8 +108,13 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
             config.auth.rate_limit_burst,
         )),
         metrics_require_auth: config.auth.metrics_require_auth,
+        cluster,
     };
-    let app = api::router(state, &config.http);
+    let app = if config.role == crate::config::ServeRole::Worker {
+        api::health_router(state)
+    } else {
+        api::router(state, &config.http)
+    };
     let listener =
         TcpListener::bind(config.listen)
             .await
@@ -88,13 +124,60 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
             })?;
     let addr = listener.local_addr().map_err(StartupError::Serve)?;
     tracing::info!(%addr, "modelplane API listening: REST at http://{addr}/api/v1, reference at http://{addr}/api/docs");
-    axum::serve(
+    let stop = shutdown.clone();
+    let served = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown_signal())
+    .with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        stop.cancel();
+    })
     .await
-    .map_err(StartupError::Serve)
+    .map_err(StartupError::Serve);
+    shutdown.cancel();
+    if let Some(worker) = worker {
+        match worker.await {
+            Ok(Err(err)) => tracing::error!(error = %err, "the reconciler stopped with an error"),
+            Err(err) => tracing::error!(error = %err, "the reconciler panicked"),
+            Ok(Ok(())) => {}
+        }
+    }
+    served
+}
+
+fn worker_config(config: &ReconcilerConfig) -> WorkerConfig {
+    let worker_id = config.worker_id.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+            .unwrap_or_else(|| "worker".into());
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    WorkerConfig {
+        build: BuildConfig {
+            installation: config.installation.clone(),
+            engines: EngineDefaults {
+                vllm_image: config.image_vllm.clone(),
+                sglang_image: config.image_sglang.clone(),
+                tgi_image: config.image_tgi.clone(),
+                sim_image: config.image_sim.clone(),
+                gpu_resource_name: config.gpu_resource_name.clone(),
+                startup_timeout_seconds: config.startup_timeout_secs,
+            },
+            default_gateway: config.gateway.clone(),
+            gpu_product_label: config.gpu_product_label.clone(),
+            s3_downloader_image: config.s3_downloader_image.clone(),
+        },
+        budgets: Budgets {
+            unschedulable_seconds: config.unschedulable_budget_secs,
+            crash_restarts: config.crash_restarts,
+        },
+        worker_id,
+        lease: std::time::Duration::from_secs(config.lease_secs),
+        resync: std::time::Duration::from_secs(config.resync_secs.max(1)),
+        concurrency: config.concurrency.max(1),
+    }
 }
 
 /// The OIDC verifier, when issuer, audience and keys are all configured.

@@ -36,6 +36,19 @@ pub struct AppState {
     pub limiter: Arc<RateLimiter>,
     /// `/metrics` needs a platform-admin credential when set.
     pub metrics_require_auth: bool,
+    /// The cluster this process drives, reported by `/readyz`.
+    pub cluster: Option<crate::reconciler::cluster::Cluster>,
+}
+
+/// Health and metrics only, for a process that runs just the worker.
+pub fn health_router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", axum::routing::get(rest::health::healthz))
+        .route("/readyz", axum::routing::get(rest::health::readyz))
+        .route("/metrics", axum::routing::get(rest::health::metrics))
+        .fallback(rest::not_found)
+        .with_state(state)
+        .layer(axum::middleware::from_fn(middleware::observe))
 }
 
 /// The complete HTTP application.

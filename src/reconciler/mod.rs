@@ -1,3 +1,7 @@
-//! The reconciler: projects every deployment record into Kubernetes objects.
+//! The reconciler: projects every deployment record into Kubernetes objects, keeps them
+//! there, and reports what the cluster says back into the record's status.
 
+pub mod cluster;
 pub mod desired;
+pub mod status;
+pub mod worker;

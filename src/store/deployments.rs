@@ -271,3 +271,109 @@ fn push_label_requirement(query: &mut QueryBuilder<Postgres>, requirement: &Labe
         }
     }
 }
+
+/// A record as the reconciler sees it: with its project's name and namespace.
+#[derive(Debug, Clone)]
+pub struct ReconcileTarget {
+    pub row: DeploymentRow,
+    pub project: String,
+    pub namespace: String,
+    pub applied_digest: Option<String>,
+}
+
+#[instrument(skip(db))]
+pub async fn find_reconcile_target(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> Result<Option<ReconcileTarget>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"select d.id, d.project_id, d.name, d.generation,
+                  d.spec as "spec: Json<DeploymentSpec>", d.status as "status: Json<DeploymentStatus>",
+                  d.restarted_at, d.deletion_requested_at, d.created_at, d.updated_at,
+                  d.applied_digest, p.name as project, p.namespace
+           from model_deployment d join project p on p.id = d.project_id
+           where d.id = $1"#,
+        id
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|r| ReconcileTarget {
+        row: DeploymentRow {
+            id: r.id,
+            project_id: r.project_id,
+            name: r.name,
+            generation: r.generation,
+            spec: r.spec,
+            status: r.status,
+            restarted_at: r.restarted_at,
+            deletion_requested_at: r.deletion_requested_at,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        },
+        project: r.project,
+        namespace: r.namespace,
+        applied_digest: r.applied_digest,
+    }))
+}
+
+/// Records what was applied; `None` forgets it (the next reconcile re-applies).
+#[instrument(skip(db))]
+pub async fn set_applied_digest(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    digest: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "update model_deployment set applied_digest = $2, reconciled_at = now() where id = $1",
+        id,
+        digest
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Writes the observed status (the caller only calls this when it changed).
+#[instrument(skip(db, status))]
+pub async fn update_status(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    status: &DeploymentStatus,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "update model_deployment set phase = $2, status = $3 where id = $1",
+        id,
+        status.phase.as_str(),
+        Json(status) as _,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Removes a record whose objects are gone; its revisions go with it, its timeline stays.
+#[instrument(skip(db))]
+pub async fn delete_deployment_record(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!("delete from model_deployment where id = $1", id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Which of `ids` name no record (their objects are orphans).
+#[instrument(skip(db, ids))]
+pub async fn missing_deployment_ids(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select id as "id!" from unnest($1::uuid[]) as candidate(id)
+           where not exists (select 1 from model_deployment d where d.id = candidate.id)"#,
+        ids
+    )
+    .fetch_all(db)
+    .await
+}

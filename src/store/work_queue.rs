@@ -1,8 +1,13 @@
 //! The `reconcile_work` table: Postgres as the reconciler's queue.
 //!
 //! Enqueuing is an upsert plus `pg_notify`, so a sleeping worker wakes as soon as the
-//! surrounding transaction commits (notifications are delivered on commit).
+//! surrounding transaction commits (notifications are delivered on commit). Workers
+//! claim items with `FOR UPDATE SKIP LOCKED` and a lease: an item is held by one worker
+//! at a time, and the lease of a worker that dies simply expires.
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 use tracing::instrument;
 use uuid::Uuid;
@@ -19,7 +24,7 @@ pub async fn enqueue_reconcile(
         "with queued as (
              insert into reconcile_work (deployment_id) values ($1)
              on conflict (deployment_id) do update
-                 set run_after = now(), attempts = 0, enqueued_at = now()
+                 set run_after = now(), attempts = 0, enqueued_at = now(), claim_token = null
              returning deployment_id
          )
          select pg_notify('modelplane_reconcile', deployment_id::text) from queued",
@@ -30,23 +35,124 @@ pub async fn enqueue_reconcile(
     Ok(())
 }
 
-/// Number of queued items, for metrics and tests.
+/// Queues every record that is not queued yet (the periodic safety net).
 #[instrument(skip(db))]
-pub async fn count_queued(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
-    let count = sqlx::query_scalar!(r#"select count(*) as "count!" from reconcile_work"#)
-        .fetch_one(db)
-        .await?;
-    Ok(count)
+pub async fn enqueue_all(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error> {
+    let result = sqlx::query!(
+        "insert into reconcile_work (deployment_id)
+         select id from model_deployment
+         on conflict (deployment_id) do nothing"
+    )
+    .execute(db)
+    .await?;
+    Ok(result.rows_affected())
 }
 
-/// Whether a work item is queued for the deployment.
+/// A claimed work item.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub deployment_id: Uuid,
+    pub attempts: i32,
+    pub claim_token: Uuid,
+}
+
+/// Claims up to `limit` due items that no live lease holds.
 #[instrument(skip(db))]
-pub async fn is_queued(db: impl PgExecutor<'_>, deployment_id: Uuid) -> Result<bool, sqlx::Error> {
-    let found = sqlx::query_scalar!(
-        r#"select exists(select 1 from reconcile_work where deployment_id = $1) as "found!""#,
-        deployment_id
+pub async fn claim_work(
+    db: impl PgExecutor<'_>,
+    worker: &str,
+    lease: Duration,
+    limit: i64,
+) -> Result<Vec<Claim>, sqlx::Error> {
+    sqlx::query_as!(
+        Claim,
+        r#"update reconcile_work w
+           set lease_owner = $1,
+               lease_expires_at = now() + make_interval(secs => $2),
+               attempts = w.attempts + 1,
+               claim_token = gen_random_uuid()
+           where w.deployment_id in (
+               select deployment_id from reconcile_work
+               where run_after <= now() and (lease_expires_at is null or lease_expires_at < now())
+               order by run_after
+               limit $3
+               for update skip locked
+           )
+           returning w.deployment_id, w.attempts, w.claim_token as "claim_token!""#,
+        worker,
+        lease.as_secs_f64(),
+        limit
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Ends a claim. With `again`, the item comes back after that delay; without, it is done.
+/// If the record was re-enqueued while it was being worked on (the enqueue clears the
+/// claim token), the item stays due and only the lease is released.
+#[instrument(skip(pool))]
+pub async fn finish_work(
+    pool: &sqlx::PgPool,
+    worker: &str,
+    claim: &Claim,
+    again: Option<Duration>,
+    error: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    let again = again.map(|d| d.as_secs_f64());
+    sqlx::query!(
+        "delete from reconcile_work
+         where deployment_id = $1 and claim_token = $2 and $3::float8 is null",
+        claim.deployment_id,
+        claim.claim_token,
+        again,
+    )
+    .execute(pool)
+    .await?;
+    sqlx::query!(
+        "update reconcile_work
+         set lease_owner = null, lease_expires_at = null, last_error = $4,
+             run_after = case when claim_token = $2
+                              then now() + make_interval(secs => coalesce($3::float8, 0))
+                              else run_after end,
+             claim_token = null
+         where deployment_id = $1
+           and (claim_token = $2 or (claim_token is null and lease_owner = $5))",
+        claim.deployment_id,
+        claim.claim_token,
+        again,
+        error,
+        worker,
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// When the next queued item is due, if any (for the worker's sleep).
+#[instrument(skip(db))]
+pub async fn next_due(db: impl PgExecutor<'_>) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "select min(greatest(run_after, coalesce(lease_expires_at, run_after))) from reconcile_work"
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Number of queued items and the age of the oldest, for metrics.
+#[instrument(skip(db))]
+pub async fn queue_stats(db: impl PgExecutor<'_>) -> Result<(i64, f64), sqlx::Error> {
+    let row = sqlx::query!(
+        r#"select count(*) as "count!",
+                  coalesce(extract(epoch from now() - min(enqueued_at)), 0)::float8 as "oldest!"
+           from reconcile_work"#
     )
     .fetch_one(db)
     .await?;
-    Ok(found)
+    Ok((row.count, row.oldest))
+}
+
+/// Number of queued items, for metrics and tests.
+#[instrument(skip(db))]
+pub async fn count_queued(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
+    Ok(queue_stats(db).await?.0)
 }

@@ -70,6 +70,7 @@ impl TestApp {
                 options.rate_burst,
             )),
             metrics_require_auth: options.metrics_require_auth,
+            cluster: None,
         };
         let app = api::router(state, &HttpConfig::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -39,7 +39,8 @@ pub async fn healthz() -> Json<Health> {
     })
 }
 
-/// The database answers and every migration is applied.
+/// The database answers, every migration is applied, and the cluster (when this process
+/// drives one) answers.
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses(
         (status = 200, description = "Ready to serve", body = Health),
@@ -66,10 +67,28 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
             }
         }
     };
-    let ready = database.ok;
+    let mut checks = vec![database];
+    if let Some(cluster) = &state.cluster {
+        checks.push(match cluster.client.apiserver_version().await {
+            Ok(version) => HealthCheck {
+                name: "cluster".into(),
+                ok: true,
+                message: format!(
+                    "reachable: {} (Kubernetes {}.{})",
+                    cluster.description, version.major, version.minor
+                ),
+            },
+            Err(err) => HealthCheck {
+                name: "cluster".into(),
+                ok: false,
+                message: format!("unreachable: {} ({err})", cluster.description),
+            },
+        });
+    }
+    let ready = checks.iter().all(|c| c.ok);
     let body = Health {
         status: if ready { "ready" } else { "unavailable" }.into(),
-        checks: vec![database],
+        checks,
     };
     let status = if ready {
         StatusCode::OK

@@ -1,0 +1,214 @@
+//! The Kubernetes side: which cluster, and the few verbs the reconciler uses.
+
+use std::path::PathBuf;
+
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::Value;
+
+use super::desired::FIELD_MANAGER;
+
+/// A connected cluster and how to describe it in logs and `/readyz`.
+#[derive(Clone)]
+pub struct Cluster {
+    pub client: kube::Client,
+    pub description: String,
+}
+
+/// Why the cluster cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("no cluster named: pass --kubeconfig (and optionally --context), or run in a cluster")]
+    NotNamed,
+    #[error("cannot read the kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("cannot configure the Kubernetes client: {0}")]
+    Config(String),
+    #[error("Kubernetes: {0}")]
+    Api(#[from] kube::Error),
+}
+
+impl ClusterError {
+    /// The API server answered, and said no: not an outage.
+    pub fn api_status(&self) -> Option<&kube::core::Status> {
+        match self {
+            Self::Api(kube::Error::Api(status)) => Some(status),
+            _ => None,
+        }
+    }
+}
+
+/// Connects to the cluster named explicitly: a kubeconfig (and context), or in-cluster
+/// credentials. Never a default kubeconfig picked up by accident.
+pub async fn connect(
+    kubeconfig: Option<&PathBuf>,
+    context: Option<&str>,
+) -> Result<Cluster, ClusterError> {
+    crate::install_crypto_provider();
+    let (config, description) = match kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path).map_err(|source| ClusterError::Kubeconfig {
+                path: path.clone(),
+                source,
+            })?;
+            let chosen = context
+                .map(str::to_owned)
+                .or_else(|| file.current_context.clone())
+                .unwrap_or_default();
+            let options = KubeConfigOptions {
+                context: context.map(str::to_owned),
+                ..KubeConfigOptions::default()
+            };
+            let config = kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .map_err(|e| ClusterError::Config(e.to_string()))?;
+            let description = format!(
+                "context `{chosen}` at {} (kubeconfig {})",
+                config.cluster_url,
+                path.display()
+            );
+            (config, description)
+        }
+        None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+            let config =
+                kube::Config::incluster().map_err(|e| ClusterError::Config(e.to_string()))?;
+            let description = format!("in-cluster at {}", config.cluster_url);
+            (config, description)
+        }
+        None => return Err(ClusterError::NotNamed),
+    };
+    let client = kube::Client::try_from(config).map_err(ClusterError::Api)?;
+    Ok(Cluster {
+        client,
+        description,
+    })
+}
+
+/// The API resource of an object by its apiVersion and kind.
+pub fn resource_of(api_version: &str, kind: &str) -> ApiResource {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+impl Cluster {
+    fn api(&self, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        }
+    }
+
+    /// Server-side applies the complete object, forcing ownership of its fields.
+    pub async fn apply(&self, object: &Value) -> Result<(), ClusterError> {
+        let resource = resource_of(
+            object["apiVersion"].as_str().unwrap_or_default(),
+            object["kind"].as_str().unwrap_or_default(),
+        );
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let namespace = object["metadata"]["namespace"].as_str();
+        count("apply", &resource.kind);
+        self.api(&resource, namespace)
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(object),
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn get(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Value>, ClusterError> {
+        count("get", &resource.kind);
+        let object = self.api(resource, namespace).get_opt(name).await?;
+        Ok(object.map(|o| serde_json::to_value(o).expect("objects serialise")))
+    }
+
+    pub async fn list(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        labels: &str,
+    ) -> Result<Vec<Value>, ClusterError> {
+        count("list", &resource.kind);
+        let list = self
+            .api(resource, namespace)
+            .list(&ListParams::default().labels(labels))
+            .await?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(|o| serde_json::to_value(o).expect("objects serialise"))
+            .collect())
+    }
+
+    pub async fn delete(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), ClusterError> {
+        count("delete", &resource.kind);
+        match self
+            .api(resource, namespace)
+            .delete(name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn count(verb: &'static str, kind: &str) {
+    metrics::counter!("modelplane_kubernetes_requests_total", "verb" => verb, "kind" => kind.to_owned()).increment(1);
+}
+
+/// True when every field of `desired` has the same value in `live` (which may hold more:
+/// defaults the API server added, fields other managers own). Lists compare item by item.
+pub fn contains(live: &Value, desired: &Value) -> bool {
+    match (live, desired) {
+        (Value::Object(l), Value::Object(d)) => d
+            .iter()
+            .all(|(k, v)| l.get(k).is_some_and(|lv| contains(lv, v))),
+        (Value::Array(l), Value::Array(d)) => {
+            l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains(lv, dv))
+        }
+        (Value::String(l), Value::Number(d)) | (Value::Number(d), Value::String(l)) => {
+            *l == d.to_string()
+        }
+        (l, d) => l == d,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::contains;
+
+    #[test]
+    fn live_objects_may_hold_more_but_not_less_or_other() {
+        let desired = json!({"spec": {"replicas": 2, "ports": [{"name": "http", "port": 8000}]}});
+        let live = json!({"spec": {"replicas": 2, "revisionHistoryLimit": 10, "ports": [{"name": "http", "port": 8000, "protocol": "TCP"}]}});
+        assert!(contains(&live, &desired));
+        assert!(!contains(
+            &json!({"spec": {"replicas": 3, "ports": [{"name": "http", "port": 8000}]}}),
+            &desired
+        ));
+        assert!(!contains(
+            &json!({"spec": {"replicas": 2, "ports": []}}),
+            &desired
+        ));
+        assert!(!contains(&json!({}), &desired));
+    }
+}

@@ -1,0 +1,532 @@
+//! What to tell the user: phase, conditions, counts, a one-line cause and the URLs,
+//! computed from what the cluster reports. A pure function, so every case is unit-tested.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+
+use super::desired::{ANNOTATION_CONFIG_HASH, GatewayRef, engine_port, route_path_prefix};
+use crate::domain::{Condition, Deployment, DeploymentStatus, Endpoints, Phase, ReplicaCounts};
+
+/// Everything observed about one record's objects.
+#[derive(Debug, Default)]
+pub struct Observed {
+    pub deployment: Option<K8sDeployment>,
+    /// Pods selected by the record's stable selector.
+    pub pods: Vec<Pod>,
+    pub service_exists: bool,
+    /// The config hash the current generation's pods carry.
+    pub config_hash: String,
+    /// The live HTTPRoute, when one is wanted and exists.
+    pub route: Option<Value>,
+    /// Why no route could be made (e.g. the Gateway API is not installed).
+    pub route_problem: Option<String>,
+    pub gateway: Option<GatewayRef>,
+    pub gateway_object: Option<Value>,
+    /// The API server refused an object: (kind, message).
+    pub rejected: Option<(String, String)>,
+}
+
+/// Seconds a pod may stay unschedulable before the deployment counts as Failed.
+#[derive(Debug, Clone, Copy)]
+pub struct Budgets {
+    pub unschedulable_seconds: i64,
+    /// Restarts after which a crash loop counts as Failed.
+    pub crash_restarts: i32,
+}
+
+/// A problem found on a pod of the current generation.
+struct Problem {
+    message: String,
+    /// It will not get better without a change.
+    fatal: bool,
+}
+
+pub fn compute(
+    record: &Deployment,
+    namespace: &str,
+    observed: &Observed,
+    budgets: Budgets,
+    now: DateTime<Utc>,
+) -> DeploymentStatus {
+    let previous = &record.status;
+    let desired = record.spec.replica_count();
+    let mut conditions = Vec::new();
+    let mut set = |type_: &str, ok: bool, reason: &str, message: String| {
+        conditions.push(condition(previous, type_, ok, reason, message, now));
+    };
+
+    if let Some((kind, message)) = &observed.rejected {
+        set(
+            "Applied",
+            false,
+            "Rejected",
+            format!("{kind} rejected: {message}"),
+        );
+        return status(
+            Phase::Failed,
+            record,
+            format!("Kubernetes rejected the {kind}: {message}"),
+            ReplicaCounts {
+                desired,
+                ..Default::default()
+            },
+            conditions,
+            endpoints(record, namespace, observed),
+        );
+    }
+    let Some(dep) = &observed.deployment else {
+        set(
+            "Applied",
+            false,
+            "NotApplied",
+            "objects not applied yet".into(),
+        );
+        return status(
+            Phase::Pending,
+            record,
+            "Waiting for the reconciler to apply the deployment".into(),
+            ReplicaCounts {
+                desired,
+                ..Default::default()
+            },
+            conditions,
+            Endpoints::default(),
+        );
+    };
+    set(
+        "Applied",
+        true,
+        "Applied",
+        format!("generation {} applied", record.generation),
+    );
+
+    let dep_status = dep.status.clone().unwrap_or_default();
+    let current =
+        dep_status.observed_generation.unwrap_or(0) >= dep.metadata.generation.unwrap_or(0);
+    let counts = ReplicaCounts {
+        desired,
+        updated: i64::from(dep_status.updated_replicas.unwrap_or(0)),
+        ready: i64::from(dep_status.ready_replicas.unwrap_or(0)),
+        available: i64::from(dep_status.available_replicas.unwrap_or(0)),
+    };
+    let total = i64::from(dep_status.replicas.unwrap_or(0));
+    let deadline_exceeded = current
+        && dep_status.conditions.iter().flatten().any(|c| {
+            c.type_ == "Progressing"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+        });
+
+    let problem = pod_problem(&observed.pods, &observed.config_hash, budgets, now).or_else(|| {
+        deadline_exceeded.then(|| Problem {
+            message: format!(
+                "the rollout did not progress within its deadline (ProgressDeadlineExceeded): {}/{} updated replicas available",
+                counts.available.min(counts.updated), desired
+            ),
+            fatal: true,
+        })
+    });
+
+    let rolled_out =
+        current && counts.updated >= desired && counts.available >= desired && total <= desired;
+    set(
+        "Available",
+        counts.available >= desired && desired > 0 || desired == 0,
+        if counts.available >= desired {
+            "MinimumReplicasAvailable"
+        } else {
+            "MinimumReplicasUnavailable"
+        },
+        format!("{}/{} replicas available", counts.available, desired),
+    );
+    set(
+        "Progressing",
+        !deadline_exceeded,
+        if deadline_exceeded {
+            "ProgressDeadlineExceeded"
+        } else if rolled_out {
+            "RolloutComplete"
+        } else {
+            "RollingOut"
+        },
+        format!("{}/{} replicas updated", counts.updated, desired),
+    );
+
+    let (route_ok, route_message) = route_state(record, observed);
+    set(
+        "Routed",
+        route_ok,
+        if route_ok {
+            "Accepted"
+        } else if observed.route_problem.is_some() {
+            "RouteUnavailable"
+        } else {
+            "NotAccepted"
+        },
+        route_message.clone(),
+    );
+    let endpoints = endpoints(record, namespace, observed);
+
+    let (phase, message) = if desired == 0 {
+        if total == 0 {
+            (
+                Phase::ScaledToZero,
+                "scaled to zero; objects kept".to_owned(),
+            )
+        } else {
+            (
+                Phase::Deploying,
+                format!("scaling to zero: {total} pod(s) still running"),
+            )
+        }
+    } else if counts.available == 0 {
+        match problem {
+            Some(p) if p.fatal => (Phase::Failed, p.message),
+            Some(p) => (Phase::Deploying, format!("waiting: {}", p.message)),
+            None => (
+                Phase::Deploying,
+                format!(
+                    "rolling out: {}/{} replicas available",
+                    counts.available, desired
+                ),
+            ),
+        }
+    } else if rolled_out && route_ok {
+        (
+            Phase::Ready,
+            format!("{desired}/{desired} replicas available"),
+        )
+    } else if let Some(p) = problem.filter(|p| p.fatal) {
+        (
+            Phase::Degraded,
+            format!(
+                "generation {} is failing ({}) while {}/{} replicas of the previous one still serve",
+                record.generation, p.message, counts.available, desired
+            ),
+        )
+    } else if rolled_out && !route_ok {
+        (
+            Phase::Degraded,
+            format!("replicas serve, but the route is not working: {route_message}"),
+        )
+    } else if current
+        && counts.updated >= desired
+        && counts.available < desired
+        && !deadline_exceeded
+        && total <= desired
+    {
+        (
+            Phase::Degraded,
+            format!("only {}/{} replicas available", counts.available, desired),
+        )
+    } else {
+        (
+            Phase::Deploying,
+            format!(
+                "rolling out: {}/{} updated, {}/{} available",
+                counts.updated, desired, counts.available, desired
+            ),
+        )
+    };
+    status(phase, record, message, counts, conditions, endpoints)
+}
+
+fn status(
+    phase: Phase,
+    record: &Deployment,
+    message: String,
+    replicas: ReplicaCounts,
+    conditions: Vec<Condition>,
+    endpoints: Endpoints,
+) -> DeploymentStatus {
+    DeploymentStatus {
+        phase,
+        observed_generation: record.generation,
+        message,
+        replicas,
+        conditions,
+        endpoints,
+    }
+}
+
+/// A condition that keeps its last transition time while its status does not change.
+fn condition(
+    previous: &DeploymentStatus,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    now: DateTime<Utc>,
+) -> Condition {
+    let status = if ok { "True" } else { "False" }.to_owned();
+    let since = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or(now, |c| c.last_transition_time);
+    Condition {
+        type_: type_.to_owned(),
+        status,
+        reason: reason.to_owned(),
+        message,
+        last_transition_time: since,
+    }
+}
+
+/// The first problem on a pod of the current generation, fatal ones first.
+fn pod_problem(
+    pods: &[Pod],
+    config_hash: &str,
+    budgets: Budgets,
+    now: DateTime<Utc>,
+) -> Option<Problem> {
+    let mut found: Vec<Problem> = Vec::new();
+    for pod in pods {
+        let annotations = pod.metadata.annotations.as_ref();
+        if annotations
+            .and_then(|a| a.get(ANNOTATION_CONFIG_HASH))
+            .map(String::as_str)
+            != Some(config_hash)
+        {
+            continue;
+        }
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let Some(status) = &pod.status else { continue };
+        for cs in status
+            .container_statuses
+            .iter()
+            .flatten()
+            .chain(status.init_container_statuses.iter().flatten())
+        {
+            let waiting = cs.state.as_ref().and_then(|s| s.waiting.as_ref());
+            let reason = waiting.and_then(|w| w.reason.as_deref()).unwrap_or("");
+            let detail = waiting.and_then(|w| w.message.clone()).unwrap_or_default();
+            match reason {
+                "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" => found.push(Problem {
+                    message: format!(
+                        "pod {name}: image `{}` cannot be pulled ({reason}){}",
+                        cs.image,
+                        suffix(&detail)
+                    ),
+                    fatal: true,
+                }),
+                "CrashLoopBackOff" => {
+                    let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+                    let why = last
+                        .map(|t| {
+                            let text = t
+                                .message
+                                .clone()
+                                .or_else(|| t.reason.clone())
+                                .unwrap_or_default();
+                            format!("exit code {}{}", t.exit_code, suffix(&text))
+                        })
+                        .unwrap_or_default();
+                    found.push(Problem {
+                        message: format!(
+                            "pod {name}: container {} is crash-looping (CrashLoopBackOff, {} restarts){}",
+                            cs.name, cs.restart_count, if why.is_empty() { String::new() } else { format!(": {why}") }
+                        ),
+                        fatal: cs.restart_count >= budgets.crash_restarts,
+                    });
+                }
+                "CreateContainerConfigError" | "CreateContainerError" => found.push(Problem {
+                    message: format!("pod {name}: {reason}{}", suffix(&detail)),
+                    fatal: true,
+                }),
+                _ => {}
+            }
+        }
+        for c in status.conditions.iter().flatten() {
+            if c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+            {
+                let created = pod
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
+                    .unwrap_or(now);
+                let waited = (now - created).num_seconds();
+                found.push(Problem {
+                    message: format!(
+                        "pod {name} cannot be scheduled: {} (for {waited}s)",
+                        c.message.clone().unwrap_or_default()
+                    ),
+                    fatal: waited >= budgets.unschedulable_seconds,
+                });
+            }
+        }
+    }
+    found.sort_by_key(|p| !p.fatal);
+    found.into_iter().next()
+}
+
+fn suffix(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(": {detail}")
+    }
+}
+
+/// Whether the route works, and what to say about it.
+fn route_state(record: &Deployment, observed: &Observed) -> (bool, String) {
+    let Some(gateway) = &observed.gateway else {
+        return (
+            true,
+            "no Gateway configured; reachable in the cluster only".into(),
+        );
+    };
+    if let Some(problem) = &observed.route_problem {
+        return (false, problem.clone());
+    }
+    let Some(route) = &observed.route else {
+        return (false, "the HTTPRoute does not exist yet".into());
+    };
+    let generation = route["metadata"]["generation"].as_i64().unwrap_or(0);
+    let parent = route["status"]["parents"].as_array().and_then(|parents| {
+        parents.iter().find(|p| {
+            p["parentRef"]["name"] == gateway.name.as_str()
+                && p["parentRef"]["namespace"]
+                    .as_str()
+                    .unwrap_or(&record.project)
+                    == gateway.namespace
+        })
+    });
+    let Some(parent) = parent else {
+        return (
+            false,
+            format!(
+                "Gateway {}/{} has not accepted the route yet",
+                gateway.namespace, gateway.name
+            ),
+        );
+    };
+    let find = |type_: &str| {
+        parent["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+            .cloned()
+    };
+    for type_ in ["Accepted", "ResolvedRefs"] {
+        match find(type_) {
+            Some(c)
+                if c["status"] == "True"
+                    && c["observedGeneration"].as_i64().unwrap_or(generation) >= generation => {}
+            Some(c) if c["status"] == "True" => {
+                return (
+                    false,
+                    format!("the Gateway has not yet processed route generation {generation}"),
+                );
+            }
+            Some(c) => {
+                return (
+                    false,
+                    format!(
+                        "route {type_}=False ({}): {}",
+                        c["reason"].as_str().unwrap_or(""),
+                        c["message"].as_str().unwrap_or("")
+                    ),
+                );
+            }
+            None => {
+                return (
+                    false,
+                    format!("the Gateway has not reported {type_} for the route yet"),
+                );
+            }
+        }
+    }
+    (
+        true,
+        format!("accepted by Gateway {}/{}", gateway.namespace, gateway.name),
+    )
+}
+
+/// The in-cluster URL, the external URL through the Gateway, and the OpenAI base URL.
+fn endpoints(record: &Deployment, namespace: &str, observed: &Observed) -> Endpoints {
+    let port = engine_port(&record.spec);
+    let cluster = observed.service_exists.then(|| {
+        format!(
+            "http://{}.{namespace}.svc.cluster.local:{port}",
+            record.name
+        )
+    });
+    let (route_ok, route_message) = route_state(record, observed);
+    let mut external = Vec::new();
+    let mut reason = None;
+    if observed.gateway.is_some() {
+        if route_ok {
+            match external_url(record, observed) {
+                Ok(url) => external.push(url),
+                Err(why) => reason = Some(why),
+            }
+        } else {
+            reason = Some(route_message);
+        }
+    }
+    let base = external.first().cloned().or_else(|| cluster.clone());
+    Endpoints {
+        openai_base: base.map(|b| format!("{b}/v1")),
+        cluster,
+        external,
+        reason,
+    }
+}
+
+fn external_url(record: &Deployment, observed: &Observed) -> Result<String, String> {
+    let gateway = observed.gateway.as_ref().expect("checked by the caller");
+    let object = observed
+        .gateway_object
+        .as_ref()
+        .ok_or_else(|| format!("Gateway {}/{} not found", gateway.namespace, gateway.name))?;
+    let listeners = object["spec"]["listeners"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let listener = match &gateway.section {
+        Some(section) => listeners.iter().find(|l| l["name"] == section.as_str()),
+        None => listeners
+            .iter()
+            .find(|l| matches!(l["protocol"].as_str(), Some("HTTP" | "HTTPS"))),
+    }
+    .ok_or_else(|| "the Gateway has no matching HTTP listener".to_owned())?;
+    let https = listener["protocol"] == "HTTPS";
+    let scheme = if https { "https" } else { "http" };
+    let port = listener["port"]
+        .as_i64()
+        .unwrap_or(if https { 443 } else { 80 });
+    let host = record
+        .spec
+        .routing
+        .hostname
+        .clone()
+        .filter(|h| !h.starts_with("*."))
+        .or_else(|| {
+            listener["hostname"]
+                .as_str()
+                .filter(|h| !h.starts_with("*."))
+                .map(str::to_owned)
+        })
+        .or_else(|| {
+            object["status"]["addresses"]
+                .as_array()
+                .and_then(|a| a.first())
+                .and_then(|a| a["value"].as_str())
+                .map(str::to_owned)
+        })
+        .ok_or_else(|| "the Gateway has no address yet".to_owned())?;
+    let default_port = (https && port == 443) || (!https && port == 80);
+    let authority = if default_port {
+        host
+    } else {
+        format!("{host}:{port}")
+    };
+    let path = route_path_prefix(record);
+    let path = if path == "/" { String::new() } else { path };
+    Ok(format!("{scheme}://{authority}{path}"))
+}

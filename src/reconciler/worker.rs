@@ -1,0 +1,622 @@
+//! The worker loop: claim work from Postgres, reconcile, report status, and watch the
+//! cluster so changes there requeue the owning record.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher;
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::cluster::{Cluster, ClusterError, contains, resource_of};
+use super::desired::{
+    ANNOTATION_CONFIG_HASH, BuildConfig, DesiredObjects, LABEL_DEPLOYMENT_ID, LABEL_INSTALLATION,
+    LABEL_MANAGED_BY, desired_objects,
+};
+use super::status::{Budgets, Observed, compute};
+use crate::domain::{Condition, Deployment, DeploymentStatus, Phase};
+use crate::store;
+use crate::store::deployments::ReconcileTarget;
+use crate::store::events::NewEvent;
+use crate::store::work_queue::{Claim, NOTIFY_CHANNEL};
+
+/// How the worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub build: BuildConfig,
+    pub budgets: Budgets,
+    /// Identifies this worker in leases and in the `x-modelplane-worker` header.
+    pub worker_id: String,
+    pub lease: Duration,
+    /// How often every record is requeued anyway (the safety net, not the mechanism).
+    pub resync: Duration,
+    pub concurrency: usize,
+}
+
+/// Where a record stands after a reconcile, and when to look again.
+enum Outcome {
+    Done,
+    Again(Duration),
+}
+
+pub struct Worker {
+    pool: PgPool,
+    cluster: Cluster,
+    config: WorkerConfig,
+}
+
+impl Worker {
+    pub fn new(pool: PgPool, cluster: Cluster, config: WorkerConfig) -> Arc<Self> {
+        Arc::new(Self {
+            pool,
+            cluster,
+            config,
+        })
+    }
+
+    /// Runs until `shutdown` is cancelled.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), sqlx::Error> {
+        tracing::info!(worker = %self.config.worker_id, cluster = %self.cluster.description, installation = %self.config.build.installation, "reconciler started");
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(NOTIFY_CHANNEL).await?;
+        for watch in [Kind::Deployment, Kind::Service, Kind::Pod, Kind::HttpRoute] {
+            tokio::spawn(self.clone().watch(watch, shutdown.clone()));
+        }
+        tokio::spawn(self.clone().resync_loop(shutdown.clone()));
+
+        loop {
+            if shutdown.is_cancelled() {
+                return Ok(());
+            }
+            let claims = store::work_queue::claim_work(
+                &self.pool,
+                &self.config.worker_id,
+                self.config.lease,
+                (self.config.concurrency * 2) as i64,
+            )
+            .await?;
+            if !claims.is_empty() {
+                futures::stream::iter(claims)
+                    .for_each_concurrent(self.config.concurrency, |claim| {
+                        let worker = self.clone();
+                        async move { worker.process(claim).await }
+                    })
+                    .await;
+                continue;
+            }
+            self.report_queue().await;
+            let sleep = match store::work_queue::next_due(&self.pool).await? {
+                Some(due) => (due - Utc::now())
+                    .to_std()
+                    .unwrap_or(Duration::ZERO)
+                    .min(Duration::from_secs(30)),
+                None => Duration::from_secs(30),
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                notification = listener.try_recv() => {
+                    if let Err(err) = notification {
+                        tracing::warn!(error = %err, "notification listener failed; reconnecting");
+                    }
+                }
+                () = tokio::time::sleep(sleep.max(Duration::from_millis(50))) => {}
+            }
+        }
+    }
+
+    async fn report_queue(&self) {
+        if let Ok((depth, oldest)) = store::work_queue::queue_stats(&self.pool).await {
+            metrics::gauge!("modelplane_reconcile_queue_depth").set(depth as f64);
+            metrics::gauge!("modelplane_reconcile_oldest_item_age_seconds").set(oldest);
+        }
+    }
+
+    #[tracing::instrument(skip(self, claim), fields(deployment_id = %claim.deployment_id, attempt = claim.attempts))]
+    async fn process(self: Arc<Self>, claim: Claim) {
+        let started = Instant::now();
+        let result = self.reconcile(claim.deployment_id).await;
+        let elapsed = started.elapsed().as_secs_f64();
+        let (again, error, outcome) = match result {
+            Ok(Outcome::Done) => (None, None, "ok"),
+            Ok(Outcome::Again(after)) => (Some(after), None, "ok"),
+            Err(err) => {
+                let wait = backoff(claim.attempts);
+                tracing::warn!(error = %err, retry_in = ?wait, "reconcile failed");
+                self.note_unreachable(claim.deployment_id, &err).await;
+                (Some(wait), Some(err.to_string()), "error")
+            }
+        };
+        metrics::counter!("modelplane_reconcile_total", "outcome" => outcome).increment(1);
+        metrics::histogram!("modelplane_reconcile_duration_seconds").record(elapsed);
+        if let Err(err) = store::work_queue::finish_work(
+            &self.pool,
+            &self.config.worker_id,
+            &claim,
+            again,
+            error.as_deref(),
+        )
+        .await
+        {
+            tracing::error!(error = %err, "cannot finish a work item; its lease will expire");
+        }
+    }
+
+    /// One pass over one record: apply what is missing or changed, then report status.
+    async fn reconcile(&self, id: Uuid) -> Result<Outcome, ClusterError> {
+        let Some(target) = store::deployments::find_reconcile_target(&self.pool, id)
+            .await
+            .map_err(db)?
+        else {
+            // The record is gone: anything still labelled with its id is an orphan.
+            self.delete_objects(id, None).await?;
+            return Ok(Outcome::Done);
+        };
+        let record = target.row.clone().into_record(&target.project);
+        if record.deletion_requested_at.is_some() {
+            return self.finish_deletion(&target).await;
+        }
+        let desired = desired_objects(&record, &target.namespace, &self.config.build);
+        let digest = desired.digest();
+        let mut observed = Observed {
+            config_hash: desired.deployment["spec"]["template"]["metadata"]["annotations"]
+                [ANNOTATION_CONFIG_HASH]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            gateway: desired.gateway.clone(),
+            ..Observed::default()
+        };
+
+        let live = self.live_objects(&desired).await?;
+        let unchanged = target.applied_digest.as_deref() == Some(digest.as_str());
+        let drifted: Vec<&str> = live
+            .iter()
+            .filter(|(_, ok)| !ok)
+            .map(|(kind, _)| *kind)
+            .collect();
+        if !unchanged || !drifted.is_empty() {
+            if unchanged {
+                self.timeline(
+                    &target,
+                    "DriftRepaired",
+                    &format!("restored {} changed outside modelplane", drifted.join(", ")),
+                )
+                .await;
+            }
+            match self.apply_all(&desired, &mut observed).await {
+                Ok(()) => {
+                    store::deployments::set_applied_digest(&self.pool, id, Some(&digest))
+                        .await
+                        .map_err(db)?;
+                    if !unchanged {
+                        self.timeline(
+                            &target,
+                            "Applied",
+                            &format!(
+                                "generation {} applied to namespace {}",
+                                record.generation, target.namespace
+                            ),
+                        )
+                        .await;
+                    }
+                }
+                Err(err)
+                    if err
+                        .api_status()
+                        .is_some_and(|s| s.code == 422 || s.code == 400) =>
+                {
+                    store::deployments::set_applied_digest(&self.pool, id, None)
+                        .await
+                        .map_err(db)?;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        self.observe(&record, &target.namespace, &desired, &mut observed)
+            .await?;
+        let status = compute(
+            &record,
+            &target.namespace,
+            &observed,
+            self.config.budgets,
+            Utc::now(),
+        );
+        self.write_status(&target, &record, status.clone()).await?;
+        // Time-based judgements (deadlines, budgets) need another look even without events.
+        Ok(match status.phase {
+            Phase::Pending | Phase::Deploying | Phase::Degraded => {
+                Outcome::Again(Duration::from_secs(10))
+            }
+            _ => Outcome::Done,
+        })
+    }
+
+    /// Which desired objects exist and still hold what modelplane manages.
+    async fn live_objects(
+        &self,
+        desired: &DesiredObjects,
+    ) -> Result<Vec<(&'static str, bool)>, ClusterError> {
+        let mut out = Vec::new();
+        for (kind, object) in [
+            ("Namespace", Some(&desired.namespace)),
+            ("Deployment", Some(&desired.deployment)),
+            ("Service", Some(&desired.service)),
+            ("HTTPRoute", desired.http_route.as_ref()),
+        ] {
+            let Some(object) = object else { continue };
+            let resource = resource_of(object["apiVersion"].as_str().unwrap_or_default(), kind);
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            let live = match self
+                .cluster
+                .get(&resource, object["metadata"]["namespace"].as_str(), name)
+                .await
+            {
+                Ok(live) => live,
+                // A kind the cluster does not serve (no Gateway API) is reported, not fatal.
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => None,
+                Err(err) => return Err(err),
+            };
+            out.push((kind, live.is_some_and(|l| contains(&l, object))));
+        }
+        Ok(out)
+    }
+
+    async fn apply_all(
+        &self,
+        desired: &DesiredObjects,
+        observed: &mut Observed,
+    ) -> Result<(), ClusterError> {
+        for object in [&desired.namespace, &desired.deployment, &desired.service] {
+            if let Err(err) = self.cluster.apply(object).await {
+                if let Some(status) = err.api_status().filter(|s| s.code == 422 || s.code == 400) {
+                    observed.rejected = Some((
+                        object["kind"].as_str().unwrap_or_default().to_owned(),
+                        status.message.clone(),
+                    ));
+                }
+                return Err(err);
+            }
+        }
+        if let Some(route) = &desired.http_route {
+            match self.cluster.apply(route).await {
+                Ok(()) => {}
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
+                    observed.route_problem = Some("the cluster does not serve the Gateway API (HTTPRoute CRD missing); no route was made".into());
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads back what the cluster reports about the record's objects.
+    async fn observe(
+        &self,
+        record: &Deployment,
+        namespace: &str,
+        desired: &DesiredObjects,
+        observed: &mut Observed,
+    ) -> Result<(), ClusterError> {
+        let name = record.name.as_str();
+        let deployment = self
+            .cluster
+            .get(&resource_of("apps/v1", "Deployment"), Some(namespace), name)
+            .await?;
+        observed.deployment =
+            deployment.and_then(|d| serde_json::from_value::<K8sDeployment>(d).ok());
+        observed.service_exists = self
+            .cluster
+            .get(&resource_of("v1", "Service"), Some(namespace), name)
+            .await?
+            .is_some();
+        let selector = format!("{LABEL_DEPLOYMENT_ID}={}", record.id);
+        observed.pods = self
+            .cluster
+            .list(&resource_of("v1", "Pod"), Some(namespace), &selector)
+            .await?
+            .into_iter()
+            .filter_map(|p| serde_json::from_value::<Pod>(p).ok())
+            .collect();
+        if desired.http_route.is_some() && observed.route_problem.is_none() {
+            match self
+                .cluster
+                .get(
+                    &resource_of("gateway.networking.k8s.io/v1", "HTTPRoute"),
+                    Some(namespace),
+                    name,
+                )
+                .await
+            {
+                Ok(route) => observed.route = route,
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
+                    observed.route_problem = Some("the cluster does not serve the Gateway API (HTTPRoute CRD missing); no route was made".into());
+                }
+                Err(err) => return Err(err),
+            }
+            if let Some(gw) = &desired.gateway {
+                observed.gateway_object = self
+                    .cluster
+                    .get(
+                        &resource_of("gateway.networking.k8s.io/v1", "Gateway"),
+                        Some(&gw.namespace),
+                        &gw.name,
+                    )
+                    .await
+                    .unwrap_or(None);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores a status that changed, with a timeline entry when the phase did.
+    async fn write_status(
+        &self,
+        target: &ReconcileTarget,
+        record: &Deployment,
+        mut status: DeploymentStatus,
+    ) -> Result<(), ClusterError> {
+        // The cluster answered, so it is reachable: drop a stale outage condition.
+        status.conditions.retain(|c| c.type_ != "ClusterReachable");
+        if status == record.status {
+            return Ok(());
+        }
+        store::deployments::update_status(&self.pool, record.id, &status)
+            .await
+            .map_err(db)?;
+        if status.phase != record.status.phase {
+            let message = format!(
+                "{} → {}: {}",
+                record.status.phase, status.phase, status.message
+            );
+            self.timeline(target, "PhaseChanged", &message).await;
+            tracing::info!(deployment_id = %record.id, from = %record.status.phase, to = %status.phase, message = %status.message, "phase changed");
+        }
+        Ok(())
+    }
+
+    /// Keeps the last status and adds `ClusterReachable=False` when the cluster cannot be reached.
+    async fn note_unreachable(&self, id: Uuid, err: &ClusterError) {
+        if err.api_status().is_some() {
+            return;
+        }
+        let Ok(Some(target)) = store::deployments::find_reconcile_target(&self.pool, id).await
+        else {
+            return;
+        };
+        let mut status = target.row.status.0.clone();
+        if status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "ClusterReachable" && c.status == "False")
+        {
+            return;
+        }
+        status.conditions.push(Condition {
+            type_: "ClusterReachable".into(),
+            status: "False".into(),
+            reason: "Unreachable".into(),
+            message: format!("cannot reach the cluster: {err}"),
+            last_transition_time: Utc::now(),
+        });
+        if store::deployments::update_status(&self.pool, id, &status)
+            .await
+            .is_ok()
+        {
+            self.timeline(
+                &target,
+                "ClusterUnreachable",
+                &format!("cannot reach the cluster: {err}"),
+            )
+            .await;
+        }
+    }
+
+    /// Deletes every object with the record's id label; removes the record once none is left.
+    async fn finish_deletion(&self, target: &ReconcileTarget) -> Result<Outcome, ClusterError> {
+        let id = target.row.id;
+        let remaining = self.delete_objects(id, Some(&target.namespace)).await?;
+        if remaining > 0 {
+            return Ok(Outcome::Again(Duration::from_secs(1)));
+        }
+        self.timeline(
+            target,
+            "Deleted",
+            "every Kubernetes object removed; record deleted",
+        )
+        .await;
+        store::deployments::delete_deployment_record(&self.pool, id)
+            .await
+            .map_err(db)?;
+        tracing::info!(deployment_id = %id, "deployment deleted");
+        Ok(Outcome::Done)
+    }
+
+    /// Deletes the objects labelled with `id`; returns how many objects (pods and replica
+    /// sets included) still carry the label.
+    async fn delete_objects(
+        &self,
+        id: Uuid,
+        namespace: Option<&str>,
+    ) -> Result<usize, ClusterError> {
+        let selector = format!(
+            "{LABEL_DEPLOYMENT_ID}={id},{LABEL_INSTALLATION}={}",
+            self.config.build.installation
+        );
+        let mut remaining = 0;
+        for (api_version, kind, delete) in [
+            ("gateway.networking.k8s.io/v1", "HTTPRoute", true),
+            ("v1", "Service", true),
+            ("apps/v1", "Deployment", true),
+            ("apps/v1", "ReplicaSet", false),
+            ("v1", "Pod", false),
+        ] {
+            let resource = resource_of(api_version, kind);
+            let objects = match self.cluster.list(&resource, namespace, &selector).await {
+                Ok(objects) => objects,
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => continue,
+                Err(err) => return Err(err),
+            };
+            remaining += objects.len();
+            if delete {
+                for object in objects {
+                    let ns = object["metadata"]["namespace"].as_str();
+                    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                    self.cluster.delete(&resource, ns, name).await?;
+                }
+            }
+        }
+        Ok(remaining)
+    }
+
+    async fn timeline(&self, target: &ReconcileTarget, kind: &str, message: &str) {
+        let event = NewEvent {
+            deployment_id: target.row.id,
+            project_id: target.row.project_id,
+            deployment_name: &target.row.name,
+            kind,
+            message,
+            actor: "worker",
+        };
+        if let Err(err) = store::events::insert_event(&self.pool, event).await {
+            tracing::warn!(error = %err, "cannot record a timeline event");
+        }
+    }
+
+    /// Requeues every record now and then, and removes orphaned objects.
+    async fn resync_loop(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.config.resync);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(err) = store::work_queue::enqueue_all(&self.pool).await {
+                tracing::warn!(error = %err, "resync could not queue records");
+            }
+            if let Err(err) = self.collect_orphans().await {
+                tracing::warn!(error = %err, "orphan collection failed");
+            }
+        }
+    }
+
+    /// Deletes managed objects of this installation whose record no longer exists.
+    async fn collect_orphans(&self) -> Result<(), ClusterError> {
+        let selector = format!(
+            "{LABEL_MANAGED_BY}=modelplane,{LABEL_INSTALLATION}={}",
+            self.config.build.installation
+        );
+        let mut ids = Vec::new();
+        for (api_version, kind) in [
+            ("apps/v1", "Deployment"),
+            ("v1", "Service"),
+            ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+        ] {
+            let objects = match self
+                .cluster
+                .list(&resource_of(api_version, kind), None, &selector)
+                .await
+            {
+                Ok(objects) => objects,
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => continue,
+                Err(err) => return Err(err),
+            };
+            ids.extend(objects.iter().filter_map(|o| {
+                o["metadata"]["labels"][LABEL_DEPLOYMENT_ID]
+                    .as_str()?
+                    .parse::<Uuid>()
+                    .ok()
+            }));
+        }
+        ids.sort();
+        ids.dedup();
+        for id in store::deployments::missing_deployment_ids(&self.pool, &ids)
+            .await
+            .map_err(db)?
+        {
+            tracing::info!(deployment_id = %id, "removing orphaned objects");
+            self.delete_objects(id, None).await?;
+        }
+        Ok(())
+    }
+
+    /// Watches one kind of managed object and requeues the record that owns each change.
+    async fn watch(self: Arc<Self>, kind: Kind, shutdown: CancellationToken) {
+        let (api_version, name) = kind.api();
+        let resource = resource_of(api_version, name);
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::all_with(self.cluster.client.clone(), &resource);
+        let selector = format!(
+            "{LABEL_MANAGED_BY}=modelplane,{LABEL_INSTALLATION}={}",
+            self.config.build.installation
+        );
+        let stream = watcher::watcher(api, watcher::Config::default().labels(&selector));
+        let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(stream));
+        loop {
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return,
+                event = stream.next() => event,
+            };
+            let Some(event) = event else { return };
+            let object = match event {
+                Ok(
+                    watcher::Event::Apply(o)
+                    | watcher::Event::Delete(o)
+                    | watcher::Event::InitApply(o),
+                ) => o,
+                Ok(_) => continue,
+                Err(err) => {
+                    tracing::debug!(kind = name, error = %err, "watch interrupted; retrying");
+                    continue;
+                }
+            };
+            let Some(id) = object
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_DEPLOYMENT_ID))
+                .and_then(|v| v.parse::<Uuid>().ok())
+            else {
+                continue;
+            };
+            if let Err(err) = store::work_queue::enqueue_reconcile(&self.pool, id).await {
+                tracing::warn!(error = %err, "cannot requeue after a cluster change");
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Deployment,
+    Service,
+    Pod,
+    HttpRoute,
+}
+
+impl Kind {
+    fn api(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Deployment => ("apps/v1", "Deployment"),
+            Self::Service => ("v1", "Service"),
+            Self::Pod => ("v1", "Pod"),
+            Self::HttpRoute => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+        }
+    }
+}
+
+/// Exponential backoff with jitter: 1 s, 2 s, 4 s … up to 5 minutes.
+fn backoff(attempts: i32) -> Duration {
+    let base = 2f64.powi(attempts.clamp(1, 9) - 1).min(300.0);
+    let jitter = rand::random::<f64>() * 0.5 + 0.75;
+    Duration::from_secs_f64(base * jitter)
+}
+
+fn db(err: sqlx::Error) -> ClusterError {
+    ClusterError::Config(format!("database: {err}"))
+}
