@@ -74,6 +74,8 @@ pub struct AppState {
     pub log: RequestLog,
     pub bookmark_interval: Duration,
     pub server_address: Arc<str>,
+    /// Becomes true when the emulator shuts down, so open watches end promptly.
+    pub closing: tokio::sync::watch::Receiver<bool>,
 }
 
 pub fn router(state: AppState) -> Router {

@@ -39,7 +39,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use http::{RecordedRequest, RequestLog};
@@ -119,18 +118,19 @@ impl EmulatorBuilder {
         let listener = tokio::net::TcpListener::bind(self.listen).await?;
         let addr = listener.local_addr()?;
         let log = RequestLog::default();
+        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let state = http::AppState {
             store: store.clone(),
             log: log.clone(),
             bookmark_interval: self.bookmark_interval,
             server_address: addr.to_string().into(),
+            closing: stop_rx.clone(),
         };
         let app = http::router(state);
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stop_rx.await;
+                .with_graceful_shutdown(async move {
+                    let _ = stop_rx.wait_for(|c| *c).await;
                 })
                 .await;
         });
@@ -176,7 +176,7 @@ pub struct RunningEmulator {
     addr: SocketAddr,
     store: Store,
     log: RequestLog,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Option<tokio::sync::watch::Sender<bool>>,
     server: Option<JoinHandle<()>>,
     gc: JoinHandle<()>,
 }
@@ -209,11 +209,11 @@ impl RunningEmulator {
     /// Stops serving and waits for the server task (open watches are cut).
     pub async fn shutdown(mut self) {
         if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
+            let _ = tx.send(true);
         }
         if let Some(server) = self.server.take() {
-            // Long-running watches would hold graceful shutdown open: bound the wait.
-            let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+            // Watches end on the signal; still bound the wait for slow clients.
+            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
         }
         self.gc.abort();
     }

@@ -157,6 +157,7 @@ pub(crate) fn watch_response(
 
     let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
     let interval = state.bookmark_interval;
+    let mut closing = state.closing.clone();
     let query = query.clone();
     tokio::spawn(async move {
         let render = |obj: &Value| {
@@ -227,6 +228,8 @@ pub(crate) fn watch_response(
             };
             tokio::select! {
                 _ = sleep_until => return,
+                // The only change ever sent is "closing".
+                _ = closing.changed() => return,
                 _ = ticker.tick(), if bookmarks => {
                     if tx.send(Ok(event_line("BOOKMARK", &bookmark(served.kind, last_rv, false)))).await.is_err() {
                         return;

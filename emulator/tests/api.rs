@@ -1606,3 +1606,72 @@ async fn gateway_api_and_inference_pool_schemas() {
     );
     assert_eq!(err.code, 422);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_are_watched_in_order_and_shutdown_ends_watches() {
+    let (emu, client) = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut stream = cms
+        .watch(&WatchParams::default().disable_bookmarks(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let cms = cms.clone();
+            tokio::spawn(async move {
+                for i in 0..10 {
+                    let name = format!("w{w}-{i}");
+                    cms.create(&PostParams::default(), &cm(&name, json!({})))
+                        .await
+                        .unwrap();
+                    cms.patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"data": {"k": "x"}})),
+                    )
+                    .await
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let mut last = rv.parse::<u64>().unwrap();
+    let (mut added, mut modified) = (0, 0);
+    while added + modified < 80 {
+        let (ty, obj) = match stream.try_next().await.unwrap().expect("event") {
+            WatchEvent::Added(o) => ("ADDED", o),
+            WatchEvent::Modified(o) => ("MODIFIED", o),
+            other => panic!("unexpected {other:?}"),
+        };
+        let rv: u64 = obj.metadata.resource_version.unwrap().parse().unwrap();
+        assert!(
+            rv > last,
+            "resourceVersions must increase: {rv} after {last}"
+        );
+        last = rv;
+        if ty == "ADDED" {
+            added += 1
+        } else {
+            modified += 1
+        }
+    }
+    assert_eq!((added, modified), (40, 40));
+    // Shutting down ends open watches instead of waiting for their timeout.
+    let closed = tokio::time::timeout(Duration::from_secs(3), async {
+        emu.shutdown().await;
+        while let Ok(Some(_)) = stream.try_next().await {}
+    })
+    .await;
+    assert!(closed.is_ok(), "shutdown with an open watch took too long");
+}
