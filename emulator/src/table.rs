@@ -1,5 +1,6 @@
 //! Server-side printing: `Accept: application/json;as=Table;g=meta.k8s.io;v=v1`, which is
-//! what `kubectl get` asks for, with the columns kubectl shows for the common kinds.
+//! what `kubectl get` asks for, with the columns the real server prints for these kinds
+//! (priority-1 columns appear with `-o wide`).
 
 use std::collections::HashMap;
 
@@ -7,9 +8,32 @@ use serde_json::{Value, json};
 
 use crate::resources::{ResourceKind, meta_str};
 
-/// kubectl-style age: 45s, 3m20s, 15m, 5h10m, 3d.
-fn human_age(created: Option<&str>) -> String {
-    let Some(t) = created.and_then(|c| chrono::DateTime::parse_from_rfc3339(c).ok()) else {
+/// One column: header, priority, and how a row's cell is computed.
+struct Column {
+    name: &'static str,
+    priority: u8,
+    cell: fn(&Value) -> Value,
+}
+
+const fn c(name: &'static str, cell: fn(&Value) -> Value) -> Column {
+    Column {
+        name,
+        priority: 0,
+        cell,
+    }
+}
+
+const fn wide(name: &'static str, cell: fn(&Value) -> Value) -> Column {
+    Column {
+        name,
+        priority: 1,
+        cell,
+    }
+}
+
+/// kubectl-style duration: 45s, 3m20s, 15m, 5h10m, 3d.
+fn human_duration(since: Option<&str>) -> String {
+    let Some(t) = since.and_then(|c| chrono::DateTime::parse_from_rfc3339(c).ok()) else {
         return "<unknown>".into();
     };
     let s = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
@@ -23,6 +47,39 @@ fn human_age(created: Option<&str>) -> String {
         s if s < 48 * 3600 => format!("{}h", s / 3600),
         s => format!("{}d", s / 86400),
     }
+}
+
+fn s(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(Value::Bool(b)) => b.to_string(),
+        _ => String::new(),
+    }
+}
+
+fn at(o: &Value, pointer: &str) -> String {
+    s(o.pointer(pointer))
+}
+
+fn int(o: &Value, pointer: &str) -> i64 {
+    o.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn or_none(v: String) -> Value {
+    json!(if v.is_empty() {
+        "<none>".to_string()
+    } else {
+        v
+    })
+}
+
+fn name(o: &Value) -> Value {
+    json!(meta_str(o, "name").unwrap_or(""))
+}
+
+fn age(o: &Value) -> Value {
+    json!(human_duration(meta_str(o, "creationTimestamp")))
 }
 
 /// `[*].field` printer columns show the first result only (CRD table convertor).
@@ -45,178 +102,278 @@ fn condition_status(o: &Value, ty: &str) -> String {
         .unwrap_or_default()
 }
 
-fn col(name: &str, ty: &str, format: &str) -> Value {
-    json!({"name": name, "type": ty, "format": format, "description": "", "priority": 0})
+fn label_selector(sel: Option<&Value>) -> String {
+    let Some(m) = sel
+        .and_then(|s| s.get("matchLabels").or(Some(s)))
+        .and_then(Value::as_object)
+    else {
+        return String::new();
+    };
+    m.iter()
+        .map(|(k, v)| format!("{k}={}", s(Some(v))))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
-fn s(v: Option<&Value>) -> String {
-    match v {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
-        Some(Value::Bool(b)) => b.to_string(),
-        _ => String::new(),
+fn containers(o: &Value, field: &str) -> Value {
+    let list = o
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .map(|c| s(c.get(field)))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    json!(list)
+}
+
+fn data_count(o: &Value) -> Value {
+    let n = ["data", "binaryData"]
+        .iter()
+        .filter_map(|f| o.get(*f).and_then(Value::as_object))
+        .map(|m| m.len())
+        .sum::<usize>();
+    json!(n)
+}
+
+fn pod_phase(o: &Value) -> Value {
+    if o.pointer("/metadata/deletionTimestamp").is_some() {
+        return json!("Terminating");
+    }
+    json!(at(o, "/status/phase"))
+}
+
+fn pod_ready(o: &Value) -> Value {
+    let total = o
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    let ready = o
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .map_or(0, |cs| {
+            cs.iter().filter(|c| c["ready"] == json!(true)).count()
+        });
+    json!(format!("{ready}/{total}"))
+}
+
+fn pod_restarts(o: &Value) -> Value {
+    let n: i64 = o
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .map_or(0, |cs| {
+            cs.iter().filter_map(|c| c["restartCount"].as_i64()).sum()
+        });
+    json!(n.to_string())
+}
+
+fn service_ports(o: &Value) -> Value {
+    let ports: Vec<String> = o
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .map(|ps| {
+            ps.iter()
+                .map(|p| match p.get("nodePort") {
+                    Some(np) => format!(
+                        "{}:{}/{}",
+                        s(p.get("port")),
+                        s(Some(np)),
+                        s(p.get("protocol"))
+                    ),
+                    None => format!("{}/{}", s(p.get("port")), s(p.get("protocol"))),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    or_none(ports.join(","))
+}
+
+fn event_object(o: &Value) -> Value {
+    json!(format!(
+        "{}/{}",
+        at(o, "/involvedObject/kind").to_lowercase(),
+        at(o, "/involvedObject/name")
+    ))
+}
+
+fn event_last_seen(o: &Value) -> Value {
+    let t = [
+        "/series/lastObservedTime",
+        "/lastTimestamp",
+        "/eventTime",
+        "/metadata/creationTimestamp",
+    ]
+    .iter()
+    .map(|p| at(o, p))
+    .find(|t| !t.is_empty());
+    json!(human_duration(t.as_deref()))
+}
+
+fn columns(kind: &ResourceKind) -> Vec<Column> {
+    match (kind.group, kind.kind) {
+        ("", "Pod") => vec![
+            c("Name", name),
+            c("Ready", pod_ready),
+            c("Status", pod_phase),
+            c("Restarts", pod_restarts),
+            c("Age", age),
+            wide("IP", |o| or_none(at(o, "/status/podIP"))),
+            wide("Node", |o| or_none(at(o, "/spec/nodeName"))),
+        ],
+        ("apps", "Deployment") => vec![
+            c("Name", name),
+            c("Ready", |o| {
+                json!(format!(
+                    "{}/{}",
+                    int(o, "/status/readyReplicas"),
+                    int(o, "/spec/replicas")
+                ))
+            }),
+            c("Up-to-date", |o| json!(int(o, "/status/updatedReplicas"))),
+            c("Available", |o| json!(int(o, "/status/availableReplicas"))),
+            c("Age", age),
+            wide("Containers", |o| containers(o, "name")),
+            wide("Images", |o| containers(o, "image")),
+            wide("Selector", |o| {
+                json!(label_selector(o.pointer("/spec/selector")))
+            }),
+        ],
+        ("apps", "ReplicaSet") => vec![
+            c("Name", name),
+            c("Desired", |o| json!(int(o, "/spec/replicas"))),
+            c("Current", |o| json!(int(o, "/status/replicas"))),
+            c("Ready", |o| json!(int(o, "/status/readyReplicas"))),
+            c("Age", age),
+            wide("Containers", |o| containers(o, "name")),
+            wide("Images", |o| containers(o, "image")),
+            wide("Selector", |o| {
+                json!(label_selector(o.pointer("/spec/selector")))
+            }),
+        ],
+        ("", "Service") => vec![
+            c("Name", name),
+            c("Type", |o| json!(at(o, "/spec/type"))),
+            c("Cluster-IP", |o| or_none(at(o, "/spec/clusterIP"))),
+            c("External-IP", |o| {
+                or_none(first(o.pointer("/status/loadBalancer/ingress"), "ip"))
+            }),
+            c("Port(s)", service_ports),
+            c("Age", age),
+            wide("Selector", |o| {
+                or_none(label_selector(o.pointer("/spec/selector")))
+            }),
+        ],
+        ("", "Namespace") => vec![
+            c("Name", name),
+            c("Status", |o| json!(at(o, "/status/phase"))),
+            c("Age", age),
+        ],
+        ("", "Node") => vec![
+            c("Name", name),
+            c("Status", |o| {
+                json!(match condition_status(o, "Ready").as_str() {
+                    "True" => "Ready",
+                    _ => "NotReady",
+                })
+            }),
+            c("Roles", |_| json!("<none>")),
+            c("Age", age),
+            c("Version", |o| {
+                json!(at(o, "/status/nodeInfo/kubeletVersion"))
+            }),
+        ],
+        ("", "Event") => vec![
+            c("Last Seen", event_last_seen),
+            c("Type", |o| json!(at(o, "/type"))),
+            c("Reason", |o| json!(at(o, "/reason"))),
+            c("Object", event_object),
+            wide("Subobject", |o| json!(at(o, "/involvedObject/fieldPath"))),
+            wide("Source", |o| json!(at(o, "/source/component"))),
+            c("Message", |o| json!(at(o, "/message"))),
+            wide("First Seen", |o| {
+                json!(human_duration(Some(&at(o, "/firstTimestamp"))))
+            }),
+            wide("Count", |o| json!(int(o, "/count"))),
+            wide("Name", name),
+        ],
+        ("", "ConfigMap") => vec![c("Name", name), c("Data", data_count), c("Age", age)],
+        ("", "Secret") => vec![
+            c("Name", name),
+            c("Type", |o| json!(at(o, "/type"))),
+            c("Data", data_count),
+            c("Age", age),
+        ],
+        ("", "PersistentVolumeClaim") => vec![
+            c("Name", name),
+            c("Status", |o| json!(at(o, "/status/phase"))),
+            c("Volume", |o| json!(at(o, "/spec/volumeName"))),
+            c("Capacity", |o| json!(at(o, "/status/capacity/storage"))),
+            c("Access Modes", |_| json!("")),
+            c("StorageClass", |o| or_none(at(o, "/spec/storageClassName"))),
+            c("VolumeAttributesClass", |o| {
+                or_none(at(o, "/spec/volumeAttributesClassName"))
+            }),
+            c("Age", age),
+        ],
+        ("scheduling.k8s.io", "PriorityClass") => vec![
+            c("Name", name),
+            c("Value", |o| json!(int(o, "/value"))),
+            c("Global-Default", |o| {
+                json!(o.get("globalDefault") == Some(&json!(true)))
+            }),
+            c("Age", age),
+            c("PreemptionPolicy", |o| json!(at(o, "/preemptionPolicy"))),
+        ],
+        // Custom resources: the CRDs' additionalPrinterColumns.
+        ("gateway.networking.k8s.io", "HTTPRoute") => vec![
+            c("Name", name),
+            // A whole-list JSONPath prints as JSON, like the CRD table convertor does.
+            c("Hostnames", |o| {
+                json!(
+                    o.pointer("/spec/hostnames")
+                        .map(Value::to_string)
+                        .unwrap_or_default()
+                )
+            }),
+            c("Age", age),
+        ],
+        ("gateway.networking.k8s.io", "Gateway") => vec![
+            c("Name", name),
+            c("Class", |o| json!(at(o, "/spec/gatewayClassName"))),
+            c("Address", |o| {
+                json!(first(o.pointer("/status/addresses"), "value"))
+            }),
+            c("Programmed", |o| json!(condition_status(o, "Programmed"))),
+            c("Age", age),
+        ],
+        ("gateway.networking.k8s.io", "GatewayClass") => vec![
+            c("Name", name),
+            c("Controller", |o| json!(at(o, "/spec/controllerName"))),
+            c("Accepted", |o| json!(condition_status(o, "Accepted"))),
+            c("Age", age),
+            wide("Description", |o| json!(at(o, "/spec/description"))),
+        ],
+        _ => vec![c("Name", name), c("Age", age)],
     }
 }
 
-/// Computes a row's cells after the name column.
-type CellFn = Box<dyn Fn(&Value) -> Vec<Value>>;
-
-/// Server-side printing (`Accept: ...;as=Table;g=meta.k8s.io`), with the columns kubectl shows.
+/// Renders objects as a `meta.k8s.io/v1` Table (`includeObject` = None, Metadata or Object).
 pub(crate) fn to_table(
     kind: &ResourceKind,
     objs: &[Value],
     rv: &str,
     query: &HashMap<String, String>,
 ) -> Value {
-    let (mut cols, cells): (Vec<Value>, CellFn) = match kind.kind {
-        "Pod" => (
-            vec![
-                col("Name", "string", "name"),
-                col("Ready", "string", ""),
-                col("Status", "string", ""),
-                col("Restarts", "string", ""),
-            ],
-            Box::new(|o: &Value| {
-                let total = o
-                    .pointer("/spec/containers")
-                    .and_then(Value::as_array)
-                    .map_or(0, Vec::len);
-                let statuses = o
-                    .pointer("/status/containerStatuses")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let ready = statuses
-                    .iter()
-                    .filter(|c| c["ready"] == json!(true))
-                    .count();
-                let restarts: i64 = statuses
-                    .iter()
-                    .filter_map(|c| c["restartCount"].as_i64())
-                    .sum();
-                let phase = if o.pointer("/metadata/deletionTimestamp").is_some() {
-                    "Terminating".into()
-                } else {
-                    s(o.pointer("/status/phase"))
-                };
-                vec![
-                    json!(format!("{ready}/{total}")),
-                    json!(phase),
-                    json!(restarts.to_string()),
-                ]
-            }),
-        ),
-        "Deployment" => (
-            vec![
-                col("Name", "string", "name"),
-                col("Ready", "string", ""),
-                col("Up-to-date", "string", ""),
-                col("Available", "string", ""),
-            ],
-            Box::new(|o: &Value| {
-                let want = o
-                    .pointer("/spec/replicas")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                let n = |p: &str| o.pointer(p).and_then(Value::as_i64).unwrap_or(0);
-                vec![
-                    json!(format!("{}/{want}", n("/status/readyReplicas"))),
-                    json!(n("/status/updatedReplicas")),
-                    json!(n("/status/availableReplicas")),
-                ]
-            }),
-        ),
-        "Service" => (
-            vec![
-                col("Name", "string", "name"),
-                col("Type", "string", ""),
-                col("Cluster-IP", "string", ""),
-                col("External-IP", "string", ""),
-                col("Port(s)", "string", ""),
-            ],
-            Box::new(|o: &Value| {
-                let ports: Vec<String> = o
-                    .pointer("/spec/ports")
-                    .and_then(Value::as_array)
-                    .map(|ps| {
-                        ps.iter()
-                            .map(|p| format!("{}/{}", s(p.get("port")), s(p.get("protocol"))))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let ports = if ports.is_empty() {
-                    "<none>".to_string()
-                } else {
-                    ports.join(",")
-                };
-                vec![
-                    json!(s(o.pointer("/spec/type"))),
-                    json!(s(o.pointer("/spec/clusterIP"))),
-                    json!("<none>"),
-                    json!(ports),
-                ]
-            }),
-        ),
-        "Namespace" => (
-            vec![col("Name", "string", "name"), col("Status", "string", "")],
-            Box::new(|o: &Value| vec![json!(s(o.pointer("/status/phase")))]),
-        ),
-        // Custom resources: the CRDs' additionalPrinterColumns.
-        "HTTPRoute" => (
-            vec![
-                col("Name", "string", "name"),
-                col("Hostnames", "string", ""),
-            ],
-            // A whole-list JSONPath prints as JSON, like the CRD table convertor does.
-            Box::new(|o: &Value| {
-                vec![json!(
-                    o.pointer("/spec/hostnames")
-                        .map(Value::to_string)
-                        .unwrap_or_default()
-                )]
-            }),
-        ),
-        "Gateway" => (
-            vec![
-                col("Name", "string", "name"),
-                col("Class", "string", ""),
-                col("Address", "string", ""),
-                col("Programmed", "string", ""),
-            ],
-            Box::new(|o: &Value| {
-                vec![
-                    json!(s(o.pointer("/spec/gatewayClassName"))),
-                    json!(first(o.pointer("/status/addresses"), "value")),
-                    json!(condition_status(o, "Programmed")),
-                ]
-            }),
-        ),
-        "GatewayClass" => (
-            vec![
-                col("Name", "string", "name"),
-                col("Controller", "string", ""),
-                col("Accepted", "string", ""),
-            ],
-            Box::new(|o: &Value| {
-                vec![
-                    json!(s(o.pointer("/spec/controllerName"))),
-                    json!(condition_status(o, "Accepted")),
-                ]
-            }),
-        ),
-        _ => (
-            vec![col("Name", "string", "name")],
-            Box::new(|_: &Value| Vec::new()),
-        ),
-    };
-    cols.push(col("Age", "string", ""));
-    // GatewayClass prints its description after Age, only with -o wide (priority 1).
-    let description = kind.kind == "GatewayClass";
-    if description {
-        let mut d = col("Description", "string", "");
-        d["priority"] = json!(1);
-        cols.push(d);
-    }
+    let cols = columns(kind);
+    let definitions: Vec<Value> = cols
+        .iter()
+        .map(|col| {
+            let format = if col.name == "Name" { "name" } else { "" };
+            json!({"name": col.name, "type": "string", "format": format, "description": "", "priority": col.priority})
+        })
+        .collect();
     let include = query
         .get("includeObject")
         .map(String::as_str)
@@ -224,22 +381,19 @@ pub(crate) fn to_table(
     let rows: Vec<Value> = objs
         .iter()
         .map(|o| {
-            let mut c = vec![json!(meta_str(o, "name").unwrap_or(""))];
-            c.extend(cells(o));
-            c.push(json!(human_age(meta_str(o, "creationTimestamp"))));
-            if description {
-                c.push(json!(s(o.pointer("/spec/description"))));
-            }
-            let mut row = json!({"cells": c});
+            let cells: Vec<Value> = cols.iter().map(|col| (col.cell)(o)).collect();
+            let mut row = json!({"cells": cells});
             match include {
                 "None" => {}
                 "Object" => row["object"] = o.clone(),
                 _ => {
-                    row["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o.get("metadata").cloned().unwrap_or(json!({}))})
+                    row["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                        "metadata": o.get("metadata").cloned().unwrap_or(json!({}))})
                 }
             }
             row
         })
         .collect();
-    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv}, "columnDefinitions": cols, "rows": rows})
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv},
+        "columnDefinitions": definitions, "rows": rows})
 }
