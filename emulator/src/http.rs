@@ -27,7 +27,7 @@ use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult, success_status};
 use crate::store::Store;
 use crate::subresources::{bind_pod, scale};
-use crate::table::to_table;
+use crate::table::{Repr, partial, representation, to_table};
 use crate::watch::watch_response;
 
 /// One recorded request (for tests that count writes).
@@ -429,11 +429,8 @@ fn write_response(r: WriteResult, with_created: bool) -> Response {
     json_response(code, &r.object, &r.warnings)
 }
 
-fn wants_table(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("as=Table"))
+fn repr(headers: &HeaderMap) -> Repr {
+    representation(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
 }
 
 async fn handle_resource(
@@ -450,11 +447,11 @@ async fn handle_resource(
     let kind = served.storage;
     let ns = t.namespace.clone().unwrap_or_default();
     let sub = t.subresource.clone().unwrap_or_default();
-    let table = wants_table(headers);
+    let repr = repr(headers);
     let body_in = |b: &Bytes| parse_body(b).map(|v| (served.into)(&v));
     match (method.clone(), &t.name) {
         (Method::GET, None) if watch => {
-            watch_response(state, served, t.namespace.as_deref(), None, query, table)
+            watch_response(state, served, t.namespace.as_deref(), None, query, repr)
         }
         (Method::GET, Some(name)) if watch => watch_response(
             state,
@@ -462,9 +459,9 @@ async fn handle_resource(
             t.namespace.as_deref(),
             Some(name),
             query,
-            table,
+            repr,
         ),
-        (Method::GET, None) => list(store, served, t.namespace.as_deref(), query, table),
+        (Method::GET, None) => list(store, served, t.namespace.as_deref(), query, repr),
         (_, Some(name)) if sub == "scale" => scale(
             store,
             kind,
@@ -480,15 +477,15 @@ async fn handle_resource(
                 return Err(ApiError::method_not_allowed());
             }
             let obj = (served.out)(&ops::get(store, kind, &ns, name)?);
-            if table {
-                let rv = meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
-                return Ok(json_response(
-                    StatusCode::OK,
-                    &to_table(served.kind, &[obj], &rv, query),
-                    &[],
-                ));
-            }
-            Ok(json_response(StatusCode::OK, &obj, &[]))
+            let body = match repr {
+                Repr::Table => {
+                    let rv = meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
+                    to_table(served.kind, &[obj], &rv, query)
+                }
+                Repr::Metadata => partial(&obj),
+                Repr::Object => obj,
+            };
+            Ok(json_response(StatusCode::OK, &body, &[]))
         }
         (Method::POST, None) => {
             let opts = write_options(query, headers)?;
@@ -721,7 +718,7 @@ fn list(
     served: Served,
     ns: Option<&str>,
     query: &HashMap<String, String>,
-    table: bool,
+    repr: Repr,
 ) -> ApiResult<Response> {
     let kind = served.storage;
     let labels =
@@ -776,16 +773,27 @@ fn list(
     } else {
         (matching, None, None)
     };
-    if table {
-        let mut t = to_table(served.kind, &page, &list_rv.to_string(), query);
-        if let Some(c) = cont {
-            t["metadata"]["continue"] = json!(c);
+    let body = match repr {
+        Repr::Table => {
+            let mut t = to_table(served.kind, &page, &list_rv.to_string(), query);
+            if let Some(c) = cont {
+                t["metadata"]["continue"] = json!(c);
+            }
+            t
         }
-        return Ok(json_response(StatusCode::OK, &t, &[]));
-    }
-    Ok(json_response(
-        StatusCode::OK,
-        &list_body(served.kind, page, list_rv, cont, remaining),
-        &[],
-    ))
+        Repr::Metadata => {
+            let mut l = list_body(
+                served.kind,
+                page.iter().map(partial).collect(),
+                list_rv,
+                cont,
+                remaining,
+            );
+            l["kind"] = json!("PartialObjectMetadataList");
+            l["apiVersion"] = json!("meta.k8s.io/v1");
+            l
+        }
+        Repr::Object => list_body(served.kind, page, list_rv, cont, remaining),
+    };
+    Ok(json_response(StatusCode::OK, &body, &[]))
 }

@@ -1,12 +1,42 @@
-//! Server-side printing: `Accept: application/json;as=Table;g=meta.k8s.io;v=v1`, which is
-//! what `kubectl get` asks for, with the columns the real server prints for these kinds
-//! (priority-1 columns appear with `-o wide`).
+//! Alternative representations negotiated through `Accept`: server-side printing
+//! (`as=Table;g=meta.k8s.io;v=v1`, what `kubectl get` asks for, with the columns the real
+//! server prints for these kinds; priority-1 columns appear with `-o wide`) and
+//! `as=PartialObjectMetadata[List]` (what kube's metadata API and metadata watchers ask for).
 
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
 use crate::resources::{ResourceKind, meta_str};
+
+/// How objects are rendered, from the first `Accept` entry that names a representation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Repr {
+    Object,
+    Table,
+    Metadata,
+}
+
+pub(crate) fn representation(accept: Option<&str>) -> Repr {
+    let Some(accept) = accept else {
+        return Repr::Object;
+    };
+    // Media types are listed in order of preference; the first one decides.
+    let first = accept.split(',').next().unwrap_or("");
+    if first.contains("as=Table") {
+        Repr::Table
+    } else if first.contains("as=PartialObjectMetadata") {
+        Repr::Metadata
+    } else {
+        Repr::Object
+    }
+}
+
+/// The `meta.k8s.io/v1` PartialObjectMetadata of an object.
+pub(crate) fn partial(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))})
+}
 
 /// One column: header, priority, and how a row's cell is computed.
 struct Column {
@@ -386,10 +416,7 @@ pub(crate) fn to_table(
             match include {
                 "None" => {}
                 "Object" => row["object"] = o.clone(),
-                _ => {
-                    row["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                        "metadata": o.get("metadata").cloned().unwrap_or(json!({}))})
-                }
+                _ => row["object"] = partial(o),
             }
             row
         })

@@ -16,7 +16,7 @@ use crate::resources::{ResourceKind, meta_str};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
 use crate::store::{Change, EventType};
-use crate::table::to_table;
+use crate::table::{Repr, partial, to_table};
 
 /// A watch event line (newline-delimited JSON).
 fn event_line(ty: &str, obj: &Value) -> Bytes {
@@ -87,7 +87,7 @@ pub(crate) fn watch_response(
     ns: Option<&str>,
     name: Option<&str>,
     query: &HashMap<String, String>,
-    table: bool,
+    repr: Repr,
 ) -> ApiResult<Response> {
     let kind = served.storage;
     let mut field_sel = query.get("fieldSelector").cloned().unwrap_or_default();
@@ -162,15 +162,15 @@ pub(crate) fn watch_response(
     tokio::spawn(async move {
         let render = |obj: &Value| {
             let obj = (served.out)(obj);
-            if table {
-                to_table(
+            match repr {
+                Repr::Table => to_table(
                     served.kind,
                     std::slice::from_ref(&obj),
                     meta_str(&obj, "resourceVersion").unwrap_or(""),
                     &query,
-                )
-            } else {
-                obj
+                ),
+                Repr::Metadata => partial(&obj),
+                Repr::Object => obj,
             }
         };
         let mut last_rv = start_rv;

@@ -1675,3 +1675,27 @@ async fn concurrent_writes_are_watched_in_order_and_shutdown_ends_watches() {
     .await;
     assert!(closed.is_ok(), "shutdown with an open watch took too long");
 }
+
+#[tokio::test]
+async fn partial_object_metadata_lists_gets_and_watches() {
+    let (_emu, client) = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    cms.create(&PostParams::default(), &cm("meta", json!({"a": "b"})))
+        .await
+        .unwrap();
+    let got = cms.get_metadata("meta").await.unwrap();
+    assert_eq!(got.metadata.labels.unwrap()["a"], "b");
+    assert_eq!(got.types.unwrap().kind, "PartialObjectMetadata");
+    let list = cms.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    // `Api<PartialObjectMeta<K>>` makes metadata-only requests (Accept: as=PartialObjectMetadata).
+    let meta_api: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::default_namespaced(client.clone());
+    let mut stream = watcher(meta_api, watcher::Config::default()).boxed();
+    loop {
+        if let watcher::Event::InitApply(o) = stream.try_next().await.unwrap().unwrap() {
+            assert_eq!(o.metadata.name.as_deref(), Some("meta"));
+            break;
+        }
+    }
+}
