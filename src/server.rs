@@ -76,10 +76,12 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     }
     let oidc = oidc_verifier(&config.auth).await?;
     // The worker drives only a cluster named explicitly; the API needs none.
+    let worker_config = worker_config(&config.reconciler);
     let cluster = if config.role.runs_worker() || config.cluster.kubeconfig.is_some() {
         let cluster = cluster::connect(
             config.cluster.kubeconfig.as_ref(),
             config.cluster.context.as_deref(),
+            Some(&worker_config.worker_id),
         )
         .await?;
         tracing::info!(cluster = %cluster.description, "Kubernetes cluster");
@@ -90,11 +92,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     let shutdown = tokio_util::sync::CancellationToken::new();
     let worker = match (&cluster, config.role.runs_worker()) {
         (Some(cluster), true) => {
-            let worker = Worker::new(
-                pool.clone(),
-                cluster.clone(),
-                worker_config(&config.reconciler),
-            );
+            let worker = Worker::new(pool.clone(), cluster.clone(), worker_config);
             Some(tokio::spawn(worker.run(shutdown.clone())))
         }
         _ => None,

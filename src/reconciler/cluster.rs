@@ -43,13 +43,16 @@ impl ClusterError {
 }
 
 /// Connects to the cluster named explicitly: a kubeconfig (and context), or in-cluster
-/// credentials. Never a default kubeconfig picked up by accident.
+/// credentials. Never a default kubeconfig picked up by accident. `client_id` is sent as
+/// `X-Client-Id`, so a cluster's audit log (or the emulator's request log) can tell
+/// workers apart.
 pub async fn connect(
     kubeconfig: Option<&PathBuf>,
     context: Option<&str>,
+    client_id: Option<&str>,
 ) -> Result<Cluster, ClusterError> {
     crate::install_crypto_provider();
-    let (config, description) = match kubeconfig {
+    let (mut config, description) = match kubeconfig {
         Some(path) => {
             let file = Kubeconfig::read_from(path).map_err(|source| ClusterError::Kubeconfig {
                 path: path.clone(),
@@ -81,6 +84,13 @@ pub async fn connect(
         }
         None => return Err(ClusterError::NotNamed),
     };
+    if let Some(id) = client_id {
+        let value = http::HeaderValue::from_str(id)
+            .map_err(|e| ClusterError::Config(format!("client id: {e}")))?;
+        config
+            .headers
+            .push((http::HeaderName::from_static("x-client-id"), value));
+    }
     let client = kube::Client::try_from(config).map_err(ClusterError::Api)?;
     Ok(Cluster {
         client,

@@ -540,7 +540,10 @@ mod tests {
     use super::*;
     use crate::domain::{DeploymentSpec, SpecLimits};
 
-    const BUDGETS: Budgets = Budgets { unschedulable_seconds: 300, crash_restarts: 3 };
+    const BUDGETS: Budgets = Budgets {
+        unschedulable_seconds: 300,
+        crash_restarts: 3,
+    };
 
     fn now() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap()
@@ -563,13 +566,21 @@ mod tests {
         }
     }
 
-    fn deployment(replicas: i32, updated: i32, available: i32, total: i32) -> Option<K8sDeployment> {
-        Some(serde_json::from_value(json!({
-            "metadata": {"name": "qwen", "generation": 4},
-            "spec": {"replicas": replicas, "selector": {}, "template": {}},
-            "status": {"observedGeneration": 4, "replicas": total, "updatedReplicas": updated,
-                       "readyReplicas": available, "availableReplicas": available}
-        })).unwrap())
+    fn deployment(
+        replicas: i32,
+        updated: i32,
+        available: i32,
+        total: i32,
+    ) -> Option<K8sDeployment> {
+        Some(
+            serde_json::from_value(json!({
+                "metadata": {"name": "qwen", "generation": 4},
+                "spec": {"replicas": replicas, "selector": {}, "template": {}},
+                "status": {"observedGeneration": 4, "replicas": total, "updatedReplicas": updated,
+                           "readyReplicas": available, "availableReplicas": available}
+            }))
+            .unwrap(),
+        )
     }
 
     fn pod(name: &str, hash: &str, status: Value) -> Pod {
@@ -582,7 +593,13 @@ mod tests {
     }
 
     fn observed(dep: Option<K8sDeployment>, pods: Vec<Pod>) -> Observed {
-        Observed { deployment: dep, pods, service_exists: true, config_hash: "new".into(), ..Observed::default() }
+        Observed {
+            deployment: dep,
+            pods,
+            service_exists: true,
+            config_hash: "new".into(),
+            ..Observed::default()
+        }
     }
 
     fn run(spec: Value, observed: &Observed) -> DeploymentStatus {
@@ -597,55 +614,130 @@ mod tests {
     fn all_replicas_available_is_ready_with_the_cluster_url() {
         let status = run(spec(2), &observed(deployment(2, 2, 2, 2), vec![]));
         assert_eq!(status.phase, Phase::Ready);
-        assert_eq!(status.replicas, ReplicaCounts { desired: 2, updated: 2, ready: 2, available: 2 });
-        assert_eq!(status.endpoints.cluster.as_deref(), Some("http://qwen.team-a.svc.cluster.local:8000"));
-        assert_eq!(status.endpoints.openai_base.as_deref(), Some("http://qwen.team-a.svc.cluster.local:8000/v1"));
-        assert!(status.conditions.iter().all(|c| c.status == "True"), "{:?}", status.conditions);
+        assert_eq!(
+            status.replicas,
+            ReplicaCounts {
+                desired: 2,
+                updated: 2,
+                ready: 2,
+                available: 2
+            }
+        );
+        assert_eq!(
+            status.endpoints.cluster.as_deref(),
+            Some("http://qwen.team-a.svc.cluster.local:8000")
+        );
+        assert_eq!(
+            status.endpoints.openai_base.as_deref(),
+            Some("http://qwen.team-a.svc.cluster.local:8000/v1")
+        );
+        assert!(
+            status.conditions.iter().all(|c| c.status == "True"),
+            "{:?}",
+            status.conditions
+        );
     }
 
     #[test]
     fn an_image_that_cannot_be_pulled_fails_naming_the_image() {
-        let p = pod("qwen-1", "new", json!({"containerStatuses": [{"name": "server", "image": "vllm/vllm-openai:nope", "imageID": "", "ready": false, "restartCount": 0,
-            "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"vllm/vllm-openai:nope\""}}}]}));
+        let p = pod(
+            "qwen-1",
+            "new",
+            json!({"containerStatuses": [{"name": "server", "image": "vllm/vllm-openai:nope", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"vllm/vllm-openai:nope\""}}}]}),
+        );
         let status = run(spec(1), &observed(deployment(1, 1, 0, 1), vec![p]));
         assert_eq!(status.phase, Phase::Failed);
-        assert!(status.message.contains("pod qwen-1: image `vllm/vllm-openai:nope` cannot be pulled (ImagePullBackOff)"), "{}", status.message);
+        assert!(
+            status.message.contains(
+                "pod qwen-1: image `vllm/vllm-openai:nope` cannot be pulled (ImagePullBackOff)"
+            ),
+            "{}",
+            status.message
+        );
     }
 
     #[test]
     fn a_crash_loop_fails_with_the_restart_count_and_last_message() {
-        let p = pod("qwen-1", "new", json!({"containerStatuses": [{"name": "server", "image": "x", "imageID": "", "ready": false, "restartCount": 5,
+        let p = pod(
+            "qwen-1",
+            "new",
+            json!({"containerStatuses": [{"name": "server", "image": "x", "imageID": "", "ready": false, "restartCount": 5,
             "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-            "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": "CUDA out of memory"}}}]}));
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": "CUDA out of memory"}}}]}),
+        );
         let status = run(spec(1), &observed(deployment(1, 1, 0, 1), vec![p]));
         assert_eq!(status.phase, Phase::Failed);
-        assert!(status.message.contains("CrashLoopBackOff, 5 restarts") && status.message.contains("CUDA out of memory"), "{}", status.message);
+        assert!(
+            status.message.contains("CrashLoopBackOff, 5 restarts")
+                && status.message.contains("CUDA out of memory"),
+            "{}",
+            status.message
+        );
     }
 
     #[test]
     fn unschedulable_waits_within_its_budget_then_fails() {
         let unschedulable = |created: &str| {
-            let mut p = pod("qwen-1", "new", json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}));
+            let mut p = pod(
+                "qwen-1",
+                "new",
+                json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}),
+            );
             p.metadata.creation_timestamp = Some(serde_json::from_value(json!(created)).unwrap());
             p
         };
-        let waiting = run(spec(1), &observed(deployment(1, 1, 0, 1), vec![unschedulable("2026-11-22T11:58:00Z")]));
+        let waiting = run(
+            spec(1),
+            &observed(
+                deployment(1, 1, 0, 1),
+                vec![unschedulable("2026-11-22T11:58:00Z")],
+            ),
+        );
         assert_eq!(waiting.phase, Phase::Deploying);
-        assert!(waiting.message.contains("0/3 nodes are available: 3 Insufficient nvidia.com/gpu."), "{}", waiting.message);
-        let failed = run(spec(1), &observed(deployment(1, 1, 0, 1), vec![unschedulable("2026-11-22T11:00:00Z")]));
+        assert!(
+            waiting
+                .message
+                .contains("0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
+            "{}",
+            waiting.message
+        );
+        let failed = run(
+            spec(1),
+            &observed(
+                deployment(1, 1, 0, 1),
+                vec![unschedulable("2026-11-22T11:00:00Z")],
+            ),
+        );
         assert_eq!(failed.phase, Phase::Failed);
         assert!(failed.message.contains("Insufficient nvidia.com/gpu"));
     }
 
     #[test]
     fn a_failing_new_generation_while_the_old_serves_is_degraded_saying_both() {
-        let old = pod("qwen-old", "old", json!({"containerStatuses": [{"name": "server", "image": "good", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}));
-        let new = pod("qwen-new", "new", json!({"containerStatuses": [{"name": "server", "image": "bad:tag", "imageID": "", "ready": false, "restartCount": 0,
-            "state": {"waiting": {"reason": "ErrImagePull"}}}]}));
+        let old = pod(
+            "qwen-old",
+            "old",
+            json!({"containerStatuses": [{"name": "server", "image": "good", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}),
+        );
+        let new = pod(
+            "qwen-new",
+            "new",
+            json!({"containerStatuses": [{"name": "server", "image": "bad:tag", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ErrImagePull"}}}]}),
+        );
         let status = run(spec(1), &observed(deployment(1, 1, 1, 2), vec![old, new]));
         assert_eq!(status.phase, Phase::Degraded);
-        assert!(status.message.contains("generation 2 is failing") && status.message.contains("`bad:tag`") && status.message.contains("1/1 replicas of the previous one still serve"), "{}", status.message);
+        assert!(
+            status.message.contains("generation 2 is failing")
+                && status.message.contains("`bad:tag`")
+                && status
+                    .message
+                    .contains("1/1 replicas of the previous one still serve"),
+            "{}",
+            status.message
+        );
     }
 
     #[test]
@@ -657,17 +749,30 @@ mod tests {
 
     #[test]
     fn zero_replicas_is_scaled_to_zero_once_the_pods_are_gone() {
-        assert_eq!(run(spec(0), &observed(deployment(0, 0, 0, 1), vec![])).phase, Phase::Deploying);
-        assert_eq!(run(spec(0), &observed(deployment(0, 0, 0, 0), vec![])).phase, Phase::ScaledToZero);
+        assert_eq!(
+            run(spec(0), &observed(deployment(0, 0, 0, 1), vec![])).phase,
+            Phase::Deploying
+        );
+        assert_eq!(
+            run(spec(0), &observed(deployment(0, 0, 0, 0), vec![])).phase,
+            Phase::ScaledToZero
+        );
     }
 
     #[test]
     fn a_rejected_object_fails_with_the_api_servers_message() {
         let mut o = observed(None, vec![]);
-        o.rejected = Some(("Deployment".into(), "spec.template.spec.priorityClassName: Invalid value".into()));
+        o.rejected = Some((
+            "Deployment".into(),
+            "spec.template.spec.priorityClassName: Invalid value".into(),
+        ));
         let status = run(spec(1), &o);
         assert_eq!(status.phase, Phase::Failed);
-        assert!(status.message.contains("Kubernetes rejected the Deployment"));
+        assert!(
+            status
+                .message
+                .contains("Kubernetes rejected the Deployment")
+        );
     }
 
     fn routed(listener: Value, hostname: Option<&str>, section: Option<&str>) -> DeploymentStatus {
@@ -676,41 +781,90 @@ mod tests {
             s["routing"] = json!({"hostname": h});
         }
         let mut o = observed(deployment(1, 1, 1, 1), vec![]);
-        o.gateway = Some(GatewayRef { namespace: "gw".into(), name: "edge".into(), section: section.map(Into::into) });
-        o.gateway_object = Some(json!({"spec": {"listeners": [listener]}, "status": {"addresses": [{"value": "203.0.113.7"}]}}));
-        o.route = Some(json!({"metadata": {"generation": 1}, "status": {"parents": [{"parentRef": {"name": "edge", "namespace": "gw"},
-            "conditions": [{"type": "Accepted", "status": "True", "observedGeneration": 1}, {"type": "ResolvedRefs", "status": "True", "observedGeneration": 1}]}]}}));
+        o.gateway = Some(GatewayRef {
+            namespace: "gw".into(),
+            name: "edge".into(),
+            section: section.map(Into::into),
+        });
+        o.gateway_object = Some(
+            json!({"spec": {"listeners": [listener]}, "status": {"addresses": [{"value": "203.0.113.7"}]}}),
+        );
+        o.route = Some(
+            json!({"metadata": {"generation": 1}, "status": {"parents": [{"parentRef": {"name": "edge", "namespace": "gw"},
+            "conditions": [{"type": "Accepted", "status": "True", "observedGeneration": 1}, {"type": "ResolvedRefs", "status": "True", "observedGeneration": 1}]}]}}),
+        );
         run(s, &o)
     }
 
     #[test]
     fn the_external_url_comes_from_the_gateway_listener_and_route() {
-        let status = routed(json!({"name": "http", "protocol": "HTTP", "port": 80}), None, None);
+        let status = routed(
+            json!({"name": "http", "protocol": "HTTP", "port": 80}),
+            None,
+            None,
+        );
         assert_eq!(status.phase, Phase::Ready);
-        assert_eq!(status.endpoints.external, ["http://203.0.113.7/team-a/qwen"]);
-        assert_eq!(status.endpoints.openai_base.as_deref(), Some("http://203.0.113.7/team-a/qwen/v1"));
-        let status = routed(json!({"name": "tls", "protocol": "HTTPS", "port": 8443}), Some("qwen.example.com"), Some("tls"));
+        assert_eq!(
+            status.endpoints.external,
+            ["http://203.0.113.7/team-a/qwen"]
+        );
+        assert_eq!(
+            status.endpoints.openai_base.as_deref(),
+            Some("http://203.0.113.7/team-a/qwen/v1")
+        );
+        let status = routed(
+            json!({"name": "tls", "protocol": "HTTPS", "port": 8443}),
+            Some("qwen.example.com"),
+            Some("tls"),
+        );
         assert_eq!(status.endpoints.external, ["https://qwen.example.com:8443"]);
     }
 
     #[test]
     fn an_unaccepted_route_leaves_the_external_url_empty_with_the_reason() {
         let mut o = observed(deployment(1, 1, 1, 1), vec![]);
-        o.gateway = Some(GatewayRef { namespace: "gw".into(), name: "edge".into(), section: Some("nope".into()) });
-        o.route = Some(json!({"metadata": {"generation": 1}, "status": {"parents": [{"parentRef": {"name": "edge", "namespace": "gw"},
-            "conditions": [{"type": "Accepted", "status": "False", "reason": "NoMatchingParent", "message": "no listener named nope", "observedGeneration": 1}]}]}}));
+        o.gateway = Some(GatewayRef {
+            namespace: "gw".into(),
+            name: "edge".into(),
+            section: Some("nope".into()),
+        });
+        o.route = Some(
+            json!({"metadata": {"generation": 1}, "status": {"parents": [{"parentRef": {"name": "edge", "namespace": "gw"},
+            "conditions": [{"type": "Accepted", "status": "False", "reason": "NoMatchingParent", "message": "no listener named nope", "observedGeneration": 1}]}]}}),
+        );
         let status = run(spec(1), &o);
         assert_eq!(status.phase, Phase::Degraded);
         assert!(status.endpoints.external.is_empty());
-        assert!(status.endpoints.reason.unwrap().contains("NoMatchingParent"));
+        assert!(
+            status
+                .endpoints
+                .reason
+                .unwrap()
+                .contains("NoMatchingParent")
+        );
     }
 
     #[test]
     fn a_condition_keeps_its_transition_time_while_it_holds() {
         let mut r = record(spec(2));
-        let first = compute(&r, "team-a", &observed(deployment(2, 2, 2, 2), vec![]), BUDGETS, now());
+        let first = compute(
+            &r,
+            "team-a",
+            &observed(deployment(2, 2, 2, 2), vec![]),
+            BUDGETS,
+            now(),
+        );
         r.status = first.clone();
-        let later = compute(&r, "team-a", &observed(deployment(2, 2, 2, 2), vec![]), BUDGETS, now() + chrono::Duration::minutes(5));
-        assert_eq!(first, later, "an unchanged cluster gives an unchanged status (no write)");
+        let later = compute(
+            &r,
+            "team-a",
+            &observed(deployment(2, 2, 2, 2), vec![]),
+            BUDGETS,
+            now() + chrono::Duration::minutes(5),
+        );
+        assert_eq!(
+            first, later,
+            "an unchanged cluster gives an unchanged status (no write)"
+        );
     }
 }

@@ -1,0 +1,557 @@
+//! The reconciler against the Kubernetes emulator over HTTP, with a real Postgres.
+
+#[allow(dead_code)]
+#[path = "../api/common.rs"]
+mod common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use common::{TestApp, valid_spec};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use modelplane::domain::EngineDefaults;
+use modelplane::reconciler::cluster::{self, resource_of};
+use modelplane::reconciler::desired::BuildConfig;
+use modelplane::reconciler::status::Budgets;
+use modelplane::reconciler::worker::{Worker, WorkerConfig};
+use modelplane_emulator::{Emulator, RunningEmulator};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+struct Harness {
+    app: TestApp,
+    emulator: Option<RunningEmulator>,
+    kube: kube::Client,
+    shutdown: CancellationToken,
+    _dir: TempDir,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn worker_config(id: &str) -> WorkerConfig {
+    WorkerConfig {
+        build: BuildConfig {
+            installation: "test".into(),
+            engines: EngineDefaults {
+                vllm_image: "vllm/vllm-openai:v0.11.0".into(),
+                sglang_image: "lmsysorg/sglang:v0.5.4".into(),
+                tgi_image: "ghcr.io/huggingface/text-generation-inference:3.3.6".into(),
+                sim_image: "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1".into(),
+                gpu_resource_name: "nvidia.com/gpu".into(),
+                startup_timeout_seconds: 600,
+            },
+            default_gateway: Some("gateway-system/inference".into()),
+            gpu_product_label: "nvidia.com/gpu.product".into(),
+            s3_downloader_image: "amazon/aws-cli:2.22.0".into(),
+        },
+        budgets: Budgets {
+            unschedulable_seconds: 300,
+            crash_restarts: 3,
+        },
+        worker_id: id.into(),
+        lease: Duration::from_secs(5),
+        resync: Duration::from_secs(3600),
+        concurrency: 8,
+    }
+}
+
+async fn harness(
+    pool: PgPool,
+    gateway_api: bool,
+    tweak: impl FnOnce(&mut WorkerConfig),
+) -> Harness {
+    let emulator = Emulator::builder()
+        .gateway_api(gateway_api)
+        .start()
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("modelplane-reconciler-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
+    let mut config = worker_config("worker-a");
+    tweak(&mut config);
+    let cluster = cluster::connect(Some(&kubeconfig), None, Some(&config.worker_id))
+        .await
+        .unwrap();
+    let kube = cluster.client.clone();
+    let app = TestApp::spawn(pool.clone()).await;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(Worker::new(pool, cluster, config).run(shutdown.clone()));
+    Harness {
+        app,
+        emulator: Some(emulator),
+        kube,
+        shutdown,
+        _dir: TempDir(dir),
+    }
+}
+
+/// Polls `check` until it holds; fails with `what` after `limit`.
+async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+impl Harness {
+    async fn deployment(&self, name: &str) -> Value {
+        self.app
+            .get(&format!("/api/v1/projects/team-a/deployments/{name}"))
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn wait_applied(&self, name: &str, generation: i64) -> Value {
+        wait_for(
+            &format!("{name} applied at generation {generation}"),
+            Duration::from_secs(20),
+            || async {
+                let record = self.deployment(name).await;
+                record["status"]["observedGeneration"] == generation
+                    && record["status"]["phase"] != "Pending"
+            },
+        )
+        .await;
+        self.deployment(name).await
+    }
+
+    fn api(&self, api_version: &str, kind: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.kube.clone(), "team-a", &resource_of(api_version, kind))
+    }
+
+    async fn live(&self, api_version: &str, kind: &str, name: &str) -> Option<Value> {
+        self.api(api_version, kind)
+            .get_opt(name)
+            .await
+            .unwrap()
+            .map(|o| serde_json::to_value(o).unwrap())
+    }
+
+    fn writes(&self) -> usize {
+        let log = self.emulator.as_ref().unwrap().requests().snapshot();
+        log.iter()
+            .filter(|r| !matches!(r.method.as_str(), "GET" | "HEAD"))
+            .count()
+    }
+
+    async fn events(&self, name: &str) -> Vec<String> {
+        let events: Value = self
+            .app
+            .get(&format!(
+                "/api/v1/projects/team-a/deployments/{name}/events"
+            ))
+            .await
+            .json()
+            .await
+            .unwrap();
+        events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+fn sim_spec() -> Value {
+    let mut spec = valid_spec();
+    spec["engine"] = json!({"kind": "sim"});
+    spec["resources"] = json!({"cpu": "1", "memory": "1Gi"});
+    spec["scheduling"] = json!({});
+    spec["storage"] = json!({});
+    spec
+}
+
+async fn create(h: &Harness, name: &str) {
+    let response = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": name, "spec": sim_spec()}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+}
+
+#[sqlx::test]
+async fn a_new_deployment_is_applied_with_its_namespace_and_reported(pool: PgPool) {
+    let h = harness(pool, true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    let record = h.wait_applied("qwen", 1).await;
+    assert_eq!(
+        record["status"]["phase"], "Deploying",
+        "no kubelets in the API-server emulator: nothing becomes available"
+    );
+    assert_eq!(
+        record["status"]["endpoints"]["cluster"],
+        "http://qwen.team-a.svc.cluster.local:8000"
+    );
+    let id = record["id"].as_str().unwrap();
+
+    let namespace = Api::<DynamicObject>::all_with(h.kube.clone(), &resource_of("v1", "Namespace"))
+        .get("team-a")
+        .await
+        .unwrap();
+    assert_eq!(
+        namespace.metadata.labels.unwrap()["modelplane.io/project"],
+        "team-a"
+    );
+    let deployment = h.live("apps/v1", "Deployment", "qwen").await.unwrap();
+    assert_eq!(
+        deployment["spec"]["selector"]["matchLabels"],
+        json!({"app.kubernetes.io/name": "model-server", "app.kubernetes.io/instance": "qwen", "modelplane.io/deployment-id": id})
+    );
+    assert_eq!(
+        deployment["metadata"]["labels"]["modelplane.io/installation"],
+        "test"
+    );
+    let managers: Vec<&str> = deployment["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
+    assert!(managers.contains(&"modelplane"));
+    let service = h.live("v1", "Service", "qwen").await.unwrap();
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
+    let route = h
+        .live("gateway.networking.k8s.io/v1", "HTTPRoute", "qwen")
+        .await
+        .unwrap();
+    assert_eq!(route["spec"]["parentRefs"][0]["name"], "inference");
+    assert_eq!(
+        route["spec"]["rules"][0]["matches"][0]["path"]["value"],
+        "/team-a/qwen"
+    );
+    assert_eq!(
+        h.events("qwen").await,
+        ["Created", "Applied", "PhaseChanged"]
+    );
+}
+
+#[sqlx::test]
+async fn a_resync_of_unchanged_records_makes_no_kubernetes_writes(pool: PgPool) {
+    let h = harness(pool, true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    for i in 0..20 {
+        create(&h, &format!("model-{i}")).await;
+    }
+    for i in 0..20 {
+        h.wait_applied(&format!("model-{i}"), 1).await;
+    }
+    let pool = h.app.pool.clone();
+    wait_for("an empty queue", Duration::from_secs(30), || async {
+        sqlx::query_scalar::<_, i64>("select count(*) from reconcile_work where run_after <= now()")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+            == 0
+    })
+    .await;
+    let writes = h.writes();
+    // Requeue everything now, as the periodic resync does, and let the worker go through it.
+    sqlx::query("update reconcile_work set run_after = now()")
+        .execute(&pool)
+        .await
+        .unwrap();
+    modelplane::store::work_queue::enqueue_all(&pool)
+        .await
+        .unwrap();
+    sqlx::query("select pg_notify('modelplane_reconcile', 'resync')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    wait_for(
+        "the resync to be worked off",
+        Duration::from_secs(30),
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "select count(*) from reconcile_work where run_after <= now()",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+                == 0
+        },
+    )
+    .await;
+    assert_eq!(
+        h.writes(),
+        writes,
+        "unchanged records were written to Kubernetes"
+    );
+}
+
+#[sqlx::test]
+async fn drift_is_repaired_and_recorded(pool: PgPool) {
+    let h = harness(pool, true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    h.wait_applied("qwen", 1).await;
+
+    h.api("v1", "Service")
+        .delete("qwen", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the Service to come back",
+        Duration::from_secs(10),
+        || async { h.live("v1", "Service", "qwen").await.is_some() },
+    )
+    .await;
+
+    let patch = json!({"spec": {"replicas": 5}});
+    h.api("apps/v1", "Deployment")
+        .patch("qwen", &kube::api::PatchParams::apply("someone-else").force(), &kube::api::Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "qwen"}, "spec": patch["spec"]})))
+        .await
+        .unwrap();
+    wait_for(
+        "replicas restored to 1",
+        Duration::from_secs(10),
+        || async {
+            h.live("apps/v1", "Deployment", "qwen").await.unwrap()["spec"]["replicas"] == 1
+        },
+    )
+    .await;
+    let events = h.events("qwen").await;
+    assert_eq!(
+        events.iter().filter(|e| *e == "DriftRepaired").count(),
+        2,
+        "{events:?}"
+    );
+}
+
+#[sqlx::test]
+async fn scale_and_restart_reach_the_cluster(pool: PgPool) {
+    let h = harness(pool, true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    h.wait_applied("qwen", 1).await;
+    let hash = |d: &Value| {
+        d["spec"]["template"]["metadata"]["annotations"]["modelplane.io/config-hash"].clone()
+    };
+    let before = hash(&h.live("apps/v1", "Deployment", "qwen").await.unwrap());
+
+    h.app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/scale",
+            &json!({"replicas": 3}),
+        )
+        .await;
+    h.wait_applied("qwen", 2).await;
+    let live = h.live("apps/v1", "Deployment", "qwen").await.unwrap();
+    assert_eq!(live["spec"]["replicas"], 3);
+    assert_eq!(hash(&live), before, "scaling does not roll the pods");
+
+    h.app
+        .request(
+            Method::POST,
+            "/api/v1/projects/team-a/deployments/qwen/restart",
+        )
+        .send()
+        .await
+        .unwrap();
+    wait_for(
+        "a new config hash after the restart",
+        Duration::from_secs(10),
+        || async { hash(&h.live("apps/v1", "Deployment", "qwen").await.unwrap()) != before },
+    )
+    .await;
+}
+
+#[sqlx::test]
+async fn delete_removes_every_object_then_the_record(pool: PgPool) {
+    let h = harness(pool, true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    let id = h.wait_applied("qwen", 1).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let response = h
+        .app
+        .request(Method::DELETE, "/api/v1/projects/team-a/deployments/qwen")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    wait_for("the record to be gone", Duration::from_secs(20), || async {
+        h.app
+            .get("/api/v1/projects/team-a/deployments/qwen")
+            .await
+            .status()
+            == StatusCode::NOT_FOUND
+    })
+    .await;
+    for (api_version, kind) in [
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+        ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    ] {
+        assert!(
+            h.live(api_version, kind, "qwen").await.is_none(),
+            "{kind} left behind"
+        );
+    }
+    let events: Value = h
+        .app
+        .get(&format!("/api/v1/projects/team-a/events?deploymentId={id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.last(), Some(&"Deleted"));
+    create(&h, "qwen").await;
+}
+
+#[sqlx::test]
+async fn orphaned_objects_of_this_installation_are_removed(pool: PgPool) {
+    let h = harness(pool, true, |c| c.resync = Duration::from_secs(1)).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    h.wait_applied("qwen", 1).await;
+    let orphan = |name: &str, installation: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "team-a", "labels": {
+                "app.kubernetes.io/managed-by": "modelplane", "modelplane.io/installation": installation,
+                "modelplane.io/deployment-id": uuid::Uuid::now_v7().to_string()}},
+            "spec": {"ports": [{"port": 80}]}
+        })).unwrap()
+    };
+    let services = h.api("v1", "Service");
+    services
+        .create(&PostParams::default(), &orphan("ghost", "test"))
+        .await
+        .unwrap();
+    services
+        .create(&PostParams::default(), &orphan("other-install", "staging"))
+        .await
+        .unwrap();
+    wait_for(
+        "the orphan to be removed",
+        Duration::from_secs(15),
+        || async { h.live("v1", "Service", "ghost").await.is_none() },
+    )
+    .await;
+    assert!(
+        h.live("v1", "Service", "other-install").await.is_some(),
+        "another installation's object was touched"
+    );
+    assert!(h.live("v1", "Service", "qwen").await.is_some());
+}
+
+#[sqlx::test]
+async fn without_the_gateway_api_the_deployment_runs_and_routed_says_why(pool: PgPool) {
+    let h = harness(pool, false, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    let record = h.wait_applied("qwen", 1).await;
+    assert!(h.live("apps/v1", "Deployment", "qwen").await.is_some());
+    let routed = record["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Routed")
+        .unwrap()
+        .clone();
+    assert_eq!(routed["status"], "False");
+    assert!(
+        routed["message"].as_str().unwrap().contains("Gateway API"),
+        "{routed}"
+    );
+    assert!(
+        record["status"]["endpoints"]["external"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[sqlx::test]
+async fn a_cluster_outage_is_reported_and_then_converges(pool: PgPool) {
+    let mut h = harness(pool, true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    h.wait_applied("qwen", 1).await;
+    let emulator = h.emulator.take().unwrap();
+    let addr = emulator.addr();
+    emulator.shutdown().await;
+
+    h.app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/scale",
+            &json!({"replicas": 2}),
+        )
+        .await;
+    wait_for(
+        "ClusterReachable=False",
+        Duration::from_secs(20),
+        || async {
+            let record = h.deployment("qwen").await;
+            record["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == "ClusterReachable" && c["status"] == "False")
+        },
+    )
+    .await;
+    let record = h.deployment("qwen").await;
+    assert_eq!(
+        record["status"]["phase"], "Deploying",
+        "the last status is kept"
+    );
+
+    h.emulator = Some(Emulator::builder().listen(addr).start().await.unwrap());
+    let record = h.wait_applied("qwen", 2).await;
+    assert!(
+        record["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["type"] != "ClusterReachable")
+    );
+    assert_eq!(
+        h.live("apps/v1", "Deployment", "qwen").await.unwrap()["spec"]["replicas"],
+        2
+    );
+    assert!(
+        h.events("qwen")
+            .await
+            .contains(&"ClusterUnreachable".to_owned())
+    );
+}
