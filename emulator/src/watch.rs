@@ -152,7 +152,12 @@ pub(crate) fn watch_response(
                 Err(oldest) => Start::Expired(oldest),
             }
         };
-        (start, rx, cur)
+        // A watch from a resourceVersion ahead of the store starts there, not now.
+        let from = match &start {
+            Start::Resume(_) => rv_param.parse::<u64>().unwrap_or(cur).max(cur),
+            _ => cur,
+        };
+        (start, rx, from)
     };
 
     let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
