@@ -13,26 +13,29 @@
 //! # Ok(()) }
 //! ```
 
-mod admission;
-pub mod apply;
-pub mod conversion;
-pub mod defaults;
-pub mod discovery;
-pub mod fields;
-pub mod gc;
-pub mod http;
+// The public surface: the operations with the real server's semantics, the store, the
+// kind table, errors and selectors. Everything else is an implementation detail.
 pub mod ops;
-pub mod patch;
-pub mod protobuf;
-pub mod quantity;
 pub mod resources;
-pub mod schema;
 pub mod selectors;
 pub mod status;
 pub mod store;
+
+mod admission;
+mod apply;
+mod conversion;
+mod defaults;
+mod discovery;
+mod fields;
+mod gc;
+mod http;
+mod patch;
+mod protobuf;
+mod quantity;
+mod schema;
 mod subresources;
 mod table;
-pub mod validation;
+mod validation;
 mod watch;
 
 use std::net::SocketAddr;
@@ -41,7 +44,9 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-pub use http::{RecordedRequest, RequestLog};
+pub use discovery::GIT_VERSION as KUBERNETES_VERSION;
+pub use http::{REQUEST_LOG_LIMIT, RecordedRequest, RequestLog};
+pub use patch::PatchType;
 pub use resources::{Kinds, ResourceKind};
 pub use status::ApiError;
 pub use store::{Change, EventType, Store};

@@ -75,6 +75,7 @@ fn parse(s: &str) -> Option<(i128, Format)> {
 }
 
 /// The canonical string of a quantity, or None when it does not parse.
+#[cfg(test)]
 pub fn canonical(s: &str) -> Option<String> {
     let (nano, format) = parse(s)?;
     Some(render(nano, format))
