@@ -113,6 +113,44 @@ fn int(v: Option<&Value>) -> Option<i64> {
     v.and_then(Value::as_i64)
 }
 
+/// ValidateOwnerReferences: apiVersion, kind, name and uid are required; one controller at most.
+fn owner_references(refs: Option<&Value>, out: &mut Vec<Cause>) {
+    let Some(refs) = refs.and_then(Value::as_array) else {
+        return;
+    };
+    for r in refs {
+        for (field, what) in [
+            ("apiVersion", "version"),
+            ("kind", "kind"),
+            ("name", "name"),
+            ("uid", "uid"),
+        ] {
+            if r.get(field)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+            {
+                out.push(Cause::invalid(
+                    format!("metadata.ownerReferences.{field}"),
+                    &Value::String(String::new()),
+                    &format!("{what} must not be empty"),
+                ));
+            }
+        }
+    }
+    let controllers = refs
+        .iter()
+        .filter(|r| r.get("controller") == Some(&Value::Bool(true)))
+        .count();
+    if controllers > 1 {
+        out.push(Cause::new(
+            "FieldValueInvalid",
+            "metadata.ownerReferences",
+            "Invalid value: ownerReferences: Only one reference can have Controller set to true",
+        ));
+    }
+}
+
 /// Validates the whole object (and immutability against `old` on update).
 pub fn validate(kind: &ResourceKind, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut out = Vec::new();
@@ -130,6 +168,7 @@ pub fn validate(kind: &ResourceKind, obj: &Value, old: Option<&Value>) -> Vec<Ca
         ));
     }
     validate_labels(obj.pointer("/metadata/labels"), "metadata.labels", &mut out);
+    owner_references(obj.pointer("/metadata/ownerReferences"), &mut out);
     if let Some(ann) = obj
         .pointer("/metadata/annotations")
         .and_then(Value::as_object)
