@@ -1699,3 +1699,65 @@ async fn partial_object_metadata_lists_gets_and_watches() {
         }
     }
 }
+
+#[tokio::test]
+async fn tables_and_delete_collection() {
+    let (_emu, client) = start().await;
+    let deps: Api<Deployment> = Api::default_namespaced(client.clone());
+    deps.create(&PostParams::default(), &deployment("web", "img:1"))
+        .await
+        .unwrap();
+    let req = http::Request::get("/apis/apps/v1/namespaces/default/deployments")
+        .header(
+            "accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .body(Vec::new())
+        .unwrap();
+    let table: Value = client.request(req).await.unwrap();
+    assert_eq!(table["kind"], "Table");
+    let headers: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            "Name",
+            "Ready",
+            "Up-to-date",
+            "Available",
+            "Age",
+            "Containers",
+            "Images",
+            "Selector"
+        ]
+    );
+    assert_eq!(table["rows"][0]["cells"][0], "web");
+    assert_eq!(table["rows"][0]["cells"][1], "0/2");
+    assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    for (n, tier) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        cms.create(&PostParams::default(), &cm(n, json!({"tier": tier})))
+            .await
+            .unwrap();
+    }
+    cms.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("tier=x"),
+    )
+    .await
+    .unwrap();
+    let left: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| c.metadata.name.unwrap())
+        .collect();
+    assert_eq!(left, ["c"]);
+}
