@@ -602,7 +602,17 @@ fn finish(kind: &ResourceKind, entries: &mut Vec<ManagedEntry>, obj: &Value) {
 /// Records an Update operation (create, PUT, or non-apply PATCH): the writer takes
 /// ownership of every field it changed, silently taking it from other managers.
 pub fn record_update(kind: &ResourceKind, old: Option<&Value>, new: &mut Value, w: &Writer) {
-    let mut entries = old.map(read_managed).unwrap_or_default();
+    // managedFields sent in the body replace the stored ones when they differ (this is how
+    // clients reset or migrate ownership, e.g. kubectl's client-side to server-side apply
+    // upgrade; `[{}]` clears them). Otherwise the stored ownership is the starting point.
+    let sent = new
+        .pointer("/metadata/managedFields")
+        .filter(|m| !m.is_null());
+    let stored = old.and_then(|o| o.pointer("/metadata/managedFields"));
+    let mut entries = match (sent, old) {
+        (Some(m), Some(_)) if Some(m) != stored => read_managed(new),
+        _ => old.map(read_managed).unwrap_or_default(),
+    };
     let changed = strip_set(kind, changed_fields(kind, old, new), w.subresource);
     if !changed.is_empty() {
         for e in entries.iter_mut() {

@@ -498,3 +498,47 @@ async fn kubectl_imperative_create_commands_send_protobuf() {
         .await;
     assert_eq!(cm, "b");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_client_side_then_server_side_apply_migrates_ownership() {
+    let Some(k) = kubectl_path() else { return };
+    let env = Env::start(k).await;
+    let deployment = MANIFEST.split("---").next().unwrap();
+    env.ok(&["apply", "-f", "-"], Some(deployment)).await;
+    env.ok(&["apply", "--server-side", "-f", "-"], Some(deployment))
+        .await;
+    let d: Value = serde_json::from_str(
+        &env.ok(
+            &[
+                "get",
+                "deploy",
+                "web",
+                "-o",
+                "json",
+                "--show-managed-fields",
+            ],
+            None,
+        )
+        .await,
+    )
+    .unwrap();
+    let managers: Vec<(&str, &str)> = d["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["manager"].as_str().unwrap(),
+                m["operation"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    // kubectl rewrites the client-side-apply ownership (a JSON patch of managedFields).
+    assert!(
+        !managers
+            .iter()
+            .any(|(m, _)| *m == "kubectl-client-side-apply"),
+        "{managers:?}"
+    );
+    assert!(managers.contains(&("kubectl", "Apply")), "{managers:?}");
+}
