@@ -449,6 +449,10 @@ async fn handle_resource(
     let sub = t.subresource.clone().unwrap_or_default();
     let repr = repr(headers);
     let body_in = |b: &Bytes| parse_body(b).map(|v| (served.into)(&v));
+    // All-namespaces paths of namespaced kinds only list and watch.
+    if served.kind.namespaced && t.namespace.is_none() && *method != Method::GET {
+        return Err(ApiError::method_not_allowed());
+    }
     match (method.clone(), &t.name) {
         (Method::GET, None) if watch => {
             watch_response(state, served, t.namespace.as_deref(), None, query, repr)

@@ -76,7 +76,8 @@ pub struct DeleteOptions {
     pub precondition_rv: Option<String>,
 }
 
-/// The outcome of a DELETE: the object, and whether it is gone (200) or pending finalizers (202).
+/// The outcome of a DELETE: the object, and whether it is gone or still held (finalizers,
+/// graceful pod termination, namespace cleanup).
 #[derive(Debug, Clone)]
 pub struct DeleteResult {
     pub object: Value,
