@@ -5,7 +5,10 @@
 //! found); the Gateway API and InferencePool kinds only get their top level and metadata
 //! checked. Unknown fields are removed from the body, as decoding into Go structs does.
 
-use k8s_openapi::api::{apps::v1 as apps, core::v1 as core, scheduling::v1 as scheduling};
+use k8s_openapi::api::{
+    apps::v1 as apps, coordination::v1 as coordination, core::v1 as core,
+    scheduling::v1 as scheduling,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -117,6 +120,7 @@ pub fn prune_unknown(kind: &ResourceKind, body: &mut Value) -> Vec<String> {
         ("apps", "Deployment") => ignored::<apps::Deployment>(body),
         ("apps", "ReplicaSet") => ignored::<apps::ReplicaSet>(body),
         ("scheduling.k8s.io", "PriorityClass") => ignored::<scheduling::PriorityClass>(body),
+        ("coordination.k8s.io", "Lease") => ignored::<coordination::Lease>(body),
         _ => custom_resource(body),
     };
     for p in &paths {

@@ -201,6 +201,9 @@ pub static KINDS: &[ResourceKind] = &[
     // Served from core/v1 Event storage (see conversion.rs).
     kind!("events.k8s.io", "v1", "Event", "events", "event", namespaced: true, status: false, custom: false,
           generation: G::None, names: N::PathSegment, family: Builtin, short: &["ev"], categories: &[], fields: &[]),
+    // Leader election (kube-runtime / client-go leases).
+    kind!("coordination.k8s.io", "v1", "Lease", "leases", "lease", namespaced: true, status: false, custom: false,
+          generation: G::None, names: N::Subdomain, family: Builtin, short: &[], categories: &[], fields: &[]),
     kind!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", namespaced: false, status: false, custom: false,
           generation: G::None, names: N::Subdomain, family: Builtin, short: &["pc"], categories: &[], fields: &[]),
     kind!("gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses", "gatewayclass", namespaced: false, status: true, custom: true,

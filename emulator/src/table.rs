@@ -241,6 +241,20 @@ fn event_last_seen(o: &Value) -> Value {
     json!(human_duration(t.as_deref()))
 }
 
+/// Node roles from `node-role.kubernetes.io/<role>` labels.
+fn node_roles(o: &Value) -> Value {
+    let roles: Vec<&str> = o
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|l| {
+            l.keys()
+                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+                .collect()
+        })
+        .unwrap_or_default();
+    or_none(roles.join(","))
+}
+
 fn columns(kind: &ResourceKind) -> Vec<Column> {
     match (kind.group, kind.kind) {
         ("", "Pod") => vec![
@@ -308,7 +322,7 @@ fn columns(kind: &ResourceKind) -> Vec<Column> {
                     _ => "NotReady",
                 })
             }),
-            c("Roles", |_| json!("<none>")),
+            c("Roles", node_roles),
             c("Age", age),
             c("Version", |o| {
                 json!(at(o, "/status/nodeInfo/kubeletVersion"))
@@ -345,6 +359,11 @@ fn columns(kind: &ResourceKind) -> Vec<Column> {
             c("VolumeAttributesClass", |o| {
                 or_none(at(o, "/spec/volumeAttributesClassName"))
             }),
+            c("Age", age),
+        ],
+        ("coordination.k8s.io", "Lease") => vec![
+            c("Name", name),
+            c("Holder", |o| json!(at(o, "/spec/holderIdentity"))),
             c("Age", age),
         ],
         ("scheduling.k8s.io", "PriorityClass") => vec![

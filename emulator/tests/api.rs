@@ -1761,3 +1761,39 @@ async fn tables_and_delete_collection() {
         .collect();
     assert_eq!(left, ["c"]);
 }
+
+#[tokio::test]
+async fn leases_for_leader_election() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let (_emu, client) = start().await;
+    let leases: Api<Lease> = Api::default_namespaced(client.clone());
+    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "modelplane"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}}))
+    .unwrap();
+    let mut l = leases.create(&PostParams::default(), &lease).await.unwrap();
+    let stale = l.clone();
+    l.spec.as_mut().unwrap().holder_identity = Some("b".into());
+    leases
+        .replace("modelplane", &PostParams::default(), &l)
+        .await
+        .unwrap();
+    // A second candidate racing with the old resourceVersion loses.
+    let err = api_err(
+        leases
+            .replace("modelplane", &PostParams::default(), &stale)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 409);
+    assert_eq!(
+        leases
+            .get("modelplane")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .holder_identity
+            .as_deref(),
+        Some("b")
+    );
+}
