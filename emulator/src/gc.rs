@@ -41,6 +41,21 @@ fn owner_uids(obj: &Value) -> Vec<(String, bool)> {
         .unwrap_or_default()
 }
 
+/// Whether the owner an ownerReference names is gone, as the garbage collector decides it:
+/// looked up by apiVersion, kind and name (in the dependent's namespace for namespaced
+/// owners) and absent when missing or when its uid differs. Unknown kinds are never absent.
+fn owner_absent(store: &Store, st: &State, ns: &str, r: &Value) -> bool {
+    let field = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
+    let Some(kind) = store.kinds().by_kind(field("apiVersion"), field("kind")) else {
+        return false;
+    };
+    let owner_ns = if kind.namespaced { ns } else { "" };
+    match st.get(kind, owner_ns, field("name")) {
+        Some(owner) => meta_str(&owner, "uid") != Some(field("uid")),
+        None => true,
+    }
+}
+
 fn deleting(obj: &Value) -> bool {
     obj.pointer("/metadata/deletionTimestamp").is_some()
 }
@@ -49,19 +64,20 @@ fn deleting(obj: &Value) -> bool {
 pub fn pass(store: &Store) -> bool {
     let mut st = store.lock();
     let all = st.all();
-    let uids: HashSet<String> = all
-        .iter()
-        .filter_map(|(_, o)| meta_str(o, "uid").map(String::from))
-        .collect();
     let mut changed = false;
 
     for (kind, obj) in &all {
-        let owners = owner_uids(obj);
-        if owners.is_empty() {
+        let Some(refs) = obj
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
+        if refs.is_empty() {
             continue;
         }
-        let live: Vec<&(String, bool)> = owners.iter().filter(|(u, _)| uids.contains(u)).collect();
-        if live.is_empty() && !deleting(obj) {
+        let ns = meta_str(obj, "namespace").unwrap_or("");
+        if !deleting(obj) && refs.iter().all(|r| owner_absent(store, &st, ns, r)) {
             // Every owner is gone: the dependent goes too (its own dependents cascade later).
             delete_locked(
                 &mut st,

@@ -1071,6 +1071,22 @@ async fn garbage_collection_and_finalizers() {
     })
     .await;
 
+    // An ownerReference is resolved by kind and name, then uid, like the real collector:
+    // a reference whose name does not match its uid's object is dangling.
+    let real = cms
+        .create(&PostParams::default(), &cm("real-owner", json!({})))
+        .await
+        .unwrap();
+    let dangling: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "dangling", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "someone-else", "uid": real.metadata.uid}]}}))
+    .unwrap();
+    cms.create(&PostParams::default(), &dangling).await.unwrap();
+    wait_until("dangling dependent collected", || async {
+        !exists("dangling").await
+    })
+    .await;
+    assert!(exists("real-owner").await);
+
     // Finalizers hold a plain delete; new finalizers cannot be added while deleting.
     let held: ConfigMap = serde_json::from_value(
         json!({"metadata": {"name": "held", "finalizers": ["example.com/x"]}}),
