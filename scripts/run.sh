@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# Runs the whole system on this machine: Postgres (found or started), then the
-# modelplane API (which applies migrations on start). Ctrl-C stops everything it started.
+# Runs the whole system on this machine: Postgres (found or started), the Kubernetes
+# emulator (unless you name a cluster), and modelplane with its API and reconciler worker.
+# Ctrl-C stops everything it started.
 #
-#   ./scripts/run.sh                 # API on http://127.0.0.1:8080
+#   ./scripts/run.sh                                  # emulator + API on http://127.0.0.1:8080
+#   ./scripts/run.sh --kubeconfig ~/.kube/config --context staging   # a real cluster
 #   MODELPLANE_LISTEN=0.0.0.0:9000 ./scripts/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/postgres.sh
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kubeconfig) MODELPLANE_KUBECONFIG=$2; export MODELPLANE_KUBECONFIG; shift 2 ;;
+    --context) MODELPLANE_KUBE_CONTEXT=$2; export MODELPLANE_KUBE_CONTEXT; shift 2 ;;
+    *) die "unknown argument $1 (use --kubeconfig PATH [--context NAME])" ;;
+  esac
+done
 
 ensure_postgres modelplane
 ensure_database "$DATABASE_URL"
@@ -24,6 +34,29 @@ fi
 
 log "building modelplane"
 SQLX_OFFLINE=true cargo build --quiet --bin modelplane
+SQLX_OFFLINE=true cargo build --quiet -p modelplane-emulator --bin modelplane-emulator
+
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+if [ -z "${MODELPLANE_KUBECONFIG:-}" ]; then
+  emulator_listen=${MODELPLANE_EMULATOR_LISTEN:-127.0.0.1:6443}
+  log "starting the Kubernetes emulator on $emulator_listen (no cluster named)"
+  mkdir -p .dev
+  rm -f .dev/kubeconfig
+  ./target/debug/modelplane-emulator --listen "$emulator_listen" --kubeconfig-out .dev/kubeconfig &
+  pids+=($!)
+  for _ in $(seq 1 100); do [ -s .dev/kubeconfig ] && break; sleep 0.1; done
+  [ -s .dev/kubeconfig ] || die "the emulator did not start (see the log above)"
+  export MODELPLANE_KUBECONFIG=.dev/kubeconfig
+  cluster_note="the emulator: kubectl --kubeconfig .dev/kubeconfig get deploy,svc,httproute -A"
+else
+  cluster_note="$MODELPLANE_KUBECONFIG${MODELPLANE_KUBE_CONTEXT:+ (context $MODELPLANE_KUBE_CONTEXT)}"
+fi
 
 listen=${MODELPLANE_LISTEN:-127.0.0.1:8080}
 export MODELPLANE_LISTEN=$listen
@@ -32,7 +65,7 @@ base=${base/0.0.0.0/127.0.0.1}
 
 ./target/debug/modelplane serve &
 api_pid=$!
-trap 'kill "$api_pid" 2>/dev/null; wait "$api_pid" 2>/dev/null' EXIT INT TERM
+pids+=("$api_pid")
 
 for _ in $(seq 1 100); do
   if curl -fsS "$base/readyz" >/dev/null 2>&1; then break; fi
@@ -49,6 +82,7 @@ cat >&2 <<MSG
     OpenAPI         $base/api/openapi.json
     Health          $base/healthz  $base/readyz   Metrics  $base/metrics
     Database        ${DATABASE_URL}
+    Kubernetes      $cluster_note
 
   Every /api/v1 call needs a token. A platform-admin token is in $token_file:
         AUTH="Authorization: Bearer \$(cat $token_file)"
