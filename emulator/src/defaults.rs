@@ -175,6 +175,15 @@ pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
                 }
             }
         }
+        ("discovery.k8s.io", "EndpointSlice") => {
+            // SetDefaults_EndpointPort: the name pointer defaults to "", protocol to TCP.
+            if let Some(o) = obj.as_object_mut() {
+                each_item(o.get_mut("ports"), |p| {
+                    default_field(p, "name", json!(""));
+                    default_field(p, "protocol", json!("TCP"));
+                });
+            }
+        }
         ("scheduling.k8s.io", "PriorityClass") => {
             if let Some(o) = obj.as_object_mut() {
                 default_field(o, "preemptionPolicy", json!("PreemptLowerPriority"));

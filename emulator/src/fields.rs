@@ -7,7 +7,7 @@
 
 use k8s_openapi::api::{
     apps::v1 as apps, coordination::v1 as coordination, core::v1 as core,
-    scheduling::v1 as scheduling,
+    discovery::v1 as discovery, scheduling::v1 as scheduling,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
@@ -121,6 +121,7 @@ pub fn prune_unknown(kind: &ResourceKind, body: &mut Value) -> Vec<String> {
         ("apps", "ReplicaSet") => ignored::<apps::ReplicaSet>(body),
         ("scheduling.k8s.io", "PriorityClass") => ignored::<scheduling::PriorityClass>(body),
         ("coordination.k8s.io", "Lease") => ignored::<coordination::Lease>(body),
+        ("discovery.k8s.io", "EndpointSlice") => ignored::<discovery::EndpointSlice>(body),
         _ => custom_resource(body),
     };
     for p in &paths {

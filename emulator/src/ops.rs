@@ -559,18 +559,13 @@ fn create_locked(
     })
 }
 
-fn check_name(kind: &ResourceKind, body: &Value, name: &str) -> ApiResult<()> {
-    match meta_str(body, "name") {
-        Some(n) if n == name => Ok(()),
-        Some(n) if !n.is_empty() => Err(ApiError::bad_request(format!(
+/// The body must name the object the URL names (rest.BeforeUpdate).
+fn check_name(body: &Value, name: &str) -> ApiResult<()> {
+    match meta_str(body, "name").unwrap_or("") {
+        n if n == name => Ok(()),
+        n => Err(ApiError::bad_request(format!(
             "the name of the object ({n}) does not match the name on the URL ({name})"
         ))),
-        _ => {
-            let _ = kind;
-            Err(ApiError::bad_request(
-                "name is required in the body of the request",
-            ))
-        }
     }
 }
 
@@ -613,7 +608,7 @@ pub fn update(
     opts: &WriteOptions,
 ) -> ApiResult<WriteResult> {
     check_type(kind, &mut body)?;
-    check_name(kind, &body, name)?;
+    check_name(&body, name)?;
     check_body_namespace(kind, &body, ns)?;
     let warnings = field_validation(kind, &mut body, opts)?;
     store.write(|st| {
@@ -693,7 +688,7 @@ fn server_side_apply(
     }
     let mut config = config;
     check_type(kind, &mut config)?;
-    check_name(kind, &config, name)?;
+    check_name(&config, name)?;
     check_body_namespace(kind, &config, ns)?;
     if config
         .pointer("/metadata/managedFields")

@@ -361,6 +361,40 @@ fn columns(kind: &ResourceKind) -> Vec<Column> {
             }),
             c("Age", age),
         ],
+        ("discovery.k8s.io", "EndpointSlice") => vec![
+            c("Name", name),
+            c("AddressType", |o| json!(at(o, "/addressType"))),
+            c("Ports", |o| {
+                let ports: Vec<String> = o
+                    .get("ports")
+                    .and_then(Value::as_array)
+                    .map(|ps| ps.iter().map(|p| s(p.get("port"))).collect())
+                    .unwrap_or_default();
+                json!(if ports.is_empty() {
+                    "<unset>".to_string()
+                } else {
+                    ports.join(",")
+                })
+            }),
+            c("Endpoints", |o| {
+                let addrs: Vec<String> = o
+                    .get("endpoints")
+                    .and_then(Value::as_array)
+                    .map(|es| {
+                        es.iter()
+                            .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+                            .map(|a| s(Some(&a)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                json!(if addrs.is_empty() {
+                    "<unset>".to_string()
+                } else {
+                    addrs.join(",")
+                })
+            }),
+            c("Age", age),
+        ],
         ("coordination.k8s.io", "Lease") => vec![
             c("Name", name),
             c("Holder", |o| json!(at(o, "/spec/holderIdentity"))),

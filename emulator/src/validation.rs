@@ -201,6 +201,7 @@ pub fn validate(kind: &ResourceKind, obj: &Value, old: Option<&Value>) -> Vec<Ca
         }
         ("apps", "Deployment") | ("apps", "ReplicaSet") => workload(kind, obj, old, &mut out),
         ("", "Service") => service(obj, old, &mut out),
+        ("discovery.k8s.io", "EndpointSlice") => endpoint_slice(obj, old, &mut out),
         (_, _) if kind.custom => crd_required(kind, obj, &mut out),
         _ => {}
     }
@@ -575,6 +576,46 @@ fn pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
                 &Value::String(dp.into()),
                 &ok,
             ));
+        }
+    }
+}
+
+fn endpoint_slice(obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
+    let types = ["IPv4", "IPv6", "FQDN"];
+    match obj.get("addressType").and_then(Value::as_str) {
+        None => out.push(Cause::required("addressType")),
+        Some(t) if !types.contains(&t) => out.push(Cause::not_supported(
+            "addressType",
+            &Value::String(t.into()),
+            &types,
+        )),
+        Some(t) => {
+            if let Some(prev) = old
+                .and_then(|o| o.get("addressType"))
+                .and_then(Value::as_str)
+                && prev != t
+            {
+                out.push(Cause::invalid(
+                    "addressType",
+                    &Value::String(t.into()),
+                    "field is immutable",
+                ));
+            }
+        }
+    }
+    for (i, e) in obj
+        .get("endpoints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let n = e
+            .get("addresses")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        if n == 0 {
+            out.push(Cause::required(format!("endpoints[{i}].addresses")));
         }
     }
 }

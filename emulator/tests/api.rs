@@ -1813,3 +1813,40 @@ async fn leases_for_leader_election() {
         Some("b")
     );
 }
+
+#[tokio::test]
+async fn endpoint_slices() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let (_emu, client) = start().await;
+    let slices: Api<EndpointSlice> = Api::default_namespaced(client.clone());
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "web-abc", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.5"], "conditions": {"ready": true}}],
+        "ports": [{"port": 8000}],
+    }))
+    .unwrap();
+    let created = slices.create(&PostParams::default(), &slice).await.unwrap();
+    let port = &created.ports.as_ref().unwrap()[0];
+    assert_eq!(
+        (port.name.as_deref(), port.protocol.as_deref()),
+        (Some(""), Some("TCP"))
+    );
+    assert_eq!(created.metadata.generation, Some(1));
+    let listed = slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+    let err = api_err(
+        slices
+            .patch(
+                "web-abc",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"addressType": "IPv6"})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.details.as_ref().unwrap().causes[0].field, "addressType");
+}
