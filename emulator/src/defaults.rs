@@ -77,8 +77,21 @@ fn drop_empty(v: &mut Value, in_service_spec: bool) {
     }
 }
 
+/// JSON nulls decode to Go zero values and are not stored (nor kept by CRD pruning).
+fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
 /// Applies the kind's defaults to `obj` in place.
 pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
+    drop_nulls(obj);
     if !kind.custom {
         // Only the top-level `spec` of a Service has a map-typed `selector`.
         if let Some(m) = obj.as_object_mut() {

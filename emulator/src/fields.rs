@@ -105,6 +105,65 @@ fn custom_resource(v: &Value) -> Vec<Vec<Seg>> {
     out
 }
 
+/// Quantities may be JSON numbers (the Go type accepts both); the typed decode wants strings.
+fn quantities_as_strings(v: &mut Value, in_resource_list: bool) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                if in_resource_list && x.is_number() {
+                    *x = Value::String(x.to_string());
+                } else {
+                    let list = matches!(
+                        k.as_str(),
+                        "limits" | "requests" | "overhead" | "capacity" | "allocatable"
+                    );
+                    quantities_as_strings(x, list);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| quantities_as_strings(x, false)),
+        _ => {}
+    }
+}
+
+fn type_error<T: DeserializeOwned>(v: &Value) -> Option<String> {
+    let mut copy = v.clone();
+    quantities_as_strings(&mut copy, false);
+    match serde_path_to_error::deserialize::<_, T>(copy) {
+        Ok(_) => None,
+        // Missing required fields are validation errors (422), reported later.
+        Err(e) if e.inner().to_string().starts_with("missing field") => None,
+        Err(e) => Some(format!("{} (at {})", e.inner(), e.path())),
+    }
+}
+
+/// A body the Go types could not decode (a wrong JSON type somewhere): the server answers
+/// 400 "cannot be handled as a <Kind>". Only checked for built-in kinds.
+pub fn decode_error(kind: &ResourceKind, body: &Value) -> Option<String> {
+    let err = match (kind.group, kind.kind) {
+        ("", "Namespace") => type_error::<core::Namespace>(body),
+        ("", "Node") => type_error::<core::Node>(body),
+        ("", "Pod") => type_error::<core::Pod>(body),
+        ("", "Service") => type_error::<core::Service>(body),
+        ("", "Event") => type_error::<core::Event>(body),
+        ("", "Secret") => type_error::<core::Secret>(body),
+        ("", "ConfigMap") => type_error::<core::ConfigMap>(body),
+        ("", "ServiceAccount") => type_error::<core::ServiceAccount>(body),
+        ("", "PersistentVolumeClaim") => type_error::<core::PersistentVolumeClaim>(body),
+        ("apps", "Deployment") => type_error::<apps::Deployment>(body),
+        ("apps", "ReplicaSet") => type_error::<apps::ReplicaSet>(body),
+        ("scheduling.k8s.io", "PriorityClass") => type_error::<scheduling::PriorityClass>(body),
+        ("coordination.k8s.io", "Lease") => type_error::<coordination::Lease>(body),
+        ("discovery.k8s.io", "EndpointSlice") => type_error::<discovery::EndpointSlice>(body),
+        // Custom resources: at least the metadata must be well-formed.
+        _ => body.get("metadata").and_then(type_error::<ObjectMeta>),
+    }?;
+    Some(format!(
+        "{} in version {:?} cannot be handled as a {}: {err}",
+        kind.kind, kind.version, kind.kind
+    ))
+}
+
 /// Removes unknown fields from `body` and returns their paths (`spec.foo`, `items[0].bar`).
 pub fn prune_unknown(kind: &ResourceKind, body: &mut Value) -> Vec<String> {
     let paths = match (kind.group, kind.kind) {

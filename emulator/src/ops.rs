@@ -167,6 +167,9 @@ fn field_validation(
     body: &mut Value,
     opts: &WriteOptions,
 ) -> ApiResult<Vec<String>> {
+    if let Some(msg) = crate::fields::decode_error(kind, body) {
+        return Err(ApiError::bad_request(msg));
+    }
     let unknown: Vec<String> = crate::fields::prune_unknown(kind, body)
         .into_iter()
         .map(|f| format!("unknown field {f:?}"))

@@ -1458,6 +1458,23 @@ async fn protocol_errors_dry_run_and_status_apply() {
         .await);
     assert_eq!(e.code, 400);
 
+    // A wrong JSON type is a decode error (400), never stored.
+    let e = err(client
+        .request(raw(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            json!({"metadata": {"name": "t", "labels": {"x": 1}}}),
+        ))
+        .await);
+    assert_eq!(e.code, 400);
+    assert!(
+        e.message.contains("cannot be handled as a ConfigMap")
+            && e.message.contains("metadata.labels.x"),
+        "{}",
+        e.message
+    );
+
     // dryRun=All on update, patch and delete changes nothing.
     let before = cms.get("c").await.unwrap();
     let dry = PatchParams {

@@ -1,0 +1,760 @@
+//! The deployment and replicaset controllers, after kube-controller-manager's
+//! (pkg/controller/deployment and pkg/controller/replicaset): ReplicaSets per pod template
+//! with the pod-template-hash label, rolling updates within maxSurge/maxUnavailable,
+//! Recreate, revisions, history cleanup, and the real status counts and conditions.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+use super::{Sim, condition, controller_uid, deleting, is_true, manager, uid, write_object, write_status};
+use crate::ops::{self, DeleteOptions};
+use crate::resources::{meta_mut, meta_str};
+
+const KCM: &str = "kube-controller-manager";
+const REVISION: &str = "deployment.kubernetes.io/revision";
+const DESIRED: &str = "deployment.kubernetes.io/desired-replicas";
+const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
+const HASH: &str = "pod-template-hash";
+
+fn int(v: &Value, ptr: &str) -> i64 {
+    v.pointer(ptr).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn spec_replicas(o: &Value) -> i64 {
+    o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
+}
+
+fn annotation<'a>(o: &'a Value, key: &str) -> Option<&'a str> {
+    o.pointer("/metadata/annotations")?.get(key)?.as_str()
+}
+
+fn revision(o: &Value) -> i64 {
+    annotation(o, REVISION).and_then(|r| r.parse().ok()).unwrap_or(0)
+}
+
+/// JSON with object keys sorted, so the hash does not depend on field order.
+fn canonical(v: &Value) -> String {
+    fn sort(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let sorted: BTreeMap<&String, Value> = m.iter().map(|(k, v)| (k, sort(v))).collect();
+                let mut out = Map::new();
+                for (k, v) in sorted {
+                    out.insert(k.clone(), v);
+                }
+                Value::Object(out)
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
+            other => other.clone(),
+        }
+    }
+    sort(v).to_string()
+}
+
+/// The pod-template-hash: FNV-32a of the template, its decimal digits mapped onto the
+/// alphabet of `rand.SafeEncodeString`, like the real ComputeHash.
+pub(crate) fn template_hash(template: &Value) -> String {
+    let mut h: u32 = 0x811c9dc5;
+    for b in canonical(template).bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x01000193);
+    }
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    h.to_string()
+        .bytes()
+        .map(|b| ALPHABET[b as usize % ALPHABET.len()] as char)
+        .collect()
+}
+
+/// A ReplicaSet's template without its pod-template-hash label (EqualIgnoreHash).
+fn without_hash(template: &Value) -> Value {
+    let mut t = template.clone();
+    if let Some(labels) = t
+        .pointer_mut("/metadata/labels")
+        .and_then(Value::as_object_mut)
+    {
+        labels.remove(HASH);
+        if labels.is_empty() {
+            t["metadata"].as_object_mut().map(|m| m.remove("labels"));
+        }
+    }
+    t
+}
+
+/// Resolves maxSurge/maxUnavailable against the replica count (surge rounds up,
+/// unavailable down; both zero means one unavailable), as ResolveFenceposts does.
+fn fenceposts(d: &Value, replicas: i64) -> (i64, i64) {
+    if d.pointer("/spec/strategy/type").and_then(Value::as_str) == Some("Recreate") {
+        return (0, 0);
+    }
+    let resolve = |v: Option<&Value>, up: bool| -> i64 {
+        match v {
+            Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
+            Some(Value::String(s)) if s.ends_with('%') => {
+                let p: i64 = s.trim_end_matches('%').parse().unwrap_or(25);
+                if up {
+                    (p * replicas + 99) / 100
+                } else {
+                    p * replicas / 100
+                }
+            }
+            Some(Value::String(s)) => s.parse().unwrap_or(0),
+            _ => {
+                if up {
+                    (25 * replicas + 99) / 100
+                } else {
+                    25 * replicas / 100
+                }
+            }
+        }
+    };
+    let ru = d.pointer("/spec/strategy/rollingUpdate");
+    let surge = resolve(ru.and_then(|r| r.get("maxSurge")), true);
+    let mut unavailable = resolve(ru.and_then(|r| r.get("maxUnavailable")), false);
+    if surge == 0 && unavailable == 0 {
+        unavailable = 1;
+    }
+    (surge, unavailable)
+}
+
+/// MaxUnavailable as the Available condition uses it.
+fn max_unavailable(d: &Value, replicas: i64) -> i64 {
+    if replicas == 0 {
+        return 0;
+    }
+    fenceposts(d, replicas).1.min(replicas)
+}
+
+fn now() -> String {
+    ops::now()
+}
+
+fn new_condition(ty: &str, status: &str, reason: &str, message: &str) -> Value {
+    let now = now();
+    json!({"type": ty, "status": status, "lastUpdateTime": now, "lastTransitionTime": now,
+           "reason": reason, "message": message})
+}
+
+/// SetDeploymentCondition: no change for the same status and reason; keeps the
+/// transition time when only the reason changes; moves the condition to the end.
+fn set_condition(conds: &mut Vec<Value>, mut c: Value) {
+    let ty = c["type"].clone();
+    if let Some(cur) = conds.iter().find(|x| x["type"] == ty) {
+        if cur["status"] == c["status"] && cur["reason"] == c["reason"] {
+            return;
+        }
+        if cur["status"] == c["status"] {
+            c["lastTransitionTime"] = cur["lastTransitionTime"].clone();
+        }
+    }
+    conds.retain(|x| x["type"] != ty);
+    conds.push(c);
+}
+
+fn is_active_pod(p: &Value) -> bool {
+    !deleting(p)
+        && !matches!(
+            p.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        )
+}
+
+fn pod_ready(p: &Value) -> bool {
+    is_true(p, "Ready")
+}
+
+/// Ready for at least minReadySeconds.
+fn pod_available(p: &Value, min_ready: i64) -> bool {
+    if !pod_ready(p) {
+        return false;
+    }
+    if min_ready <= 0 {
+        return true;
+    }
+    let since = condition(p, "Ready")
+        .and_then(|c| c.get("lastTransitionTime"))
+        .and_then(Value::as_str)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+    since.is_some_and(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds() >= min_ready)
+}
+
+/// The deployment controller: one sync per Deployment.
+pub(super) fn deployments(sim: &mut Sim) {
+    let all_rs = sim.store.list(sim.k.replicaset, None);
+    let pods = sim.store.list(sim.k.pod, None);
+    for d in sim.store.list(sim.k.deployment, None) {
+        if !deleting(&d) {
+            sync_deployment(sim, &d, &all_rs, &pods);
+        }
+    }
+}
+
+fn scale_rs(sim: &Sim, d: &Value, rs: &Value, to: i64, surge: i64) -> bool {
+    let from = spec_replicas(rs);
+    let mut new = rs.clone();
+    new["spec"]["replicas"] = json!(to);
+    let desired = spec_replicas(d);
+    let ann = meta_mut(&mut new)
+        .entry("annotations")
+        .or_insert_with(|| json!({}));
+    ann[DESIRED] = json!(desired.to_string());
+    ann[MAX_REPLICAS] = json!((desired + surge).to_string());
+    if new == *rs {
+        return false;
+    }
+    if !write_object(&sim.store, sim.k.replicaset, new, KCM) {
+        return false;
+    }
+    if from != to {
+        let dir = if to > from { "up" } else { "down" };
+        let msg = format!(
+            "Scaled {dir} replica set {} from {from} to {to}",
+            meta_str(rs, "name").unwrap_or("")
+        );
+        sim.event(d, sim.k.deployment, "Normal", "ScalingReplicaSet", &msg, "deployment-controller");
+    }
+    true
+}
+
+fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[Value], pods: &[Value]) {
+    let ns = meta_str(d, "namespace").unwrap_or("");
+    let name = meta_str(d, "name").unwrap_or("");
+    let duid = uid(d);
+    let mut owned: Vec<Value> = all_rs
+        .iter()
+        .filter(|rs| {
+            meta_str(rs, "namespace") == Some(ns) && controller_uid(rs) == Some(duid) && !deleting(rs)
+        })
+        .cloned()
+        .collect();
+    // Oldest first, as the controller sorts by creation.
+    owned.sort_by(|a, b| {
+        (meta_str(a, "creationTimestamp"), meta_str(a, "name"))
+            .cmp(&(meta_str(b, "creationTimestamp"), meta_str(b, "name")))
+    });
+    let template = d.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    let new_idx = owned
+        .iter()
+        .position(|rs| without_hash(&rs["spec"]["template"]) == template);
+    let replicas = spec_replicas(d);
+    let (surge, _) = fenceposts(d, replicas);
+    let recreate = d.pointer("/spec/strategy/type").and_then(Value::as_str) == Some("Recreate");
+    let paused = d.pointer("/spec/paused").and_then(Value::as_bool) == Some(true);
+    let mut conds: Vec<Value> = d
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let has_deadline = d
+        .pointer("/spec/progressDeadlineSeconds")
+        .and_then(Value::as_i64)
+        .is_some_and(|s| s != i32::MAX as i64);
+    let max_old_rev = owned
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != new_idx)
+        .map(|(_, rs)| revision(rs))
+        .max()
+        .unwrap_or(0);
+    // Spec replicas as this sync leaves them (index into `owned`; the new RS may be created).
+    let mut sizes: Vec<i64> = owned.iter().map(spec_replicas).collect();
+    let mut new_rs: Option<Value> = new_idx.map(|i| owned[i].clone());
+    let olds: Vec<usize> = (0..owned.len()).filter(|i| Some(*i) != new_idx).collect();
+
+    if !paused {
+        if let Some(rs) = &new_rs {
+            // An existing new ReplicaSet takes the next revision (e.g. after a rollback).
+            if revision(rs) <= max_old_rev && !olds.is_empty() {
+                let mut upd = rs.clone();
+                meta_mut(&mut upd)
+                    .entry("annotations")
+                    .or_insert_with(|| json!({}))[REVISION] = json!((max_old_rev + 1).to_string());
+                write_object(&sim.store, sim.k.replicaset, upd, KCM);
+                return;
+            }
+            if has_deadline && condition(d, "Progressing").is_none() {
+                let msg = format!("Found new replica set {:?}", meta_str(rs, "name").unwrap_or(""));
+                set_condition(&mut conds, new_condition("Progressing", "True", "FoundNewReplicaSet", &msg));
+            }
+        }
+        let old_pods_running = pods.iter().any(|p| {
+            meta_str(p, "namespace") == Some(ns)
+                && olds.iter().any(|&i| controller_uid(p) == Some(uid(&owned[i])))
+                && !matches!(
+                    p.pointer("/status/phase").and_then(Value::as_str),
+                    Some("Succeeded" | "Failed")
+                )
+        });
+        if recreate {
+            let mut scaled = false;
+            for &i in &olds {
+                if sizes[i] > 0 {
+                    scaled |= scale_rs(sim, d, &owned[i], 0, surge);
+                    sizes[i] = 0;
+                }
+            }
+            if !scaled && !old_pods_running {
+                match &new_rs {
+                    None => {
+                        new_rs = create_rs(sim, d, &template, replicas, max_old_rev + 1, surge, &mut conds);
+                    }
+                    Some(rs) if spec_replicas(rs) != replicas => {
+                        scale_rs(sim, d, rs, replicas, surge);
+                    }
+                    Some(_) => {}
+                }
+            }
+        } else {
+            let current: i64 = sizes.iter().sum();
+            let max_total = replicas + surge;
+            match new_idx {
+                None => {
+                    let want = if current >= max_total {
+                        0
+                    } else {
+                        (max_total - current).min(replicas)
+                    };
+                    new_rs = create_rs(sim, d, &template, want, max_old_rev + 1, surge, &mut conds);
+                }
+                Some(ni) => {
+                    let have = sizes[ni];
+                    if have > replicas {
+                        scale_rs(sim, d, &owned[ni], replicas, surge);
+                        sizes[ni] = replicas;
+                    } else if have < replicas && current < max_total {
+                        let to = have + (max_total - current).min(replicas - have);
+                        scale_rs(sim, d, &owned[ni], to, surge);
+                        sizes[ni] = to;
+                    } else if annotation(&owned[ni], DESIRED) != Some(&replicas.to_string()) {
+                        scale_rs(sim, d, &owned[ni], have, surge);
+                    }
+                    scale_down_olds(sim, d, &owned, &olds, ni, &mut sizes, replicas, surge);
+                }
+            }
+        }
+        cleanup_history(sim, d, &owned, &olds, &sizes);
+    }
+
+    // Status (calculateStatus + syncRolloutStatus).
+    let all: Vec<&Value> = owned
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != new_idx)
+        .map(|(_, rs)| rs)
+        .chain(new_rs.iter())
+        .collect();
+    let sum = |p: &str| all.iter().map(|rs| int(rs, p)).sum::<i64>();
+    let total_spec: i64 = sizes.iter().sum::<i64>() + if new_idx.is_none() { new_rs.as_ref().map(spec_replicas).unwrap_or(0) } else { 0 };
+    let available = sum("/status/availableReplicas");
+    let st_replicas = sum("/status/replicas");
+    let updated = new_rs.as_ref().map(|rs| int(rs, "/status/replicas")).unwrap_or(0);
+    let ready = sum("/status/readyReplicas");
+    let unavailable = (total_spec - available).max(0);
+    let generation = int(d, "/metadata/generation");
+
+    if available >= replicas - max_unavailable(d, replicas) {
+        set_condition(&mut conds, new_condition("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability."));
+    } else {
+        set_condition(&mut conds, new_condition("Available", "False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability."));
+    }
+    let rs_name = new_rs.as_ref().and_then(|rs| meta_str(rs, "name")).map(String::from);
+    let about = |what: &str| match &rs_name {
+        Some(n) => format!("ReplicaSet {n:?} {what}"),
+        None => format!("Deployment {name:?} {what}"),
+    };
+    let cur = conds.iter().find(|c| c["type"] == "Progressing").cloned();
+    let complete_before = st_replicas == updated && cur.as_ref().is_some_and(|c| c["reason"] == "NewReplicaSetAvailable");
+    if has_deadline && !complete_before {
+        let old = d.get("status").cloned().unwrap_or(json!({}));
+        let o = |p: &str| int(&old, p);
+        let complete = updated == replicas && st_replicas == replicas && available == replicas;
+        let progressing = updated > o("/updatedReplicas")
+            || ready > o("/readyReplicas")
+            || (o("/replicas") - o("/updatedReplicas")) > (st_replicas - updated)
+            || available > o("/availableReplicas");
+        let deadline = int(d, "/spec/progressDeadlineSeconds");
+        let timed_out = cur.as_ref().is_some_and(|c| {
+            if c["reason"] == "ProgressDeadlineExceeded" {
+                return true;
+            }
+            if c["reason"] == "NewReplicaSetAvailable" {
+                return false;
+            }
+            c["lastUpdateTime"]
+                .as_str()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .is_some_and(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds() >= deadline)
+        });
+        if complete {
+            set_condition(&mut conds, new_condition("Progressing", "True", "NewReplicaSetAvailable", &about("has successfully progressed.")));
+        } else if progressing {
+            let mut c = new_condition("Progressing", "True", "ReplicaSetUpdated", &about("is progressing."));
+            if let Some(cur) = cur.as_ref().filter(|c| c["status"] == "True") {
+                c["lastTransitionTime"] = cur["lastTransitionTime"].clone();
+            }
+            conds.retain(|x| x["type"] != "Progressing");
+            conds.push(c);
+        } else if timed_out {
+            set_condition(&mut conds, new_condition("Progressing", "False", "ProgressDeadlineExceeded", &about("has timed out progressing.")));
+        }
+    }
+    // ReplicaFailure moves up from the ReplicaSets (the new one first).
+    let failure = new_rs
+        .iter()
+        .chain(olds.iter().map(|&i| &owned[i]))
+        .find_map(|rs| condition(rs, "ReplicaFailure").cloned());
+    match failure {
+        Some(mut f) => {
+            f["lastUpdateTime"] = f["lastTransitionTime"].clone();
+            set_condition(&mut conds, f);
+        }
+        None => conds.retain(|c| c["type"] != "ReplicaFailure"),
+    }
+
+    let mut status = json!({"observedGeneration": generation, "conditions": conds});
+    for (k, v) in [
+        ("replicas", st_replicas),
+        ("updatedReplicas", updated),
+        ("readyReplicas", ready),
+        ("availableReplicas", available),
+        ("unavailableReplicas", unavailable),
+    ] {
+        if v != 0 {
+            status[k] = json!(v);
+        }
+    }
+    if let Some(c) = d.pointer("/status/collisionCount") {
+        status["collisionCount"] = c.clone();
+    }
+    write_status(&sim.store, sim.k.deployment, d, status, KCM);
+
+    // The revision annotation goes through the status update on the real server (whose
+    // status strategy keeps annotations), so it does not bump the generation.
+    if let Some(rs) = &new_rs {
+        let rev = annotation(rs, REVISION).unwrap_or("").to_string();
+        if !rev.is_empty() && annotation(d, REVISION) != Some(rev.as_str()) {
+            let kind = sim.k.deployment;
+            sim.store.write(|st| {
+                if let Some(cur) = st.get(kind, ns, name) {
+                    let mut new = (*cur).clone();
+                    meta_mut(&mut new)
+                        .entry("annotations")
+                        .or_insert_with(|| json!({}))[REVISION] = json!(rev);
+                    st.replace(kind, new);
+                }
+            });
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scale_down_olds(
+    sim: &Sim,
+    d: &Value,
+    owned: &[Value],
+    olds: &[usize],
+    ni: usize,
+    sizes: &mut [i64],
+    replicas: i64,
+    surge: i64,
+) {
+    let old_count: i64 = olds.iter().map(|&i| sizes[i]).sum();
+    if old_count == 0 {
+        return;
+    }
+    let all_count: i64 = sizes.iter().sum();
+    let min_available = replicas - max_unavailable(d, replicas);
+    let new_unavailable = sizes[ni] - int(&owned[ni], "/status/availableReplicas");
+    let mut budget = all_count - min_available - new_unavailable;
+    if budget <= 0 {
+        return;
+    }
+    // First the unhealthy old replicas (cleanupUnhealthyReplicas)...
+    for &i in olds {
+        if budget <= 0 {
+            break;
+        }
+        let unhealthy = sizes[i] - int(&owned[i], "/status/availableReplicas");
+        if unhealthy <= 0 {
+            continue;
+        }
+        let down = unhealthy.min(budget).min(sizes[i]);
+        let to = sizes[i] - down;
+        scale_rs(sim, d, &owned[i], to, surge);
+        sizes[i] = to;
+        budget -= down;
+    }
+    // ...then available ones, keeping minAvailable (scaleDownOldReplicaSetsForRollingUpdate).
+    let available: i64 = owned.iter().map(|rs| int(rs, "/status/availableReplicas")).sum();
+    let mut total = (available - min_available).min(budget);
+    for &i in olds {
+        if total <= 0 {
+            break;
+        }
+        if sizes[i] == 0 {
+            continue;
+        }
+        let down = sizes[i].min(total);
+        let to = sizes[i] - down;
+        scale_rs(sim, d, &owned[i], to, surge);
+        sizes[i] = to;
+        total -= down;
+    }
+}
+
+fn create_rs(
+    sim: &Sim,
+    d: &Value,
+    template: &Value,
+    replicas: i64,
+    rev: i64,
+    surge: i64,
+    conds: &mut Vec<Value>,
+) -> Option<Value> {
+    let ns = meta_str(d, "namespace").unwrap_or("");
+    let hash = template_hash(template);
+    let name = format!("{}-{hash}", meta_str(d, "name").unwrap_or(""));
+    let mut tmpl = template.clone();
+    meta_mut(&mut tmpl)
+        .entry("labels")
+        .or_insert_with(|| json!({}))[HASH] = json!(hash);
+    let mut selector = d.pointer("/spec/selector").cloned().unwrap_or(json!({}));
+    selector
+        .as_object_mut()
+        .map(|s| s.entry("matchLabels").or_insert_with(|| json!({})))
+        .map(|m| m[HASH] = json!(hash));
+    let mut annotations: Map<String, Value> = d
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    let desired = spec_replicas(d);
+    annotations.insert(REVISION.into(), json!(rev.to_string()));
+    annotations.insert(DESIRED.into(), json!(desired.to_string()));
+    annotations.insert(MAX_REPLICAS.into(), json!((desired + surge).to_string()));
+    let mut spec = json!({"replicas": replicas, "selector": selector, "template": tmpl});
+    if let Some(m) = d.pointer("/spec/minReadySeconds") {
+        spec["minReadySeconds"] = m.clone();
+    }
+    let rs = json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {
+            "name": name, "namespace": ns,
+            "labels": tmpl["metadata"]["labels"],
+            "annotations": annotations,
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "name": meta_str(d, "name"), "uid": uid(d),
+                "controller": true, "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": spec,
+    });
+    match ops::create(&sim.store, sim.k.replicaset, ns, rs, &manager(KCM)) {
+        Ok(r) => {
+            sim.event(d, sim.k.deployment, "Normal", "ScalingReplicaSet",
+                &format!("Scaled up replica set {name} from 0 to {replicas}"), "deployment-controller");
+            let msg = format!("Created new replica set {name:?}");
+            set_condition(conds, new_condition("Progressing", "True", "NewReplicaSetCreated", &msg));
+            Some(r.object)
+        }
+        Err(_) => None,
+    }
+}
+
+/// Deletes old, scaled-down ReplicaSets beyond revisionHistoryLimit (oldest first).
+fn cleanup_history(sim: &Sim, d: &Value, owned: &[Value], olds: &[usize], sizes: &[i64]) {
+    let limit = d
+        .pointer("/spec/revisionHistoryLimit")
+        .and_then(Value::as_i64)
+        .unwrap_or(10);
+    let idle: Vec<usize> = olds
+        .iter()
+        .copied()
+        .filter(|&i| sizes[i] == 0 && int(&owned[i], "/status/replicas") == 0)
+        .collect();
+    let excess = idle.len() as i64 - limit;
+    for &i in idle.iter().take(excess.max(0) as usize) {
+        let rs = &owned[i];
+        let _ = ops::delete(
+            &sim.store,
+            sim.k.replicaset,
+            meta_str(rs, "namespace").unwrap_or(""),
+            meta_str(rs, "name").unwrap_or(""),
+            &DeleteOptions::default(),
+        );
+    }
+}
+
+/// The replicaset controller: creates and deletes pods to match spec.replicas and
+/// reports the counts.
+pub(super) fn replicasets(sim: &mut Sim) {
+    let pods = sim.store.list(sim.k.pod, None);
+    for rs in sim.store.list(sim.k.replicaset, None) {
+        if !deleting(&rs) {
+            sync_rs(sim, &rs, &pods);
+        }
+    }
+}
+
+fn sync_rs(sim: &Sim, rs: &Value, pods: &[Value]) {
+    let ns = meta_str(rs, "namespace").unwrap_or("");
+    let rs_name = meta_str(rs, "name").unwrap_or("");
+    let owned: Vec<&Value> = pods
+        .iter()
+        .filter(|p| meta_str(p, "namespace") == Some(ns) && controller_uid(p) == Some(uid(rs)))
+        .collect();
+    let mut active: Vec<&Value> = owned.iter().copied().filter(|p| is_active_pod(p)).collect();
+    let want = spec_replicas(rs);
+    let have = active.len() as i64;
+    let mut failure: Option<String> = None;
+    let mut created = 0;
+    if have < want {
+        for _ in have..want {
+            match create_pod(sim, rs) {
+                Ok(pod) => {
+                    created += 1;
+                    let msg = format!("Created pod: {}", meta_str(&pod, "name").unwrap_or(""));
+                    sim.event(rs, sim.k.replicaset, "Normal", "SuccessfulCreate", &msg, "replicaset-controller");
+                }
+                Err(e) => {
+                    let msg = e.message.clone();
+                    // The controller reports the failure once per sync, not per pod.
+                    if condition(rs, "ReplicaFailure").and_then(|c| c["message"].as_str()) != Some(msg.as_str()) {
+                        sim.event(rs, sim.k.replicaset, "Warning", "FailedCreate", &format!("Error creating: {msg}"), "replicaset-controller");
+                    }
+                    failure = Some(msg);
+                    break;
+                }
+            }
+        }
+    } else if have > want {
+        // getPodsToDelete: unscheduled, pending, not ready, shortest ready, most restarts, newest first.
+        active.sort_by_key(|p| {
+            let assigned = p.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+            let phase = match p.pointer("/status/phase").and_then(Value::as_str) {
+                Some("Pending") => 0,
+                Some("Unknown") => 1,
+                _ => 2,
+            };
+            let restarts: i64 = p
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array)
+                .map(|cs| cs.iter().map(|c| int(c, "/restartCount")).sum())
+                .unwrap_or(0);
+            let created = meta_str(p, "creationTimestamp").unwrap_or("").to_string();
+            (assigned, phase, pod_ready(p), -restarts, std::cmp::Reverse(created))
+        });
+        for p in active.iter().take((have - want) as usize) {
+            let name = meta_str(p, "name").unwrap_or("");
+            if ops::delete(&sim.store, sim.k.pod, ns, name, &DeleteOptions::default()).is_ok() {
+                sim.event(rs, sim.k.replicaset, "Normal", "SuccessfulDelete", &format!("Deleted pod: {name}"), "replicaset-controller");
+            }
+        }
+    }
+    if created > 0 {
+        // The new pods show up in the next pass's counts.
+        return;
+    }
+    let min_ready = int(rs, "/spec/minReadySeconds");
+    let tmpl_labels = rs.pointer("/spec/template/metadata/labels").cloned().unwrap_or(json!({}));
+    let labelled = active
+        .iter()
+        .filter(|p| {
+            tmpl_labels.as_object().is_none_or(|m| {
+                m.iter().all(|(k, v)| p.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
+            })
+        })
+        .count() as i64;
+    let ready = active.iter().filter(|p| pod_ready(p)).count() as i64;
+    let available = active.iter().filter(|p| pod_available(p, min_ready)).count() as i64;
+    let mut status = json!({"replicas": active.len()});
+    for (k, v) in [("fullyLabeledReplicas", labelled), ("readyReplicas", ready), ("availableReplicas", available)] {
+        if v != 0 {
+            status[k] = json!(v);
+        }
+    }
+    status["observedGeneration"] = json!(int(rs, "/metadata/generation"));
+    let mut conds: Vec<Value> = rs
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    match failure {
+        Some(msg) => {
+            let keep = conds.iter().any(|c| c["type"] == "ReplicaFailure" && c["message"] == msg.as_str());
+            if !keep {
+                conds.retain(|c| c["type"] != "ReplicaFailure");
+                conds.push(json!({"type": "ReplicaFailure", "status": "True", "lastTransitionTime": now(),
+                                  "reason": "FailedCreate", "message": msg}));
+            }
+        }
+        None if have >= want => conds.retain(|c| c["type"] != "ReplicaFailure"),
+        None => {}
+    }
+    if !conds.is_empty() {
+        status["conditions"] = json!(conds);
+    }
+    let _ = rs_name;
+    write_status(&sim.store, sim.k.replicaset, rs, status, KCM);
+}
+
+fn create_pod(sim: &Sim, rs: &Value) -> Result<Value, crate::ApiError> {
+    let ns = meta_str(rs, "namespace").unwrap_or("");
+    let rs_name = meta_str(rs, "name").unwrap_or("");
+    let tmpl = rs.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    let mut meta = json!({
+        "generateName": format!("{rs_name}-"),
+        "namespace": ns,
+        "ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs_name, "uid": uid(rs),
+            "controller": true, "blockOwnerDeletion": true,
+        }],
+    });
+    for f in ["labels", "annotations"] {
+        if let Some(v) = tmpl.pointer(&format!("/metadata/{f}")) {
+            meta[f] = v.clone();
+        }
+    }
+    let spec = tmpl.get("spec").cloned().unwrap_or(json!({}));
+    // The Priority admission plugin refuses pods naming an unknown PriorityClass.
+    if let Some(pc) = spec.get("priorityClassName").and_then(Value::as_str)
+        && !pc.is_empty()
+        && !["system-cluster-critical", "system-node-critical"].contains(&pc)
+        && sim.store.get(sim.k.priorityclass, "", pc).is_none()
+    {
+        return Err(crate::ApiError::new(
+            403,
+            "Forbidden",
+            format!("pods \"{rs_name}-\" is forbidden: no PriorityClass with name {pc} was found"),
+        ));
+    }
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec});
+    ops::create(&sim.store, sim.k.pod, ns, pod, &manager(KCM)).map(|r| r.object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fenceposts_round_like_the_real_controller() {
+        let d = |s: Value| json!({"spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": s}}});
+        assert_eq!(fenceposts(&d(json!({})), 4), (1, 1));
+        assert_eq!(fenceposts(&d(json!({})), 1), (1, 0));
+        assert_eq!(fenceposts(&d(json!({"maxSurge": 0, "maxUnavailable": 0})), 3), (0, 1));
+        assert_eq!(fenceposts(&d(json!({"maxSurge": "50%", "maxUnavailable": "50%"})), 3), (2, 1));
+        assert_eq!(fenceposts(&json!({"spec": {"strategy": {"type": "Recreate"}}}), 3), (0, 0));
+    }
+
+    #[test]
+    fn template_hash_is_stable_and_safe() {
+        let t = json!({"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c"}]}});
+        let h = template_hash(&t);
+        assert_eq!(h, template_hash(&t));
+        assert!(h.bytes().all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)));
+        assert_ne!(h, template_hash(&json!({})));
+    }
+}

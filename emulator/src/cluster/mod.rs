@@ -1,0 +1,601 @@
+//! Part 2: a simulated cluster on top of the API server — nodes, the deployment and
+//! replicaset controllers, a scheduler, kubelets, Service/Gateway/HTTPRoute status, a
+//! small Gateway data plane and fault injection.
+//!
+//! Every simulated component reads the store and writes through [`crate::ops`] with its
+//! real field manager, so clients and watches see each step a real cluster would make.
+//! The components run as one level-triggered loop: a pass over all objects after every
+//! change and on a short tick (for timers such as start delays and back-offs).
+
+mod controllers;
+pub(crate) mod dataplane;
+pub(crate) mod faults;
+mod kubelet;
+mod networking;
+mod scheduler;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::EmulatorBuilder;
+use crate::ops::{self, WriteOptions};
+use crate::resources::{ResourceKind, meta_str};
+use crate::store::Store;
+
+pub use faults::Faults;
+
+/// One simulated node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub name: String,
+    /// Allocatable CPU (a quantity, e.g. `"32"`).
+    pub cpu: String,
+    /// Allocatable memory (a quantity, e.g. `"256Gi"`).
+    pub memory: String,
+    /// Maximum pods (the kubelet default is 110).
+    pub pods: u32,
+    /// Extended resources, e.g. `nvidia.com/gpu: "8"`.
+    pub extended: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    /// Taints as Kubernetes JSON (`{"key", "value", "effect"}`).
+    pub taints: Vec<Value>,
+}
+
+impl NodeConfig {
+    /// A node with 32 CPUs, 256Gi of memory and room for 110 pods.
+    pub fn new(name: impl Into<String>) -> Self {
+        NodeConfig {
+            name: name.into(),
+            cpu: "32".into(),
+            memory: "256Gi".into(),
+            pods: 110,
+            extended: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+        }
+    }
+
+    /// Adds `n` `nvidia.com/gpu` and, when given, the `nvidia.com/gpu.product` label
+    /// (as NVIDIA's GPU feature discovery sets it).
+    pub fn gpus(mut self, n: u32, product: Option<&str>) -> Self {
+        if n > 0 {
+            self.extended.insert("nvidia.com/gpu".into(), n.to_string());
+            self.labels
+                .insert("nvidia.com/gpu.count".into(), n.to_string());
+        }
+        if let Some(p) = product {
+            self.labels.insert("nvidia.com/gpu.product".into(), p.into());
+        }
+        self
+    }
+
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// Adds a taint, e.g. `taint("nvidia.com/gpu", "present", "NoSchedule")`.
+    pub fn taint(mut self, key: &str, value: &str, effect: &str) -> Self {
+        self.taints
+            .push(json!({"key": key, "value": value, "effect": effect}));
+        self
+    }
+}
+
+/// Settings of the simulated cluster (see the `EmulatorBuilder` methods that set them).
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Explicit nodes; when empty, `node_count` nodes are generated.
+    pub nodes: Vec<NodeConfig>,
+    pub node_count: usize,
+    pub gpus_per_node: u32,
+    pub gpu_product: Option<String>,
+    /// From binding to a started container (image pull and container creation).
+    pub start_delay: Duration,
+    /// The first crash-loop back-off (the kubelet's is 10 s, doubling up to 5 min).
+    pub restart_backoff: Duration,
+    /// Image patterns (`*` wildcards) whose pulls fail.
+    pub fail_images: Vec<String>,
+    /// Image patterns whose containers exit with an error after starting.
+    pub crash_images: Vec<String>,
+    /// A Gateway (namespace, name) to create at start, with its GatewayClass.
+    pub gateway: Option<(String, String)>,
+    /// Address of the Gateway data plane (default `127.0.0.1:0`).
+    pub gateway_listen: SocketAddr,
+    /// How often timers are checked.
+    pub tick: Duration,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            nodes: Vec::new(),
+            node_count: 3,
+            gpus_per_node: 0,
+            gpu_product: None,
+            start_delay: Duration::from_secs(2),
+            restart_backoff: Duration::from_secs(10),
+            fail_images: Vec::new(),
+            crash_images: Vec::new(),
+            gateway: None,
+            gateway_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            tick: Duration::from_millis(25),
+        }
+    }
+}
+
+impl ClusterConfig {
+    fn node_list(&self) -> Vec<NodeConfig> {
+        if !self.nodes.is_empty() {
+            return self.nodes.clone();
+        }
+        (1..=self.node_count)
+            .map(|i| {
+                NodeConfig::new(format!("node-{i}"))
+                    .gpus(self.gpus_per_node, self.gpu_product.as_deref())
+            })
+            .collect()
+    }
+}
+
+/// The GatewayClass the emulator's Gateway controller owns.
+pub const GATEWAY_CLASS: &str = "modelplane-emulator";
+/// Its `spec.controllerName`.
+pub const GATEWAY_CONTROLLER: &str = "modelplane.io/emulator-gateway";
+
+// Cluster simulation knobs. Any of them turns the simulation on; without them the
+// emulator is the bare API server of part 1.
+impl EmulatorBuilder {
+    fn sim(&mut self) -> &mut ClusterConfig {
+        self.cluster.get_or_insert_with(ClusterConfig::default)
+    }
+
+    /// Runs the simulated cluster with these settings.
+    pub fn cluster(mut self, config: ClusterConfig) -> Self {
+        self.cluster = Some(config);
+        self
+    }
+
+    /// Simulates `n` identical nodes (default 3) named `node-1`...
+    pub fn nodes(mut self, n: usize) -> Self {
+        self.sim().node_count = n;
+        self
+    }
+
+    /// Adds one explicitly configured node (replacing the generated ones).
+    pub fn node(mut self, node: NodeConfig) -> Self {
+        self.sim().nodes.push(node);
+        self
+    }
+
+    /// `nvidia.com/gpu` allocatable on each generated node.
+    pub fn gpus_per_node(mut self, n: u32) -> Self {
+        self.sim().gpus_per_node = n;
+        self
+    }
+
+    /// The `nvidia.com/gpu.product` label of each generated node.
+    pub fn gpu_product(mut self, product: impl Into<String>) -> Self {
+        self.sim().gpu_product = Some(product.into());
+        self
+    }
+
+    /// Time from scheduling to a running container (default 2 s).
+    pub fn start_delay(mut self, d: Duration) -> Self {
+        self.sim().start_delay = d;
+        self
+    }
+
+    /// First crash-loop back-off (default 10 s, doubling up to 30x).
+    pub fn restart_backoff(mut self, d: Duration) -> Self {
+        self.sim().restart_backoff = d;
+        self
+    }
+
+    /// Images matching this pattern (`*` matches anything) fail to pull.
+    pub fn fail_images(mut self, pattern: impl Into<String>) -> Self {
+        self.sim().fail_images.push(pattern.into());
+        self
+    }
+
+    /// Containers of images matching this pattern crash after starting.
+    pub fn crash_images(mut self, pattern: impl Into<String>) -> Self {
+        self.sim().crash_images.push(pattern.into());
+        self
+    }
+
+    /// Pre-creates a Gateway `namespace/name` (and the GatewayClass) served by the data plane.
+    pub fn gateway(mut self, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        self.sim().gateway = Some((namespace.into(), name.into()));
+        self
+    }
+
+    /// Address of the Gateway data plane (default `127.0.0.1:0`).
+    pub fn gateway_listen(mut self, addr: SocketAddr) -> Self {
+        self.sim().gateway_listen = addr;
+        self
+    }
+}
+
+/// `*`-wildcard matching of image references.
+pub(crate) fn glob(pattern: &str, s: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == s;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !s.starts_with(first) || s.len() < first.len() + last.len() || !s.ends_with(last) {
+        return false;
+    }
+    let mut rest = &s[first.len()..s.len() - last.len()];
+    for mid in &parts[1..parts.len() - 1] {
+        match rest.find(mid) {
+            Some(i) => rest = &rest[i + mid.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Kinds the simulation uses, resolved once.
+#[derive(Clone, Copy)]
+pub(crate) struct K {
+    pub namespace: &'static ResourceKind,
+    pub node: &'static ResourceKind,
+    pub pod: &'static ResourceKind,
+    pub service: &'static ResourceKind,
+    pub event: &'static ResourceKind,
+    pub secret: &'static ResourceKind,
+    pub configmap: &'static ResourceKind,
+    pub pvc: &'static ResourceKind,
+    pub deployment: &'static ResourceKind,
+    pub replicaset: &'static ResourceKind,
+    pub priorityclass: &'static ResourceKind,
+    pub endpointslice: Option<&'static ResourceKind>,
+    pub gatewayclass: Option<&'static ResourceKind>,
+    pub gateway: Option<&'static ResourceKind>,
+    pub httproute: Option<&'static ResourceKind>,
+}
+
+impl K {
+    fn new(store: &Store) -> K {
+        let k = |g: &str, r: &str| store.kinds().by_resource(g, "v1", r);
+        let must = |g: &str, r: &str| k(g, r).expect("core kinds are always served");
+        K {
+            namespace: must("", "namespaces"),
+            node: must("", "nodes"),
+            pod: must("", "pods"),
+            service: must("", "services"),
+            event: must("", "events"),
+            secret: must("", "secrets"),
+            configmap: must("", "configmaps"),
+            pvc: must("", "persistentvolumeclaims"),
+            deployment: must("apps", "deployments"),
+            replicaset: must("apps", "replicasets"),
+            priorityclass: must("scheduling.k8s.io", "priorityclasses"),
+            endpointslice: k("discovery.k8s.io", "endpointslices"),
+            gatewayclass: k("gateway.networking.k8s.io", "gatewayclasses"),
+            gateway: k("gateway.networking.k8s.io", "gateways"),
+            httproute: k("gateway.networking.k8s.io", "httproutes"),
+        }
+    }
+}
+
+/// Shared state of the simulation loop.
+pub(crate) struct Sim {
+    pub store: Store,
+    pub k: K,
+    pub config: ClusterConfig,
+    pub nodes: Vec<NodeConfig>,
+    /// The data plane's bound address (Gateway listeners point at its port).
+    pub gateway_addr: SocketAddr,
+    /// Per-pod kubelet progress, by uid.
+    pub pods: HashMap<String, kubelet::PodRuntime>,
+    /// Last FailedScheduling message per pod uid (events are sent when it changes).
+    pub unschedulable: HashMap<String, String>,
+}
+
+/// What `start` hands back to the emulator.
+pub(crate) struct Running {
+    pub gateway_addr: SocketAddr,
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Creates the nodes (and Gateway), binds the data plane and starts the loop.
+pub(crate) async fn start(store: Store, config: ClusterConfig) -> std::io::Result<Running> {
+    let k = K::new(&store);
+    let listener = tokio::net::TcpListener::bind(config.gateway_listen).await?;
+    let gateway_addr = listener.local_addr()?;
+    let nodes = config.node_list();
+    let mut sim = Sim {
+        store: store.clone(),
+        k,
+        config,
+        nodes,
+        gateway_addr,
+        pods: HashMap::new(),
+        unschedulable: HashMap::new(),
+    };
+    sim.create_nodes();
+    networking::create_gateway(&sim);
+    let dp = tokio::spawn(dataplane::serve(listener, store.clone()));
+    let main = tokio::spawn(async move { sim.run().await });
+    tracing::info!(%gateway_addr, "simulated cluster running");
+    Ok(Running {
+        gateway_addr,
+        tasks: vec![dp, main],
+    })
+}
+
+impl Sim {
+    async fn run(&mut self) {
+        let mut rx = self.store.subscribe();
+        loop {
+            self.pass();
+            tokio::select! {
+                r = rx.recv() => {
+                    if let Err(tokio::sync::broadcast::error::RecvError::Closed) = r {
+                        return;
+                    }
+                    // Coalesce bursts of changes into one pass.
+                    while rx.try_recv().is_ok() {}
+                }
+                _ = tokio::time::sleep(self.config.tick) => {}
+            }
+        }
+    }
+
+    /// One pass of every component; each is level-triggered and idempotent.
+    fn pass(&mut self) {
+        controllers::deployments(self);
+        controllers::replicasets(self);
+        scheduler::schedule(self);
+        kubelet::run(self);
+        networking::reconcile(self);
+    }
+
+    fn create_nodes(&self) {
+        for (i, n) in self.nodes.iter().enumerate() {
+            let mut labels: BTreeMap<String, String> = BTreeMap::from([
+                ("kubernetes.io/hostname".into(), n.name.clone()),
+                ("kubernetes.io/os".into(), "linux".into()),
+                ("kubernetes.io/arch".into(), "amd64".into()),
+                ("beta.kubernetes.io/os".into(), "linux".into()),
+                ("beta.kubernetes.io/arch".into(), "amd64".into()),
+            ]);
+            labels.extend(n.labels.clone());
+            let mut spec = json!({"podCIDR": pod_cidr(i), "podCIDRs": [pod_cidr(i)]});
+            if !n.taints.is_empty() {
+                spec["taints"] = json!(n.taints);
+            }
+            let obj = json!({"metadata": {"name": n.name, "labels": labels}, "spec": spec});
+            let opts = manager("kubelet");
+            let _ = ops::create(&self.store, self.k.node, "", obj, &opts);
+            let mut alloc = json!({
+                "cpu": n.cpu, "memory": n.memory, "pods": n.pods.to_string(),
+                "ephemeral-storage": "100Gi", "hugepages-1Gi": "0", "hugepages-2Mi": "0",
+            });
+            for (r, q) in &n.extended {
+                alloc[r] = json!(q);
+            }
+            let now = ops::now();
+            let cond = |t: &str, s: &str, reason: &str, msg: &str| {
+                json!({"type": t, "status": s, "reason": reason, "message": msg,
+                       "lastHeartbeatTime": now, "lastTransitionTime": now})
+            };
+            let status = json!({
+                "capacity": alloc, "allocatable": alloc,
+                "conditions": [
+                    cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                    cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                    cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                    cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+                ],
+                "addresses": [
+                    {"type": "InternalIP", "address": node_ip(i)},
+                    {"type": "Hostname", "address": n.name},
+                ],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                "nodeInfo": {
+                    "architecture": "amd64", "operatingSystem": "linux",
+                    "kubeletVersion": crate::KUBERNETES_VERSION,
+                    "kubeProxyVersion": "", "containerRuntimeVersion": "containerd://2.1.0",
+                    "osImage": "modelplane emulator", "kernelVersion": "6.8.0",
+                    "machineID": "", "systemUUID": "", "bootID": "",
+                },
+            });
+            if let Some(node) = self.store.get(self.k.node, "", &n.name) {
+                let _ = write_status(&self.store, self.k.node, &node, status, "kubelet");
+            }
+        }
+    }
+
+    /// Index of a simulated node by name.
+    pub fn node_index(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
+
+    /// Records a core/v1 Event about `obj`.
+    pub fn event(&self, obj: &Value, kind: &ResourceKind, ty: &str, reason: &str, msg: &str, component: &str) {
+        let ns = meta_str(obj, "namespace").unwrap_or("default");
+        let name = meta_str(obj, "name").unwrap_or("");
+        let now = ops::now();
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let host = obj.pointer("/spec/nodeName").and_then(Value::as_str);
+        let mut source = json!({"component": component});
+        if component == "kubelet"
+            && let Some(h) = host
+        {
+            source["host"] = json!(h);
+        }
+        let ev = json!({
+            "metadata": {"name": format!("{name}.{}", &id[..16]), "namespace": ns},
+            "involvedObject": {
+                "apiVersion": kind.api_version(), "kind": kind.kind, "name": name, "namespace": ns,
+                "uid": meta_str(obj, "uid"), "resourceVersion": meta_str(obj, "resourceVersion"),
+            },
+            "reason": reason, "message": msg, "type": ty, "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now, "eventTime": null,
+            "source": source, "reportingComponent": component,
+            "reportingInstance": host.filter(|_| component == "kubelet").unwrap_or(""),
+        });
+        let _ = ops::create(&self.store, self.k.event, ns, ev, &manager(component));
+    }
+}
+
+pub(crate) fn manager(name: &str) -> WriteOptions {
+    WriteOptions {
+        field_manager: Some(name.into()),
+        default_manager: name.into(),
+        ..Default::default()
+    }
+}
+
+/// Writes `status` through the status subresource (optimistically: a conflict is retried
+/// by the next pass). Returns whether something was written.
+pub(crate) fn write_status(
+    store: &Store,
+    kind: &'static ResourceKind,
+    obj: &Value,
+    status: Value,
+    component: &str,
+) -> bool {
+    if obj.get("status") == Some(&status) {
+        return false;
+    }
+    let mut new = obj.clone();
+    new["status"] = status;
+    let ns = meta_str(obj, "namespace").unwrap_or("");
+    let name = meta_str(obj, "name").unwrap_or("");
+    ops::update(store, kind, ns, name, "status", new, &manager(component)).is_ok()
+}
+
+/// Writes the whole object through the main endpoint (with its resourceVersion).
+pub(crate) fn write_object(store: &Store, kind: &'static ResourceKind, new: Value, component: &str) -> bool {
+    let ns = meta_str(&new, "namespace").unwrap_or("").to_string();
+    let name = meta_str(&new, "name").unwrap_or("").to_string();
+    ops::update(store, kind, &ns, &name, "", new, &manager(component)).is_ok()
+}
+
+fn pod_cidr(i: usize) -> String {
+    format!("10.244.{i}.0/24")
+}
+
+fn node_ip(i: usize) -> String {
+    format!("172.18.0.{}", i + 2)
+}
+
+pub(crate) fn deleting(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+pub(crate) fn uid(obj: &Value) -> &str {
+    meta_str(obj, "uid").unwrap_or("")
+}
+
+/// The uid of the controller ownerReference, if any.
+pub(crate) fn controller_uid(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?
+        .get("uid")?
+        .as_str()
+}
+
+/// A condition of `status.conditions` by type.
+pub(crate) fn condition<'a>(obj: &'a Value, ty: &str) -> Option<&'a Value> {
+    obj.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))
+}
+
+pub(crate) fn is_true(obj: &Value, ty: &str) -> bool {
+    condition(obj, ty).and_then(|c| c.get("status")).and_then(Value::as_str) == Some("True")
+}
+
+/// Parses a quantity into milli-units (enough for scheduling arithmetic).
+pub(crate) fn milli(q: &Value) -> i128 {
+    let s = match q {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => return 0,
+    };
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+        .unwrap_or(s.len());
+    let (num, suffix) = s.split_at(split);
+    let n: f64 = num.parse().unwrap_or(0.0);
+    let mult: f64 = match suffix {
+        "" => 1.0,
+        "m" => 0.001,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "Ki" => 1024.0,
+        "Mi" => 1024.0 * 1024.0,
+        "Gi" => 1024.0 * 1024.0 * 1024.0,
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        s if s.starts_with(['e', 'E']) => 10f64.powi(s[1..].parse().unwrap_or(0)),
+        _ => 1.0,
+    };
+    (n * mult * 1000.0).ceil() as i128
+}
+
+/// Go's `time.Duration` string (`200ms`, `10s`, `5m0s`), as the kubelet prints back-offs.
+pub(crate) fn go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let secs = d.as_secs_f64();
+    if secs < 60.0 {
+        let s = format!("{secs:.3}");
+        let s = s.trim_end_matches('0').trim_end_matches('.');
+        return format!("{s}s");
+    }
+    let total = d.as_secs();
+    let (h, m, s) = (total / 3600, (total / 60) % 60, total % 60);
+    if h > 0 {
+        format!("{h}h{m}m{s}s")
+    } else {
+        format!("{m}m{s}s")
+    }
+}
+
+/// Elapsed since `t`.
+pub(crate) fn since(t: Instant) -> Duration {
+    Instant::now().saturating_duration_since(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_matches_like_a_shell_pattern() {
+        assert!(glob("*:broken", "ghcr.io/x/y:broken"));
+        assert!(glob("ghcr.io/*/crash*", "ghcr.io/a/crash:1"));
+        assert!(!glob("ghcr.io/*/crash*", "docker.io/a/crash:1"));
+        assert!(glob("exact", "exact"));
+        assert!(!glob("a*a", "a"));
+    }
+
+    #[test]
+    fn quantities_and_durations() {
+        assert_eq!(milli(&json!("500m")), 500);
+        assert_eq!(milli(&json!("2")), 2000);
+        assert_eq!(milli(&json!("1Gi")), 1024 * 1024 * 1024 * 1000);
+        assert_eq!(go_duration(Duration::from_millis(200)), "200ms");
+        assert_eq!(go_duration(Duration::from_secs(10)), "10s");
+        assert_eq!(go_duration(Duration::from_secs(300)), "5m0s");
+    }
+}
