@@ -68,6 +68,7 @@ impl Worker {
         for watch in [Kind::Deployment, Kind::Service, Kind::Pod, Kind::HttpRoute] {
             tokio::spawn(self.clone().watch(watch, shutdown.clone()));
         }
+        tokio::spawn(self.clone().watch_gateways(shutdown.clone()));
         tokio::spawn(self.clone().resync_loop(shutdown.clone()));
 
         loop {
@@ -586,6 +587,39 @@ impl Worker {
             };
             if let Err(err) = store::work_queue::enqueue_reconcile(&self.pool, id).await {
                 tracing::warn!(error = %err, "cannot requeue after a cluster change");
+            }
+        }
+    }
+}
+
+impl Worker {
+    /// Watches Gateways: an address or listener change alters the external URLs of the
+    /// records routed through it, so they are requeued (rare, so all of them).
+    async fn watch_gateways(self: Arc<Self>, shutdown: CancellationToken) {
+        let resource = resource_of("gateway.networking.k8s.io/v1", "Gateway");
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::all_with(self.cluster.client.clone(), &resource);
+        let stream = watcher::watcher(api, watcher::Config::default());
+        let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(stream));
+        loop {
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return,
+                event = stream.next() => event,
+            };
+            match event {
+                None => return,
+                Some(Ok(
+                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
+                )) => {
+                    if let Err(err) = store::work_queue::enqueue_all(&self.pool).await {
+                        tracing::warn!(error = %err, "cannot requeue after a Gateway change");
+                    }
+                    let _ = sqlx::query("select pg_notify($1, 'gateway')")
+                        .bind(NOTIFY_CHANNEL)
+                        .execute(&self.pool)
+                        .await;
+                }
+                Some(_) => {}
             }
         }
     }

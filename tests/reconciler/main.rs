@@ -555,3 +555,103 @@ async fn a_cluster_outage_is_reported_and_then_converges(pool: PgPool) {
             .contains(&"ClusterUnreachable".to_owned())
     );
 }
+
+/// Starts `modelplane serve --role worker` as a separate process.
+fn spawn_worker(id: &str, database_url: &str, kubeconfig: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_modelplane"))
+        .args(["serve", "--role", "worker", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", database_url)
+        .env("MODELPLANE_KUBECONFIG", kubeconfig)
+        .env("MODELPLANE_WORKER_ID", id)
+        .env("MODELPLANE_INSTALLATION", "test")
+        .env("MODELPLANE_LEASE_SECS", "3")
+        .env("MODELPLANE_LOG", "warn")
+        .env_remove("MODELPLANE_BOOTSTRAP_TOKEN")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("the modelplane binary starts")
+}
+
+#[sqlx::test]
+async fn two_worker_processes_share_the_work_and_a_killed_one_loses_nothing(pool: PgPool) {
+    let emulator = Emulator::builder().start().await.unwrap();
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("modelplane-workers-{}", uuid::Uuid::now_v7())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let kubeconfig = dir.0.join("kubeconfig");
+    std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
+    let options = pool.connect_options();
+    let database_url = format!(
+        "postgres://{}@{}:{}/{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap()
+    );
+
+    let app = TestApp::spawn(pool.clone()).await;
+    app.create_project("team-a").await;
+    for i in 0..200 {
+        let response = app
+            .post_json(
+                "/api/v1/projects/team-a/deployments",
+                &json!({"name": format!("m-{i}"), "spec": sim_spec()}),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let mut a = spawn_worker("worker-a", &database_url, &kubeconfig);
+    let mut b = spawn_worker("worker-b", &database_url, &kubeconfig);
+    let applied = || async {
+        sqlx::query_scalar::<_, i64>("select count(*) from model_deployment where applied_digest is not null and phase = 'Deploying'")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    wait_for("some records applied", Duration::from_secs(60), || async {
+        applied().await >= 20
+    })
+    .await;
+    a.kill().unwrap(); // SIGKILL: no chance to release its leases
+    a.wait().unwrap();
+    wait_for(
+        "all 200 records to converge",
+        Duration::from_secs(120),
+        || async { applied().await == 200 },
+    )
+    .await;
+    b.kill().unwrap();
+    b.wait().unwrap();
+
+    // Every record's Deployment exists, and no record was applied by both workers interleaved.
+    let log = emulator.requests().snapshot();
+    let mut by_record: std::collections::HashMap<String, Vec<String>> =
+        std::collections::HashMap::new();
+    for request in log
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.contains("/deployments/m-"))
+    {
+        let name = request.path.rsplit('/').next().unwrap().to_owned();
+        by_record
+            .entry(name)
+            .or_default()
+            .push(request.client_id.clone().unwrap_or_default());
+    }
+    assert_eq!(by_record.len(), 200, "every record was applied");
+    for (name, writers) in &by_record {
+        let mut switches = writers.windows(2).filter(|w| w[0] != w[1]).count();
+        if writers.first() == writers.last() && switches > 0 {
+            switches += 1;
+        }
+        assert!(
+            switches <= 1,
+            "{name} was applied by both workers interleaved: {writers:?}"
+        );
+    }
+    let writers: std::collections::HashSet<&String> = by_record.values().flatten().collect();
+    assert!(
+        writers.contains(&"worker-b".to_owned()),
+        "worker-b took over"
+    );
+    emulator.shutdown().await;
+}
