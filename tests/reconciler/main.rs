@@ -655,3 +655,85 @@ async fn two_worker_processes_share_the_work_and_a_killed_one_loses_nothing(pool
     );
     emulator.shutdown().await;
 }
+
+#[sqlx::test]
+async fn the_worker_writes_only_in_its_projects_namespaces(pool: PgPool) {
+    let h = harness(pool, true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    let response = h
+        .app
+        .post_json(
+            "/api/v1/projects",
+            &json!({"name": "team-b", "namespace": "models-b"}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    create(&h, "qwen").await;
+    let response = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-b/deployments",
+            &json!({"name": "llama", "spec": sim_spec()}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    h.wait_applied("qwen", 1).await;
+    wait_for("llama applied", Duration::from_secs(20), || async {
+        let record: Value = h
+            .app
+            .get("/api/v1/projects/team-b/deployments/llama")
+            .await
+            .json()
+            .await
+            .unwrap();
+        record["status"]["observedGeneration"] == 1 && record["status"]["phase"] != "Pending"
+    })
+    .await;
+    h.app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/scale",
+            &json!({"replicas": 2}),
+        )
+        .await;
+    h.wait_applied("qwen", 2).await;
+    h.app
+        .request(Method::DELETE, "/api/v1/projects/team-b/deployments/llama")
+        .send()
+        .await
+        .unwrap();
+    wait_for("llama deleted", Duration::from_secs(20), || async {
+        h.app
+            .get("/api/v1/projects/team-b/deployments/llama")
+            .await
+            .status()
+            == StatusCode::NOT_FOUND
+    })
+    .await;
+
+    let writes: Vec<_> = h
+        .emulator
+        .as_ref()
+        .unwrap()
+        .requests()
+        .snapshot()
+        .into_iter()
+        .filter(|r| {
+            !matches!(r.method.as_str(), "GET" | "HEAD")
+                && r.client_id.as_deref() == Some("worker-a")
+        })
+        .collect();
+    assert!(writes.len() >= 8, "the worker wrote: {writes:?}");
+    for write in &writes {
+        let namespace = write
+            .path
+            .split("/namespaces/")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next());
+        assert!(
+            matches!(namespace, Some("team-a" | "models-b")),
+            "{} {} is outside the projects' namespaces",
+            write.method,
+            write.path
+        );
+    }
+}
