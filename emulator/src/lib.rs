@@ -2,15 +2,31 @@
 //!
 //! It speaks the real Kubernetes HTTP protocol (discovery, CRUD, list/watch, patches,
 //! server-side apply, status subresources, garbage collection) for the kinds modelplane
-//! uses, so that the real `kube` client and `kubectl` work against it unchanged.
+//! uses, so that the real `kube` client and `kubectl` work against it unchanged. See the
+//! crate README for what is emulated and every known difference from a real API server.
 //!
-//! ```no_run
-//! # async fn demo() -> std::io::Result<()> {
-//! let emu = modelplane_emulator::Emulator::builder().gateway_api(true).start().await?;
-//! std::fs::write("/tmp/kubeconfig", emu.kubeconfig_yaml())?;
-//! // ... point a kube::Client at emu.url() ...
+//! Over HTTP, point a client at [`RunningEmulator::url`] (or write
+//! [`RunningEmulator::kubeconfig_yaml`] to a file); in process, use the [`Store`] and the
+//! [`ops`] functions, which have exactly the HTTP semantics:
+//!
+//! ```
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! use modelplane_emulator::{Emulator, ops};
+//! use serde_json::json;
+//!
+//! let emu = Emulator::builder().start().await.unwrap();
+//! let store = emu.store();
+//! let configmaps = store.kinds().by_resource("", "v1", "configmaps").unwrap();
+//! let opts = ops::WriteOptions { field_manager: Some("my-controller".into()), ..Default::default() };
+//! let created = ops::create(store, configmaps, "default", json!({"metadata": {"name": "cfg"}, "data": {"k": "v"}}), &opts).unwrap();
+//! assert_eq!(created.object["metadata"]["managedFields"][0]["manager"], "my-controller");
+//!
+//! let mut changes = store.subscribe(); // every later change, in resourceVersion order
+//! ops::delete(store, configmaps, "default", "cfg", &Default::default()).unwrap();
+//! assert_eq!(changes.recv().await.unwrap().event, modelplane_emulator::EventType::Deleted);
+//! assert!(emu.requests().snapshot().is_empty()); // only HTTP requests are recorded
 //! emu.shutdown().await;
-//! # Ok(()) }
+//! # });
 //! ```
 
 // The public surface: the operations with the real server's semantics, the store, the
@@ -120,6 +136,8 @@ impl EmulatorBuilder {
             self.history,
         );
         seed(&store);
+        // Settle the built-in controllers (default ServiceAccounts) before serving.
+        while gc::pass(&store) {}
         let listener = tokio::net::TcpListener::bind(self.listen).await?;
         let addr = listener.local_addr()?;
         let log = RequestLog::default();
