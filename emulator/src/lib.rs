@@ -39,6 +39,7 @@ pub mod store;
 
 mod admission;
 mod apply;
+mod cluster;
 mod conversion;
 mod defaults;
 mod discovery;
@@ -60,6 +61,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
+pub use cluster::{ClusterConfig, Faults, GATEWAY_CLASS, GATEWAY_CONTROLLER, NodeConfig};
 pub use discovery::GIT_VERSION as KUBERNETES_VERSION;
 pub use http::{REQUEST_LOG_LIMIT, RecordedRequest, RequestLog};
 pub use patch::PatchType;
@@ -84,6 +86,8 @@ pub struct EmulatorBuilder {
     inference_api: bool,
     history: usize,
     bookmark_interval: Duration,
+    /// The simulated cluster (part 2); `None` serves the bare API server.
+    cluster: Option<ClusterConfig>,
 }
 
 impl Default for EmulatorBuilder {
@@ -94,6 +98,7 @@ impl Default for EmulatorBuilder {
             inference_api: true,
             history: 10_000,
             bookmark_interval: Duration::from_secs(60),
+            cluster: None,
         }
     }
 }
@@ -158,6 +163,10 @@ impl EmulatorBuilder {
                 .await;
         });
         let gc = tokio::spawn(gc::run(store.clone()));
+        let cluster = match self.cluster {
+            Some(c) => Some(cluster::start(store.clone(), c).await?),
+            None => None,
+        };
         tracing::info!(%addr, "kubernetes api emulator listening");
         Ok(RunningEmulator {
             addr,
@@ -166,6 +175,7 @@ impl EmulatorBuilder {
             stop: Some(stop_tx),
             server: Some(server),
             gc,
+            cluster,
         })
     }
 }
@@ -202,6 +212,7 @@ pub struct RunningEmulator {
     stop: Option<tokio::sync::watch::Sender<bool>>,
     server: Option<JoinHandle<()>>,
     gc: JoinHandle<()>,
+    cluster: Option<cluster::Running>,
 }
 
 impl RunningEmulator {
@@ -239,6 +250,7 @@ impl RunningEmulator {
             let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
         }
         self.gc.abort();
+        self.stop_cluster();
     }
 }
 
@@ -248,6 +260,7 @@ impl Drop for RunningEmulator {
             server.abort();
         }
         self.gc.abort();
+        self.stop_cluster();
     }
 }
 

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-use super::{Sim, condition, controller_uid, deleting, is_true, manager, uid, write_object, write_status};
+use super::{
+    Sim, condition, controller_uid, deleting, is_true, manager, uid, write_object, write_status,
+};
 use crate::ops::{self, DeleteOptions};
 use crate::resources::{meta_mut, meta_str};
 
@@ -22,7 +24,9 @@ fn int(v: &Value, ptr: &str) -> i64 {
 }
 
 fn spec_replicas(o: &Value) -> i64 {
-    o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
+    o.pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
 }
 
 fn annotation<'a>(o: &'a Value, key: &str) -> Option<&'a str> {
@@ -30,7 +34,9 @@ fn annotation<'a>(o: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 fn revision(o: &Value) -> i64 {
-    annotation(o, REVISION).and_then(|r| r.parse().ok()).unwrap_or(0)
+    annotation(o, REVISION)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
 }
 
 /// JSON with object keys sorted, so the hash does not depend on field order.
@@ -38,7 +44,8 @@ fn canonical(v: &Value) -> String {
     fn sort(v: &Value) -> Value {
         match v {
             Value::Object(m) => {
-                let sorted: BTreeMap<&String, Value> = m.iter().map(|(k, v)| (k, sort(v))).collect();
+                let sorted: BTreeMap<&String, Value> =
+                    m.iter().map(|(k, v)| (k, sort(v))).collect();
                 let mut out = Map::new();
                 for (k, v) in sorted {
                     out.insert(k.clone(), v);
@@ -176,7 +183,9 @@ fn pod_available(p: &Value, min_ready: i64) -> bool {
         .and_then(|c| c.get("lastTransitionTime"))
         .and_then(Value::as_str)
         .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
-    since.is_some_and(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds() >= min_ready)
+    since.is_some_and(|t| {
+        (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds() >= min_ready
+    })
 }
 
 /// The deployment controller: one sync per Deployment.
@@ -212,7 +221,14 @@ fn scale_rs(sim: &Sim, d: &Value, rs: &Value, to: i64, surge: i64) -> bool {
             "Scaled {dir} replica set {} from {from} to {to}",
             meta_str(rs, "name").unwrap_or("")
         );
-        sim.event(d, sim.k.deployment, "Normal", "ScalingReplicaSet", &msg, "deployment-controller");
+        sim.event(
+            d,
+            sim.k.deployment,
+            "Normal",
+            "ScalingReplicaSet",
+            &msg,
+            "deployment-controller",
+        );
     }
     true
 }
@@ -224,7 +240,9 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[Value], pods: &[Value]) {
     let mut owned: Vec<Value> = all_rs
         .iter()
         .filter(|rs| {
-            meta_str(rs, "namespace") == Some(ns) && controller_uid(rs) == Some(duid) && !deleting(rs)
+            meta_str(rs, "namespace") == Some(ns)
+                && controller_uid(rs) == Some(duid)
+                && !deleting(rs)
         })
         .cloned()
         .collect();
@@ -274,13 +292,21 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[Value], pods: &[Value]) {
                 return;
             }
             if has_deadline && condition(d, "Progressing").is_none() {
-                let msg = format!("Found new replica set {:?}", meta_str(rs, "name").unwrap_or(""));
-                set_condition(&mut conds, new_condition("Progressing", "True", "FoundNewReplicaSet", &msg));
+                let msg = format!(
+                    "Found new replica set {:?}",
+                    meta_str(rs, "name").unwrap_or("")
+                );
+                set_condition(
+                    &mut conds,
+                    new_condition("Progressing", "True", "FoundNewReplicaSet", &msg),
+                );
             }
         }
         let old_pods_running = pods.iter().any(|p| {
             meta_str(p, "namespace") == Some(ns)
-                && olds.iter().any(|&i| controller_uid(p) == Some(uid(&owned[i])))
+                && olds
+                    .iter()
+                    .any(|&i| controller_uid(p) == Some(uid(&owned[i])))
                 && !matches!(
                     p.pointer("/status/phase").and_then(Value::as_str),
                     Some("Succeeded" | "Failed")
@@ -297,7 +323,15 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[Value], pods: &[Value]) {
             if !scaled && !old_pods_running {
                 match &new_rs {
                     None => {
-                        new_rs = create_rs(sim, d, &template, replicas, max_old_rev + 1, surge, &mut conds);
+                        new_rs = create_rs(
+                            sim,
+                            d,
+                            &template,
+                            replicas,
+                            max_old_rev + 1,
+                            surge,
+                            &mut conds,
+                        );
                     }
                     Some(rs) if spec_replicas(rs) != replicas => {
                         scale_rs(sim, d, rs, replicas, surge);
@@ -345,26 +379,56 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[Value], pods: &[Value]) {
         .chain(new_rs.iter())
         .collect();
     let sum = |p: &str| all.iter().map(|rs| int(rs, p)).sum::<i64>();
-    let total_spec: i64 = sizes.iter().sum::<i64>() + if new_idx.is_none() { new_rs.as_ref().map(spec_replicas).unwrap_or(0) } else { 0 };
+    let total_spec: i64 = sizes.iter().sum::<i64>()
+        + if new_idx.is_none() {
+            new_rs.as_ref().map(spec_replicas).unwrap_or(0)
+        } else {
+            0
+        };
     let available = sum("/status/availableReplicas");
     let st_replicas = sum("/status/replicas");
-    let updated = new_rs.as_ref().map(|rs| int(rs, "/status/replicas")).unwrap_or(0);
+    let updated = new_rs
+        .as_ref()
+        .map(|rs| int(rs, "/status/replicas"))
+        .unwrap_or(0);
     let ready = sum("/status/readyReplicas");
     let unavailable = (total_spec - available).max(0);
     let generation = int(d, "/metadata/generation");
 
     if available >= replicas - max_unavailable(d, replicas) {
-        set_condition(&mut conds, new_condition("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability."));
+        set_condition(
+            &mut conds,
+            new_condition(
+                "Available",
+                "True",
+                "MinimumReplicasAvailable",
+                "Deployment has minimum availability.",
+            ),
+        );
     } else {
-        set_condition(&mut conds, new_condition("Available", "False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability."));
+        set_condition(
+            &mut conds,
+            new_condition(
+                "Available",
+                "False",
+                "MinimumReplicasUnavailable",
+                "Deployment does not have minimum availability.",
+            ),
+        );
     }
-    let rs_name = new_rs.as_ref().and_then(|rs| meta_str(rs, "name")).map(String::from);
+    let rs_name = new_rs
+        .as_ref()
+        .and_then(|rs| meta_str(rs, "name"))
+        .map(String::from);
     let about = |what: &str| match &rs_name {
         Some(n) => format!("ReplicaSet {n:?} {what}"),
         None => format!("Deployment {name:?} {what}"),
     };
     let cur = conds.iter().find(|c| c["type"] == "Progressing").cloned();
-    let complete_before = st_replicas == updated && cur.as_ref().is_some_and(|c| c["reason"] == "NewReplicaSetAvailable");
+    let complete_before = st_replicas == updated
+        && cur
+            .as_ref()
+            .is_some_and(|c| c["reason"] == "NewReplicaSetAvailable");
     if has_deadline && !complete_before {
         let old = d.get("status").cloned().unwrap_or(json!({}));
         let o = |p: &str| int(&old, p);
@@ -384,19 +448,42 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[Value], pods: &[Value]) {
             c["lastUpdateTime"]
                 .as_str()
                 .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                .is_some_and(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds() >= deadline)
+                .is_some_and(|t| {
+                    (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds() >= deadline
+                })
         });
         if complete {
-            set_condition(&mut conds, new_condition("Progressing", "True", "NewReplicaSetAvailable", &about("has successfully progressed.")));
+            set_condition(
+                &mut conds,
+                new_condition(
+                    "Progressing",
+                    "True",
+                    "NewReplicaSetAvailable",
+                    &about("has successfully progressed."),
+                ),
+            );
         } else if progressing {
-            let mut c = new_condition("Progressing", "True", "ReplicaSetUpdated", &about("is progressing."));
+            let mut c = new_condition(
+                "Progressing",
+                "True",
+                "ReplicaSetUpdated",
+                &about("is progressing."),
+            );
             if let Some(cur) = cur.as_ref().filter(|c| c["status"] == "True") {
                 c["lastTransitionTime"] = cur["lastTransitionTime"].clone();
             }
             conds.retain(|x| x["type"] != "Progressing");
             conds.push(c);
         } else if timed_out {
-            set_condition(&mut conds, new_condition("Progressing", "False", "ProgressDeadlineExceeded", &about("has timed out progressing.")));
+            set_condition(
+                &mut conds,
+                new_condition(
+                    "Progressing",
+                    "False",
+                    "ProgressDeadlineExceeded",
+                    &about("has timed out progressing."),
+                ),
+            );
         }
     }
     // ReplicaFailure moves up from the ReplicaSets (the new one first).
@@ -486,7 +573,10 @@ fn scale_down_olds(
         budget -= down;
     }
     // ...then available ones, keeping minAvailable (scaleDownOldReplicaSetsForRollingUpdate).
-    let available: i64 = owned.iter().map(|rs| int(rs, "/status/availableReplicas")).sum();
+    let available: i64 = owned
+        .iter()
+        .map(|rs| int(rs, "/status/availableReplicas"))
+        .sum();
     let mut total = (available - min_available).min(budget);
     for &i in olds {
         if total <= 0 {
@@ -520,10 +610,9 @@ fn create_rs(
         .entry("labels")
         .or_insert_with(|| json!({}))[HASH] = json!(hash);
     let mut selector = d.pointer("/spec/selector").cloned().unwrap_or(json!({}));
-    selector
-        .as_object_mut()
-        .map(|s| s.entry("matchLabels").or_insert_with(|| json!({})))
-        .map(|m| m[HASH] = json!(hash));
+    if let Some(s) = selector.as_object_mut() {
+        s.entry("matchLabels").or_insert_with(|| json!({}))[HASH] = json!(hash);
+    }
     let mut annotations: Map<String, Value> = d
         .pointer("/metadata/annotations")
         .and_then(Value::as_object)
@@ -554,10 +643,19 @@ fn create_rs(
     });
     match ops::create(&sim.store, sim.k.replicaset, ns, rs, &manager(KCM)) {
         Ok(r) => {
-            sim.event(d, sim.k.deployment, "Normal", "ScalingReplicaSet",
-                &format!("Scaled up replica set {name} from 0 to {replicas}"), "deployment-controller");
+            sim.event(
+                d,
+                sim.k.deployment,
+                "Normal",
+                "ScalingReplicaSet",
+                &format!("Scaled up replica set {name} from 0 to {replicas}"),
+                "deployment-controller",
+            );
             let msg = format!("Created new replica set {name:?}");
-            set_condition(conds, new_condition("Progressing", "True", "NewReplicaSetCreated", &msg));
+            set_condition(
+                conds,
+                new_condition("Progressing", "True", "NewReplicaSetCreated", &msg),
+            );
             Some(r.object)
         }
         Err(_) => None,
@@ -617,13 +715,29 @@ fn sync_rs(sim: &Sim, rs: &Value, pods: &[Value]) {
                 Ok(pod) => {
                     created += 1;
                     let msg = format!("Created pod: {}", meta_str(&pod, "name").unwrap_or(""));
-                    sim.event(rs, sim.k.replicaset, "Normal", "SuccessfulCreate", &msg, "replicaset-controller");
+                    sim.event(
+                        rs,
+                        sim.k.replicaset,
+                        "Normal",
+                        "SuccessfulCreate",
+                        &msg,
+                        "replicaset-controller",
+                    );
                 }
                 Err(e) => {
                     let msg = e.message.clone();
                     // The controller reports the failure once per sync, not per pod.
-                    if condition(rs, "ReplicaFailure").and_then(|c| c["message"].as_str()) != Some(msg.as_str()) {
-                        sim.event(rs, sim.k.replicaset, "Warning", "FailedCreate", &format!("Error creating: {msg}"), "replicaset-controller");
+                    if condition(rs, "ReplicaFailure").and_then(|c| c["message"].as_str())
+                        != Some(msg.as_str())
+                    {
+                        sim.event(
+                            rs,
+                            sim.k.replicaset,
+                            "Warning",
+                            "FailedCreate",
+                            &format!("Error creating: {msg}"),
+                            "replicaset-controller",
+                        );
                     }
                     failure = Some(msg);
                     break;
@@ -633,7 +747,10 @@ fn sync_rs(sim: &Sim, rs: &Value, pods: &[Value]) {
     } else if have > want {
         // getPodsToDelete: unscheduled, pending, not ready, shortest ready, most restarts, newest first.
         active.sort_by_key(|p| {
-            let assigned = p.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+            let assigned = p
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .is_some_and(|n| !n.is_empty());
             let phase = match p.pointer("/status/phase").and_then(Value::as_str) {
                 Some("Pending") => 0,
                 Some("Unknown") => 1,
@@ -645,12 +762,25 @@ fn sync_rs(sim: &Sim, rs: &Value, pods: &[Value]) {
                 .map(|cs| cs.iter().map(|c| int(c, "/restartCount")).sum())
                 .unwrap_or(0);
             let created = meta_str(p, "creationTimestamp").unwrap_or("").to_string();
-            (assigned, phase, pod_ready(p), -restarts, std::cmp::Reverse(created))
+            (
+                assigned,
+                phase,
+                pod_ready(p),
+                -restarts,
+                std::cmp::Reverse(created),
+            )
         });
         for p in active.iter().take((have - want) as usize) {
             let name = meta_str(p, "name").unwrap_or("");
             if ops::delete(&sim.store, sim.k.pod, ns, name, &DeleteOptions::default()).is_ok() {
-                sim.event(rs, sim.k.replicaset, "Normal", "SuccessfulDelete", &format!("Deleted pod: {name}"), "replicaset-controller");
+                sim.event(
+                    rs,
+                    sim.k.replicaset,
+                    "Normal",
+                    "SuccessfulDelete",
+                    &format!("Deleted pod: {name}"),
+                    "replicaset-controller",
+                );
             }
         }
     }
@@ -659,19 +789,30 @@ fn sync_rs(sim: &Sim, rs: &Value, pods: &[Value]) {
         return;
     }
     let min_ready = int(rs, "/spec/minReadySeconds");
-    let tmpl_labels = rs.pointer("/spec/template/metadata/labels").cloned().unwrap_or(json!({}));
+    let tmpl_labels = rs
+        .pointer("/spec/template/metadata/labels")
+        .cloned()
+        .unwrap_or(json!({}));
     let labelled = active
         .iter()
         .filter(|p| {
             tmpl_labels.as_object().is_none_or(|m| {
-                m.iter().all(|(k, v)| p.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
+                m.iter()
+                    .all(|(k, v)| p.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
             })
         })
         .count() as i64;
     let ready = active.iter().filter(|p| pod_ready(p)).count() as i64;
-    let available = active.iter().filter(|p| pod_available(p, min_ready)).count() as i64;
+    let available = active
+        .iter()
+        .filter(|p| pod_available(p, min_ready))
+        .count() as i64;
     let mut status = json!({"replicas": active.len()});
-    for (k, v) in [("fullyLabeledReplicas", labelled), ("readyReplicas", ready), ("availableReplicas", available)] {
+    for (k, v) in [
+        ("fullyLabeledReplicas", labelled),
+        ("readyReplicas", ready),
+        ("availableReplicas", available),
+    ] {
         if v != 0 {
             status[k] = json!(v);
         }
@@ -684,11 +825,15 @@ fn sync_rs(sim: &Sim, rs: &Value, pods: &[Value]) {
         .unwrap_or_default();
     match failure {
         Some(msg) => {
-            let keep = conds.iter().any(|c| c["type"] == "ReplicaFailure" && c["message"] == msg.as_str());
+            let keep = conds
+                .iter()
+                .any(|c| c["type"] == "ReplicaFailure" && c["message"] == msg.as_str());
             if !keep {
                 conds.retain(|c| c["type"] != "ReplicaFailure");
-                conds.push(json!({"type": "ReplicaFailure", "status": "True", "lastTransitionTime": now(),
-                                  "reason": "FailedCreate", "message": msg}));
+                conds.push(
+                    json!({"type": "ReplicaFailure", "status": "True", "lastTransitionTime": now(),
+                                  "reason": "FailedCreate", "message": msg}),
+                );
             }
         }
         None if have >= want => conds.retain(|c| c["type"] != "ReplicaFailure"),
@@ -741,20 +886,34 @@ mod tests {
 
     #[test]
     fn fenceposts_round_like_the_real_controller() {
-        let d = |s: Value| json!({"spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": s}}});
+        let d =
+            |s: Value| json!({"spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": s}}});
         assert_eq!(fenceposts(&d(json!({})), 4), (1, 1));
         assert_eq!(fenceposts(&d(json!({})), 1), (1, 0));
-        assert_eq!(fenceposts(&d(json!({"maxSurge": 0, "maxUnavailable": 0})), 3), (0, 1));
-        assert_eq!(fenceposts(&d(json!({"maxSurge": "50%", "maxUnavailable": "50%"})), 3), (2, 1));
-        assert_eq!(fenceposts(&json!({"spec": {"strategy": {"type": "Recreate"}}}), 3), (0, 0));
+        assert_eq!(
+            fenceposts(&d(json!({"maxSurge": 0, "maxUnavailable": 0})), 3),
+            (0, 1)
+        );
+        assert_eq!(
+            fenceposts(&d(json!({"maxSurge": "50%", "maxUnavailable": "50%"})), 3),
+            (2, 1)
+        );
+        assert_eq!(
+            fenceposts(&json!({"spec": {"strategy": {"type": "Recreate"}}}), 3),
+            (0, 0)
+        );
     }
 
     #[test]
     fn template_hash_is_stable_and_safe() {
-        let t = json!({"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c"}]}});
+        let t =
+            json!({"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c"}]}});
         let h = template_hash(&t);
         assert_eq!(h, template_hash(&t));
-        assert!(h.bytes().all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)));
+        assert!(
+            h.bytes()
+                .all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b))
+        );
         assert_ne!(h, template_hash(&json!({})));
     }
 }

@@ -67,7 +67,8 @@ impl NodeConfig {
                 .insert("nvidia.com/gpu.count".into(), n.to_string());
         }
         if let Some(p) = product {
-            self.labels.insert("nvidia.com/gpu.product".into(), p.into());
+            self.labels
+                .insert("nvidia.com/gpu.product".into(), p.into());
         }
         self
     }
@@ -220,6 +221,21 @@ impl EmulatorBuilder {
     }
 }
 
+impl crate::RunningEmulator {
+    /// The Gateway data plane's address, when the cluster simulation runs.
+    pub fn gateway_addr(&self) -> Option<SocketAddr> {
+        self.cluster.as_ref().map(|c| c.gateway_addr)
+    }
+
+    pub(crate) fn stop_cluster(&mut self) {
+        if let Some(c) = &self.cluster {
+            for t in &c.tasks {
+                t.abort();
+            }
+        }
+    }
+}
+
 /// `*`-wildcard matching of image references.
 pub(crate) fn glob(pattern: &str, s: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
@@ -242,6 +258,7 @@ pub(crate) fn glob(pattern: &str, s: &str) -> bool {
 
 /// Kinds the simulation uses, resolved once.
 #[derive(Clone, Copy)]
+#[allow(dead_code)] // TODO(part 2 networking): used by the Gateway controller
 pub(crate) struct K {
     pub namespace: &'static ResourceKind,
     pub node: &'static ResourceKind,
@@ -291,6 +308,7 @@ pub(crate) struct Sim {
     pub config: ClusterConfig,
     pub nodes: Vec<NodeConfig>,
     /// The data plane's bound address (Gateway listeners point at its port).
+    #[allow(dead_code)]
     pub gateway_addr: SocketAddr,
     /// Per-pod kubelet progress, by uid.
     pub pods: HashMap<String, kubelet::PodRuntime>,
@@ -419,7 +437,15 @@ impl Sim {
     }
 
     /// Records a core/v1 Event about `obj`.
-    pub fn event(&self, obj: &Value, kind: &ResourceKind, ty: &str, reason: &str, msg: &str, component: &str) {
+    pub fn event(
+        &self,
+        obj: &Value,
+        kind: &ResourceKind,
+        ty: &str,
+        reason: &str,
+        msg: &str,
+        component: &str,
+    ) {
         let ns = meta_str(obj, "namespace").unwrap_or("default");
         let name = meta_str(obj, "name").unwrap_or("");
         let now = ops::now();
@@ -474,7 +500,12 @@ pub(crate) fn write_status(
 }
 
 /// Writes the whole object through the main endpoint (with its resourceVersion).
-pub(crate) fn write_object(store: &Store, kind: &'static ResourceKind, new: Value, component: &str) -> bool {
+pub(crate) fn write_object(
+    store: &Store,
+    kind: &'static ResourceKind,
+    new: Value,
+    component: &str,
+) -> bool {
     let ns = meta_str(&new, "namespace").unwrap_or("").to_string();
     let name = meta_str(&new, "name").unwrap_or("").to_string();
     ops::update(store, kind, &ns, &name, "", new, &manager(component)).is_ok()
@@ -515,7 +546,10 @@ pub(crate) fn condition<'a>(obj: &'a Value, ty: &str) -> Option<&'a Value> {
 }
 
 pub(crate) fn is_true(obj: &Value, ty: &str) -> bool {
-    condition(obj, ty).and_then(|c| c.get("status")).and_then(Value::as_str) == Some("True")
+    condition(obj, ty)
+        .and_then(|c| c.get("status"))
+        .and_then(Value::as_str)
+        == Some("True")
 }
 
 /// Parses a quantity into milli-units (enough for scheduling arithmetic).

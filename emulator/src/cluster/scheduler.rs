@@ -28,12 +28,22 @@ pub(crate) fn pod_requests(pod: &Value) -> BTreeMap<String, i128> {
         }
         m
     };
-    for c in pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
+    for c in pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         for (k, v) in reqs(c) {
             *sum.entry(k).or_default() += v;
         }
     }
-    for c in pod.pointer("/spec/initContainers").and_then(Value::as_array).into_iter().flatten() {
+    for c in pod
+        .pointer("/spec/initContainers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         for (k, v) in reqs(c) {
             let e = sum.entry(k).or_default();
             *e = (*e).max(v);
@@ -80,8 +90,14 @@ fn match_expression(labels: &serde_json::Map<String, Value>, e: &Value) -> bool 
         "NotIn" => have.is_none_or(|h| !values.contains(&h)),
         "Exists" => have.is_some(),
         "DoesNotExist" => have.is_none(),
-        "Gt" => have.and_then(num).zip(values.first().and_then(|v| num(v))).is_some_and(|(h, v)| h > v),
-        "Lt" => have.and_then(num).zip(values.first().and_then(|v| num(v))).is_some_and(|(h, v)| h < v),
+        "Gt" => have
+            .and_then(num)
+            .zip(values.first().and_then(|v| num(v)))
+            .is_some_and(|(h, v)| h > v),
+        "Lt" => have
+            .and_then(num)
+            .zip(values.first().and_then(|v| num(v)))
+            .is_some_and(|(h, v)| h < v),
         _ => false,
     }
 }
@@ -112,33 +128,64 @@ fn affinity_matches(pod: &Value, node: &Value) -> bool {
             return false;
         }
         let by_name = serde_json::Map::from_iter([("metadata.name".to_string(), json!(name))]);
-        exprs.into_iter().flatten().all(|e| match_expression(labels, e))
-            && fields.into_iter().flatten().all(|e| match_expression(&by_name, e))
+        exprs
+            .into_iter()
+            .flatten()
+            .all(|e| match_expression(labels, e))
+            && fields
+                .into_iter()
+                .flatten()
+                .all(|e| match_expression(&by_name, e))
     })
 }
 
 /// Why a pod does not fit a node (empty when it fits); the first failing filter plugin
 /// decides, as in the scheduling framework. `true` when preemption could help.
-fn filter(pod: &Value, node: &Value, used: &BTreeMap<String, i128>, pods_on_node: usize) -> (Vec<String>, bool) {
+fn filter(
+    pod: &Value,
+    node: &Value,
+    used: &BTreeMap<String, i128>,
+    pods_on_node: usize,
+) -> (Vec<String>, bool) {
     if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true)
-        && !tolerates(pod, &json!({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}))
+        && !tolerates(
+            pod,
+            &json!({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}),
+        )
     {
         return (vec!["node(s) were unschedulable".into()], false);
     }
-    for t in node.pointer("/spec/taints").and_then(Value::as_array).into_iter().flatten() {
+    for t in node
+        .pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
         if (effect == "NoSchedule" || effect == "NoExecute") && !tolerates(pod, t) {
             let key = t.get("key").and_then(Value::as_str).unwrap_or("");
             let value = t.get("value").and_then(Value::as_str).unwrap_or("");
-            return (vec![format!("node(s) had untolerated taint {{{key}: {value}}}")], false);
+            return (
+                vec![format!("node(s) had untolerated taint {{{key}: {value}}}")],
+                false,
+            );
         }
     }
     if !affinity_matches(pod, node) {
-        return (vec!["node(s) didn't match Pod's node affinity/selector".into()], false);
+        return (
+            vec!["node(s) didn't match Pod's node affinity/selector".into()],
+            false,
+        );
     }
-    let alloc = node.pointer("/status/allocatable").and_then(Value::as_object);
+    let alloc = node
+        .pointer("/status/allocatable")
+        .and_then(Value::as_object);
     let mut reasons = Vec::new();
-    let max_pods = alloc.and_then(|a| a.get("pods")).map(milli).unwrap_or(110_000) / 1000;
+    let max_pods = alloc
+        .and_then(|a| a.get("pods"))
+        .map(milli)
+        .unwrap_or(110_000)
+        / 1000;
     if pods_on_node as i128 + 1 > max_pods {
         reasons.push("Too many pods".to_string());
     }
@@ -159,9 +206,17 @@ pub(super) fn schedule(sim: &mut Sim) {
     let nodes = sim.store.list(sim.k.node, None);
     let mut used: HashMap<String, BTreeMap<String, i128>> = HashMap::new();
     let mut counts: HashMap<String, usize> = HashMap::new();
-    let bound = |p: &Value| p.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("").to_string();
+    let bound = |p: &Value| {
+        p.pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
     let terminal = |p: &Value| {
-        matches!(p.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed"))
+        matches!(
+            p.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        )
     };
     for p in pods.iter().filter(|p| !bound(p).is_empty() && !terminal(p)) {
         let n = bound(p);
@@ -174,7 +229,9 @@ pub(super) fn schedule(sim: &mut Sim) {
     // Higher priority first, then oldest (the scheduling queue's order).
     pods.sort_by_key(|p| {
         (
-            -p.pointer("/spec/priority").and_then(Value::as_i64).unwrap_or(0),
+            -p.pointer("/spec/priority")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
             meta_str(p, "creationTimestamp").unwrap_or("").to_string(),
         )
     });
@@ -184,9 +241,15 @@ pub(super) fn schedule(sim: &mut Sim) {
         if !bound(pod).is_empty() || deleting(pod) || terminal(pod) {
             continue;
         }
-        let scheduler = pod.pointer("/spec/schedulerName").and_then(Value::as_str).unwrap_or(SCHEDULER);
+        let scheduler = pod
+            .pointer("/spec/schedulerName")
+            .and_then(Value::as_str)
+            .unwrap_or(SCHEDULER);
         if scheduler != SCHEDULER
-            || pod.pointer("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|g| !g.is_empty())
+            || pod
+                .pointer("/spec/schedulingGates")
+                .and_then(Value::as_array)
+                .is_some_and(|g| !g.is_empty())
         {
             continue;
         }
@@ -199,7 +262,10 @@ pub(super) fn schedule(sim: &mut Sim) {
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .filter_map(|v| v.pointer("/persistentVolumeClaim/claimName").and_then(Value::as_str))
+            .filter_map(|v| {
+                v.pointer("/persistentVolumeClaim/claimName")
+                    .and_then(Value::as_str)
+            })
             .find(|c| sim.store.get(sim.k.pvc, ns, c).is_none());
         let message = if let Some(claim) = missing_claim {
             format!(
@@ -212,7 +278,8 @@ pub(super) fn schedule(sim: &mut Sim) {
             for node in &nodes {
                 let nname = meta_str(node, "name").unwrap_or("").to_string();
                 let u = used.get(&nname).cloned().unwrap_or_default();
-                let (reasons, preemptible) = filter(pod, node, &u, counts.get(&nname).copied().unwrap_or(0));
+                let (reasons, preemptible) =
+                    filter(pod, node, &u, counts.get(&nname).copied().unwrap_or(0));
                 if reasons.is_empty() {
                     // LeastAllocated: prefer the emptiest node.
                     let score: i128 = u.values().sum();
@@ -231,7 +298,16 @@ pub(super) fn schedule(sim: &mut Sim) {
                 }
             }
             if let Some((_, node)) = best {
-                if ops::bind(&sim.store, sim.k.pod, ns, name, &node, &manager("kube-scheduler")).is_ok() {
+                if ops::bind(
+                    &sim.store,
+                    sim.k.pod,
+                    ns,
+                    name,
+                    &node,
+                    &manager("kube-scheduler"),
+                )
+                .is_ok()
+                {
                     let msg = format!("Successfully assigned {ns}/{name} to {node}");
                     sim.event(pod, sim.k.pod, "Normal", "Scheduled", &msg, SCHEDULER);
                     *counts.entry(node.clone()).or_default() += 1;
@@ -247,10 +323,14 @@ pub(super) fn schedule(sim: &mut Sim) {
             parts.sort();
             let mut pre = Vec::new();
             if hopeless > 0 {
-                pre.push(format!("{hopeless} Preemption is not helpful for scheduling"));
+                pre.push(format!(
+                    "{hopeless} Preemption is not helpful for scheduling"
+                ));
             }
             if victims > 0 {
-                pre.push(format!("{victims} No preemption victims found for incoming pod"));
+                pre.push(format!(
+                    "{victims} No preemption victims found for incoming pod"
+                ));
             }
             pre.sort();
             if total == 0 {
@@ -284,8 +364,16 @@ fn mark_unschedulable(sim: &mut Sim, pod: &Value, message: &str) {
     }
     write_status(&sim.store, sim.k.pod, pod, status, "kube-scheduler");
     if sim.unschedulable.get(uid(pod)).map(String::as_str) != Some(message) {
-        sim.unschedulable.insert(uid(pod).to_string(), message.to_string());
-        sim.event(pod, sim.k.pod, "Warning", "FailedScheduling", message, SCHEDULER);
+        sim.unschedulable
+            .insert(uid(pod).to_string(), message.to_string());
+        sim.event(
+            pod,
+            sim.k.pod,
+            "Warning",
+            "FailedScheduling",
+            message,
+            SCHEDULER,
+        );
     }
 }
 
@@ -300,8 +388,10 @@ mod tests {
         assert!(tolerates(&pod, &taint));
         assert!(!tolerates(&json!({"spec": {}}), &taint));
         let node = json!({"metadata": {"name": "n", "labels": {"nvidia.com/gpu.product": "H100"}}});
-        let aff = |v: &str| json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [v]}]}]}}}}});
+        let aff = |v: &str| {
+            json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [v]}]}]}}}}})
+        };
         assert!(affinity_matches(&aff("H100"), &node));
         assert!(!affinity_matches(&aff("A100"), &node));
     }

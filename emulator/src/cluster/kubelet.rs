@@ -1,0 +1,479 @@
+//! Kubelets for the simulated nodes: bound pods go ContainerCreating → Running → Ready
+//! after the start delay (plus the probes' initial delays); images matching the failing
+//! patterns go ErrImagePull → ImagePullBackOff; images matching the crashing patterns
+//! run for the start delay, exit 1 and back off (CrashLoopBackOff, doubling); a missing
+//! Secret/ConfigMap in env gives CreateContainerConfigError, in a volume FailedMount;
+//! terminating pods are removed. Each step also records the kubelet's Events.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{Sim, deleting, glob, go_duration, since, uid, write_status};
+use crate::ops::{self, DeleteOptions};
+use crate::resources::meta_str;
+
+const KUBELET: &str = "kubelet";
+
+/// What the kubelet remembers about one pod.
+pub(crate) struct PodRuntime {
+    bound: Instant,
+    ip: String,
+    start_time: String,
+    /// When the current container instance started (wall clock string and instant).
+    running: Option<(Instant, String)>,
+    ready_at: Option<String>,
+    restarts: i64,
+    last_terminated: Option<Value>,
+    /// End of the current crash-loop back-off.
+    backoff_until: Option<Instant>,
+    backoff: Duration,
+    /// Events already sent (so each is sent once per occurrence).
+    sent: HashSet<String>,
+}
+
+fn hex(n: usize) -> String {
+    let mut s = String::new();
+    while s.len() < n {
+        s.push_str(&uuid::Uuid::new_v4().simple().to_string());
+    }
+    s.truncate(n);
+    s
+}
+
+/// A missing reference in env/envFrom (CreateContainerConfigError), with the kubelet's message.
+fn config_error(sim: &Sim, pod: &Value, ns: &str) -> Option<String> {
+    let secret = |name: &str| sim.store.get(sim.k.secret, ns, name);
+    let configmap = |name: &str| sim.store.get(sim.k.configmap, ns, name);
+    let optional = |r: &Value| r.get("optional").and_then(Value::as_bool) == Some(true);
+    for c in pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for e in c.get("env").and_then(Value::as_array).into_iter().flatten() {
+            for (field, what) in [("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")] {
+                let Some(r) = e.pointer(&format!("/valueFrom/{field}")) else {
+                    continue;
+                };
+                if optional(r) {
+                    continue;
+                }
+                let name = r.get("name").and_then(Value::as_str).unwrap_or("");
+                let key = r.get("key").and_then(Value::as_str).unwrap_or("");
+                let obj = if what == "Secret" {
+                    secret(name)
+                } else {
+                    configmap(name)
+                };
+                match obj {
+                    None => return Some(format!("{} \"{name}\" not found", what.to_lowercase())),
+                    Some(o) => {
+                        let has = ["data", "binaryData", "stringData"]
+                            .iter()
+                            .any(|d| o.get(*d).and_then(|m| m.get(key)).is_some());
+                        if !has {
+                            return Some(format!("couldn't find key {key} in {what} {ns}/{name}"));
+                        }
+                    }
+                }
+            }
+        }
+        for e in c
+            .get("envFrom")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for (field, what) in [("secretRef", "secret"), ("configMapRef", "configmap")] {
+                let Some(r) = e.get(field) else { continue };
+                let name = r.get("name").and_then(Value::as_str).unwrap_or("");
+                let exists = if what == "secret" {
+                    secret(name).is_some()
+                } else {
+                    configmap(name).is_some()
+                };
+                if !exists && !optional(r) {
+                    return Some(format!("{what} \"{name}\" not found"));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// A missing Secret/ConfigMap volume source (the pod stays ContainerCreating).
+fn mount_error(sim: &Sim, pod: &Value, ns: &str) -> Option<String> {
+    for v in pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let vol = v.get("name").and_then(Value::as_str).unwrap_or("");
+        let checks = [
+            (v.get("secret"), "secretName", "secret", sim.k.secret),
+            (v.get("configMap"), "name", "configmap", sim.k.configmap),
+        ];
+        for (src, field, what, kind) in checks {
+            let Some(src) = src else { continue };
+            let name = src.get(field).and_then(Value::as_str).unwrap_or("");
+            let optional = src.get("optional").and_then(Value::as_bool) == Some(true);
+            if !optional && sim.store.get(kind, ns, name).is_none() {
+                return Some(format!(
+                    "MountVolume.SetUp failed for volume \"{vol}\" : {what} \"{name}\" not found"
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The probes' initial delays before the container counts as started and ready.
+fn probe_delay(pod: &Value) -> Duration {
+    let delay = |c: &Value, p: &str| {
+        c.pointer(&format!("/{p}/initialDelaySeconds"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    let secs = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|c| delay(c, "startupProbe") + delay(c, "readinessProbe"))
+        .max()
+        .unwrap_or(0);
+    Duration::from_secs(secs)
+}
+
+pub(super) fn run(sim: &mut Sim) {
+    let pods = sim.store.list(sim.k.pod, None);
+    let live: HashSet<String> = pods.iter().map(|p| uid(p).to_string()).collect();
+    sim.pods.retain(|u, _| live.contains(u));
+    for pod in &pods {
+        let node = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let Some(node_idx) = sim.node_index(node) else {
+            continue;
+        };
+        let ns = meta_str(pod, "namespace").unwrap_or("").to_string();
+        let name = meta_str(pod, "name").unwrap_or("").to_string();
+        if deleting(pod) {
+            // Containers stop at once; the kubelet then removes the pod object.
+            let opts = DeleteOptions {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            };
+            let _ = ops::delete(&sim.store, sim.k.pod, &ns, &name, &opts);
+            sim.pods.remove(uid(pod));
+            continue;
+        }
+        if matches!(
+            pod.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        ) {
+            continue;
+        }
+        if !sim.pods.contains_key(uid(pod)) {
+            let used: HashSet<String> = sim.pods.values().map(|r| r.ip.clone()).collect();
+            let ip = (2..255)
+                .map(|i| format!("10.244.{node_idx}.{i}"))
+                .find(|ip| !used.contains(ip))
+                .unwrap_or_else(|| format!("10.244.{node_idx}.254"));
+            sim.pods.insert(
+                uid(pod).to_string(),
+                PodRuntime {
+                    bound: Instant::now(),
+                    ip,
+                    start_time: ops::now(),
+                    running: None,
+                    ready_at: None,
+                    restarts: 0,
+                    last_terminated: None,
+                    backoff_until: None,
+                    backoff: sim.config.restart_backoff,
+                    sent: HashSet::new(),
+                },
+            );
+        }
+        step(sim, pod, node_idx, &ns, &name);
+    }
+}
+
+/// Advances one pod and writes its status.
+fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
+    let cfg = sim.config.clone();
+    let containers: Vec<Value> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let images: Vec<String> = containers
+        .iter()
+        .map(|c| c["image"].as_str().unwrap_or("").to_string())
+        .collect();
+    let failing = images
+        .iter()
+        .find(|i| cfg.fail_images.iter().any(|p| glob(p, i)))
+        .cloned();
+    let crashing = images
+        .iter()
+        .any(|i| cfg.crash_images.iter().any(|p| glob(p, i)));
+    let config_err = config_error(sim, pod, ns);
+    let mount_err = mount_error(sim, pod, ns);
+    let probe = probe_delay(pod);
+    let pod_ref = format!("{name}_{ns}({})", uid(pod));
+    let mut events: Vec<(&str, &str, String, String)> = Vec::new(); // (type, reason, message, key)
+    let rt = sim.pods.get_mut(uid(pod)).expect("inserted by run");
+    let elapsed = since(rt.bound);
+
+    // One waiting reason for every container, or running.
+    let mut waiting: Option<(String, String)> = Some(("ContainerCreating".into(), String::new()));
+    if let Some(m) = &mount_err {
+        events.push(("Warning", "FailedMount", m.clone(), format!("mount:{m}")));
+    } else if let Some(image) = &failing {
+        if elapsed >= cfg.start_delay / 2 {
+            events.push((
+                "Normal",
+                "Pulling",
+                format!("Pulling image \"{image}\""),
+                "pulling".into(),
+            ));
+            let why = format!(
+                "rpc error: code = NotFound desc = failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": {image}: not found"
+            );
+            events.push((
+                "Warning",
+                "Failed",
+                format!("Failed to pull image \"{image}\": {why}"),
+                "pullfail".into(),
+            ));
+            events.push((
+                "Warning",
+                "Failed",
+                "Error: ErrImagePull".into(),
+                "errimagepull".into(),
+            ));
+            waiting = Some(("ErrImagePull".into(), why));
+        }
+        if elapsed >= cfg.start_delay {
+            let msg = format!("Back-off pulling image \"{image}\"");
+            events.push(("Normal", "BackOff", msg.clone(), "pullbackoff".into()));
+            events.push((
+                "Warning",
+                "Failed",
+                "Error: ImagePullBackOff".into(),
+                "imagepullbackoff".into(),
+            ));
+            waiting = Some(("ImagePullBackOff".into(), msg));
+        }
+    } else if let Some(m) = &config_err {
+        if elapsed >= cfg.start_delay / 2 {
+            events.push((
+                "Warning",
+                "Failed",
+                format!("Error: {m}"),
+                format!("config:{m}"),
+            ));
+            waiting = Some(("CreateContainerConfigError".into(), m.clone()));
+        }
+    } else if elapsed >= cfg.start_delay {
+        // Crash-looping containers exit after running for the start delay.
+        if let Some((started, started_at)) = rt.running.clone()
+            && crashing
+            && since(started) >= cfg.start_delay.max(Duration::from_millis(50))
+        {
+            rt.restarts += 1;
+            rt.last_terminated = Some(json!({"terminated": {
+                "exitCode": 1, "reason": "Error",
+                "message": "simulated crash: the image matches a crashing-image pattern of the emulator",
+                "startedAt": started_at, "finishedAt": ops::now(),
+                "containerID": format!("containerd://{}", hex(64)),
+            }}));
+            rt.running = None;
+            rt.ready_at = None;
+            rt.backoff_until = Some(Instant::now() + rt.backoff);
+        }
+        match rt.backoff_until {
+            Some(until) if Instant::now() < until => {
+                let msg = format!(
+                    "back-off {} restarting failed container={} pod={pod_ref}",
+                    go_duration(rt.backoff),
+                    containers
+                        .first()
+                        .and_then(|c| c["name"].as_str())
+                        .unwrap_or("")
+                );
+                for c in &containers {
+                    let cname = c["name"].as_str().unwrap_or("");
+                    events.push((
+                        "Warning",
+                        "BackOff",
+                        format!("Back-off restarting failed container {cname} in pod {pod_ref}"),
+                        format!("backoff:{}", rt.restarts),
+                    ));
+                }
+                waiting = Some(("CrashLoopBackOff".into(), msg));
+            }
+            Some(_) => {
+                // Back-off over: restart, with a doubled back-off next time (capped at 30x).
+                rt.backoff_until = None;
+                rt.backoff = (rt.backoff * 2).min(cfg.restart_backoff * 30);
+                rt.running = Some((Instant::now(), ops::now()));
+                waiting = None;
+            }
+            None => {
+                if rt.running.is_none() {
+                    rt.running = Some((Instant::now(), ops::now()));
+                }
+                waiting = None;
+            }
+        }
+        if waiting.is_none() {
+            for (c, image) in containers.iter().zip(&images) {
+                let cname = c["name"].as_str().unwrap_or("");
+                let n = rt.restarts;
+                if n == 0 {
+                    events.push((
+                        "Normal",
+                        "Pulled",
+                        format!("Container image \"{image}\" already present on machine"),
+                        format!("pulled:{cname}"),
+                    ));
+                }
+                events.push((
+                    "Normal",
+                    "Created",
+                    format!("Created container: {cname}"),
+                    format!("created:{cname}:{n}"),
+                ));
+                events.push((
+                    "Normal",
+                    "Started",
+                    format!("Started container {cname}"),
+                    format!("started:{cname}:{n}"),
+                ));
+            }
+        }
+    }
+    let ready = waiting.is_none()
+        && !crashing
+        && rt.running.as_ref().is_some_and(|(t, _)| since(*t) >= probe);
+    if ready && rt.ready_at.is_none() {
+        rt.ready_at = Some(ops::now());
+    }
+    if !ready {
+        rt.ready_at = None;
+    }
+    let started = waiting.is_none() && rt.running.as_ref().is_some_and(|(t, _)| since(*t) >= probe);
+
+    // Pod status, as the kubelet's status manager writes it.
+    let now = ops::now();
+    let old = pod.get("status").cloned().unwrap_or(json!({}));
+    let keep_time = |ty: &str, status: &str| -> String {
+        old.get("conditions")
+            .and_then(Value::as_array)
+            .and_then(|cs| cs.iter().find(|c| c["type"] == ty && c["status"] == status))
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .map(String::from)
+            .unwrap_or_else(|| now.clone())
+    };
+    let names: Vec<&str> = containers
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or(""))
+        .collect();
+    let cond = |ty: &str, ok: bool, reason: Option<&str>, msg: Option<String>| {
+        let s = if ok { "True" } else { "False" };
+        let mut c = json!({"type": ty, "status": s, "lastProbeTime": null, "lastTransitionTime": keep_time(ty, s)});
+        if !ok && let Some(r) = reason {
+            c["reason"] = json!(r);
+            c["message"] = json!(msg.unwrap_or_default());
+        }
+        c
+    };
+    let sandbox = mount_err.is_none();
+    let unready = format!("containers with unready status: [{}]", names.join(" "));
+    let scheduled = old
+        .get("conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "PodScheduled").cloned())
+        .unwrap_or_else(|| cond("PodScheduled", true, None, None));
+    let conditions = json!([
+        cond("PodReadyToStartContainers", sandbox, None, None),
+        cond("Initialized", true, None, None),
+        cond(
+            "Ready",
+            ready,
+            Some("ContainersNotReady"),
+            Some(unready.clone())
+        ),
+        cond(
+            "ContainersReady",
+            ready,
+            Some("ContainersNotReady"),
+            Some(unready)
+        ),
+        scheduled,
+    ]);
+    let statuses: Vec<Value> = containers
+        .iter()
+        .zip(&images)
+        .map(|(c, image)| {
+            let mut s = json!({
+                "name": c["name"], "image": image, "imageID": "", "ready": ready,
+                "restartCount": rt.restarts, "started": started,
+                "lastState": rt.last_terminated.clone().unwrap_or(json!({})),
+            });
+            match (&waiting, &rt.running) {
+                (None, Some((_, at))) => {
+                    s["state"] = json!({"running": {"startedAt": at}});
+                    s["imageID"] = json!(format!("{image}@sha256:{}", "0".repeat(64)));
+                    s["containerID"] = json!(format!("containerd://{}", uid(pod).replace('-', "")));
+                }
+                (Some((reason, msg)), _) => {
+                    let mut w = json!({"reason": reason});
+                    if !msg.is_empty() {
+                        w["message"] = json!(msg);
+                    }
+                    s["state"] = json!({"waiting": w});
+                }
+                (None, None) => s["state"] = json!({"waiting": {"reason": "ContainerCreating"}}),
+            }
+            s
+        })
+        .collect();
+    let phase = if rt.running.is_some() || rt.restarts > 0 {
+        "Running"
+    } else {
+        "Pending"
+    };
+    let node_ip = format!("172.18.0.{}", node_idx + 2);
+    let mut status = json!({
+        "phase": phase,
+        "conditions": conditions,
+        "hostIP": node_ip, "hostIPs": [{"ip": node_ip}],
+        "startTime": rt.start_time,
+        "containerStatuses": statuses,
+    });
+    if sandbox {
+        status["podIP"] = json!(rt.ip);
+        status["podIPs"] = json!([{"ip": rt.ip}]);
+    }
+    if let Some(q) = old.get("qosClass") {
+        status["qosClass"] = q.clone();
+    }
+    let fresh: Vec<(&str, &str, String)> = events
+        .into_iter()
+        .filter(|(_, _, _, key)| rt.sent.insert(key.clone()))
+        .map(|(t, r, m, _)| (t, r, m))
+        .collect();
+    write_status(&sim.store, sim.k.pod, pod, status, KUBELET);
+    for (ty, reason, msg) in fresh {
+        sim.event(pod, sim.k.pod, ty, reason, &msg, KUBELET);
+    }
+}

@@ -1,0 +1,682 @@
+//! The simulated cluster (part 2): controllers, scheduler, kubelets, networking, the
+//! Gateway data plane and fault injection, driven through the real `kube` client.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, Config};
+use modelplane_emulator::{Emulator, EmulatorBuilder, RunningEmulator};
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn builder() -> EmulatorBuilder {
+    Emulator::builder()
+        .nodes(3)
+        .gpus_per_node(8)
+        .gpu_product("NVIDIA-H100-80GB-HBM3")
+        .start_delay(Duration::from_millis(150))
+        .restart_backoff(Duration::from_millis(200))
+        .fail_images("*:does-not-exist")
+        .crash_images("registry.example/crasher*")
+}
+
+async fn start(b: EmulatorBuilder) -> (RunningEmulator, Client) {
+    let emu = b.start().await.expect("emulator starts");
+    let client = Client::try_from(Config::new(emu.url().parse().unwrap())).unwrap();
+    (emu, client)
+}
+
+/// Polls `f` until it returns Some, failing after the deadline with `what`.
+async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn deployment(name: &str, replicas: i32, container: Value, extra_spec: Value) -> Deployment {
+    let mut c = json!({
+        "name": "server", "image": "ghcr.io/example/server:1",
+        "ports": [{"name": "http", "containerPort": 8000}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}},
+    });
+    for (k, v) in container.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    let mut d = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [c]}},
+        },
+    });
+    for (k, v) in extra_spec.as_object().unwrap() {
+        if k == "pod" {
+            for (pk, pv) in v.as_object().unwrap() {
+                d["spec"]["template"]["spec"][pk] = pv.clone();
+            }
+        } else {
+            d["spec"][k] = v.clone();
+        }
+    }
+    serde_json::from_value(d).unwrap()
+}
+
+fn to_json<T: serde::Serialize>(o: &T) -> Value {
+    serde_json::to_value(o).unwrap()
+}
+
+fn cond(obj: &Value, ty: &str) -> Option<Value> {
+    obj.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == ty)
+        .cloned()
+}
+
+async fn pods_of(client: &Client, app: &str) -> Vec<Value> {
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    pods.list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(to_json)
+        .collect()
+}
+
+/// The first container's waiting state of the first pod of `app`, once it has `reason`.
+async fn wait_waiting(client: &Client, app: &str, reason: &str) -> Value {
+    wait_for(&format!("{app} waiting {reason}"), || async {
+        pods_of(client, app).await.into_iter().find_map(|p| {
+            let w = p
+                .pointer("/status/containerStatuses/0/state/waiting")?
+                .clone();
+            (w["reason"] == reason).then_some(p)
+        })
+    })
+    .await
+}
+
+async fn events_for(client: &Client, name: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::default_namespaced(client.clone());
+    events
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .unwrap()
+        .items
+}
+
+#[tokio::test]
+async fn deployment_becomes_available_with_real_conditions_and_counts() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.create(
+        &PostParams::default(),
+        &deployment("web", 2, json!({}), json!({})),
+    )
+    .await
+    .unwrap();
+    let d = wait_for("Available", || async {
+        let d = to_json(&api.get("web").await.unwrap());
+        let avail = cond(&d, "Available")?;
+        let prog = cond(&d, "Progressing")?;
+        (avail["status"] == "True" && prog["reason"] == "NewReplicaSetAvailable").then_some(d)
+    })
+    .await;
+    let s = &d["status"];
+    assert_eq!(
+        (
+            s["replicas"].clone(),
+            s["updatedReplicas"].clone(),
+            s["readyReplicas"].clone(),
+            s["availableReplicas"].clone()
+        ),
+        (json!(2), json!(2), json!(2), json!(2))
+    );
+    assert!(s.get("unavailableReplicas").is_none());
+    assert_eq!(s["observedGeneration"], d["metadata"]["generation"]);
+    let avail = cond(&d, "Available").unwrap();
+    assert_eq!(avail["reason"], "MinimumReplicasAvailable");
+    assert_eq!(avail["message"], "Deployment has minimum availability.");
+    assert_eq!(
+        d["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "1"
+    );
+
+    let rss: Api<ReplicaSet> = Api::default_namespaced(client.clone());
+    let rs = rss.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(rs.len(), 1);
+    let rs = to_json(&rs[0]);
+    let hash = rs["metadata"]["labels"]["pod-template-hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(rs["metadata"]["name"], format!("web-{hash}"));
+    assert_eq!(rs["metadata"]["ownerReferences"][0]["kind"], "Deployment");
+    assert_eq!(rs["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(
+        rs["spec"]["selector"]["matchLabels"]["pod-template-hash"],
+        hash
+    );
+    assert_eq!(
+        cond(&d, "Progressing").unwrap()["message"],
+        format!("ReplicaSet \"web-{hash}\" has successfully progressed.")
+    );
+
+    let pods = pods_of(&client, "web").await;
+    assert_eq!(pods.len(), 2);
+    for p in &pods {
+        assert_eq!(p["status"]["phase"], "Running");
+        assert_eq!(cond(p, "Ready").unwrap()["status"], "True");
+        assert_eq!(
+            p["metadata"]["ownerReferences"][0]["name"],
+            rs["metadata"]["name"]
+        );
+        assert!(p["spec"]["nodeName"].as_str().unwrap().starts_with("node-"));
+        assert!(
+            p["status"]["podIP"]
+                .as_str()
+                .unwrap()
+                .starts_with("10.244.")
+        );
+        assert!(p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"].is_string());
+        let name = p["metadata"]["name"].as_str().unwrap();
+        let reasons: Vec<String> = events_for(&client, name)
+            .await
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect();
+        for r in ["Scheduled", "Created", "Started"] {
+            assert!(
+                reasons.iter().any(|x| x == r),
+                "{r} event for {name}: {reasons:?}"
+            );
+        }
+    }
+    // Scale down: one pod goes, the counts follow.
+    api.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 1}})),
+    )
+    .await
+    .unwrap();
+    wait_for("scaled to 1", || async {
+        let d = to_json(&api.get("web").await.unwrap());
+        let n = pods_of(&client, "web").await.len();
+        (d["status"]["replicas"] == 1 && d["status"]["availableReplicas"] == 1 && n == 1)
+            .then_some(())
+    })
+    .await;
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn rolling_update_stays_within_surge_bounds() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    let strategy = json!({"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}});
+    api.create(
+        &PostParams::default(),
+        &deployment("roll", 3, json!({}), strategy),
+    )
+    .await
+    .unwrap();
+    let available = |want_image: &'static str| {
+        let api = api.clone();
+        async move {
+            let d = to_json(&api.get("roll").await.unwrap());
+            let done = cond(&d, "Progressing")
+                .is_some_and(|c| c["reason"] == "NewReplicaSetAvailable")
+                && d["status"]["updatedReplicas"] == 3
+                && d["status"]["availableReplicas"] == 3
+                && d["status"].get("replicas") == Some(&json!(3))
+                && d["spec"]["template"]["spec"]["containers"][0]["image"] == want_image;
+            done.then_some(d)
+        }
+    };
+    wait_for("first rollout", || available("ghcr.io/example/server:1")).await;
+
+    // Watch every pod change during the update.
+    let mut changes = emu.store().subscribe();
+    let before = pods_of(&client, "roll").await;
+    api.patch(
+        "roll",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "server", "image": "ghcr.io/example/server:2"}]}}}})),
+    )
+    .await
+    .unwrap();
+    let d = wait_for("second rollout", || available("ghcr.io/example/server:2")).await;
+    let mut pods: HashMap<String, Value> = before
+        .into_iter()
+        .map(|p| (p["metadata"]["name"].as_str().unwrap().to_string(), p))
+        .collect();
+    let (mut max_pods, mut min_ready) = (0usize, usize::MAX);
+    while let Ok(c) = changes.try_recv() {
+        if c.kind.kind != "Pod" {
+            continue;
+        }
+        match c.event {
+            modelplane_emulator::EventType::Deleted => {
+                pods.remove(&c.name);
+            }
+            _ => {
+                pods.insert(c.name.clone(), (*c.object).clone());
+            }
+        }
+        let live: Vec<&Value> = pods
+            .values()
+            .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
+            .collect();
+        max_pods = max_pods.max(live.len());
+        min_ready = min_ready.min(
+            live.iter()
+                .filter(|p| cond(p, "Ready").is_some_and(|c| c["status"] == "True"))
+                .count(),
+        );
+    }
+    assert!(
+        max_pods <= 4,
+        "maxSurge 1 over 3 replicas, saw {max_pods} pods"
+    );
+    assert!(
+        min_ready >= 3,
+        "maxUnavailable 0, saw only {min_ready} ready pods"
+    );
+    assert_eq!(
+        d["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "2"
+    );
+    let rss: Api<ReplicaSet> = Api::default_namespaced(client.clone());
+    let rs: Vec<Value> = rss
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(to_json)
+        .collect();
+    assert_eq!(rs.len(), 2);
+    let old = rs
+        .iter()
+        .find(|r| r["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "1")
+        .unwrap();
+    assert_eq!(old["spec"]["replicas"], 0);
+    let pods = pods_of(&client, "roll").await;
+    assert!(
+        pods.iter()
+            .all(|p| p["spec"]["containers"][0]["image"] == "ghcr.io/example/server:2")
+    );
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn recreate_replaces_all_pods_at_once() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.create(
+        &PostParams::default(),
+        &deployment(
+            "rec",
+            2,
+            json!({}),
+            json!({"strategy": {"type": "Recreate"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let ready = |image: &'static str| {
+        let client = client.clone();
+        async move {
+            let pods = pods_of(&client, "rec").await;
+            (pods.len() == 2
+                && pods.iter().all(|p| {
+                    p["spec"]["containers"][0]["image"] == image
+                        && cond(p, "Ready").is_some_and(|c| c["status"] == "True")
+                }))
+            .then_some(())
+        }
+    };
+    wait_for("first pods", || ready("ghcr.io/example/server:1")).await;
+    let mut changes = emu.store().subscribe();
+    api.patch(
+        "rec",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "server", "image": "ghcr.io/example/server:2"}]}}}})),
+    )
+    .await
+    .unwrap();
+    wait_for("new pods", || ready("ghcr.io/example/server:2")).await;
+    // No new pod was created while an old one still existed.
+    let mut old_alive: i32 = 2;
+    while let Ok(c) = changes.try_recv() {
+        if c.kind.kind != "Pod" {
+            continue;
+        }
+        let image = c.object["spec"]["containers"][0]["image"].clone();
+        match c.event {
+            modelplane_emulator::EventType::Deleted if image == "ghcr.io/example/server:1" => {
+                old_alive -= 1
+            }
+            modelplane_emulator::EventType::Added => {
+                assert_eq!(old_alive, 0, "new pod while old ones run")
+            }
+            _ => {}
+        }
+    }
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn too_many_gpus_stay_pending_and_the_deadline_passes() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    let gpus = json!({"resources": {"limits": {"nvidia.com/gpu": "16"}}});
+    api.create(
+        &PostParams::default(),
+        &deployment("big", 1, gpus, json!({"progressDeadlineSeconds": 1})),
+    )
+    .await
+    .unwrap();
+    let pod = wait_for("unschedulable", || async {
+        pods_of(&client, "big")
+            .await
+            .into_iter()
+            .find(|p| cond(p, "PodScheduled").is_some_and(|c| c["status"] == "False"))
+    })
+    .await;
+    let c = cond(&pod, "PodScheduled").unwrap();
+    assert_eq!(c["reason"], "Unschedulable");
+    let msg = c["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
+        "{msg}"
+    );
+    assert_eq!(pod["status"]["phase"], "Pending");
+    let name = pod["metadata"]["name"].as_str().unwrap();
+    let ev = events_for(&client, name).await;
+    let failed = ev
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("FailedScheduling"))
+        .expect("FailedScheduling event");
+    assert_eq!(failed.type_.as_deref(), Some("Warning"));
+    assert_eq!(failed.message.as_deref(), Some(msg));
+
+    let d = wait_for("ProgressDeadlineExceeded", || async {
+        let d = to_json(&api.get("big").await.unwrap());
+        cond(&d, "Progressing")
+            .is_some_and(|c| c["reason"] == "ProgressDeadlineExceeded")
+            .then_some(d)
+    })
+    .await;
+    let p = cond(&d, "Progressing").unwrap();
+    assert_eq!(p["status"], "False");
+    assert!(
+        p["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("has timed out progressing.")
+    );
+    let a = cond(&d, "Available").unwrap();
+    assert_eq!(
+        (a["status"].as_str(), a["reason"].as_str()),
+        (Some("False"), Some("MinimumReplicasUnavailable"))
+    );
+    assert_eq!(d["status"]["unavailableReplicas"], 1);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn node_affinity_taints_and_missing_claims() {
+    let b = builder()
+        .node(modelplane_emulator::NodeConfig::new("gpu-a").gpus(8, Some("NVIDIA-A100-SXM4-80GB")))
+        .node(
+            modelplane_emulator::NodeConfig::new("gpu-h")
+                .gpus(8, Some("NVIDIA-H100-80GB-HBM3"))
+                .taint("nvidia.com/gpu", "present", "NoSchedule"),
+        );
+    let (emu, client) = start(b).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    let affinity = |product: &str| {
+        json!({"pod": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [product]}]}]}}}}})
+    };
+    api.create(
+        &PostParams::default(),
+        &deployment("h100", 1, json!({}), affinity("NVIDIA-H100-80GB-HBM3")),
+    )
+    .await
+    .unwrap();
+    let pod = wait_for("taint refusal", || async {
+        pods_of(&client, "h100")
+            .await
+            .into_iter()
+            .find(|p| cond(p, "PodScheduled").is_some_and(|c| c["status"] == "False"))
+    })
+    .await;
+    assert_eq!(
+        cond(&pod, "PodScheduled").unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .split(". preemption")
+            .next()
+            .unwrap(),
+        "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {nvidia.com/gpu: present}"
+    );
+    // Tolerating the taint lets it schedule on the H100 node.
+    let mut tolerated = affinity("NVIDIA-H100-80GB-HBM3");
+    tolerated["pod"]["tolerations"] =
+        json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
+    api.create(
+        &PostParams::default(),
+        &deployment("h100t", 1, json!({}), tolerated),
+    )
+    .await
+    .unwrap();
+    wait_for("scheduled on gpu-h", || async {
+        pods_of(&client, "h100t")
+            .await
+            .into_iter()
+            .find(|p| p["spec"]["nodeName"] == "gpu-h")
+    })
+    .await;
+    let claim = json!({"pod": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "weights"}}]}});
+    api.create(
+        &PostParams::default(),
+        &deployment("pvc", 1, json!({}), claim),
+    )
+    .await
+    .unwrap();
+    let pod = wait_for("missing claim", || async {
+        pods_of(&client, "pvc")
+            .await
+            .into_iter()
+            .find(|p| cond(p, "PodScheduled").is_some_and(|c| c["status"] == "False"))
+    })
+    .await;
+    assert!(
+        cond(&pod, "PodScheduled").unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("persistentvolumeclaim \"weights\" not found")
+    );
+    assert_eq!(pod["status"]["phase"], "Pending");
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn failing_images_go_to_image_pull_back_off() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.create(
+        &PostParams::default(),
+        &deployment(
+            "pull",
+            1,
+            json!({"image": "ghcr.io/example/server:does-not-exist"}),
+            json!({}),
+        ),
+    )
+    .await
+    .unwrap();
+    let pod = wait_waiting(&client, "pull", "ImagePullBackOff").await;
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"],
+        "Back-off pulling image \"ghcr.io/example/server:does-not-exist\""
+    );
+    assert_eq!(pod["status"]["phase"], "Pending");
+    let reasons: Vec<(String, String)> =
+        events_for(&client, pod["metadata"]["name"].as_str().unwrap())
+            .await
+            .into_iter()
+            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|(r, m)| r == "Failed" && m == "Error: ErrImagePull"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|(r, m)| r == "Failed" && m == "Error: ImagePullBackOff"),
+        "{reasons:?}"
+    );
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn crashing_images_loop_with_growing_restarts() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.create(
+        &PostParams::default(),
+        &deployment(
+            "crash",
+            1,
+            json!({"image": "registry.example/crasher:1"}),
+            json!({}),
+        ),
+    )
+    .await
+    .unwrap();
+    let first = wait_waiting(&client, "crash", "CrashLoopBackOff").await;
+    let cs = &first["status"]["containerStatuses"][0];
+    assert!(
+        cs["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("back-off 200ms restarting failed container=server pod=")
+    );
+    assert_eq!(cs["lastState"]["terminated"]["exitCode"], 1);
+    assert!(
+        cs["lastState"]["terminated"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("crash")
+    );
+    let pod = wait_for("restartCount >= 3", || async {
+        pods_of(&client, "crash")
+            .await
+            .into_iter()
+            .find(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64() >= Some(3))
+    })
+    .await;
+    assert_eq!(pod["metadata"]["name"], first["metadata"]["name"]);
+    assert_eq!(pod["status"]["phase"], "Running");
+    let ev = events_for(&client, pod["metadata"]["name"].as_str().unwrap()).await;
+    assert!(ev.iter().any(|e| e.reason.as_deref() == Some("BackOff")));
+    let d = to_json(&api.get("crash").await.unwrap());
+    assert_eq!(cond(&d, "Available").unwrap()["status"], "False");
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn missing_secret_is_a_config_error_until_it_exists() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    let env = json!({"env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}}]});
+    api.create(
+        &PostParams::default(),
+        &deployment("sec", 1, env, json!({})),
+    )
+    .await
+    .unwrap();
+    let pod = wait_waiting(&client, "sec", "CreateContainerConfigError").await;
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"],
+        "secret \"creds\" not found"
+    );
+    let ev = events_for(&client, pod["metadata"]["name"].as_str().unwrap()).await;
+    assert!(
+        ev.iter()
+            .any(|e| e.message.as_deref() == Some("Error: secret \"creds\" not found"))
+    );
+    let secrets: Api<Secret> = Api::default_namespaced(client.clone());
+    let s: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "creds"}, "stringData": {"token": "x"}}),
+    )
+    .unwrap();
+    secrets.create(&PostParams::default(), &s).await.unwrap();
+    wait_for("ready after the secret appears", || async {
+        pods_of(&client, "sec")
+            .await
+            .into_iter()
+            .find(|p| cond(p, "Ready").is_some_and(|c| c["status"] == "True"))
+    })
+    .await;
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_priority_class_is_refused_at_pod_creation() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.create(
+        &PostParams::default(),
+        &deployment(
+            "prio",
+            1,
+            json!({}),
+            json!({"pod": {"priorityClassName": "nope"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let d = wait_for("ReplicaFailure", || async {
+        let d = to_json(&api.get("prio").await.unwrap());
+        cond(&d, "ReplicaFailure").map(|_| d)
+    })
+    .await;
+    let f = cond(&d, "ReplicaFailure").unwrap();
+    assert_eq!(f["reason"], "FailedCreate");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("is forbidden: no PriorityClass with name nope was found"),
+        "{f}"
+    );
+    assert!(pods_of(&client, "prio").await.is_empty());
+    emu.shutdown().await;
+}
