@@ -149,6 +149,35 @@ fn strategic_merge(kind: &ResourceKind, target: &mut Value, patch: &Value, path:
         }
         path.pop();
     }
+    // `$setElementOrder/<list>` (sent by kubectl's client-side apply) orders the merged list.
+    for (k, order) in pm {
+        let (Some(field), Some(order)) = (k.strip_prefix("$setElementOrder/"), order.as_array())
+        else {
+            continue;
+        };
+        path.push(field.to_string());
+        let names: Vec<&str> = path.iter().map(String::as_str).collect();
+        let smp_key = match list_type(kind, &names) {
+            ListType::Map { smp_key, .. } => smp_key,
+            _ => None,
+        };
+        path.pop();
+        if let Some(Value::Array(list)) = tm.get_mut(field) {
+            let rank = |item: &Value| {
+                order.iter().position(|o| match smp_key {
+                    Some(key) => o.get(key).is_some() && o.get(key) == item.get(key),
+                    None => o == item,
+                })
+            };
+            // Stable: listed items in the given order, then the others as they were.
+            let mut indexed: Vec<(usize, Value)> = std::mem::take(list)
+                .into_iter()
+                .map(|item| (rank(&item).unwrap_or(usize::MAX), item))
+                .collect();
+            indexed.sort_by_key(|(r, _)| *r);
+            *list = indexed.into_iter().map(|(_, item)| item).collect();
+        }
+    }
 }
 
 fn merge_list(
@@ -205,6 +234,39 @@ mod tests {
     use super::*;
     use crate::resources::KINDS;
     use serde_json::json;
+
+    #[test]
+    fn strategic_directives() {
+        let kind = KINDS.iter().find(|k| k.kind == "Deployment").unwrap();
+        let mut obj = json!({"metadata": {"finalizers": ["a", "b"]}, "spec": {"template": {"spec": {
+            "containers": [{"name": "x", "image": "x"}, {"name": "y", "image": "y"}],
+            "volumes": [{"name": "v", "emptyDir": {}}]}}}});
+        let patch = json!({
+            "metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]},
+            "spec": {"template": {"spec": {
+                "$setElementOrder/containers": [{"name": "z"}, {"name": "y"}, {"name": "x"}],
+                "containers": [{"name": "z", "image": "z"}],
+                "volumes": [{"name": "v", "configMap": {"name": "cm"}, "$retainKeys": ["configMap", "name"]}]}}}});
+        apply_patch(
+            kind,
+            PatchType::Strategic,
+            &mut obj,
+            patch.to_string().as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(obj["metadata"]["finalizers"], json!(["b"]));
+        let names: Vec<&str> = obj["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["z", "y", "x"]);
+        assert_eq!(
+            obj["spec"]["template"]["spec"]["volumes"][0],
+            json!({"name": "v", "configMap": {"name": "cm"}})
+        );
+    }
 
     #[test]
     fn strategic_merges_containers_by_name() {
