@@ -680,3 +680,476 @@ async fn unknown_priority_class_is_refused_at_pod_creation() {
     assert!(pods_of(&client, "prio").await.is_empty());
     emu.shutdown().await;
 }
+
+/// A minimal HTTP/1.1 client (one request per connection): status, headers, de-chunked body.
+async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    host: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let raw = String::from_utf8(raw).unwrap();
+    let (head, rest) = raw.split_once("\r\n\r\n").unwrap();
+    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = String::new();
+        let mut rest = rest;
+        loop {
+            let (size, after) = rest.split_once("\r\n").unwrap();
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            if n == 0 {
+                break;
+            }
+            out.push_str(&after[..n]);
+            rest = &after[n + 2..];
+        }
+        out
+    } else {
+        rest.to_string()
+    };
+    (status, head.to_string(), body)
+}
+
+fn dynamic(client: &Client, kind: &str, ns: &str) -> Api<kube::api::DynamicObject> {
+    let (group, version, plural) = match kind {
+        "HTTPRoute" => ("gateway.networking.k8s.io", "v1", "httproutes"),
+        "Gateway" => ("gateway.networking.k8s.io", "v1", "gateways"),
+        "EndpointSlice" => ("discovery.k8s.io", "v1", "endpointslices"),
+        "Service" => ("", "v1", "services"),
+        "Namespace" => ("", "v1", "namespaces"),
+        _ => unreachable!(),
+    };
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, plural);
+    if kind == "Namespace" {
+        Api::all_with(client.clone(), &ar)
+    } else {
+        Api::namespaced_with(client.clone(), ns, &ar)
+    }
+}
+
+async fn apply(client: &Client, kind: &str, ns: &str, obj: Value) {
+    let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+    let api = dynamic(client, kind, ns);
+    let obj: kube::api::DynamicObject = serde_json::from_value(obj).unwrap();
+    api.patch(
+        &name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .unwrap();
+}
+
+fn service(name: &str, ns: &str, app: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+           "spec": {"selector": {"app": app}, "ports": [{"name": "http", "port": 8000, "targetPort": "http"}]}})
+}
+
+fn http_route(name: &str, ns: &str, parent: Value, backend: &str, path: &str) -> Value {
+    json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+    "metadata": {"name": name, "namespace": ns},
+    "spec": {"parentRefs": [parent], "rules": [{
+        "matches": [{"path": {"type": "PathPrefix", "value": path}}],
+        "filters": [{"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}],
+        "backendRefs": [{"name": backend, "port": 8000}],
+    }]}})
+}
+
+/// The conditions our Gateway controller reported for the route's first parent.
+async fn route_conditions(client: &Client, ns: &str, name: &str) -> Vec<Value> {
+    let api = dynamic(client, "HTTPRoute", ns);
+    wait_for(&format!("status of route {name}"), || async {
+        let r = serde_json::to_value(api.get(name).await.unwrap()).unwrap();
+        let conds = r
+            .pointer("/status/parents/0/conditions")?
+            .as_array()?
+            .clone();
+        Some(conds)
+    })
+    .await
+}
+
+fn by_type(conds: &[Value], ty: &str) -> (String, String, i64) {
+    let c = conds.iter().find(|c| c["type"] == ty).unwrap();
+    (
+        c["status"].as_str().unwrap().to_string(),
+        c["reason"].as_str().unwrap().to_string(),
+        c["observedGeneration"].as_i64().unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn gateway_status_and_route_conditions() {
+    let (emu, client) = start(builder().gateway("gateway-system", "public")).await;
+    let port = emu.gateway_addr().unwrap().port();
+    let gws = dynamic(&client, "Gateway", "gateway-system");
+    let gw = wait_for("gateway status", || async {
+        let g = serde_json::to_value(gws.get("public").await.unwrap()).unwrap();
+        (g.pointer("/status/addresses/0/value") == Some(&json!("127.0.0.1"))).then_some(g)
+    })
+    .await;
+    assert_eq!(gw["spec"]["listeners"][0]["port"], port);
+    assert_eq!(
+        gw["spec"]["listeners"][0]["allowedRoutes"]["namespaces"]["from"],
+        "All"
+    );
+    assert_eq!(cond(&gw, "Programmed").unwrap()["status"], "True");
+
+    apply(
+        &client,
+        "Namespace",
+        "",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}),
+    )
+    .await;
+    apply(
+        &client,
+        "Service",
+        "team-a",
+        service("qwen", "team-a", "qwen"),
+    )
+    .await;
+    let parent = |section: Option<&str>, gw: &str| {
+        let mut p = json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "gateway-system", "name": gw});
+        if let Some(s) = section {
+            p["sectionName"] = json!(s);
+        }
+        p
+    };
+    apply(
+        &client,
+        "HTTPRoute",
+        "team-a",
+        http_route(
+            "ok",
+            "team-a",
+            parent(Some("http"), "public"),
+            "qwen",
+            "/team-a/qwen",
+        ),
+    )
+    .await;
+    let c = route_conditions(&client, "team-a", "ok").await;
+    assert_eq!(
+        by_type(&c, "Accepted"),
+        ("True".into(), "Accepted".into(), 1)
+    );
+    assert_eq!(
+        by_type(&c, "ResolvedRefs"),
+        ("True".into(), "ResolvedRefs".into(), 1)
+    );
+
+    apply(
+        &client,
+        "HTTPRoute",
+        "team-a",
+        http_route(
+            "wrong-section",
+            "team-a",
+            parent(Some("https"), "public"),
+            "qwen",
+            "/x",
+        ),
+    )
+    .await;
+    let c = route_conditions(&client, "team-a", "wrong-section").await;
+    assert_eq!(
+        by_type(&c, "Accepted"),
+        ("False".into(), "NoMatchingParent".into(), 1)
+    );
+
+    apply(
+        &client,
+        "HTTPRoute",
+        "team-a",
+        http_route(
+            "no-backend",
+            "team-a",
+            parent(None, "public"),
+            "missing",
+            "/y",
+        ),
+    )
+    .await;
+    let c = route_conditions(&client, "team-a", "no-backend").await;
+    assert_eq!(by_type(&c, "Accepted").0, "True");
+    assert_eq!(
+        by_type(&c, "ResolvedRefs"),
+        ("False".into(), "BackendNotFound".into(), 1)
+    );
+
+    // A Gateway whose listener only admits routes from its own namespace.
+    apply(
+        &client,
+        "Gateway",
+        "gateway-system",
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "private", "namespace": "gateway-system"},
+            "spec": {"gatewayClassName": modelplane_emulator::GATEWAY_CLASS,
+                     "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]},
+        }),
+    )
+    .await;
+    apply(
+        &client,
+        "HTTPRoute",
+        "team-a",
+        http_route("refused", "team-a", parent(None, "private"), "qwen", "/z"),
+    )
+    .await;
+    let c = route_conditions(&client, "team-a", "refused").await;
+    assert_eq!(
+        by_type(&c, "Accepted"),
+        ("False".into(), "NotAllowedByListeners".into(), 1)
+    );
+
+    // A spec change bumps the generation the conditions observe.
+    let mut changed = http_route(
+        "ok",
+        "team-a",
+        parent(Some("http"), "public"),
+        "qwen",
+        "/team-a/qwen2",
+    );
+    changed["spec"]["hostnames"] = json!(["qwen.example"]);
+    apply(&client, "HTTPRoute", "team-a", changed).await;
+    wait_for("observedGeneration 2", || async {
+        let c = route_conditions(&client, "team-a", "ok").await;
+        (by_type(&c, "Accepted").2 == 2).then_some(())
+    })
+    .await;
+    // Attached routes: "ok" and "no-backend" on the public listener.
+    wait_for("attachedRoutes", || async {
+        let g = serde_json::to_value(gws.get("public").await.unwrap()).unwrap();
+        (g.pointer("/status/listeners/0/attachedRoutes") == Some(&json!(2))).then_some(())
+    })
+    .await;
+    emu.shutdown().await;
+}
+
+fn sim_deployment(name: &str, model: &str) -> Deployment {
+    let mut d = deployment(
+        name,
+        2,
+        json!({"image": "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1", "args": ["--model", model, "--port", "8000"]}),
+        json!({}),
+    );
+    let labels = d
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .metadata
+        .as_mut()
+        .unwrap()
+        .labels
+        .as_mut()
+        .unwrap();
+    labels.insert("modelplane.io/engine".into(), "sim".into());
+    d
+}
+
+#[tokio::test]
+async fn sim_pods_answer_openai_requests_through_the_gateway() {
+    let (emu, client) = start(builder().gateway("gateway-system", "public")).await;
+    let addr = emu.gateway_addr().unwrap();
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.create(
+        &PostParams::default(),
+        &sim_deployment("qwen", "qwen-small"),
+    )
+    .await
+    .unwrap();
+    api.create(
+        &PostParams::default(),
+        &deployment(
+            "vllm",
+            1,
+            json!({"image": "vllm/vllm-openai:v0.9.0"}),
+            json!({}),
+        ),
+    )
+    .await
+    .unwrap();
+    apply(
+        &client,
+        "Service",
+        "default",
+        service("qwen", "default", "qwen"),
+    )
+    .await;
+    apply(
+        &client,
+        "Service",
+        "default",
+        service("vllm", "default", "vllm"),
+    )
+    .await;
+    let parent = json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "gateway-system", "name": "public"});
+    apply(
+        &client,
+        "HTTPRoute",
+        "default",
+        http_route("qwen", "default", parent.clone(), "qwen", "/default/qwen"),
+    )
+    .await;
+    let mut by_host = http_route("qwen-host", "default", parent.clone(), "qwen", "/");
+    by_host["spec"]["hostnames"] = json!(["qwen.example.com"]);
+    by_host["spec"]["rules"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("filters");
+    apply(&client, "HTTPRoute", "default", by_host).await;
+    apply(
+        &client,
+        "HTTPRoute",
+        "default",
+        http_route("vllm", "default", parent, "vllm", "/default/vllm"),
+    )
+    .await;
+
+    // The EndpointSlice lists both ready pods on the resolved container port.
+    let slices = dynamic(&client, "EndpointSlice", "default");
+    let slice = wait_for("ready endpoints", || async {
+        let list = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=qwen"))
+            .await
+            .unwrap();
+        let s = serde_json::to_value(list.items.first()?).unwrap();
+        let ready = s["endpoints"]
+            .as_array()?
+            .iter()
+            .filter(|e| e["conditions"]["ready"] == true)
+            .count();
+        (ready == 2).then_some(s)
+    })
+    .await;
+    assert_eq!(slice["ports"][0]["port"], 8000);
+    assert_eq!(slice["addressType"], "IPv4");
+
+    let chat = json!({"model": "qwen-small", "messages": [{"role": "user", "content": "hello there emulator"}]});
+    let (status, _, body) = wait_for("a routed answer", || async {
+        let r = http(
+            addr,
+            "POST",
+            "127.0.0.1",
+            "/default/qwen/v1/chat/completions",
+            Some(chat.clone()),
+        )
+        .await;
+        (r.0 == 200).then_some(r)
+    })
+    .await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], "qwen-small");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "hello there emulator"
+    );
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    assert_eq!(
+        v["usage"]["total_tokens"],
+        v["usage"]["prompt_tokens"].as_i64().unwrap() + 3
+    );
+
+    let mut stream = chat.clone();
+    stream["stream"] = json!(true);
+    stream["stream_options"] = json!({"include_usage": true});
+    let (status, head, body) = http(
+        addr,
+        "POST",
+        "127.0.0.1",
+        "/default/qwen/v1/chat/completions",
+        Some(stream),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/event-stream"),
+        "{head}"
+    );
+    let frames: Vec<&str> = body.split("\n\n").filter(|f| !f.is_empty()).collect();
+    assert_eq!(*frames.last().unwrap(), "data: [DONE]");
+    let chunks: Vec<Value> = frames[..frames.len() - 1]
+        .iter()
+        .map(|f| serde_json::from_str(f.strip_prefix("data: ").unwrap()).unwrap())
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "hello there emulator");
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 3);
+
+    let (status, _, body) = http(
+        addr,
+        "POST",
+        "127.0.0.1",
+        "/default/qwen/v1/completions",
+        Some(json!({"model": "qwen-small", "prompt": "one two", "max_tokens": 1})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (
+            v["choices"][0]["text"].as_str(),
+            v["choices"][0]["finish_reason"].as_str()
+        ),
+        (Some("one"), Some("length"))
+    );
+
+    let (status, _, body) = http(addr, "GET", "qwen.example.com", "/v1/models", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["data"][0]["id"],
+        "qwen-small"
+    );
+
+    let (status, _, _) = http(
+        addr,
+        "POST",
+        "127.0.0.1",
+        "/default/qwen/v1/chat/completions",
+        Some(json!({"model": "other", "messages": []})),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, _, body) = wait_for("vllm answer", || async {
+        let r = http(addr, "GET", "127.0.0.1", "/default/vllm/v1/models", None).await;
+        (r.2.contains("emulator")).then_some(r)
+    })
+    .await;
+    assert_eq!(status, 503);
+    assert!(
+        body.contains("no real model server runs in the Kubernetes emulator"),
+        "{body}"
+    );
+    let (status, _, _) = http(addr, "GET", "127.0.0.1", "/nothing/here", None).await;
+    assert_eq!(status, 404);
+    emu.shutdown().await;
+}

@@ -258,7 +258,6 @@ pub(crate) fn glob(pattern: &str, s: &str) -> bool {
 
 /// Kinds the simulation uses, resolved once.
 #[derive(Clone, Copy)]
-#[allow(dead_code)] // TODO(part 2 networking): used by the Gateway controller
 pub(crate) struct K {
     pub namespace: &'static ResourceKind,
     pub node: &'static ResourceKind,
@@ -308,7 +307,6 @@ pub(crate) struct Sim {
     pub config: ClusterConfig,
     pub nodes: Vec<NodeConfig>,
     /// The data plane's bound address (Gateway listeners point at its port).
-    #[allow(dead_code)]
     pub gateway_addr: SocketAddr,
     /// Per-pod kubelet progress, by uid.
     pub pods: HashMap<String, kubelet::PodRuntime>,

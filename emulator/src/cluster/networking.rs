@@ -1,9 +1,552 @@
-//! Networking objects: EndpointSlices for Services, and the Gateway controller's status
-//! for GatewayClasses, Gateways and HTTPRoutes.
+//! Networking objects: EndpointSlices for Services with selectors (the EndpointSlice
+//! controller), and a Gateway controller for the emulator's GatewayClass: GatewayClass
+//! and Gateway status (addresses, listeners, attached routes) and HTTPRoute
+//! `status.parents` with Accepted and ResolvedRefs per parentRef.
 
-use super::Sim;
+use std::collections::BTreeMap;
 
-/// Pre-creates the configured GatewayClass and Gateway.
-pub(super) fn create_gateway(_sim: &Sim) {}
+use serde_json::{Value, json};
 
-pub(super) fn reconcile(_sim: &mut Sim) {}
+use super::{
+    GATEWAY_CLASS, GATEWAY_CONTROLLER, Sim, deleting, is_true, manager, write_object, write_status,
+};
+use crate::ops;
+use crate::resources::meta_str;
+use crate::selectors::LabelSelector;
+
+const GW_GROUP: &str = "gateway.networking.k8s.io";
+const SLICE_MANAGER: &str = "endpointslice-controller.k8s.io";
+
+/// Pre-creates the GatewayClass and the configured Gateway (listener `http` on the data
+/// plane's port, routes allowed from all namespaces).
+pub(super) fn create_gateway(sim: &Sim) {
+    let (Some(gc), Some(gw)) = (sim.k.gatewayclass, sim.k.gateway) else {
+        return;
+    };
+    let opts = manager("modelplane-emulator");
+    let class = json!({"metadata": {"name": GATEWAY_CLASS}, "spec": {"controllerName": GATEWAY_CONTROLLER}});
+    let _ = ops::create(&sim.store, gc, "", class, &opts);
+    let Some((ns, name)) = &sim.config.gateway else {
+        return;
+    };
+    if sim.store.get(sim.k.namespace, "", ns).is_none() {
+        let _ = ops::create(
+            &sim.store,
+            sim.k.namespace,
+            "",
+            json!({"metadata": {"name": ns}}),
+            &opts,
+        );
+    }
+    let gateway = json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "gatewayClassName": GATEWAY_CLASS,
+            "listeners": [{
+                "name": "http", "protocol": "HTTP", "port": sim.gateway_addr.port(),
+                "allowedRoutes": {"namespaces": {"from": "All"}},
+            }],
+        },
+    });
+    let _ = ops::create(&sim.store, gw, ns, gateway, &opts);
+}
+
+pub(super) fn reconcile(sim: &mut Sim) {
+    endpoint_slices(sim);
+    gateways(sim);
+}
+
+/// Resolves a Service targetPort against a pod's container ports.
+fn target_port(pod: &Value, port: &Value) -> Option<i64> {
+    let target = port.get("targetPort").or_else(|| port.get("port"))?;
+    if let Some(n) = target.as_i64() {
+        return Some(n);
+    }
+    let name = target.as_str()?;
+    if let Ok(n) = name.parse() {
+        return Some(n);
+    }
+    pod.pointer("/spec/containers")?
+        .as_array()?
+        .iter()
+        .flat_map(|c| {
+            c.get("ports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        })
+        .find(|p| p.get("name").and_then(Value::as_str) == Some(name))?
+        .get("containerPort")?
+        .as_i64()
+}
+
+/// Pods selected by a Service (label selector over one namespace).
+pub(crate) fn selected_pods(pods: &[Value], svc: &Value) -> Vec<Value> {
+    let ns = meta_str(svc, "namespace");
+    let Some(sel) = svc
+        .pointer("/spec/selector")
+        .and_then(Value::as_object)
+        .filter(|s| !s.is_empty())
+    else {
+        return Vec::new();
+    };
+    let selector = LabelSelector::from_object(&json!({"matchLabels": sel}));
+    pods.iter()
+        .filter(|p| meta_str(p, "namespace") == ns && selector.matches(p))
+        .cloned()
+        .collect()
+}
+
+fn endpoint_slices(sim: &Sim) {
+    let Some(kind) = sim.k.endpointslice else {
+        return;
+    };
+    let pods = sim.store.list(sim.k.pod, None);
+    let slices = sim.store.list(kind, None);
+    for svc in sim.store.list(sim.k.service, None) {
+        if deleting(&svc) || svc.pointer("/spec/selector").is_none() {
+            continue;
+        }
+        let ns = meta_str(&svc, "namespace").unwrap_or("");
+        let name = meta_str(&svc, "name").unwrap_or("");
+        let mut selected: Vec<Value> = selected_pods(&pods, &svc)
+            .into_iter()
+            .filter(|p| p.pointer("/status/podIP").is_some())
+            .collect();
+        selected.sort_by(|a, b| meta_str(a, "name").cmp(&meta_str(b, "name")));
+        let endpoints: Vec<Value> = selected
+            .iter()
+            .map(|p| {
+                let ready = is_true(p, "Ready") && !deleting(p);
+                json!({
+                    "addresses": [p["status"]["podIP"]],
+                    "conditions": {"ready": ready, "serving": is_true(p, "Ready"), "terminating": deleting(p)},
+                    "nodeName": p["spec"]["nodeName"],
+                    "targetRef": {"kind": "Pod", "name": meta_str(p, "name"), "namespace": ns, "uid": meta_str(p, "uid")},
+                })
+            })
+            .collect();
+        let ports: Vec<Value> = svc
+            .pointer("/spec/ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|sp| {
+                let port = selected.first().and_then(|p| target_port(p, sp));
+                let mut p = json!({"name": sp.get("name").and_then(Value::as_str).unwrap_or(""),
+                                   "protocol": sp.get("protocol").cloned().unwrap_or(json!("TCP"))});
+                if let Some(n) = port {
+                    p["port"] = json!(n);
+                }
+                if let Some(a) = sp.get("appProtocol") {
+                    p["appProtocol"] = a.clone();
+                }
+                p
+            })
+            .collect();
+        let existing = slices.iter().find(|s| {
+            meta_str(s, "namespace") == Some(ns)
+                && s.pointer("/metadata/labels/kubernetes.io~1service-name")
+                    .and_then(Value::as_str)
+                    == Some(name)
+        });
+        match existing {
+            None => {
+                let mut slice = json!({
+                    "metadata": {
+                        "generateName": format!("{name}-"), "namespace": ns,
+                        "labels": {"kubernetes.io/service-name": name, "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER},
+                        "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": name,
+                                             "uid": meta_str(&svc, "uid"), "controller": true, "blockOwnerDeletion": true}],
+                    },
+                    "addressType": "IPv4",
+                    "ports": ports,
+                });
+                if !endpoints.is_empty() {
+                    slice["endpoints"] = json!(endpoints);
+                }
+                let _ = ops::create(
+                    &sim.store,
+                    kind,
+                    ns,
+                    slice,
+                    &manager("kube-controller-manager"),
+                );
+            }
+            Some(s) => {
+                let mut new = s.clone();
+                if endpoints.is_empty() {
+                    new.as_object_mut().map(|o| o.remove("endpoints"));
+                } else {
+                    new["endpoints"] = json!(endpoints);
+                }
+                new["ports"] = json!(ports);
+                if new != *s {
+                    write_object(&sim.store, kind, new, "kube-controller-manager");
+                }
+            }
+        }
+    }
+}
+
+/// A condition that keeps its lastTransitionTime while its status stays the same.
+fn condition(
+    old: Option<&Value>,
+    ty: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: i64,
+) -> Value {
+    let status = if ok { "True" } else { "False" };
+    let prev = old
+        .and_then(|o| o.get("conditions"))
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == ty));
+    let time = prev
+        .filter(|c| c["status"] == status)
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .map(String::from)
+        .unwrap_or_else(ops::now);
+    json!({"type": ty, "status": status, "reason": reason, "message": message,
+           "observedGeneration": generation, "lastTransitionTime": time})
+}
+
+fn generation(o: &Value) -> i64 {
+    o.pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
+}
+
+fn host_matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => {
+            host.ends_with(&format!(".{suffix}")) || host.strip_prefix("*.") == Some(suffix)
+        }
+        None => {
+            pattern == host
+                || host
+                    .strip_prefix("*.")
+                    .is_some_and(|s| pattern.ends_with(&format!(".{s}")))
+        }
+    }
+}
+
+/// The outcome of attaching one parentRef of a route.
+struct Attachment {
+    accepted: (bool, &'static str, String),
+    /// Names of the listeners the route attached to.
+    listeners: Vec<String>,
+}
+
+fn attach(sim: &Sim, route: &Value, parent: &Value, gw: &Value) -> Attachment {
+    let route_ns = meta_str(route, "namespace").unwrap_or("");
+    let gw_ns = meta_str(gw, "namespace").unwrap_or("");
+    let section = parent.get("sectionName").and_then(Value::as_str);
+    let port = parent.get("port").and_then(Value::as_i64);
+    let listeners: Vec<&Value> = gw
+        .pointer("/spec/listeners")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|l| section.is_none_or(|s| l["name"] == s) && port.is_none_or(|p| l["port"] == p))
+        .collect();
+    if listeners.is_empty() {
+        return Attachment {
+            accepted: (
+                false,
+                "NoMatchingParent",
+                "No listeners match this parent ref".into(),
+            ),
+            listeners: Vec::new(),
+        };
+    }
+    let ns_labels = sim
+        .store
+        .get(sim.k.namespace, "", route_ns)
+        .and_then(|n| n.pointer("/metadata/labels").cloned());
+    let allowed: Vec<&Value> = listeners
+        .iter()
+        .copied()
+        .filter(|l| {
+            let from = l
+                .pointer("/allowedRoutes/namespaces/from")
+                .and_then(Value::as_str)
+                .unwrap_or("Same");
+            let ns_ok = match from {
+                "All" => true,
+                "Selector" => l
+                    .pointer("/allowedRoutes/namespaces/selector")
+                    .is_some_and(|s| {
+                        LabelSelector::from_object(s).matches_labels(ns_labels.as_ref())
+                    }),
+                _ => route_ns == gw_ns,
+            };
+            let kinds_ok = l
+                .pointer("/allowedRoutes/kinds")
+                .and_then(Value::as_array)
+                .filter(|k| !k.is_empty())
+                .is_none_or(|ks| ks.iter().any(|k| k["kind"] == "HTTPRoute"));
+            let proto_ok = matches!(l["protocol"].as_str(), Some("HTTP" | "HTTPS"));
+            ns_ok && kinds_ok && proto_ok
+        })
+        .collect();
+    if allowed.is_empty() {
+        return Attachment {
+            accepted: (
+                false,
+                "NotAllowedByListeners",
+                "No listeners included by this parent ref allowed this attachment.".into(),
+            ),
+            listeners: Vec::new(),
+        };
+    }
+    let hostnames: Vec<&str> = route
+        .pointer("/spec/hostnames")
+        .and_then(Value::as_array)
+        .map(|h| h.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let matching: Vec<String> = allowed
+        .iter()
+        .filter(|l| match l.get("hostname").and_then(Value::as_str) {
+            None => true,
+            Some(lh) => {
+                hostnames.is_empty()
+                    || hostnames
+                        .iter()
+                        .any(|h| host_matches(lh, h) || host_matches(h, lh))
+            }
+        })
+        .map(|l| l["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    if matching.is_empty() {
+        return Attachment {
+            accepted: (
+                false,
+                "NoMatchingListenerHostname",
+                "No hostnames match parent listener hostnames".into(),
+            ),
+            listeners: Vec::new(),
+        };
+    }
+    Attachment {
+        accepted: (true, "Accepted", "Route is accepted".into()),
+        listeners: matching,
+    }
+}
+
+/// ResolvedRefs for a route's backendRefs.
+fn resolved_refs(sim: &Sim, route: &Value) -> (bool, &'static str, String) {
+    let route_ns = meta_str(route, "namespace").unwrap_or("");
+    for rule in route
+        .pointer("/spec/rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for b in rule
+            .get("backendRefs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let group = b.get("group").and_then(Value::as_str).unwrap_or("");
+            let kind = b.get("kind").and_then(Value::as_str).unwrap_or("Service");
+            let name = b.get("name").and_then(Value::as_str).unwrap_or("");
+            let ns = b
+                .get("namespace")
+                .and_then(Value::as_str)
+                .unwrap_or(route_ns);
+            if !group.is_empty() || kind != "Service" {
+                return (
+                    false,
+                    "InvalidKind",
+                    format!("Unsupported backend kind {group}/{kind}"),
+                );
+            }
+            if ns != route_ns {
+                return (
+                    false,
+                    "RefNotPermitted",
+                    format!(
+                        "Backend ref to Service {ns}/{name} not permitted by any ReferenceGrant"
+                    ),
+                );
+            }
+            if sim.store.get(sim.k.service, ns, name).is_none() {
+                return (
+                    false,
+                    "BackendNotFound",
+                    format!("Service {ns}/{name} not found"),
+                );
+            }
+        }
+    }
+    (
+        true,
+        "ResolvedRefs",
+        "Resolved all the Object references for the Route".into(),
+    )
+}
+
+/// The status a Gateway reports: the data plane address, listener status, attached routes.
+fn gateways(sim: &Sim) {
+    let (Some(gck), Some(gwk), Some(rk)) = (sim.k.gatewayclass, sim.k.gateway, sim.k.httproute)
+    else {
+        return;
+    };
+    let ours: Vec<String> = sim
+        .store
+        .list(gck, None)
+        .into_iter()
+        .filter(|c| {
+            c.pointer("/spec/controllerName").and_then(Value::as_str) == Some(GATEWAY_CONTROLLER)
+        })
+        .map(|c| {
+            let g = generation(&c);
+            let old = c.get("status");
+            let mut status = c.get("status").cloned().unwrap_or(json!({}));
+            status["conditions"] = json!([condition(
+                old,
+                "Accepted",
+                true,
+                "Accepted",
+                "Handled by the modelplane emulator's Gateway controller",
+                g
+            )]);
+            write_status(&sim.store, gck, &c, status, GATEWAY_CONTROLLER);
+            meta_str(&c, "name").unwrap_or("").to_string()
+        })
+        .collect();
+    let gws: Vec<Value> = sim
+        .store
+        .list(gwk, None)
+        .into_iter()
+        .filter(|g| {
+            g.pointer("/spec/gatewayClassName")
+                .and_then(Value::as_str)
+                .is_some_and(|c| ours.iter().any(|o| o == c))
+        })
+        .collect();
+    let mut attached: BTreeMap<(String, String, String), i64> = BTreeMap::new();
+    for route in sim.store.list(rk, None) {
+        let route_ns = meta_str(&route, "namespace").unwrap_or("").to_string();
+        let g = generation(&route);
+        let resolved = resolved_refs(sim, &route);
+        let old_parents: Vec<Value> = route
+            .pointer("/status/parents")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        // Keep other controllers' entries; ours are recomputed.
+        let mut parents: Vec<Value> = old_parents
+            .iter()
+            .filter(|p| p["controllerName"] != GATEWAY_CONTROLLER)
+            .cloned()
+            .collect();
+        for parent in route
+            .pointer("/spec/parentRefs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let group = parent
+                .get("group")
+                .and_then(Value::as_str)
+                .unwrap_or(GW_GROUP);
+            let kind = parent
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("Gateway");
+            let ns = parent
+                .get("namespace")
+                .and_then(Value::as_str)
+                .unwrap_or(&route_ns)
+                .to_string();
+            let name = parent.get("name").and_then(Value::as_str).unwrap_or("");
+            if group != GW_GROUP || kind != "Gateway" {
+                continue;
+            }
+            let Some(gw) = gws.iter().find(|g| {
+                meta_str(g, "namespace") == Some(ns.as_str()) && meta_str(g, "name") == Some(name)
+            }) else {
+                continue;
+            };
+            let a = attach(sim, &route, parent, gw);
+            for l in &a.listeners {
+                *attached
+                    .entry((ns.clone(), name.to_string(), l.clone()))
+                    .or_default() += 1;
+            }
+            let old = old_parents
+                .iter()
+                .find(|p| p["controllerName"] == GATEWAY_CONTROLLER && p["parentRef"] == *parent);
+            let (ok, reason, msg) = &a.accepted;
+            parents.push(json!({
+                "parentRef": parent,
+                "controllerName": GATEWAY_CONTROLLER,
+                "conditions": [
+                    condition(old, "Accepted", *ok, reason, msg, g),
+                    condition(old, "ResolvedRefs", resolved.0, resolved.1, &resolved.2, g),
+                ],
+            }));
+        }
+        if parents != old_parents {
+            let mut status = route.get("status").cloned().unwrap_or(json!({}));
+            status["parents"] = json!(parents);
+            write_status(&sim.store, rk, &route, status, GATEWAY_CONTROLLER);
+        }
+    }
+    let host = if sim.gateway_addr.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        sim.gateway_addr.ip().to_string()
+    };
+    for gw in &gws {
+        let g = generation(gw);
+        let old = gw.get("status");
+        let ns = meta_str(gw, "namespace").unwrap_or("").to_string();
+        let name = meta_str(gw, "name").unwrap_or("").to_string();
+        let old_listeners: Vec<Value> = old
+            .and_then(|o| o.get("listeners"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let listeners: Vec<Value> = gw
+            .pointer("/spec/listeners")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|l| {
+                let lname = l["name"].as_str().unwrap_or("").to_string();
+                let prev = old_listeners.iter().find(|o| o["name"] == lname.as_str());
+                let http = matches!(l["protocol"].as_str(), Some("HTTP" | "HTTPS"));
+                let (reason, msg) = if http {
+                    ("Accepted", "Listener is accepted")
+                } else {
+                    ("UnsupportedProtocol", "The emulator's Gateway serves HTTP listeners only")
+                };
+                json!({
+                    "name": lname,
+                    "supportedKinds": if http { json!([{"group": GW_GROUP, "kind": "HTTPRoute"}]) } else { json!([]) },
+                    "attachedRoutes": attached.get(&(ns.clone(), name.clone(), lname.clone())).copied().unwrap_or(0),
+                    "conditions": [
+                        condition(prev, "Accepted", http, reason, msg, g),
+                        condition(prev, "Programmed", http, if http { "Programmed" } else { "Invalid" }, if http { "Listener is programmed" } else { msg }, g),
+                        condition(prev, "ResolvedRefs", true, "ResolvedRefs", "Resolved all the Object references", g),
+                        condition(prev, "Conflicted", false, "NoConflicts", "No conflicts", g),
+                    ],
+                })
+            })
+            .collect();
+        let status = json!({
+            "addresses": [{"type": "IPAddress", "value": host}],
+            "conditions": [
+                condition(old, "Accepted", true, "Accepted", "Gateway is accepted", g),
+                condition(old, "Programmed", true, "Programmed", &format!("Gateway is programmed; its data plane listens on {}", sim.gateway_addr), g),
+            ],
+            "listeners": listeners,
+        });
+        write_status(&sim.store, gwk, gw, status, GATEWAY_CONTROLLER);
+    }
+}
