@@ -4,7 +4,8 @@
 
 use serde_json::{Value, json};
 
-use crate::resources::ResourceKind;
+use crate::resources::{ResourceKind, meta_str};
+use crate::status::{ApiError, ApiResult};
 use crate::store::{State, Store};
 
 /// The status an object starts with on create (status subresources reset it).
@@ -49,7 +50,12 @@ fn qos_class(pod: &Value) -> &'static str {
 }
 
 /// Create-time work the real registries and admission plugins do for some kinds.
-pub(crate) fn prepare_create(st: &State, store: &Store, kind: &ResourceKind, obj: &mut Value) {
+pub(crate) fn prepare_create(
+    st: &State,
+    store: &Store,
+    kind: &ResourceKind,
+    obj: &mut Value,
+) -> ApiResult<()> {
     match kind.kind {
         "Namespace" => {
             obj["spec"] = json!({"finalizers": ["kubernetes"]});
@@ -96,6 +102,8 @@ pub(crate) fn prepare_create(st: &State, store: &Store, kind: &ResourceKind, obj
         }
         "Pod" => {
             // Admission: ServiceAccount, Priority and DefaultTolerationSeconds plugins.
+            let ns = meta_str(obj, "namespace").unwrap_or("").to_string();
+            let name = meta_str(obj, "name").unwrap_or("").to_string();
             if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
                 let sa = spec
                     .get("serviceAccountName")
@@ -103,13 +111,19 @@ pub(crate) fn prepare_create(st: &State, store: &Store, kind: &ResourceKind, obj
                     .filter(|s| !s.is_empty())
                     .unwrap_or("default")
                     .to_string();
+                let sa_kind = store.kinds().by_resource("", "v1", "serviceaccounts");
+                if sa_kind.is_some_and(|k| st.get(k, &ns, &sa).is_none()) {
+                    return Err(ApiError::forbidden(
+                        kind,
+                        &name,
+                        &format!(
+                            "error looking up service account {ns}/{sa}: serviceaccount {sa:?} not found"
+                        ),
+                    ));
+                }
                 spec.insert("serviceAccountName".into(), json!(sa));
                 spec.insert("serviceAccount".into(), json!(sa));
-                if spec.get("priorityClassName").is_none() {
-                    spec.entry("priority").or_insert(json!(0));
-                }
-                spec.entry("preemptionPolicy")
-                    .or_insert(json!("PreemptLowerPriority"));
+                pod_priority(st, store, kind, &name, spec)?;
                 let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
                 if let Some(t) = tolerations.as_array_mut() {
                     for key in [
@@ -128,6 +142,7 @@ pub(crate) fn prepare_create(st: &State, store: &Store, kind: &ResourceKind, obj
         }
         _ => {}
     }
+    Ok(())
 }
 
 fn used_node_ports(st: &State, store: &Store) -> Vec<i64> {
@@ -182,4 +197,68 @@ pub(crate) fn keep_allocated(kind: &ResourceKind, old: &Value, new: &mut Value) 
             spec.insert(f.into(), v.clone());
         }
     }
+}
+
+/// The Priority admission plugin: `priorityClassName` must name an existing PriorityClass
+/// (or the global default applies), and sets `priority` and `preemptionPolicy` from it.
+fn pod_priority(
+    st: &State,
+    store: &Store,
+    kind: &ResourceKind,
+    name: &str,
+    spec: &mut serde_json::Map<String, Value>,
+) -> ApiResult<()> {
+    let pc_kind = store
+        .kinds()
+        .by_resource("scheduling.k8s.io", "v1", "priorityclasses");
+    let requested = spec
+        .get("priorityClassName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .map(String::from);
+    let class = match (&requested, pc_kind) {
+        (Some(pcn), Some(k)) => match st.get(k, "", pcn) {
+            Some(pc) => Some((*pc).clone()),
+            None => {
+                return Err(ApiError::forbidden(
+                    kind,
+                    name,
+                    &format!("no PriorityClass with name {pcn} was found"),
+                ));
+            }
+        },
+        (None, Some(k)) => st
+            .list(k, None)
+            .into_iter()
+            .find(|pc| pc.get("globalDefault") == Some(&json!(true)))
+            .map(|pc| (*pc).clone()),
+        _ => None,
+    };
+    let value = class
+        .as_ref()
+        .and_then(|c| c.get("value"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if let Some(given) = spec.get("priority").and_then(Value::as_i64)
+        && given != value
+    {
+        return Err(ApiError::forbidden(
+            kind,
+            name,
+            &format!(
+                "the integer value of priority ({given}) must not be provided in pod spec; priority admission controller computed {value} from the given PriorityClass name"
+            ),
+        ));
+    }
+    spec.insert("priority".into(), json!(value));
+    if let Some(c) = &class {
+        spec.insert("priorityClassName".into(), c["metadata"]["name"].clone());
+    }
+    let policy = class
+        .as_ref()
+        .and_then(|c| c.get("preemptionPolicy"))
+        .cloned()
+        .unwrap_or(json!("PreemptLowerPriority"));
+    spec.entry("preemptionPolicy").or_insert(policy);
+    Ok(())
 }

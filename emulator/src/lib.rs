@@ -202,6 +202,26 @@ fn seed(store: &Store) {
         "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443}]},
     });
     let _ = ops::create(store, svc, "default", kubernetes, &opts);
+    // The scheduling storage's post-start hook creates the system priority classes.
+    let pc = store
+        .kinds()
+        .by_resource("scheduling.k8s.io", "v1", "priorityclasses")
+        .expect("priorityclasses are served");
+    for (name, value, description) in [
+        (
+            "system-node-critical",
+            2_000_001_000,
+            "Used for system critical pods that must not be moved from their current node.",
+        ),
+        (
+            "system-cluster-critical",
+            2_000_000_000,
+            "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+        ),
+    ] {
+        let class = json!({"metadata": {"name": name}, "value": value, "description": description});
+        let _ = ops::create(store, pc, "", class, &opts);
+    }
 }
 
 /// A running emulator. Dropping it stops serving (prefer [`RunningEmulator::shutdown`]).

@@ -527,7 +527,7 @@ fn create_locked(
     if kind.has_status() {
         obj.as_object_mut().map(|o| o.remove("status"));
     }
-    prepare_create(st, store, kind, &mut obj);
+    prepare_create(st, store, kind, &mut obj)?;
     apply_defaults(kind, &mut obj);
     if kind.has_status()
         && obj.get("status").is_none()
@@ -555,6 +555,20 @@ fn create_locked(
         });
     }
     let stored = st.insert(kind, obj);
+    if kind.kind == "Namespace" && kind.group.is_empty() {
+        // The service account controller reacts at once; creating the account with the
+        // namespace keeps pods created right afterwards from racing it.
+        if let Some(sa) = store.kinds().by_resource("", "v1", "serviceaccounts") {
+            let _ = system_create(
+                st,
+                store,
+                sa,
+                &name,
+                json!({"metadata": {"name": "default"}}),
+                "kube-controller-manager",
+            );
+        }
+    }
     Ok(WriteResult {
         object: (*stored).clone(),
         warnings,

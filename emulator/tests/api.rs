@@ -1867,3 +1867,84 @@ async fn endpoint_slices() {
     );
     assert_eq!(err.details.as_ref().unwrap().causes[0].field, "addressType");
 }
+
+#[tokio::test]
+async fn pod_admission_priority_and_service_accounts() {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let (_emu, client) = start().await;
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pod = |name: &str, extra: Value| -> Pod {
+        let mut p = json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}});
+        json_patch::merge(&mut p, &extra);
+        serde_json::from_value(p).unwrap()
+    };
+    // The system classes exist; the class sets priority and preemptionPolicy.
+    let p = pods
+        .create(
+            &PostParams::default(),
+            &pod(
+                "crit",
+                json!({"spec": {"priorityClassName": "system-cluster-critical"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(p.spec.as_ref().unwrap().priority, Some(2_000_000_000));
+    // A missing class or service account is refused (403).
+    let err = api_err(
+        pods.create(
+            &PostParams::default(),
+            &pod("nope", json!({"spec": {"priorityClassName": "nope"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (403, "Forbidden"));
+    let err = api_err(
+        pods.create(
+            &PostParams::default(),
+            &pod("nosa", json!({"spec": {"serviceAccountName": "ghost"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(err.code, 403);
+    assert!(
+        err.message.contains("serviceaccount \"ghost\" not found"),
+        "{}",
+        err.message
+    );
+    // A global default class applies to pods without one.
+    let pcs: Api<PriorityClass> = Api::all(client.clone());
+    pcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "inference"}, "value": 1000, "globalDefault": true}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let p = pods
+        .create(&PostParams::default(), &pod("dflt", json!({})))
+        .await
+        .unwrap();
+    let spec = p.spec.unwrap();
+    assert_eq!(
+        (spec.priority, spec.priority_class_name.as_deref()),
+        (Some(1000), Some("inference"))
+    );
+    // Pods can be created in a namespace right after it is created (its default account exists).
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "fresh"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let fresh: Api<Pod> = Api::namespaced(client.clone(), "fresh");
+    fresh
+        .create(&PostParams::default(), &pod("first", json!({})))
+        .await
+        .unwrap();
+}
