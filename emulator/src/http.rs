@@ -41,6 +41,10 @@ pub struct RecordedRequest {
     /// `X-Client-Id` header, if any (lets tests tell clients apart).
     pub client_id: Option<String>,
     pub status: u16,
+    /// When the request arrived (wall clock).
+    pub at: std::time::SystemTime,
+    /// When its response started (for watches: when the stream opened).
+    pub finished: std::time::SystemTime,
 }
 
 /// How many requests the log keeps (the oldest tenth is dropped when full).
@@ -76,6 +80,8 @@ pub struct AppState {
     pub server_address: Arc<str>,
     /// Becomes true when the emulator shuts down, so open watches end promptly.
     pub closing: tokio::sync::watch::Receiver<bool>,
+    /// Injected faults (part 2), applied in `record`.
+    pub faults: crate::cluster::Faults,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -95,7 +101,33 @@ async fn record(State(state): State<AppState>, req: Request, next: Next) -> Resp
         .get("x-client-id")
         .and_then(|v| v.to_str().ok())
         .map(String::from);
-    let resp = next.run(req).await;
+    let at = std::time::SystemTime::now();
+    let resp = if path.starts_with("/emulator/faults") {
+        // The admin endpoint is never subject to the faults it sets.
+        let m = req.method().clone();
+        let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+            .await
+            .unwrap_or_default();
+        state.faults.admin(&m, &body)
+    } else {
+        match state.faults.verdict() {
+            crate::cluster::faults::Verdict::Respond(r) => r,
+            crate::cluster::faults::Verdict::Pass { latency } => {
+                if !latency.is_zero() {
+                    tokio::time::sleep(latency).await;
+                }
+                let q = parse_query(&query);
+                let watch = path.contains("/watch/")
+                    || q.get("watch").is_some_and(|w| w == "true" || w == "1");
+                let resp = next.run(req).await;
+                if watch {
+                    state.faults.cuttable(resp)
+                } else {
+                    resp
+                }
+            }
+        }
+    };
     state.log.push(RecordedRequest {
         method,
         path,
@@ -103,6 +135,8 @@ async fn record(State(state): State<AppState>, req: Request, next: Next) -> Resp
         field_manager,
         client_id,
         status: resp.status().as_u16(),
+        at,
+        finished: std::time::SystemTime::now(),
     });
     resp
 }

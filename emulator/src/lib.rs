@@ -146,6 +146,7 @@ impl EmulatorBuilder {
         let listener = tokio::net::TcpListener::bind(self.listen).await?;
         let addr = listener.local_addr()?;
         let log = RequestLog::default();
+        let faults = Faults::default();
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let state = http::AppState {
             store: store.clone(),
@@ -153,9 +154,12 @@ impl EmulatorBuilder {
             bookmark_interval: self.bookmark_interval,
             server_address: addr.to_string().into(),
             closing: stop_rx.clone(),
+            faults: faults.clone(),
         };
         let app = http::router(state);
+        let server_faults = faults.clone();
         let server = tokio::spawn(async move {
+            let listener = cluster::faults::RefusingListener::new(listener, server_faults);
             let _ = axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
                     let _ = stop_rx.wait_for(|c| *c).await;
@@ -176,6 +180,7 @@ impl EmulatorBuilder {
             server: Some(server),
             gc,
             cluster,
+            faults,
         })
     }
 }
@@ -233,6 +238,7 @@ pub struct RunningEmulator {
     server: Option<JoinHandle<()>>,
     gc: JoinHandle<()>,
     cluster: Option<cluster::Running>,
+    faults: Faults,
 }
 
 impl RunningEmulator {

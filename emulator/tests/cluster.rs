@@ -1153,3 +1153,258 @@ async fn sim_pods_answer_openai_requests_through_the_gateway() {
     assert_eq!(status, 404);
     emu.shutdown().await;
 }
+
+fn configmaps(client: &Client) -> Api<k8s_openapi::api::core::v1::ConfigMap> {
+    Api::default_namespaced(client.clone())
+}
+
+#[tokio::test]
+async fn refuse_all_looks_like_a_server_that_is_down() {
+    let (emu, client) = start(Emulator::builder()).await;
+    configmaps(&client)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    emu.faults().refuse_all(true);
+    // New connections are closed before any response.
+    let (status, _, _) = http_raw(emu.addr(), "GET", "/api/v1/namespaces").await;
+    assert_eq!(status, None);
+    // A pooled client connection gets 503 (and is closed), never a success.
+    let err = configmaps(&client)
+        .list(&ListParams::default())
+        .await
+        .unwrap_err();
+    assert!(
+        !matches!(err, kube::Error::Api(ref s) if s.code == 200),
+        "{err:?}"
+    );
+    emu.faults().refuse_all(false);
+    wait_for("recovery", || async {
+        configmaps(&client).list(&ListParams::default()).await.ok()
+    })
+    .await;
+    // refuse_for lifts itself.
+    emu.faults().refuse_for(Duration::from_millis(200));
+    assert_eq!(http_raw(emu.addr(), "GET", "/version").await.0, None);
+    wait_for("automatic recovery", || async {
+        http_raw(emu.addr(), "GET", "/version")
+            .await
+            .0
+            .filter(|s| *s == 200)
+    })
+    .await;
+    emu.shutdown().await;
+}
+
+/// Like `http`, but a connection closed without a response gives `None`.
+async fn http_raw(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+) -> (Option<u16>, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return (None, String::new(), String::new());
+    };
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Client-Id: raw-test\r\n\r\n"
+    );
+    let _ = s.write_all(req.as_bytes()).await;
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw).await;
+    let raw = String::from_utf8_lossy(&raw).to_string();
+    let Some((head, body)) = raw.split_once("\r\n\r\n") else {
+        return (None, raw, String::new());
+    };
+    (
+        head.split(' ').nth(1).and_then(|c| c.parse().ok()),
+        head.to_string(),
+        body.to_string(),
+    )
+}
+
+#[tokio::test]
+async fn latency_and_failure_fractions() {
+    let (emu, client) = start(Emulator::builder()).await;
+    let cms = configmaps(&client);
+    emu.faults().latency(Duration::from_millis(150));
+    let t = std::time::Instant::now();
+    cms.list(&ListParams::default()).await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(150));
+    emu.faults().latency(Duration::ZERO);
+
+    emu.faults().fail_fraction(0.5, 500);
+    let mut codes = Vec::new();
+    for _ in 0..10 {
+        codes.push(match cms.list(&ListParams::default()).await {
+            Ok(_) => 200,
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(s.reason, "InternalError");
+                s.code
+            }
+            Err(e) => panic!("{e:?}"),
+        });
+    }
+    assert_eq!(codes.iter().filter(|c| **c == 500).count(), 5, "{codes:?}");
+    emu.faults().fail_fraction(1.0, 429);
+    let (status, head, body) = http_raw(emu.addr(), "GET", "/api/v1/namespaces").await;
+    assert_eq!(status, Some(429));
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
+    );
+    assert!(body.contains("TooManyRequests"));
+    emu.faults().clear();
+    cms.list(&ListParams::default()).await.unwrap();
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn cut_watches_ends_open_streams() {
+    use futures::StreamExt;
+    let (emu, client) = start(Emulator::builder()).await;
+    let cms = configmaps(&client);
+    let mut stream = cms
+        .watch(&kube::api::WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let cm: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "a"}})).unwrap();
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let first = tokio::time::timeout(DEADLINE, stream.next()).await.unwrap();
+    assert!(
+        matches!(first, Some(Ok(kube::api::WatchEvent::Added(_)))),
+        "{first:?}"
+    );
+    emu.faults().cut_watches();
+    let end = tokio::time::timeout(DEADLINE, stream.next())
+        .await
+        .expect("the watch ends");
+    assert!(end.is_none(), "{end:?}");
+    // New watches work.
+    let mut again = cms
+        .watch(&kube::api::WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let ev = tokio::time::timeout(DEADLINE, again.next()).await.unwrap();
+    assert!(
+        matches!(ev, Some(Ok(kube::api::WatchEvent::Added(_)))),
+        "{ev:?}"
+    );
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn admin_endpoint_sets_faults_and_requests_are_timestamped() {
+    let (emu, client) = start(Emulator::builder()).await;
+    let addr = emu.addr();
+    let (status, _, body) = http(
+        addr,
+        "POST",
+        "x",
+        "/emulator/faults",
+        Some(json!({"failFraction": 1.0, "failCode": 429})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["failCode"],
+        429
+    );
+    assert_eq!(
+        http_raw(addr, "GET", "/api/v1/namespaces").await.0,
+        Some(429)
+    );
+    let (_, _, body) = http(addr, "GET", "x", "/emulator/faults", None).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["failFraction"],
+        1.0
+    );
+    http(
+        addr,
+        "POST",
+        "x",
+        "/emulator/faults",
+        Some(json!({"clear": true})),
+    )
+    .await;
+    assert_eq!(
+        http_raw(addr, "GET", "/api/v1/namespaces").await.0,
+        Some(200)
+    );
+
+    emu.requests().clear();
+    let before = std::time::SystemTime::now();
+    let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+    )
+    .unwrap();
+    configmaps(&client)
+        .patch("c", &PatchParams::apply("writer-1"), &Patch::Apply(&cm))
+        .await
+        .unwrap();
+    http_raw(addr, "GET", "/api/v1/namespaces/default/configmaps/c").await;
+    let log = emu.requests().snapshot();
+    let apply = log.iter().find(|r| r.method == "PATCH").unwrap();
+    assert_eq!(apply.field_manager.as_deref(), Some("writer-1"));
+    assert!(apply.at >= before && apply.finished >= apply.at);
+    let get = log
+        .iter()
+        .find(|r| r.client_id.as_deref() == Some("raw-test"))
+        .unwrap();
+    assert!(get.at >= apply.finished);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_wait_for_available() {
+    let kubectl = std::env::var_os("KUBECTL")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kubectl/bin/kubectl")
+        });
+    if !kubectl.is_file() {
+        assert!(
+            std::env::var("CI").map(|v| v != "true").unwrap_or(true),
+            "kubectl missing under CI"
+        );
+        eprintln!("SKIPPED: kubectl not found at {}", kubectl.display());
+        return;
+    }
+    let (emu, client) = start(builder()).await;
+    let dir = std::env::temp_dir().join(format!("emulator-cluster-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("kubeconfig"), emu.kubeconfig_yaml()).unwrap();
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.create(
+        &PostParams::default(),
+        &deployment("x", 2, json!({}), json!({})),
+    )
+    .await
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(kubectl)
+            .args([
+                "wait",
+                "--for=condition=Available",
+                "deployment/x",
+                "--timeout=30s",
+            ])
+            .env("KUBECONFIG", dir.join("kubeconfig"))
+            .env("HOME", &dir)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim(), "deployment.apps/x condition met");
+    emu.shutdown().await;
+}

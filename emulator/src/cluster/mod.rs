@@ -227,6 +227,11 @@ impl crate::RunningEmulator {
         self.cluster.as_ref().map(|c| c.gateway_addr)
     }
 
+    /// Fault injection for the API server (refuse, latency, errors, cut watches).
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
     pub(crate) fn stop_cluster(&mut self) {
         if let Some(c) = &self.cluster {
             for t in &c.tasks {
