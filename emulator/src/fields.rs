@@ -126,7 +126,30 @@ fn quantities_as_strings(v: &mut Value, in_resource_list: bool) {
     }
 }
 
+/// The first resource-list quantity that does not parse, with its path.
+fn bad_quantity(v: &Value, path: &str, in_resource_list: bool) -> Option<String> {
+    match v {
+        Value::Object(m) => m.iter().find_map(|(k, x)| {
+            let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+            match x {
+                Value::String(q) if in_resource_list && crate::quantity::nano_value(q).is_none() => {
+                    Some(format!("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (at {p})"))
+                }
+                _ => {
+                    let list = matches!(k.as_str(), "limits" | "requests" | "overhead" | "capacity" | "allocatable");
+                    bad_quantity(x, &p, list)
+                }
+            }
+        }),
+        Value::Array(a) => a.iter().enumerate().find_map(|(i, x)| bad_quantity(x, &format!("{path}[{i}]"), false)),
+        _ => None,
+    }
+}
+
 fn type_error<T: DeserializeOwned>(v: &Value) -> Option<String> {
+    if let Some(e) = bad_quantity(v, "", false) {
+        return Some(e);
+    }
     let mut copy = v.clone();
     quantities_as_strings(&mut copy, false);
     match serde_path_to_error::deserialize::<_, T>(copy) {

@@ -74,6 +74,11 @@ fn parse(s: &str) -> Option<(i128, Format)> {
     Some((if negative { -nano } else { nano }, format))
 }
 
+/// The value of a quantity in nano-units (for comparisons), or None when it does not parse.
+pub fn nano_value(s: &str) -> Option<i128> {
+    parse(s).map(|(nano, _)| nano)
+}
+
 /// The canonical string of a quantity, or None when it does not parse.
 #[cfg(test)]
 pub fn canonical(s: &str) -> Option<String> {

@@ -202,6 +202,7 @@ pub fn validate(kind: &ResourceKind, obj: &Value, old: Option<&Value>) -> Vec<Ca
         ("apps", "Deployment") | ("apps", "ReplicaSet") => workload(kind, obj, old, &mut out),
         ("", "Service") => service(obj, old, &mut out),
         ("discovery.k8s.io", "EndpointSlice") => endpoint_slice(obj, old, &mut out),
+        ("", "ConfigMap") | ("", "Secret") => config_keys(obj, &mut out),
         (_, _) if kind.custom => crd_required(kind, obj, &mut out),
         _ => {}
     }
@@ -473,6 +474,8 @@ fn pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
                 ));
             }
             names.push(name.to_string());
+            container_env(c, &cp, out);
+            container_resources(c, &cp, out);
             if c.get("image")
                 .and_then(Value::as_str)
                 .unwrap_or("")
@@ -681,6 +684,92 @@ fn pod_spec_update(old: &Value, new: &Value, out: &mut Vec<Cause>) {
     }
 }
 
+/// ConfigMap and Secret keys: `[-._a-zA-Z0-9]+`, at most 253 characters.
+fn config_keys(obj: &Value, out: &mut Vec<Cause>) {
+    const MSG: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
+    for field in ["data", "binaryData", "stringData"] {
+        for key in obj
+            .get(field)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|m| m.keys())
+        {
+            let ok = !key.is_empty()
+                && key.len() <= 253
+                && key
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+                && key != "."
+                && key != "..";
+            if !ok {
+                out.push(Cause::invalid(
+                    format!("{field}[{key}]"),
+                    &Value::String(key.clone()),
+                    MSG,
+                ));
+            }
+        }
+    }
+}
+
+/// Environment variable names: required, printable ASCII without '=' (the relaxed rule
+/// that is the default since Kubernetes 1.34).
+fn container_env(c: &Value, cp: &str, out: &mut Vec<Cause>) {
+    for (i, e) in c
+        .get("env")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let name = e.get("name").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty() {
+            out.push(Cause::required(format!("{cp}.env[{i}].name")));
+        } else if !name.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'=') {
+            out.push(Cause::invalid(
+                format!("{cp}.env[{i}].name"),
+                &Value::String(name.into()),
+                "a valid environment variable name must consist only of printable ASCII characters other than '='",
+            ));
+        }
+    }
+}
+
+/// Requests may not exceed limits for the same resource.
+fn container_resources(c: &Value, cp: &str, out: &mut Vec<Cause>) {
+    let (Some(req), Some(lim)) = (
+        c.pointer("/resources/requests").and_then(Value::as_object),
+        c.pointer("/resources/limits").and_then(Value::as_object),
+    ) else {
+        return;
+    };
+    for (res, r) in req {
+        let Some(l) = lim.get(res) else { continue };
+        let (Some(rq), Some(lq)) = (quantity_value(r), quantity_value(l)) else {
+            continue;
+        };
+        if rq > lq {
+            out.push(Cause::invalid(
+                format!("{cp}.resources.requests"),
+                r,
+                &format!(
+                    "must be less than or equal to {res} limit of {}",
+                    l.as_str().map_or_else(|| l.to_string(), String::from)
+                ),
+            ));
+        }
+    }
+}
+
+fn quantity_value(v: &Value) -> Option<f64> {
+    let s = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => return None,
+    };
+    crate::quantity::nano_value(&s).map(|n| n as f64)
+}
+
 fn protocol(p: &Value, path: &str, out: &mut Vec<Cause>) {
     if let Some(proto) = p.get("protocol").and_then(Value::as_str)
         && !["TCP", "UDP", "SCTP"].contains(&proto)
@@ -849,6 +938,38 @@ mod tests {
             causes[0].field,
             "spec.strategy.rollingUpdate.maxUnavailable"
         );
+    }
+
+    #[test]
+    fn container_rules() {
+        let kind = crate::resources::KINDS
+            .iter()
+            .find(|k| k.kind == "Pod")
+            .unwrap();
+        let pod = serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i",
+            "env": [{"name": "A=B"}, {"name": "OK_1"}],
+            "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}]}});
+        let fields: Vec<String> = validate(kind, &pod, None)
+            .into_iter()
+            .map(|c| c.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.containers[0].env[0].name",
+                "spec.containers[0].resources.requests"
+            ]
+        );
+        let cm_kind = crate::resources::KINDS
+            .iter()
+            .find(|k| k.kind == "ConfigMap")
+            .unwrap();
+        let cm = serde_json::json!({"metadata": {"name": "c"}, "data": {"good.key": "v", "bad/key": "v"}});
+        let fields: Vec<String> = validate(cm_kind, &cm, None)
+            .into_iter()
+            .map(|c| c.field)
+            .collect();
+        assert_eq!(fields, ["data[bad/key]"]);
     }
 
     #[test]

@@ -1316,7 +1316,7 @@ async fn quantities_are_stored_in_canonical_form() {
     let (_emu, client) = start().await;
     let deps: Api<Deployment> = Api::default_namespaced(client.clone());
     let mut d = serde_json::to_value(deployment("q", "img:1")).unwrap();
-    d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "1024Mi", "cpu": 0.5, "nvidia.com/gpu": 1}, "requests": {"cpu": "1000m"}});
+    d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "1024Mi", "cpu": 1.5, "nvidia.com/gpu": 1}, "requests": {"cpu": "1000m"}});
     let pp = PatchParams::apply("modelplane");
     let first = deps.patch("q", &pp, &Patch::Apply(&d)).await.unwrap();
     let res = serde_json::to_value(
@@ -1334,7 +1334,7 @@ async fn quantities_are_stored_in_canonical_form() {
     .unwrap();
     assert_eq!(
         res,
-        json!({"limits": {"memory": "1Gi", "cpu": "500m", "nvidia.com/gpu": "1"}, "requests": {"cpu": "1"}})
+        json!({"limits": {"memory": "1Gi", "cpu": "1500m", "nvidia.com/gpu": "1"}, "requests": {"cpu": "1"}})
     );
     // Re-applying the non-canonical spelling is still a no-op.
     let second = deps.patch("q", &pp, &Patch::Apply(&d)).await.unwrap();
@@ -1474,6 +1474,18 @@ async fn protocol_errors_dry_run_and_status_apply() {
         "{}",
         e.message
     );
+
+    let bad_quantity = json!({"metadata": {"name": "q"}, "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": "lots"}}}]}});
+    let e = err(client
+        .request(raw(
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            "application/json",
+            bad_quantity,
+        ))
+        .await);
+    assert_eq!(e.code, 400);
+    assert!(e.message.contains("quantities must match"), "{}", e.message);
 
     // dryRun=All on update, patch and delete changes nothing.
     let before = cms.get("c").await.unwrap();
