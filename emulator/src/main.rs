@@ -29,6 +29,51 @@ struct Args {
     /// Seconds between watch bookmarks.
     #[arg(long, default_value_t = 60)]
     bookmark_interval_seconds: u64,
+    /// Serve the bare API server: no nodes, controllers, scheduler, kubelets or Gateway.
+    #[arg(long)]
+    no_cluster: bool,
+    /// Number of simulated nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// `nvidia.com/gpu` allocatable per node.
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// The `nvidia.com/gpu.product` node label.
+    #[arg(long, default_value = "NVIDIA-H100-80GB-HBM3")]
+    gpu_product: String,
+    /// Time from scheduling to a running container, e.g. `2s` or `300ms`.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    start_delay: Duration,
+    /// First crash-loop back-off (doubles per restart, up to 30x), e.g. `10s`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    restart_backoff: Duration,
+    /// Image pattern (`*` wildcards) whose pulls fail; repeatable.
+    #[arg(long)]
+    fail_images: Vec<String>,
+    /// Image pattern whose containers crash after starting; repeatable.
+    #[arg(long)]
+    crash_images: Vec<String>,
+    /// Pre-create this Gateway (`namespace/name`), served by the data plane.
+    #[arg(long)]
+    gateway: Option<String>,
+    /// Address of the Gateway data plane (its port becomes the listener port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    gateway_listen: SocketAddr,
+}
+
+/// `300ms`, `2s`, `1m`, or plain seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: f64 = n.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s or m)")),
+    };
+    Ok(Duration::from_secs_f64(secs))
 }
 
 #[tokio::main]
@@ -39,13 +84,33 @@ async fn main() -> std::io::Result<()> {
         )
         .init();
     let args = Args::parse();
-    let emu = Emulator::builder()
+    let mut builder = Emulator::builder()
         .listen(args.listen)
         .gateway_api(!args.no_gateway_api)
         .inference_api(!args.no_inference_api)
-        .bookmark_interval(Duration::from_secs(args.bookmark_interval_seconds.max(1)))
-        .start()
-        .await?;
+        .bookmark_interval(Duration::from_secs(args.bookmark_interval_seconds.max(1)));
+    if !args.no_cluster {
+        builder = builder
+            .nodes(args.nodes)
+            .gpus_per_node(args.gpus_per_node)
+            .gpu_product(args.gpu_product.clone())
+            .start_delay(args.start_delay)
+            .restart_backoff(args.restart_backoff)
+            .gateway_listen(args.gateway_listen);
+        for p in &args.fail_images {
+            builder = builder.fail_images(p.clone());
+        }
+        for p in &args.crash_images {
+            builder = builder.crash_images(p.clone());
+        }
+        if let Some(gw) = &args.gateway {
+            let Some((ns, name)) = gw.split_once('/') else {
+                return Err(std::io::Error::other("--gateway must be namespace/name"));
+            };
+            builder = builder.gateway(ns, name);
+        }
+    }
+    let emu = builder.start().await?;
     if let Some(path) = &args.kubeconfig_out {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
@@ -54,6 +119,9 @@ async fn main() -> std::io::Result<()> {
         tracing::info!(path = %path.display(), "wrote kubeconfig");
     }
     println!("modelplane-emulator serving on {}", emu.url());
+    if let Some(gw) = emu.gateway_addr() {
+        println!("gateway data plane on http://{gw}");
+    }
     shutdown_signal().await?;
     emu.shutdown().await;
     Ok(())

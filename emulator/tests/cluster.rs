@@ -1408,3 +1408,45 @@ async fn kubectl_wait_for_available() {
     assert_eq!(stdout.trim(), "deployment.apps/x condition met");
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_settled_cluster_stops_writing() {
+    let (emu, client) = start(builder().gateway("gateway-system", "public")).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.create(&PostParams::default(), &sim_deployment("calm", "m"))
+        .await
+        .unwrap();
+    apply(
+        &client,
+        "Service",
+        "default",
+        service("calm", "default", "calm"),
+    )
+    .await;
+    let parent = json!({"namespace": "gateway-system", "name": "public"});
+    apply(
+        &client,
+        "HTTPRoute",
+        "default",
+        http_route("calm", "default", parent, "calm", "/calm"),
+    )
+    .await;
+    wait_for("Available", || async {
+        let d = to_json(&api.get("calm").await.unwrap());
+        cond(&d, "Progressing")
+            .is_some_and(|c| c["reason"] == "NewReplicaSetAvailable")
+            .then_some(())
+    })
+    .await;
+    // Once settled, a second of ticks (deadline checks included) writes nothing.
+    let rv = wait_for("quiet", || async {
+        let before = emu.store().lock().current_rv();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (emu.store().lock().current_rv() == before).then_some(before)
+    })
+    .await;
+    let mut changes = emu.store().subscribe();
+    let quiet = tokio::time::timeout(Duration::from_secs(1), changes.recv()).await;
+    assert!(quiet.is_err(), "unexpected write after rv {rv}: {quiet:?}");
+    emu.shutdown().await;
+}

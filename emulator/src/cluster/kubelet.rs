@@ -371,6 +371,11 @@ fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
         rt.ready_at = None;
     }
     let started = waiting.is_none() && rt.running.as_ref().is_some_and(|(t, _)| since(*t) >= probe);
+    // Timers still to fire: the start delay, the probes, crash loops.
+    let settled = ready
+        || mount_err.is_some()
+        || (elapsed >= cfg.start_delay && (failing.is_some() || config_err.is_some()));
+    let busy = !settled || crashing;
 
     // Pod status, as the kubelet's status manager writes it.
     let now = ops::now();
@@ -472,6 +477,7 @@ fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
         .filter(|(_, _, _, key)| rt.sent.insert(key.clone()))
         .map(|(t, r, m, _)| (t, r, m))
         .collect();
+    sim.busy |= busy;
     write_status(&sim.store, sim.k.pod, pod, status, KUBELET);
     for (ty, reason, msg) in fresh {
         sim.event(pod, sim.k.pod, ty, reason, &msg, KUBELET);

@@ -305,6 +305,9 @@ impl K {
     }
 }
 
+/// How often an idle cluster re-checks its timers (progress deadlines have second precision).
+const IDLE_TICK: Duration = Duration::from_millis(500);
+
 /// Shared state of the simulation loop.
 pub(crate) struct Sim {
     pub store: Store,
@@ -317,6 +320,9 @@ pub(crate) struct Sim {
     pub pods: HashMap<String, kubelet::PodRuntime>,
     /// Last FailedScheduling message per pod uid (events are sent when it changes).
     pub unschedulable: HashMap<String, String>,
+    /// Set by a pass when some timer is running (start delays, probes, back-offs), so the
+    /// next pass comes after `tick` instead of the idle interval.
+    pub busy: bool,
 }
 
 /// What `start` hands back to the emulator.
@@ -339,6 +345,7 @@ pub(crate) async fn start(store: Store, config: ClusterConfig) -> std::io::Resul
         gateway_addr,
         pods: HashMap::new(),
         unschedulable: HashMap::new(),
+        busy: false,
     };
     sim.create_nodes();
     networking::create_gateway(&sim);
@@ -364,13 +371,14 @@ impl Sim {
                     // Coalesce bursts of changes into one pass.
                     while rx.try_recv().is_ok() {}
                 }
-                _ = tokio::time::sleep(self.config.tick) => {}
+                _ = tokio::time::sleep(if self.busy { self.config.tick } else { IDLE_TICK }) => {}
             }
         }
     }
 
     /// One pass of every component; each is level-triggered and idempotent.
     fn pass(&mut self) {
+        self.busy = false;
         controllers::deployments(self);
         controllers::replicasets(self);
         scheduler::schedule(self);
