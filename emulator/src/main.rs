@@ -64,7 +64,9 @@ struct Args {
 /// `300ms`, `2s`, `1m`, or plain seconds.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (n, unit) = s.split_at(split);
     let n: f64 = n.parse().map_err(|_| format!("invalid duration {s:?}"))?;
     let secs = match unit {
