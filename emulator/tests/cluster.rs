@@ -678,6 +678,20 @@ async fn unknown_priority_class_is_refused_at_pod_creation() {
         "{f}"
     );
     assert!(pods_of(&client, "prio").await.is_empty());
+    // Once the class exists the pods are created with its priority and the failure clears.
+    let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
+    let pc = serde_json::from_value(json!({"metadata": {"name": "nope"}, "value": 1000})).unwrap();
+    classes.create(&PostParams::default(), &pc).await.unwrap();
+    let pod = wait_for("pod with priority", || async {
+        pods_of(&client, "prio").await.into_iter().next()
+    })
+    .await;
+    assert_eq!(pod["spec"]["priority"], 1000);
+    wait_for("failure cleared", || async {
+        let d = to_json(&api.get("prio").await.unwrap());
+        cond(&d, "ReplicaFailure").is_none().then_some(())
+    })
+    .await;
     emu.shutdown().await;
 }
 
@@ -947,7 +961,14 @@ fn sim_deployment(name: &str, model: &str) -> Deployment {
     let mut d = deployment(
         name,
         2,
-        json!({"image": "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1", "args": ["--model", model, "--port", "8000"]}),
+        // As modelplane renders the sim engine.
+        json!({
+            "image": "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1",
+            "command": ["/app/llm-d-inference-sim"],
+            "args": ["--model", model, "--port", "8000"],
+            "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 180},
+            "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 6},
+        }),
         json!({}),
     );
     let labels = d

@@ -252,9 +252,13 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[Value], pods: &[Value]) {
             .cmp(&(meta_str(b, "creationTimestamp"), meta_str(b, "name")))
     });
     let template = d.pointer("/spec/template").cloned().unwrap_or(json!({}));
-    let new_idx = owned
-        .iter()
-        .position(|rs| without_hash(&rs["spec"]["template"]) == template);
+    // The new ReplicaSet has the template's hash in its name (robust to defaulting
+    // differences) or, like the real EqualIgnoreHash, the same template.
+    let new_name = format!("{name}-{}", template_hash(&template));
+    let new_idx = owned.iter().position(|rs| {
+        meta_str(rs, "name") == Some(new_name.as_str())
+            || without_hash(&rs["spec"]["template"]) == template
+    });
     let replicas = spec_replicas(d);
     let (surge, _) = fenceposts(d, replicas);
     let recreate = d.pointer("/spec/strategy/type").and_then(Value::as_str) == Some("Recreate");
@@ -863,18 +867,38 @@ fn create_pod(sim: &Sim, rs: &Value) -> Result<Value, crate::ApiError> {
             meta[f] = v.clone();
         }
     }
-    let spec = tmpl.get("spec").cloned().unwrap_or(json!({}));
-    // The Priority admission plugin refuses pods naming an unknown PriorityClass.
-    if let Some(pc) = spec.get("priorityClassName").and_then(Value::as_str)
-        && !pc.is_empty()
-        && !["system-cluster-critical", "system-node-critical"].contains(&pc)
-        && sim.store.get(sim.k.priorityclass, "", pc).is_none()
+    let mut spec = tmpl.get("spec").cloned().unwrap_or(json!({}));
+    // The Priority admission plugin resolves the class into the pod's priority and
+    // refuses pods naming an unknown one.
+    if let Some(pc) = spec
+        .get("priorityClassName")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .map(String::from)
     {
-        return Err(crate::ApiError::new(
-            403,
-            "Forbidden",
-            format!("pods \"{rs_name}-\" is forbidden: no PriorityClass with name {pc} was found"),
-        ));
+        let (value, policy) = match pc.as_str() {
+            "system-cluster-critical" => (json!(2_000_000_000), json!("PreemptLowerPriority")),
+            "system-node-critical" => (json!(2_000_001_000), json!("PreemptLowerPriority")),
+            _ => match sim.store.get(sim.k.priorityclass, "", &pc) {
+                Some(c) => (
+                    c.get("value").cloned().unwrap_or(json!(0)),
+                    c.get("preemptionPolicy")
+                        .cloned()
+                        .unwrap_or(json!("PreemptLowerPriority")),
+                ),
+                None => {
+                    return Err(crate::ApiError::new(
+                        403,
+                        "Forbidden",
+                        format!(
+                            "pods \"{rs_name}-\" is forbidden: no PriorityClass with name {pc} was found"
+                        ),
+                    ));
+                }
+            },
+        };
+        spec["priority"] = value;
+        spec["preemptionPolicy"] = policy;
     }
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec});
     ops::create(&sim.store, sim.k.pod, ns, pod, &manager(KCM)).map(|r| r.object)

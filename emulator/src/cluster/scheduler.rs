@@ -269,7 +269,7 @@ pub(super) fn schedule(sim: &mut Sim) {
             .find(|c| sim.store.get(sim.k.pvc, ns, c).is_none());
         let message = if let Some(claim) = missing_claim {
             format!(
-                "0/{total} nodes are available: persistentvolumeclaim \"{claim}\" not found. preemption: 0/{total} nodes are available: {total} Preemption is not helpful for scheduling."
+                "0/{total} nodes are available: persistentvolumeclaim \"{claim}\" not found. preemption: 0/{total} nodes are available: {total} No preemption victims found for incoming pod.."
             )
         } else {
             let mut best: Option<(i128, String)> = None;
@@ -336,8 +336,10 @@ pub(super) fn schedule(sim: &mut Sim) {
             if total == 0 {
                 "no nodes available to schedule pods".to_string()
             } else {
+                // The real FitError appends "." to the post-filter message, which already
+                // ends with one: hence "..".
                 format!(
-                    "0/{total} nodes are available: {}. preemption: 0/{total} nodes are available: {}.",
+                    "0/{total} nodes are available: {}. preemption: 0/{total} nodes are available: {}..",
                     parts.join(", "),
                     pre.join(", ")
                 )
