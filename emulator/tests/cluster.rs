@@ -1471,3 +1471,46 @@ async fn a_settled_cluster_stops_writing() {
     assert!(quiet.is_err(), "unexpected write after rv {rv}: {quiet:?}");
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn paused_deployments_wait_until_resumed() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.create(
+        &PostParams::default(),
+        &deployment("p", 1, json!({}), json!({"paused": true})),
+    )
+    .await
+    .unwrap();
+    let d = wait_for("paused condition", || async {
+        let d = to_json(&api.get("p").await.unwrap());
+        cond(&d, "Progressing")
+            .is_some_and(|c| c["reason"] == "DeploymentPaused")
+            .then_some(d)
+    })
+    .await;
+    assert_eq!(cond(&d, "Progressing").unwrap()["status"], "Unknown");
+    let rss: Api<ReplicaSet> = Api::default_namespaced(client.clone());
+    assert!(
+        rss.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    api.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"paused": false}})),
+    )
+    .await
+    .unwrap();
+    wait_for("rolled out after resume", || async {
+        let d = to_json(&api.get("p").await.unwrap());
+        cond(&d, "Progressing")
+            .is_some_and(|c| c["reason"] == "NewReplicaSetAvailable")
+            .then_some(())
+    })
+    .await;
+    emu.shutdown().await;
+}

@@ -428,12 +428,45 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[Value], pods: &[Value]) {
         Some(n) => format!("ReplicaSet {n:?} {what}"),
         None => format!("Deployment {name:?} {what}"),
     };
+    // checkPausedConditions: pausing and resuming show on Progressing (never over a timeout).
+    let reason = conds
+        .iter()
+        .find(|c| c["type"] == "Progressing")
+        .map(|c| c["reason"].clone());
+    if has_deadline
+        && reason
+            .as_ref()
+            .is_none_or(|r| r != "ProgressDeadlineExceeded")
+    {
+        let was_paused = reason.as_ref().is_some_and(|r| r == "DeploymentPaused");
+        if paused && !was_paused {
+            set_condition(
+                &mut conds,
+                new_condition(
+                    "Progressing",
+                    "Unknown",
+                    "DeploymentPaused",
+                    "Deployment is paused",
+                ),
+            );
+        } else if !paused && was_paused {
+            set_condition(
+                &mut conds,
+                new_condition(
+                    "Progressing",
+                    "Unknown",
+                    "DeploymentResumed",
+                    "Deployment is resumed",
+                ),
+            );
+        }
+    }
     let cur = conds.iter().find(|c| c["type"] == "Progressing").cloned();
     let complete_before = st_replicas == updated
         && cur
             .as_ref()
             .is_some_and(|c| c["reason"] == "NewReplicaSetAvailable");
-    if has_deadline && !complete_before {
+    if has_deadline && !complete_before && !paused {
         let old = d.get("status").cloned().unwrap_or(json!({}));
         let o = |p: &str| int(&old, p);
         let complete = updated == replicas && st_replicas == replicas && available == replicas;
