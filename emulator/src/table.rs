@@ -168,11 +168,56 @@ fn data_count(o: &Value) -> Value {
     json!(n)
 }
 
+/// The STATUS column as kubectl's pod printer derives it: the phase (or status.reason),
+/// overridden by the last container's waiting or terminated reason, then Terminating.
 fn pod_phase(o: &Value) -> Value {
-    if o.pointer("/metadata/deletionTimestamp").is_some() {
-        return json!("Terminating");
+    let phase = at(o, "/status/phase");
+    let mut reason = o
+        .pointer("/status/reason")
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty())
+        .map(String::from)
+        .unwrap_or_else(|| phase.clone());
+    let statuses = o
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut running = false;
+    for c in statuses.iter().rev() {
+        let st = &c["state"];
+        if let Some(r) = st
+            .pointer("/waiting/reason")
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty())
+        {
+            reason = r.to_string();
+        } else if let Some(t) = st.get("terminated") {
+            reason = match t["reason"].as_str().filter(|r| !r.is_empty()) {
+                Some(r) => r.to_string(),
+                None if t["signal"].as_i64().unwrap_or(0) != 0 => format!("Signal:{}", t["signal"]),
+                None => format!("ExitCode:{}", t["exitCode"].as_i64().unwrap_or(0)),
+            };
+        } else if c["ready"] == json!(true) && st.get("running").is_some() {
+            running = true;
+        }
     }
-    json!(at(o, "/status/phase"))
+    if reason == "Completed" && running {
+        let ready = o
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+        reason = if ready { "Running" } else { "NotReady" }.into();
+    }
+    if o.pointer("/metadata/deletionTimestamp").is_some()
+        && !matches!(phase.as_str(), "Succeeded" | "Failed")
+    {
+        reason = "Terminating".into();
+    }
+    json!(reason)
 }
 
 fn pod_ready(o: &Value) -> Value {
@@ -189,14 +234,25 @@ fn pod_ready(o: &Value) -> Value {
     json!(format!("{ready}/{total}"))
 }
 
+/// RESTARTS, with the age of the last restart as kubectl prints it (`2 (5s ago)`).
 fn pod_restarts(o: &Value) -> Value {
-    let n: i64 = o
+    let cs = o
         .pointer("/status/containerStatuses")
         .and_then(Value::as_array)
-        .map_or(0, |cs| {
-            cs.iter().filter_map(|c| c["restartCount"].as_i64()).sum()
-        });
-    json!(n.to_string())
+        .cloned()
+        .unwrap_or_default();
+    let n: i64 = cs.iter().filter_map(|c| c["restartCount"].as_i64()).sum();
+    let last = cs
+        .iter()
+        .filter_map(|c| {
+            c.pointer("/lastState/terminated/finishedAt")
+                .and_then(Value::as_str)
+        })
+        .max();
+    match last {
+        Some(t) if n > 0 => json!(format!("{n} ({} ago)", human_duration(Some(t)))),
+        _ => json!(n.to_string()),
+    }
 }
 
 fn service_ports(o: &Value) -> Value {

@@ -544,6 +544,7 @@ async fn failing_images_go_to_image_pull_back_off() {
         "Back-off pulling image \"ghcr.io/example/server:does-not-exist\""
     );
     assert_eq!(pod["status"]["phase"], "Pending");
+    assert_eq!(pod_table(&emu).await[0].1, "ImagePullBackOff");
     let reasons: Vec<(String, String)> =
         events_for(&client, pod["metadata"]["name"].as_str().unwrap())
             .await
@@ -606,6 +607,15 @@ async fn crashing_images_loop_with_growing_restarts() {
     assert_eq!(pod["status"]["phase"], "Running");
     let ev = events_for(&client, pod["metadata"]["name"].as_str().unwrap()).await;
     assert!(ev.iter().any(|e| e.reason.as_deref() == Some("BackOff")));
+    // `kubectl get pods` shows the waiting reason and the last restart's age.
+    let rows = wait_for("CrashLoopBackOff row", || async {
+        let rows = pod_table(&emu).await;
+        rows.iter()
+            .any(|r| r.1 == "CrashLoopBackOff")
+            .then_some(rows)
+    })
+    .await;
+    assert!(rows[0].2.contains(" ago)"), "{rows:?}");
     let d = to_json(&api.get("crash").await.unwrap());
     assert_eq!(cond(&d, "Available").unwrap()["status"], "False");
     emu.shutdown().await;
@@ -703,11 +713,46 @@ async fn http(
     path: &str,
     body: Option<Value>,
 ) -> (u16, String, String) {
+    http_with(addr, method, host, path, body, "application/json").await
+}
+
+/// The pod table `kubectl get pods` shows: (name, status, restarts) per row.
+async fn pod_table(emu: &RunningEmulator) -> Vec<(String, String, String)> {
+    let accept = "application/json;as=Table;v=v1;g=meta.k8s.io";
+    let (_, _, body) = http_with(
+        emu.addr(),
+        "GET",
+        "x",
+        "/api/v1/namespaces/default/pods",
+        None,
+        accept,
+    )
+    .await;
+    let t: Value = serde_json::from_str(&body).unwrap();
+    t["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let c = |i: usize| r["cells"][i].as_str().unwrap_or("").to_string();
+            (c(0), c(2), c(3))
+        })
+        .collect()
+}
+
+async fn http_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    host: &str,
+    path: &str,
+    body: Option<Value>,
+    accept: &str,
+) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nAccept: {accept}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();
