@@ -520,6 +520,32 @@ async fn node_affinity_taints_and_missing_claims() {
             .contains("persistentvolumeclaim \"weights\" not found")
     );
     assert_eq!(pod["status"]["phase"], "Pending");
+    // Once the claim exists it binds, and the pod schedules and runs.
+    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::default_namespaced(client.clone());
+    let claim = serde_json::from_value(json!({"metadata": {"name": "weights"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}}))
+    .unwrap();
+    pvcs.create(&PostParams::default(), &claim).await.unwrap();
+    let bound = wait_for("claim bound", || async {
+        let c = to_json(&pvcs.get("weights").await.unwrap());
+        (c["status"]["phase"] == "Bound").then_some(c)
+    })
+    .await;
+    assert_eq!(bound["status"]["capacity"]["storage"], "10Gi");
+    assert!(
+        bound["spec"]["volumeName"]
+            .as_str()
+            .unwrap()
+            .starts_with("pvc-")
+    );
+    wait_for("pod with claim ready", || async {
+        pods_of(&client, "pvc")
+            .await
+            .into_iter()
+            .find(|p| cond(p, "Ready").is_some_and(|c| c["status"] == "True"))
+    })
+    .await;
     emu.shutdown().await;
 }
 
@@ -545,6 +571,19 @@ async fn failing_images_go_to_image_pull_back_off() {
     );
     assert_eq!(pod["status"]["phase"], "Pending");
     assert_eq!(pod_table(&emu).await[0].1, "ImagePullBackOff");
+    // A model image volume that cannot be pulled fails the same way.
+    let volume = json!({"pod": {"volumes": [{"name": "model", "image": {"reference": "registry.example.com/models/tiny:does-not-exist"}}]}});
+    api.create(
+        &PostParams::default(),
+        &deployment("model", 1, json!({}), volume),
+    )
+    .await
+    .unwrap();
+    let pod = wait_waiting(&client, "model", "ImagePullBackOff").await;
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"],
+        "Back-off pulling image \"registry.example.com/models/tiny:does-not-exist\""
+    );
     let reasons: Vec<(String, String)> =
         events_for(&client, pod["metadata"]["name"].as_str().unwrap())
             .await

@@ -937,6 +937,41 @@ fn create_pod(sim: &Sim, rs: &Value) -> Result<Value, crate::ApiError> {
     ops::create(&sim.store, sim.k.pod, ns, pod, &manager(KCM)).map(|r| r.object)
 }
 
+/// A stand-in for the PersistentVolume controller with a default StorageClass: a pending
+/// claim binds at once to a volume named `pvc-<uid>` of the requested size.
+pub(super) fn claims(sim: &Sim) {
+    for pvc in sim.store.list(sim.k.pvc, None) {
+        let phase = pvc.pointer("/status/phase").and_then(Value::as_str);
+        if deleting(&pvc) || phase.is_some_and(|p| p != "Pending") {
+            continue;
+        }
+        if pvc
+            .pointer("/spec/volumeName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            let mut new = pvc.clone();
+            new["spec"]["volumeName"] = json!(format!("pvc-{}", uid(&pvc)));
+            let ann = meta_mut(&mut new)
+                .entry("annotations")
+                .or_insert_with(|| json!({}));
+            ann["pv.kubernetes.io/bind-completed"] = json!("yes");
+            ann["pv.kubernetes.io/bound-by-controller"] = json!("yes");
+            write_object(&sim.store, sim.k.pvc, new, KCM);
+            continue;
+        }
+        let mut status = json!({"phase": "Bound"});
+        if let Some(m) = pvc.pointer("/spec/accessModes") {
+            status["accessModes"] = m.clone();
+        }
+        if let Some(q) = pvc.pointer("/spec/resources/requests/storage") {
+            status["capacity"] = json!({"storage": q});
+        }
+        write_status(&sim.store, sim.k.pvc, &pvc, status, KCM);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

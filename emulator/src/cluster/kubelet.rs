@@ -217,8 +217,18 @@ fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
         .iter()
         .map(|c| c["image"].as_str().unwrap_or("").to_string())
         .collect();
+    // Image volumes (`volumes[].image.reference`) are pulled like container images.
+    let volume_images: Vec<String> = pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.pointer("/image/reference").and_then(Value::as_str))
+        .map(String::from)
+        .collect();
     let failing = images
         .iter()
+        .chain(&volume_images)
         .find(|i| cfg.fail_images.iter().any(|p| glob(p, i)))
         .cloned();
     let crashing = images

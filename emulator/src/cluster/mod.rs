@@ -381,6 +381,7 @@ impl Sim {
         self.busy = false;
         controllers::deployments(self);
         controllers::replicasets(self);
+        controllers::claims(self);
         scheduler::schedule(self);
         kubelet::run(self);
         networking::reconcile(self);
