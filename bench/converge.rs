@@ -1,0 +1,216 @@
+//! Reconciler design targets, measured on this machine (not asserted by the tests):
+//! - an idle system applies a new record within 100 ms of its creation;
+//! - a cluster status change reaches the record within a second;
+//! - 1,000 records converge on the emulator in seconds, not minutes.
+//!
+//! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench --bench converge -- 1000`
+//! It creates (and drops) its own database.
+
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use modelplane::domain::{DeploymentSpec, EngineDefaults, SpecLimits};
+use modelplane::reconciler::cluster::{connect, resource_of};
+use modelplane::reconciler::desired::BuildConfig;
+use modelplane::reconciler::status::Budgets;
+use modelplane::reconciler::worker::{Worker, WorkerConfig};
+use modelplane::service::deployments::{CreateDeployment, create_deployment};
+use modelplane::service::projects::{CreateProject, create_project};
+use modelplane::service::{Actor, Context};
+use modelplane_emulator::Emulator;
+use serde_json::json;
+use sqlx::{Connection, PgConnection, PgPool};
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() {
+    let records: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(1000);
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL names a Postgres server");
+    let server = base
+        .rsplit_once('/')
+        .map_or(base.as_str(), |(s, _)| s)
+        .to_owned();
+    let name = format!("modelplane_bench_{}", std::process::id());
+    let mut admin = PgConnection::connect(&format!("{server}/postgres"))
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let pool = PgPool::connect(&format!("{server}/{name}")).await.unwrap();
+    modelplane::store::migrate(&pool).await.unwrap();
+
+    let emulator = Emulator::builder().start().await.unwrap();
+    let kubeconfig = std::env::temp_dir().join(format!("{name}.kubeconfig"));
+    std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
+    let cluster = connect(Some(&kubeconfig), None, Some("bench"))
+        .await
+        .unwrap();
+    let kube = cluster.client.clone();
+    let shutdown = CancellationToken::new();
+    let config = WorkerConfig {
+        build: BuildConfig {
+            installation: "bench".into(),
+            engines: EngineDefaults {
+                vllm_image: "vllm/vllm-openai:v0.11.0".into(),
+                sglang_image: "lmsysorg/sglang:v0.5.4".into(),
+                tgi_image: "ghcr.io/huggingface/text-generation-inference:3.3.6".into(),
+                sim_image: "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1".into(),
+                gpu_resource_name: "nvidia.com/gpu".into(),
+                startup_timeout_seconds: 600,
+            },
+            default_gateway: None,
+            gpu_product_label: "nvidia.com/gpu.product".into(),
+            s3_downloader_image: "amazon/aws-cli:2.22.0".into(),
+        },
+        budgets: Budgets {
+            unschedulable_seconds: 300,
+            crash_restarts: 3,
+        },
+        worker_id: "bench".into(),
+        lease: Duration::from_secs(30),
+        resync: Duration::from_secs(3600),
+        concurrency: 16,
+    };
+    tokio::spawn(Worker::new(pool.clone(), cluster, config).run(shutdown.clone()));
+
+    let ctx = Context {
+        pool: pool.clone(),
+        limits: SpecLimits::default(),
+    };
+    let actor = Actor::system();
+    create_project(
+        &ctx,
+        &actor,
+        CreateProject {
+            name: "bench".into(),
+            namespace: None,
+            adopt_namespace: false,
+        },
+    )
+    .await
+    .unwrap();
+    let spec: DeploymentSpec =
+        serde_json::from_value(json!({"model": {"source": "hf://a/b"}, "engine": {"kind": "sim"}}))
+            .unwrap();
+    let create = |name: String| {
+        let (ctx, actor, spec) = (ctx.clone(), actor.clone(), spec.clone());
+        async move {
+            create_deployment(&ctx, &actor, "bench", CreateDeployment { name, spec }, None)
+                .await
+                .unwrap()
+                .deployment
+                .id
+        }
+    };
+    let applied = |id: uuid::Uuid| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, bool>(
+                "select applied_digest is not null from model_deployment where id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+
+    // 1. Idle latency: one record at a time.
+    let mut latencies = Vec::new();
+    for i in 0..20 {
+        let started = Instant::now();
+        let id = create(format!("idle-{i}")).await;
+        while !applied(id).await {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+    println!(
+        "idle create → applied: p50 {:?}, p95 {:?} (target < 100 ms)",
+        latencies[10], latencies[18]
+    );
+
+    // 2. A status change in the cluster reaches the record.
+    let id = create("watched".into()).await;
+    while !applied(id).await {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let deployments: Api<DynamicObject> =
+        Api::namespaced_with(kube.clone(), "bench", &resource_of("apps/v1", "Deployment"));
+    let generation = deployments
+        .get("watched")
+        .await
+        .unwrap()
+        .metadata
+        .generation
+        .unwrap_or(1);
+    let started = Instant::now();
+    let status = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "watched"},
+        "status": {"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}});
+    deployments
+        .patch_status(
+            "watched",
+            &PatchParams::apply("bench-controller").force(),
+            &Patch::Apply(&status),
+        )
+        .await
+        .unwrap();
+    loop {
+        let phase: String = sqlx::query_scalar("select phase from model_deployment where id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if phase == "Ready" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the status change never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    println!(
+        "cluster status change → record Ready: {:?} (target < 1 s)",
+        started.elapsed()
+    );
+
+    // 3. Many records at once.
+    let started = Instant::now();
+    let mut ids = Vec::with_capacity(records);
+    for i in 0..records {
+        ids.push(create(format!("bulk-{i}")).await);
+    }
+    let created = started.elapsed();
+    loop {
+        let done: i64 = sqlx::query_scalar("select count(*) from model_deployment where name like 'bulk-%' and applied_digest is not null")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if done as usize == records {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "{records} records: created in {created:?}, all applied after {:?} (target: seconds)",
+        started.elapsed()
+    );
+
+    shutdown.cancel();
+    pool.close().await;
+    emulator.shutdown().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "drop database {name} with (force)"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+}
