@@ -365,6 +365,35 @@ fn pod_problem(
     found.into_iter().next()
 }
 
+/// When a time-based judgement (an unschedulable pod's budget) falls due, if one is pending.
+/// Everything else arrives as a watch event, so no other timer is needed.
+pub fn recheck_after(
+    observed: &Observed,
+    budgets: Budgets,
+    now: DateTime<Utc>,
+) -> Option<std::time::Duration> {
+    observed
+        .pods
+        .iter()
+        .filter(|pod| {
+            pod.status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                })
+        })
+        .filter_map(|pod| {
+            let created = pod.metadata.creation_timestamp.as_ref()?;
+            let created = DateTime::from_timestamp(created.0.as_second(), 0)?;
+            let left = budgets.unschedulable_seconds - (now - created).num_seconds();
+            (left > 0).then(|| std::time::Duration::from_secs(left as u64 + 1))
+        })
+        .min()
+}
+
 fn suffix(detail: &str) -> String {
     if detail.is_empty() {
         String::new()
@@ -635,6 +664,29 @@ mod tests {
             status.conditions.iter().all(|c| c.status == "True"),
             "{:?}",
             status.conditions
+        );
+    }
+
+    #[test]
+    fn only_a_running_unschedulable_budget_asks_for_a_timer() {
+        let unschedulable = pod(
+            "qwen-1",
+            "new",
+            json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no"}]}),
+        );
+        let o = observed(deployment(1, 1, 0, 1), vec![unschedulable]);
+        // Created 120 s before `now`: 180 s of the 300 s budget left (plus a second).
+        assert_eq!(
+            recheck_after(&o, BUDGETS, now()),
+            Some(std::time::Duration::from_secs(181))
+        );
+        assert_eq!(
+            recheck_after(&o, BUDGETS, now() + chrono::Duration::minutes(10)),
+            None
+        );
+        assert_eq!(
+            recheck_after(&observed(deployment(1, 1, 0, 1), vec![]), BUDGETS, now()),
+            None
         );
     }
 

@@ -19,7 +19,7 @@ use super::desired::{
     ANNOTATION_CONFIG_HASH, BuildConfig, DesiredObjects, LABEL_DEPLOYMENT_ID, LABEL_INSTALLATION,
     LABEL_MANAGED_BY, desired_objects,
 };
-use super::status::{Budgets, Observed, compute};
+use super::status::{Budgets, Observed, compute, recheck_after};
 use crate::domain::{Condition, Deployment, DeploymentStatus, Phase};
 use crate::store;
 use crate::store::deployments::ReconcileTarget;
@@ -221,20 +221,21 @@ impl Worker {
         }
         self.observe(&record, &target.namespace, &desired, &mut observed)
             .await?;
+        let now = Utc::now();
         let status = compute(
             &record,
             &target.namespace,
             &observed,
             self.config.budgets,
-            Utc::now(),
+            now,
         );
-        self.write_status(&target, &record, status.clone()).await?;
-        // Time-based judgements (deadlines, budgets) need another look even without events.
-        Ok(match status.phase {
-            Phase::Pending | Phase::Deploying | Phase::Degraded => {
-                Outcome::Again(Duration::from_secs(10))
-            }
-            _ => Outcome::Done,
+        let pending = status.phase == Phase::Pending;
+        self.write_status(&target, &record, status).await?;
+        // Watches bring every cluster change; only a running budget needs a timer.
+        Ok(match recheck_after(&observed, self.config.budgets, now) {
+            Some(after) => Outcome::Again(after),
+            None if pending => Outcome::Again(Duration::from_secs(5)),
+            None => Outcome::Done,
         })
     }
 
