@@ -1068,3 +1068,41 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
         self.clone()
     }
 }
+
+#[sqlx::test]
+async fn oidc_keys_can_come_from_a_jwks_url(pool: PgPool) {
+    let jwks = std::fs::read_to_string(fixture("jwks-key1.json")).unwrap();
+    let router = axum::Router::new().route(
+        "/jwks",
+        axum::routing::get(move || async move { jwks.clone() }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let oidc = OidcConfig {
+        issuer: ISSUER.into(),
+        audience: AUDIENCE.into(),
+        jwks: JwksSource::Url(format!("http://{addr}/jwks")),
+        username_claim: "sub".into(),
+        groups_claim: "groups".into(),
+        platform_admin_groups: vec!["platform-team".into()],
+    };
+    let app = TestApp::spawn_with(
+        pool,
+        Options {
+            oidc: Some(oidc),
+            ..Options::default()
+        },
+    )
+    .await;
+    let token = sign("key1", &claims("root", &["platform-team"]));
+    let me: Value = app
+        .request_as(Some(&token), Method::GET, "/api/v1/whoami")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(me["platformAdmin"], true);
+}

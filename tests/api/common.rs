@@ -24,6 +24,7 @@ pub struct Options {
     pub rate_per_minute: u32,
     pub rate_burst: u32,
     pub metrics_require_auth: bool,
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for Options {
@@ -33,6 +34,7 @@ impl Default for Options {
             rate_per_minute: 100_000,
             rate_burst: 10_000,
             metrics_require_auth: false,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -72,7 +74,11 @@ impl TestApp {
             metrics_require_auth: options.metrics_require_auth,
             cluster: None,
         };
-        let app = api::router(state, &HttpConfig::default());
+        let http = HttpConfig {
+            cors_origins: options.cors_origins,
+            ..HttpConfig::default()
+        };
+        let app = api::router(state, &http);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {

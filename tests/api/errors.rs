@@ -219,3 +219,53 @@ async fn no_input_produces_a_500(pool: PgPool) {
     }
     assert_eq!(app.count_rows("model_deployment").await, 0);
 }
+
+#[sqlx::test]
+async fn cors_allows_only_the_configured_origins(pool: PgPool) {
+    let options = crate::common::Options {
+        cors_origins: vec!["https://portal.example.com".into()],
+        ..crate::common::Options::default()
+    };
+    let app = TestApp::spawn_with(pool, options).await;
+    let preflight = |origin: &'static str| {
+        app.request_as(None, Method::OPTIONS, "/api/v1/projects")
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type",
+            )
+            .send()
+    };
+    let allowed = preflight("https://portal.example.com").await.unwrap();
+    assert_eq!(
+        allowed.headers()["access-control-allow-origin"],
+        "https://portal.example.com"
+    );
+    let refused = preflight("https://evil.example.com").await.unwrap();
+    assert!(
+        refused
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
+}
+
+#[sqlx::test]
+async fn responses_are_compressed_when_the_client_accepts_gzip(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let response = app
+        .request(Method::GET, "/api/openapi.json")
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-encoding"], "gzip");
+    let plain = app
+        .request(Method::GET, "/api/openapi.json")
+        .send()
+        .await
+        .unwrap();
+    assert!(plain.headers().get("content-encoding").is_none());
+}
