@@ -249,7 +249,9 @@ async fn rolling_update_stays_within_surge_bounds() {
                 && d["status"]["updatedReplicas"] == 3
                 && d["status"]["availableReplicas"] == 3
                 && d["status"].get("replicas") == Some(&json!(3))
-                && d["spec"]["template"]["spec"]["containers"][0]["image"] == want_image;
+                && d["spec"]["template"]["spec"]["containers"][0]["image"] == want_image
+                // The status must describe this generation (as `kubectl rollout status` checks).
+                && d["status"]["observedGeneration"] == d["metadata"]["generation"];
             done.then_some(d)
         }
     };

@@ -3,7 +3,8 @@
 //! with the pod-template-hash label, rolling updates within maxSurge/maxUnavailable,
 //! Recreate, revisions, history cleanup, and the real status counts and conditions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
@@ -190,13 +191,28 @@ fn pod_available(p: &Value, min_ready: i64) -> bool {
 
 /// The deployment controller: one sync per Deployment.
 pub(super) fn deployments(sim: &mut Sim) {
-    let all_rs = sim.store.list(sim.k.replicaset, None);
-    let pods = sim.store.list(sim.k.pod, None);
-    for d in sim.store.list(sim.k.deployment, None) {
+    let all_rs = sim.list(sim.k.replicaset);
+    let pods = sim.list(sim.k.pod);
+    let rs_index = by_controller(&all_rs);
+    let pod_index = by_controller(&pods);
+    for d in sim.list(sim.k.deployment) {
         if !deleting(&d) {
-            sync_deployment(sim, &d, &all_rs, &pods);
+            let owned = rs_index.get(uid(&d)).map(Vec::as_slice).unwrap_or(&[]);
+            sync_deployment(sim, &d, owned, &pod_index);
         }
     }
+}
+
+/// Objects by the uid of their controller ownerReference (so that each sync does not
+/// scan every object).
+pub(crate) fn by_controller(objs: &[Arc<Value>]) -> HashMap<&str, Vec<&Value>> {
+    let mut index: HashMap<&str, Vec<&Value>> = HashMap::new();
+    for o in objs {
+        if let Some(u) = controller_uid(o) {
+            index.entry(u).or_default().push(o);
+        }
+    }
+    index
 }
 
 fn scale_rs(sim: &Sim, d: &Value, rs: &Value, to: i64, surge: i64) -> bool {
@@ -233,7 +249,7 @@ fn scale_rs(sim: &Sim, d: &Value, rs: &Value, to: i64, surge: i64) -> bool {
     true
 }
 
-fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[Value], pods: &[Value]) {
+fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[&Value], pods: &HashMap<&str, Vec<&Value>>) {
     let ns = meta_str(d, "namespace").unwrap_or("");
     let name = meta_str(d, "name").unwrap_or("");
     let duid = uid(d);
@@ -244,7 +260,7 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[Value], pods: &[Value]) {
                 && controller_uid(rs) == Some(duid)
                 && !deleting(rs)
         })
-        .cloned()
+        .map(|rs| (**rs).clone())
         .collect();
     // Oldest first, as the controller sorts by creation.
     owned.sort_by(|a, b| {
@@ -306,15 +322,15 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[Value], pods: &[Value]) {
                 );
             }
         }
-        let old_pods_running = pods.iter().any(|p| {
-            meta_str(p, "namespace") == Some(ns)
-                && olds
-                    .iter()
-                    .any(|&i| controller_uid(p) == Some(uid(&owned[i])))
-                && !matches!(
-                    p.pointer("/status/phase").and_then(Value::as_str),
-                    Some("Succeeded" | "Failed")
-                )
+        let old_pods_running = olds.iter().any(|&i| {
+            pods.get(uid(&owned[i])).is_some_and(|ps| {
+                ps.iter().any(|p| {
+                    !matches!(
+                        p.pointer("/status/phase").and_then(Value::as_str),
+                        Some("Succeeded" | "Failed")
+                    )
+                })
+            })
         });
         if recreate {
             let mut scaled = false;
@@ -551,25 +567,24 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[Value], pods: &[Value]) {
     if let Some(c) = d.pointer("/status/collisionCount") {
         status["collisionCount"] = c.clone();
     }
-    write_status(&sim.store, sim.k.deployment, d, status, KCM);
-
     // The revision annotation goes through the status update on the real server (whose
-    // status strategy keeps annotations), so it does not bump the generation.
+    // status strategy keeps annotations), so it does not bump the generation. It lands
+    // before the status, so a client that sees the new status also sees the revision.
+    let kind = sim.k.deployment;
+    let mut current = None;
     if let Some(rs) = &new_rs {
         let rev = annotation(rs, REVISION).unwrap_or("").to_string();
         if !rev.is_empty() && annotation(d, REVISION) != Some(rev.as_str()) {
-            let kind = sim.k.deployment;
-            sim.store.write(|st| {
-                if let Some(cur) = st.get(kind, ns, name) {
-                    let mut new = (*cur).clone();
-                    meta_mut(&mut new)
-                        .entry("annotations")
-                        .or_insert_with(|| json!({}))[REVISION] = json!(rev);
-                    st.replace(kind, new);
-                }
+            current = sim.store.write(|st| {
+                let mut new = (*st.get(kind, ns, name)?).clone();
+                meta_mut(&mut new)
+                    .entry("annotations")
+                    .or_insert_with(|| json!({}))[REVISION] = json!(rev);
+                Some((*st.replace(kind, new)).clone())
             });
         }
     }
+    write_status(&sim.store, kind, current.as_ref().unwrap_or(d), status, KCM);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -726,20 +741,23 @@ fn cleanup_history(sim: &Sim, d: &Value, owned: &[Value], olds: &[usize], sizes:
 /// The replicaset controller: creates and deletes pods to match spec.replicas and
 /// reports the counts.
 pub(super) fn replicasets(sim: &mut Sim) {
-    let pods = sim.store.list(sim.k.pod, None);
-    for rs in sim.store.list(sim.k.replicaset, None) {
+    let pods = sim.list(sim.k.pod);
+    let index = by_controller(&pods);
+    for rs in sim.list(sim.k.replicaset) {
         if !deleting(&rs) {
-            sync_rs(sim, &rs, &pods);
+            let owned = index.get(uid(&rs)).map(Vec::as_slice).unwrap_or(&[]);
+            sync_rs(sim, &rs, owned);
         }
     }
 }
 
-fn sync_rs(sim: &Sim, rs: &Value, pods: &[Value]) {
+fn sync_rs(sim: &Sim, rs: &Value, pods: &[&Value]) {
     let ns = meta_str(rs, "namespace").unwrap_or("");
     let rs_name = meta_str(rs, "name").unwrap_or("");
     let owned: Vec<&Value> = pods
         .iter()
-        .filter(|p| meta_str(p, "namespace") == Some(ns) && controller_uid(p) == Some(uid(rs)))
+        .copied()
+        .filter(|p| meta_str(p, "namespace") == Some(ns))
         .collect();
     let mut active: Vec<&Value> = owned.iter().copied().filter(|p| is_active_pod(p)).collect();
     let want = spec_replicas(rs);
@@ -940,7 +958,7 @@ fn create_pod(sim: &Sim, rs: &Value) -> Result<Value, crate::ApiError> {
 /// A stand-in for the PersistentVolume controller with a default StorageClass: a pending
 /// claim binds at once to a volume named `pvc-<uid>` of the requested size.
 pub(super) fn claims(sim: &Sim) {
-    for pvc in sim.store.list(sim.k.pvc, None) {
+    for pvc in sim.list(sim.k.pvc) {
         let phase = pvc.pointer("/status/phase").and_then(Value::as_str);
         if deleting(&pvc) || phase.is_some_and(|p| p != "Pending") {
             continue;
@@ -951,7 +969,7 @@ pub(super) fn claims(sim: &Sim) {
             .unwrap_or("")
             .is_empty()
         {
-            let mut new = pvc.clone();
+            let mut new = (*pvc).clone();
             new["spec"]["volumeName"] = json!(format!("pvc-{}", uid(&pvc)));
             let ann = meta_mut(&mut new)
                 .entry("annotations")

@@ -202,6 +202,7 @@ fn ready_pods(store: &Store, ns: &str, name: &str) -> Option<Vec<Value>> {
         super::networking::selected_pods(&pods, &svc)
             .into_iter()
             .filter(|p| is_true(p, "Ready") && p.pointer("/metadata/deletionTimestamp").is_none())
+            .cloned()
             .collect(),
     )
 }

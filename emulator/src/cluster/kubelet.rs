@@ -150,7 +150,7 @@ fn probe_delay(pod: &Value) -> Duration {
 }
 
 pub(super) fn run(sim: &mut Sim) {
-    let pods = sim.store.list(sim.k.pod, None);
+    let pods = sim.list(sim.k.pod);
     let live: HashSet<String> = pods.iter().map(|p| uid(p).to_string()).collect();
     sim.pods.retain(|u, _| live.contains(u));
     for pod in &pods {

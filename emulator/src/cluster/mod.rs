@@ -305,6 +305,9 @@ impl K {
     }
 }
 
+/// How long the loop lets changes accumulate before a pass.
+const DEBOUNCE: Duration = Duration::from_millis(5);
+
 /// How often an idle cluster re-checks its timers (progress deadlines have second precision).
 const IDLE_TICK: Duration = Duration::from_millis(500);
 
@@ -361,30 +364,37 @@ pub(crate) async fn start(store: Store, config: ClusterConfig) -> std::io::Resul
 impl Sim {
     async fn run(&mut self) {
         let mut rx = self.store.subscribe();
+        let mut changed = true;
         loop {
-            self.pass();
-            tokio::select! {
+            // Without changes only time moved: only timers need a look (the kubelet's
+            // while busy; deadlines and minReadySeconds in the controllers).
+            self.pass(changed || self.busy);
+            changed = tokio::select! {
                 r = rx.recv() => {
                     if let Err(tokio::sync::broadcast::error::RecvError::Closed) = r {
                         return;
                     }
-                    // Coalesce bursts of changes into one pass.
+                    // Coalesce bursts of changes (API writes come in flurries) into one pass.
+                    tokio::time::sleep(DEBOUNCE).await;
                     while rx.try_recv().is_ok() {}
+                    true
                 }
-                _ = tokio::time::sleep(if self.busy { self.config.tick } else { IDLE_TICK }) => {}
-            }
+                _ = tokio::time::sleep(if self.busy { self.config.tick } else { IDLE_TICK }) => false,
+            };
         }
     }
 
     /// One pass of every component; each is level-triggered and idempotent.
-    fn pass(&mut self) {
+    fn pass(&mut self, full: bool) {
         self.busy = false;
         controllers::deployments(self);
         controllers::replicasets(self);
-        controllers::claims(self);
-        scheduler::schedule(self);
-        kubelet::run(self);
-        networking::reconcile(self);
+        if full {
+            controllers::claims(self);
+            scheduler::schedule(self);
+            kubelet::run(self);
+            networking::reconcile(self);
+        }
     }
 
     fn create_nodes(&self) {
@@ -441,6 +451,11 @@ impl Sim {
                 let _ = write_status(&self.store, self.k.node, &node, status, "kubelet");
             }
         }
+    }
+
+    /// Lists one kind (all namespaces) without copying the objects.
+    pub fn list(&self, kind: &'static ResourceKind) -> Vec<std::sync::Arc<Value>> {
+        self.store.lock().list(kind, None)
     }
 
     /// Index of a simulated node by name.
@@ -501,6 +516,9 @@ pub(crate) fn write_status(
     status: Value,
     component: &str,
 ) -> bool {
+    // Compare as stored: the API server drops nulls (Go's omitempty pointers).
+    let mut status = status;
+    strip_nulls(&mut status);
     if obj.get("status") == Some(&status) {
         return false;
     }
@@ -521,6 +539,18 @@ pub(crate) fn write_object(
     let ns = meta_str(&new, "namespace").unwrap_or("").to_string();
     let name = meta_str(&new, "name").unwrap_or("").to_string();
     ops::update(store, kind, &ns, &name, "", new, &manager(component)).is_ok()
+}
+
+/// Removes null members of objects, recursively.
+pub(crate) fn strip_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
 }
 
 fn pod_cidr(i: usize) -> String {

@@ -3,7 +3,7 @@
 //! and Gateway status (addresses, listeners, attached routes) and HTTPRoute
 //! `status.parents` with Accepted and ResolvedRefs per parentRef.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Value, json};
 
@@ -81,7 +81,10 @@ fn target_port(pod: &Value, port: &Value) -> Option<i64> {
 }
 
 /// Pods selected by a Service (label selector over one namespace).
-pub(crate) fn selected_pods(pods: &[Value], svc: &Value) -> Vec<Value> {
+pub(crate) fn selected_pods<'a>(
+    pods: impl IntoIterator<Item = &'a Value>,
+    svc: &Value,
+) -> Vec<&'a Value> {
     let ns = meta_str(svc, "namespace");
     let Some(sel) = svc
         .pointer("/spec/selector")
@@ -91,9 +94,8 @@ pub(crate) fn selected_pods(pods: &[Value], svc: &Value) -> Vec<Value> {
         return Vec::new();
     };
     let selector = LabelSelector::from_object(&json!({"matchLabels": sel}));
-    pods.iter()
+    pods.into_iter()
         .filter(|p| meta_str(p, "namespace") == ns && selector.matches(p))
-        .cloned()
         .collect()
 }
 
@@ -101,15 +103,32 @@ fn endpoint_slices(sim: &Sim) {
     let Some(kind) = sim.k.endpointslice else {
         return;
     };
-    let pods = sim.store.list(sim.k.pod, None);
-    let slices = sim.store.list(kind, None);
-    for svc in sim.store.list(sim.k.service, None) {
+    let pods = sim.list(sim.k.pod);
+    let mut pods_by_ns: HashMap<&str, Vec<&Value>> = HashMap::new();
+    for p in &pods {
+        pods_by_ns
+            .entry(meta_str(p, "namespace").unwrap_or(""))
+            .or_default()
+            .push(p);
+    }
+    let slices = sim.list(kind);
+    let slice_of: HashMap<(&str, &str), &Value> = slices
+        .iter()
+        .filter_map(|s| {
+            let svc = s
+                .pointer("/metadata/labels/kubernetes.io~1service-name")?
+                .as_str()?;
+            Some(((meta_str(s, "namespace").unwrap_or(""), svc), &**s))
+        })
+        .collect();
+    for svc in sim.list(sim.k.service) {
         if deleting(&svc) || svc.pointer("/spec/selector").is_none() {
             continue;
         }
         let ns = meta_str(&svc, "namespace").unwrap_or("");
         let name = meta_str(&svc, "name").unwrap_or("");
-        let mut selected: Vec<Value> = selected_pods(&pods, &svc)
+        let in_ns = pods_by_ns.get(ns).map(Vec::as_slice).unwrap_or(&[]);
+        let mut selected: Vec<&Value> = selected_pods(in_ns.iter().copied(), &svc)
             .into_iter()
             .filter(|p| p.pointer("/status/podIP").is_some())
             .collect();
@@ -144,12 +163,7 @@ fn endpoint_slices(sim: &Sim) {
                 p
             })
             .collect();
-        let existing = slices.iter().find(|s| {
-            meta_str(s, "namespace") == Some(ns)
-                && s.pointer("/metadata/labels/kubernetes.io~1service-name")
-                    .and_then(Value::as_str)
-                    == Some(name)
-        });
+        let existing = slice_of.get(&(ns, name)).copied();
         match existing {
             None => {
                 let mut slice = json!({
@@ -429,7 +443,7 @@ fn gateways(sim: &Sim) {
         })
         .collect();
     let mut attached: BTreeMap<(String, String, String), i64> = BTreeMap::new();
-    for route in sim.store.list(rk, None) {
+    for route in sim.list(rk) {
         let route_ns = meta_str(&route, "namespace").unwrap_or("").to_string();
         let g = generation(&route);
         let resolved = resolved_refs(sim, &route);

@@ -202,8 +202,8 @@ fn filter(
 }
 
 pub(super) fn schedule(sim: &mut Sim) {
-    let mut pods = sim.store.list(sim.k.pod, None);
-    let nodes = sim.store.list(sim.k.node, None);
+    let mut pods = sim.list(sim.k.pod);
+    let nodes = sim.list(sim.k.node);
     let mut used: HashMap<String, BTreeMap<String, i128>> = HashMap::new();
     let mut counts: HashMap<String, usize> = HashMap::new();
     let bound = |p: &Value| {
