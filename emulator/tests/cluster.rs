@@ -186,6 +186,7 @@ async fn deployment_becomes_available_with_real_conditions_and_counts() {
     for p in &pods {
         assert_eq!(p["status"]["phase"], "Running");
         assert_eq!(cond(p, "Ready").unwrap()["status"], "True");
+        assert_eq!(p["status"]["observedGeneration"], p["metadata"]["generation"]);
         assert_eq!(
             p["metadata"]["ownerReferences"][0]["name"],
             rs["metadata"]["name"]

@@ -398,13 +398,20 @@ fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
             .map(String::from)
             .unwrap_or_else(|| now.clone())
     };
+    let generation = pod
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
     let names: Vec<&str> = containers
         .iter()
         .map(|c| c["name"].as_str().unwrap_or(""))
         .collect();
     let cond = |ty: &str, ok: bool, reason: Option<&str>, msg: Option<String>| {
         let s = if ok { "True" } else { "False" };
-        let mut c = json!({"type": ty, "status": s, "lastProbeTime": null, "lastTransitionTime": keep_time(ty, s)});
+        // PodObservedGenerationTracking (on by default since 1.34): conditions and the
+        // status say which pod generation they describe.
+        let mut c = json!({"type": ty, "status": s, "lastProbeTime": null, "lastTransitionTime": keep_time(ty, s),
+                           "observedGeneration": generation});
         if !ok && let Some(r) = reason {
             c["reason"] = json!(r);
             c["message"] = json!(msg.unwrap_or_default());
@@ -469,6 +476,7 @@ fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
     };
     let node_ip = format!("172.18.0.{}", node_idx + 2);
     let mut status = json!({
+        "observedGeneration": generation,
         "phase": phase,
         "conditions": conditions,
         "hostIP": node_ip, "hostIPs": [{"ip": node_ip}],

@@ -360,7 +360,11 @@ fn mark_unschedulable(sim: &mut Sim, pod: &Value, message: &str) {
         });
         if !same {
             list.retain(|c| c["type"] != "PodScheduled");
-            list.push(json!({"type": "PodScheduled", "status": "False", "lastProbeTime": null,
+            let generation = pod
+                .pointer("/metadata/generation")
+                .cloned()
+                .unwrap_or(json!(1));
+            list.push(json!({"type": "PodScheduled", "status": "False", "lastProbeTime": null, "observedGeneration": generation,
                              "lastTransitionTime": ops::now(), "reason": "Unschedulable", "message": message}));
         }
     }
