@@ -2,8 +2,8 @@
 //! request bodies, CRUD and list handlers and the request log. Watches live in `watch.rs`,
 //! Tables in `table.rs`, scale and binding in `subresources.rs`.
 //!
-//! Every request passes through one axum middleware (`record`) so that fault injection
-//! can later be slotted in at the same place.
+//! Every request passes through one axum middleware (`record`), which also applies the
+//! injected faults (`cluster/faults.rs`) and serves the `/emulator/faults` admin endpoint.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -186,7 +186,10 @@ async fn deployment_becomes_available_with_real_conditions_and_counts() {
     for p in &pods {
         assert_eq!(p["status"]["phase"], "Running");
         assert_eq!(cond(p, "Ready").unwrap()["status"], "True");
-        assert_eq!(p["status"]["observedGeneration"], p["metadata"]["generation"]);
+        assert_eq!(
+            p["status"]["observedGeneration"],
+            p["metadata"]["generation"]
+        );
         assert_eq!(
             p["metadata"]["ownerReferences"][0]["name"],
             rs["metadata"]["name"]
@@ -1599,5 +1602,50 @@ async fn paused_deployments_wait_until_resumed() {
             .then_some(())
     })
     .await;
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_crashing_new_generation_keeps_the_old_pods_and_times_out() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.create(
+        &PostParams::default(),
+        &deployment("gen", 2, json!({}), json!({"progressDeadlineSeconds": 2})),
+    )
+    .await
+    .unwrap();
+    wait_for("first rollout", || async {
+        let d = to_json(&api.get("gen").await.unwrap());
+        cond(&d, "Progressing")
+            .is_some_and(|c| c["reason"] == "NewReplicaSetAvailable")
+            .then_some(())
+    })
+    .await;
+    let crash = json!({"spec": {"template": {"spec": {"containers": [{"name": "server", "image": "registry.example/crasher:2"}]}}}});
+    api.patch("gen", &PatchParams::default(), &Patch::Strategic(crash))
+        .await
+        .unwrap();
+    let d = wait_for("ProgressDeadlineExceeded", || async {
+        let d = to_json(&api.get("gen").await.unwrap());
+        (cond(&d, "Progressing").is_some_and(|c| c["reason"] == "ProgressDeadlineExceeded")
+            && d["status"]["observedGeneration"] == d["metadata"]["generation"])
+            .then_some(d)
+    })
+    .await;
+    // maxSurge 1 / maxUnavailable 0: one new pod, both old ones still serving.
+    assert_eq!(cond(&d, "Available").unwrap()["status"], "True");
+    assert_eq!(d["status"]["updatedReplicas"], 1);
+    assert_eq!(d["status"]["availableReplicas"], 2);
+    assert_eq!(d["status"]["replicas"], 3);
+    let pods = pods_of(&client, "gen").await;
+    let old_ready = pods
+        .iter()
+        .filter(|p| {
+            p["spec"]["containers"][0]["image"] == "ghcr.io/example/server:1"
+                && cond(p, "Ready").is_some_and(|c| c["status"] == "True")
+        })
+        .count();
+    assert_eq!(old_ready, 2);
     emu.shutdown().await;
 }

@@ -227,6 +227,11 @@ impl crate::RunningEmulator {
         self.cluster.as_ref().map(|c| c.gateway_addr)
     }
 
+    /// `http://127.0.0.1:PORT` of the Gateway data plane, when the cluster simulation runs.
+    pub fn gateway_url(&self) -> Option<String> {
+        self.gateway_addr().map(|a| format!("http://{a}"))
+    }
+
     /// Fault injection for the API server (refuse, latency, errors, cut watches).
     pub fn faults(&self) -> &Faults {
         &self.faults
