@@ -1023,6 +1023,37 @@ async fn gateway_status_and_route_conditions() {
         ("False".into(), "NotAllowedByListeners".into(), 1)
     );
 
+    // A listener for another hostname, and a backend in another namespace.
+    apply(
+        &client,
+        "Gateway",
+        "gateway-system",
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "hosts", "namespace": "gateway-system"},
+            "spec": {"gatewayClassName": modelplane_emulator::GATEWAY_CLASS,
+                     "listeners": [{"name": "web", "protocol": "HTTP", "port": 80, "hostname": "*.example.com",
+                                    "allowedRoutes": {"namespaces": {"from": "All"}}}]},
+        }),
+    )
+    .await;
+    let mut other_host = http_route("other-host", "team-a", parent(None, "hosts"), "qwen", "/");
+    other_host["spec"]["hostnames"] = json!(["models.example.org"]);
+    apply(&client, "HTTPRoute", "team-a", other_host).await;
+    let c = route_conditions(&client, "team-a", "other-host").await;
+    assert_eq!(
+        by_type(&c, "Accepted"),
+        ("False".into(), "NoMatchingListenerHostname".into(), 1)
+    );
+    let mut cross = http_route("cross", "team-a", parent(None, "public"), "qwen", "/cross");
+    cross["spec"]["rules"][0]["backendRefs"][0]["namespace"] = json!("default");
+    apply(&client, "HTTPRoute", "team-a", cross).await;
+    let c = route_conditions(&client, "team-a", "cross").await;
+    assert_eq!(
+        by_type(&c, "ResolvedRefs"),
+        ("False".into(), "RefNotPermitted".into(), 1)
+    );
+
     // A spec change bumps the generation the conditions observe.
     let mut changed = http_route(
         "ok",
@@ -1038,10 +1069,10 @@ async fn gateway_status_and_route_conditions() {
         (by_type(&c, "Accepted").2 == 2).then_some(())
     })
     .await;
-    // Attached routes: "ok" and "no-backend" on the public listener.
+    // Attached routes: "ok", "no-backend" and "cross" on the public listener.
     wait_for("attachedRoutes", || async {
         let g = serde_json::to_value(gws.get("public").await.unwrap()).unwrap();
-        (g.pointer("/status/listeners/0/attachedRoutes") == Some(&json!(2))).then_some(())
+        (g.pointer("/status/listeners/0/attachedRoutes") == Some(&json!(3))).then_some(())
     })
     .await;
     emu.shutdown().await;
