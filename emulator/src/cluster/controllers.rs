@@ -918,38 +918,18 @@ fn create_pod(sim: &Sim, rs: &Value) -> Result<Value, crate::ApiError> {
             meta[f] = v.clone();
         }
     }
-    let mut spec = tmpl.get("spec").cloned().unwrap_or(json!({}));
-    // The Priority admission plugin resolves the class into the pod's priority and
-    // refuses pods naming an unknown one.
-    if let Some(pc) = spec
-        .get("priorityClassName")
-        .and_then(Value::as_str)
-        .filter(|p| !p.is_empty())
-        .map(String::from)
+    let spec = tmpl.get("spec").cloned().unwrap_or(json!({}));
+    // The API server's Priority admission sets the priority; a missing class is refused
+    // here first so the message names the generateName, as the real admission's does.
+    if let Some(pc) = spec.get("priorityClassName").and_then(Value::as_str)
+        && !pc.is_empty()
+        && sim.store.get(sim.k.priorityclass, "", pc).is_none()
     {
-        let (value, policy) = match pc.as_str() {
-            "system-cluster-critical" => (json!(2_000_000_000), json!("PreemptLowerPriority")),
-            "system-node-critical" => (json!(2_000_001_000), json!("PreemptLowerPriority")),
-            _ => match sim.store.get(sim.k.priorityclass, "", &pc) {
-                Some(c) => (
-                    c.get("value").cloned().unwrap_or(json!(0)),
-                    c.get("preemptionPolicy")
-                        .cloned()
-                        .unwrap_or(json!("PreemptLowerPriority")),
-                ),
-                None => {
-                    return Err(crate::ApiError::new(
-                        403,
-                        "Forbidden",
-                        format!(
-                            "pods \"{rs_name}-\" is forbidden: no PriorityClass with name {pc} was found"
-                        ),
-                    ));
-                }
-            },
-        };
-        spec["priority"] = value;
-        spec["preemptionPolicy"] = policy;
+        return Err(crate::ApiError::new(
+            403,
+            "Forbidden",
+            format!("pods \"{rs_name}-\" is forbidden: no PriorityClass with name {pc} was found"),
+        ));
     }
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec});
     ops::create(&sim.store, sim.k.pod, ns, pod, &manager(KCM)).map(|r| r.object)
