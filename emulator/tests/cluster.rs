@@ -1680,3 +1680,47 @@ async fn a_crashing_new_generation_keeps_the_old_pods_and_times_out() {
     assert_eq!(old_ready, 2);
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn deleting_a_namespace_stops_its_pods_and_finishes() {
+    let (emu, client) = start(builder()).await;
+    apply(
+        &client,
+        "Namespace",
+        "",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gone"}}),
+    )
+    .await;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), "gone");
+    api.create(
+        &PostParams::default(),
+        &deployment("web", 2, json!({}), json!({})),
+    )
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "gone");
+    wait_for("ready pods", || async {
+        let list = pods.list(&ListParams::default()).await.unwrap().items;
+        (list.len() == 2
+            && list
+                .iter()
+                .all(|p| cond(&to_json(p), "Ready").is_some_and(|c| c["status"] == "True")))
+        .then_some(())
+    })
+    .await;
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    nss.delete("gone", &Default::default()).await.unwrap();
+    wait_for("namespace gone", || async {
+        nss.get_opt("gone").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(
+        emu.store()
+            .list(
+                emu.store().kinds().by_resource("", "v1", "pods").unwrap(),
+                Some("gone")
+            )
+            .is_empty()
+    );
+    emu.shutdown().await;
+}
