@@ -1724,3 +1724,45 @@ async fn deleting_a_namespace_stops_its_pods_and_finishes() {
     );
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn probes_initial_delay_holds_readiness_back() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    let probe = json!({"readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "initialDelaySeconds": 1}});
+    api.create(
+        &PostParams::default(),
+        &deployment("slow", 1, probe, json!({})),
+    )
+    .await
+    .unwrap();
+    let running = wait_for("running but not ready", || async {
+        pods_of(&client, "slow").await.into_iter().find(|p| {
+            p.pointer("/status/containerStatuses/0/state/running")
+                .is_some()
+                && p["status"]["containerStatuses"][0]["ready"] == false
+        })
+    })
+    .await;
+    assert_eq!(running["status"]["phase"], "Running");
+    assert_eq!(
+        cond(&running, "Ready").unwrap()["reason"],
+        "ContainersNotReady"
+    );
+    let ready = wait_for("ready", || async {
+        pods_of(&client, "slow")
+            .await
+            .into_iter()
+            .find(|p| cond(p, "Ready").is_some_and(|c| c["status"] == "True"))
+    })
+    .await;
+    // Ready at least initialDelaySeconds after the container started (second precision).
+    let at = |s: &Value| chrono::DateTime::parse_from_rfc3339(s.as_str().unwrap()).unwrap();
+    let started = at(&ready["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]);
+    let ready_at = at(&cond(&ready, "Ready").unwrap()["lastTransitionTime"]);
+    assert!(
+        (ready_at - started).num_seconds() >= 1,
+        "{started} -> {ready_at}"
+    );
+    emu.shutdown().await;
+}

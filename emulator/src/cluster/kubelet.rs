@@ -143,7 +143,9 @@ fn probe_delay(pod: &Value) -> Duration {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .map(|c| delay(c, "startupProbe") + delay(c, "readinessProbe"))
+        // Both probe workers start with the container; readiness is only probed once the
+        // startup probe succeeded, and the (always healthy) server passes the first probe.
+        .map(|c| delay(c, "startupProbe").max(delay(c, "readinessProbe")))
         .max()
         .unwrap_or(0);
     Duration::from_secs(secs)
