@@ -144,3 +144,41 @@ async fn shutdown_signal() -> std::io::Result<()> {
         tokio::signal::ctrl_c().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("300ms"), Ok(Duration::from_millis(300)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("5h").is_err());
+    }
+
+    #[test]
+    fn cluster_flags_parse() {
+        let a = Args::try_parse_from([
+            "modelplane-emulator",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "4",
+            "--fail-images",
+            "*:bad",
+            "--fail-images",
+            "x*",
+            "--gateway",
+            "gw/public",
+            "--start-delay",
+            "100ms",
+        ])
+        .unwrap();
+        assert_eq!((a.nodes, a.gpus_per_node), (2, 4));
+        assert_eq!(a.fail_images, ["*:bad", "x*"]);
+        assert_eq!(a.gateway.as_deref(), Some("gw/public"));
+        assert_eq!(a.start_delay, Duration::from_millis(100));
+    }
+}
