@@ -1766,3 +1766,61 @@ async fn probes_initial_delay_holds_readiness_back() {
     );
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn rolling_back_reuses_the_old_replica_set_with_the_next_revision() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.create(
+        &PostParams::default(),
+        &deployment("rb", 1, json!({}), json!({})),
+    )
+    .await
+    .unwrap();
+    let image = |tag: &str| {
+        Patch::Strategic(
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "server", "image": format!("ghcr.io/example/server:{tag}")}]}}}}),
+        )
+    };
+    let rolled_out = |rev: &'static str| {
+        let api = api.clone();
+        async move {
+            let d = to_json(&api.get("rb").await.unwrap());
+            (d["status"]["observedGeneration"] == d["metadata"]["generation"]
+                && cond(&d, "Progressing").is_some_and(|c| c["reason"] == "NewReplicaSetAvailable")
+                && d["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == rev)
+                .then_some(d)
+        }
+    };
+    wait_for("revision 1", || rolled_out("1")).await;
+    api.patch("rb", &PatchParams::default(), &image("2"))
+        .await
+        .unwrap();
+    wait_for("revision 2", || rolled_out("2")).await;
+    api.patch("rb", &PatchParams::default(), &image("1"))
+        .await
+        .unwrap();
+    wait_for("revision 3", || rolled_out("3")).await;
+    let rss: Api<ReplicaSet> = Api::default_namespaced(client.clone());
+    let rs: Vec<Value> = rss
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(to_json)
+        .collect();
+    assert_eq!(rs.len(), 2, "the v1 ReplicaSet is reused");
+    let v1 = rs
+        .iter()
+        .find(|r| {
+            r["spec"]["template"]["spec"]["containers"][0]["image"] == "ghcr.io/example/server:1"
+        })
+        .unwrap();
+    assert_eq!(
+        v1["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "3"
+    );
+    assert_eq!(v1["spec"]["replicas"], 1);
+    emu.shutdown().await;
+}
