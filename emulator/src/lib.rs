@@ -5,6 +5,11 @@
 //! uses, so that the real `kube` client and `kubectl` work against it unchanged. See the
 //! crate README for what is emulated and every known difference from a real API server.
 //!
+//! Any of the cluster knobs on the builder (`nodes`, `gpus_per_node`, `start_delay`,
+//! `fail_images`, `crash_images`, `gateway`, ...) also runs a simulated cluster:
+//! controllers, scheduler, kubelets, Gateway status and a Gateway data plane
+//! ([`RunningEmulator::gateway_url`]); [`RunningEmulator::faults`] injects API faults.
+//!
 //! Over HTTP, point a client at [`RunningEmulator::url`] (or write
 //! [`RunningEmulator::kubeconfig_yaml`] to a file); in process, use the [`Store`] and the
 //! [`ops`] functions, which have exactly the HTTP semantics:

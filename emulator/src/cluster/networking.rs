@@ -21,6 +21,9 @@ const SLICE_MANAGER: &str = "endpointslice-controller.k8s.io";
 /// plane's port, routes allowed from all namespaces).
 pub(super) fn create_gateway(sim: &Sim) {
     let (Some(gc), Some(gw)) = (sim.k.gatewayclass, sim.k.gateway) else {
+        if sim.config.gateway.is_some() {
+            tracing::warn!("the Gateway API group is not served: no Gateway is pre-created");
+        }
         return;
     };
     let opts = manager("modelplane-emulator");
