@@ -753,7 +753,6 @@ pub(super) fn replicasets(sim: &mut Sim) {
 
 fn sync_rs(sim: &Sim, rs: &Value, pods: &[&Value]) {
     let ns = meta_str(rs, "namespace").unwrap_or("");
-    let rs_name = meta_str(rs, "name").unwrap_or("");
     let owned: Vec<&Value> = pods
         .iter()
         .copied()
@@ -897,7 +896,6 @@ fn sync_rs(sim: &Sim, rs: &Value, pods: &[&Value]) {
     if !conds.is_empty() {
         status["conditions"] = json!(conds);
     }
-    let _ = rs_name;
     write_status(&sim.store, sim.k.replicaset, rs, status, KCM);
 }
 

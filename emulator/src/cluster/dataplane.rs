@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -246,7 +246,6 @@ async fn handle(State(plane): State<Plane>, req: Request) -> Response {
         .to_string();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let headers = req.headers().clone();
     let body = match axum::body::to_bytes(req.into_body(), 16 << 20).await {
         Ok(b) => b,
         Err(_) => return text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"),
@@ -293,7 +292,7 @@ async fn handle(State(plane): State<Plane>, req: Request) -> Response {
     let pod = &pods[plane.next.fetch_add(1, Ordering::Relaxed) % pods.len()];
     let pod_name = meta_str(pod, "name").unwrap_or("");
     match sim_model(pod) {
-        Some(model) => openai(&model, &method, &m.path, &headers, &body),
+        Some(model) => openai(&model, &method, &m.path, &body),
         None => {
             let image = pod
                 .pointer("/spec/containers/0/image")
@@ -323,13 +322,7 @@ fn openai_error(code: StatusCode, ty: &str, msg: &str) -> Response {
 
 /// The OpenAI-compatible simulator (as llm-d-inference-sim in echo mode: the answer
 /// repeats the last user message, cut to max_tokens words).
-fn openai(
-    model: &str,
-    method: &Method,
-    path: &str,
-    _headers: &HeaderMap,
-    body: &Bytes,
-) -> Response {
+fn openai(model: &str, method: &Method, path: &str, body: &Bytes) -> Response {
     let created = chrono::Utc::now().timestamp();
     match (method.as_str(), path) {
         ("GET", "/health" | "/ready") => text(StatusCode::OK, "OK"),
