@@ -3,6 +3,7 @@
 #[allow(dead_code)]
 #[path = "../api/common.rs"]
 mod common;
+mod lifecycle;
 
 use std::future::Future;
 use std::time::Duration;
@@ -74,11 +75,16 @@ async fn harness(
     gateway_api: bool,
     tweak: impl FnOnce(&mut WorkerConfig),
 ) -> Harness {
-    let emulator = Emulator::builder()
-        .gateway_api(gateway_api)
-        .start()
-        .await
-        .unwrap();
+    harness_on(pool, Emulator::builder().gateway_api(gateway_api), tweak).await
+}
+
+/// A harness on an emulator configured by the caller (e.g. with the simulated cluster).
+async fn harness_on(
+    pool: PgPool,
+    builder: modelplane_emulator::EmulatorBuilder,
+    tweak: impl FnOnce(&mut WorkerConfig),
+) -> Harness {
+    let emulator = builder.start().await.unwrap();
     let dir = std::env::temp_dir().join(format!("modelplane-reconciler-{}", uuid::Uuid::now_v7()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
@@ -182,6 +188,8 @@ impl Harness {
 fn sim_spec() -> Value {
     let mut spec = valid_spec();
     spec["engine"] = json!({"kind": "sim"});
+    // No hub token: the simulated kubelet (rightly) refuses to start a pod whose Secret is missing.
+    spec["model"] = json!({"source": "hf://Qwen/Qwen2.5-0.5B-Instruct"});
     spec["resources"] = json!({"cpu": "1", "memory": "1Gi"});
     spec["scheduling"] = json!({});
     spec["storage"] = json!({});

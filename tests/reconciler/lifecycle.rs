@@ -1,0 +1,280 @@
+//! Full lifecycles on the emulator's simulated cluster: scheduler, kubelets, Gateway.
+
+use std::time::Duration;
+
+use modelplane_emulator::Emulator;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+use super::{Harness, create, harness_on, sim_spec, wait_for};
+
+/// A cluster of 2 nodes with 8 GPUs each, quick kubelets, a Gateway, and failing images.
+fn cluster() -> modelplane_emulator::EmulatorBuilder {
+    Emulator::builder()
+        .nodes(2)
+        .gpus_per_node(8)
+        .start_delay(Duration::from_millis(100))
+        .restart_backoff(Duration::from_millis(200))
+        .fail_images("*nope*")
+        .crash_images("*crashy*")
+        .gateway("gateway-system", "inference")
+}
+
+async fn wait_phase(h: &Harness, name: &str, phase: &str, limit: Duration) -> Value {
+    wait_for(&format!("{name} to be {phase}"), limit, || async {
+        h.deployment(name).await["status"]["phase"] == phase
+    })
+    .await;
+    h.deployment(name).await
+}
+
+#[sqlx::test]
+async fn a_sim_deployment_becomes_ready_and_answers_at_its_external_url(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    let record = wait_phase(&h, "qwen", "Ready", Duration::from_secs(30)).await;
+    assert_eq!(
+        record["status"]["replicas"],
+        json!({"desired": 1, "updated": 1, "ready": 1, "available": 1})
+    );
+    let gateway = h.emulator.as_ref().unwrap().gateway_url().unwrap();
+    let external = record["status"]["endpoints"]["external"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(external, format!("{gateway}/team-a/qwen"));
+    assert_eq!(
+        record["status"]["endpoints"]["openaiBase"],
+        format!("{external}/v1")
+    );
+    let phases: Vec<String> = {
+        let events: Value = h
+            .app
+            .get("/api/v1/projects/team-a/deployments/qwen/events")
+            .await
+            .json()
+            .await
+            .unwrap();
+        events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "PhaseChanged")
+            .map(|e| {
+                e["message"]
+                    .as_str()
+                    .unwrap()
+                    .split(':')
+                    .next()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(
+        phases.first().map(String::as_str),
+        Some("Pending → Deploying")
+    );
+    assert_eq!(phases.last().map(String::as_str), Some("Deploying → Ready"));
+
+    // The reported URL really answers, as an OpenAI client would call it.
+    let client = reqwest::Client::new();
+    let answer: Value = client
+        .post(format!("{external}/v1/chat/completions"))
+        .json(&json!({"model": "qwen", "messages": [{"role": "user", "content": "Hello"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["model"], "qwen");
+    assert!(answer["choices"][0]["message"]["content"].is_string());
+    assert!(answer["usage"]["total_tokens"].as_i64().unwrap() > 0);
+}
+
+#[sqlx::test]
+async fn scale_restart_and_rollback_roll_out_to_ready(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    wait_phase(&h, "qwen", "Ready", Duration::from_secs(30)).await;
+
+    h.app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/scale",
+            &json!({"replicas": 3}),
+        )
+        .await;
+    wait_for("3 available", Duration::from_secs(30), || async {
+        let r = h.deployment("qwen").await;
+        r["status"]["phase"] == "Ready"
+            && r["status"]["replicas"]["available"] == 3
+            && r["status"]["observedGeneration"] == 2
+    })
+    .await;
+
+    let pods = |h: &Harness| {
+        let api = h.api("v1", "Pod");
+        async move {
+            let mut names: Vec<String> = api
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter_map(|p| p.metadata.name)
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    let before = pods(&h).await;
+    h.app
+        .request(
+            Method::POST,
+            "/api/v1/projects/team-a/deployments/qwen/restart",
+        )
+        .send()
+        .await
+        .unwrap();
+    wait_for(
+        "every pod replaced and Ready again",
+        Duration::from_secs(60),
+        || async {
+            let now = pods(&h).await;
+            now.len() == 3
+                && now.iter().all(|p| !before.contains(p))
+                && h.deployment("qwen").await["status"]["phase"] == "Ready"
+        },
+    )
+    .await;
+
+    let patch = json!({"spec": {"engine": {"image": "ghcr.io/llm-d/llm-d-inference-sim:v0.6.0"}}});
+    assert_eq!(
+        h.app
+            .patch("/api/v1/projects/team-a/deployments/qwen", &patch, None)
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    wait_for("generation 3 ready", Duration::from_secs(60), || async {
+        let r = h.deployment("qwen").await;
+        r["status"]["observedGeneration"] == 3 && r["status"]["phase"] == "Ready"
+    })
+    .await;
+    h.app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/rollback",
+            &json!({"revision": 2}),
+        )
+        .await;
+    wait_for("the rollback ready", Duration::from_secs(60), || async {
+        let r = h.deployment("qwen").await;
+        r["status"]["observedGeneration"] == 4 && r["status"]["phase"] == "Ready"
+    })
+    .await;
+    let live = h.live("apps/v1", "Deployment", "qwen").await.unwrap();
+    assert_eq!(
+        live["spec"]["template"]["spec"]["containers"][0]["image"],
+        "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1"
+    );
+    assert_eq!(live["spec"]["replicas"], 3);
+}
+
+#[sqlx::test]
+async fn more_gpus_than_any_node_has_waits_with_the_schedulers_message_then_fails(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |c| c.budgets.unschedulable_seconds = 3).await;
+    h.app.create_project("team-a").await;
+    let mut spec = sim_spec();
+    spec["resources"]["gpu"] = json!({"count": 16});
+    h.app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": "big", "spec": spec}),
+        )
+        .await;
+    wait_for(
+        "the scheduler's message",
+        Duration::from_secs(20),
+        || async {
+            let r = h.deployment("big").await;
+            r["status"]["phase"] == "Deploying"
+                && r["status"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("Insufficient nvidia.com/gpu")
+        },
+    )
+    .await;
+    let record = wait_phase(&h, "big", "Failed", Duration::from_secs(20)).await;
+    let message = record["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
+        "{message}"
+    );
+}
+
+#[sqlx::test]
+async fn an_image_that_cannot_be_pulled_fails_naming_the_image(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    let mut spec = sim_spec();
+    spec["engine"]["image"] = json!("registry.example.com/nope:missing");
+    h.app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": "bad", "spec": spec}),
+        )
+        .await;
+    let record = wait_phase(&h, "bad", "Failed", Duration::from_secs(30)).await;
+    let message = record["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("image `registry.example.com/nope:missing` cannot be pulled"),
+        "{message}"
+    );
+    assert!(
+        message.contains("ErrImagePull") || message.contains("ImagePullBackOff"),
+        "{message}"
+    );
+}
+
+#[sqlx::test]
+async fn a_crash_loop_fails_with_the_restart_count(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |c| c.budgets.crash_restarts = 2).await;
+    h.app.create_project("team-a").await;
+    let mut spec = sim_spec();
+    spec["engine"]["image"] = json!("registry.example.com/crashy:1");
+    h.app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": "crashy", "spec": spec}),
+        )
+        .await;
+    let record = wait_phase(&h, "crashy", "Failed", Duration::from_secs(60)).await;
+    let message = record["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("CrashLoopBackOff") && message.contains("restarts"),
+        "{message}"
+    );
+}
+
+#[sqlx::test]
+async fn a_failing_new_generation_is_degraded_while_the_old_one_serves(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    wait_phase(&h, "qwen", "Ready", Duration::from_secs(30)).await;
+    let patch = json!({"spec": {"engine": {"image": "registry.example.com/nope:v2"}}});
+    h.app
+        .patch("/api/v1/projects/team-a/deployments/qwen", &patch, None)
+        .await;
+    let record = wait_phase(&h, "qwen", "Degraded", Duration::from_secs(30)).await;
+    let message = record["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("generation 2 is failing") && message.contains("still serve"),
+        "{message}"
+    );
+}
