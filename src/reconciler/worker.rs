@@ -65,10 +65,17 @@ impl Worker {
         tracing::info!(worker = %self.config.worker_id, cluster = %self.cluster.description, installation = %self.config.build.installation, "reconciler started");
         let mut listener = PgListener::connect_with(&self.pool).await?;
         listener.listen(NOTIFY_CHANNEL).await?;
-        for watch in [Kind::Deployment, Kind::Service, Kind::Pod, Kind::HttpRoute] {
+        for watch in [
+            Kind::Deployment,
+            Kind::ReplicaSet,
+            Kind::Service,
+            Kind::Pod,
+            Kind::HttpRoute,
+        ] {
             tokio::spawn(self.clone().watch(watch, shutdown.clone()));
         }
         tokio::spawn(self.clone().watch_gateways(shutdown.clone()));
+        tokio::spawn(self.clone().watch_pod_events(shutdown.clone()));
         tokio::spawn(self.clone().resync_loop(shutdown.clone()));
 
         loop {
@@ -626,9 +633,54 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// Watches Events about pods (they carry no labels): each is mapped to its record through
+    /// the pod's labels, so a BackOff or FailedScheduling reaches the status at once.
+    async fn watch_pod_events(self: Arc<Self>, shutdown: CancellationToken) {
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::all_with(self.cluster.client.clone(), &resource_of("v1", "Event"));
+        let config = watcher::Config::default().fields("involvedObject.kind=Pod");
+        let stream = watcher::watcher(api, config);
+        let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(stream));
+        let pods = resource_of("v1", "Pod");
+        loop {
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return,
+                event = stream.next() => event,
+            };
+            let object = match event {
+                None => return,
+                Some(Ok(watcher::Event::Apply(o))) => o,
+                Some(_) => continue,
+            };
+            let involved = &object.data["involvedObject"];
+            let (Some(namespace), Some(name)) =
+                (involved["namespace"].as_str(), involved["name"].as_str())
+            else {
+                continue;
+            };
+            let Ok(Some(pod)) = self.cluster.get(&pods, Some(namespace), name).await else {
+                continue;
+            };
+            let labels = &pod["metadata"]["labels"];
+            if labels[LABEL_INSTALLATION] != self.config.build.installation.as_str() {
+                continue;
+            }
+            if let Some(id) = labels[LABEL_DEPLOYMENT_ID]
+                .as_str()
+                .and_then(|v| v.parse::<Uuid>().ok())
+                && let Err(err) = store::work_queue::enqueue_reconcile(&self.pool, id).await
+            {
+                tracing::warn!(error = %err, "cannot requeue after a pod event");
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Deployment,
+    ReplicaSet,
     Service,
     Pod,
     HttpRoute,
@@ -638,6 +690,7 @@ impl Kind {
     fn api(self) -> (&'static str, &'static str) {
         match self {
             Self::Deployment => ("apps/v1", "Deployment"),
+            Self::ReplicaSet => ("apps/v1", "ReplicaSet"),
             Self::Service => ("v1", "Service"),
             Self::Pod => ("v1", "Pod"),
             Self::HttpRoute => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
