@@ -48,12 +48,18 @@ if [ -z "${MODELPLANE_KUBECONFIG:-}" ]; then
   log "starting the Kubernetes emulator on $emulator_listen (no cluster named)"
   mkdir -p .dev
   rm -f .dev/kubeconfig
-  ./target/debug/modelplane-emulator --listen "$emulator_listen" --kubeconfig-out .dev/kubeconfig &
+  gateway_listen=${MODELPLANE_EMULATOR_GATEWAY_LISTEN:-127.0.0.1:8081}
+  # A simulated cluster: 3 nodes with 8 GPUs each, kubelets, and a Gateway whose data plane
+  # listens on $gateway_listen (sim models answer OpenAI requests there).
+  ./target/debug/modelplane-emulator --listen "$emulator_listen" --kubeconfig-out .dev/kubeconfig \
+    --nodes 3 --gpus-per-node 8 --gateway gateway-system/inference --gateway-listen "$gateway_listen" &
   pids+=($!)
   for _ in $(seq 1 100); do [ -s .dev/kubeconfig ] && break; sleep 0.1; done
   [ -s .dev/kubeconfig ] || die "the emulator did not start (see the log above)"
   export MODELPLANE_KUBECONFIG=.dev/kubeconfig
-  cluster_note="the emulator: kubectl --kubeconfig .dev/kubeconfig get deploy,svc,httproute -A"
+  export MODELPLANE_GATEWAY=${MODELPLANE_GATEWAY:-gateway-system/inference}
+  cluster_note="the emulator: kubectl --kubeconfig .dev/kubeconfig get deploy,pods,svc,httproute -A
+                    its Gateway serves http://$gateway_listen"
 else
   cluster_note="$MODELPLANE_KUBECONFIG${MODELPLANE_KUBE_CONTEXT:+ (context $MODELPLANE_KUBE_CONTEXT)}"
 fi
