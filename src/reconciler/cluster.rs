@@ -30,6 +30,9 @@ pub enum ClusterError {
     Config(String),
     #[error("Kubernetes: {0}")]
     Api(#[from] kube::Error),
+    /// Postgres failed in the middle of a reconcile (not a cluster problem; retried).
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
 }
 
 impl ClusterError {

@@ -137,6 +137,13 @@ impl Worker {
                 let wait = backoff(claim.attempts);
                 tracing::warn!(error = %err, retry_in = ?wait, "reconcile failed");
                 self.note_unreachable(claim.deployment_id, &err).await;
+                let kind = match &err {
+                    ClusterError::Api(kube::Error::Api(_)) => "api_refused",
+                    ClusterError::Api(_) => "cluster_unreachable",
+                    ClusterError::Database(_) => "database",
+                    _ => "config",
+                };
+                metrics::counter!("modelplane_reconcile_errors_total", "kind" => kind).increment(1);
                 (Some(wait), Some(err.to_string()), "error")
             }
         };
@@ -391,7 +398,7 @@ impl Worker {
 
     /// Keeps the last status and adds `ClusterReachable=False` when the cluster cannot be reached.
     async fn note_unreachable(&self, id: Uuid, err: &ClusterError) {
-        if err.api_status().is_some() {
+        if err.api_status().is_some() || matches!(err, ClusterError::Database(_)) {
             return;
         }
         let Ok(Some(target)) = store::deployments::find_reconcile_target(&self.pool, id).await
@@ -706,5 +713,5 @@ fn backoff(attempts: i32) -> Duration {
 }
 
 fn db(err: sqlx::Error) -> ClusterError {
-    ClusterError::Config(format!("database: {err}"))
+    ClusterError::Database(err)
 }

@@ -268,10 +268,10 @@ async fn a_new_deployment_is_applied_with_its_namespace_and_reported(pool: PgPoo
 async fn a_resync_of_unchanged_records_makes_no_kubernetes_writes(pool: PgPool) {
     let h = harness(pool, true, |_| {}).await;
     h.app.create_project("team-a").await;
-    for i in 0..20 {
+    for i in 0..100 {
         create(&h, &format!("model-{i}")).await;
     }
-    for i in 0..20 {
+    for i in 0..100 {
         h.wait_applied(&format!("model-{i}"), 1).await;
     }
     let pool = h.app.pool.clone();
