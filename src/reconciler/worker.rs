@@ -164,10 +164,7 @@ impl Worker {
 
     /// One pass over one record: apply what is missing or changed, then report status.
     async fn reconcile(&self, id: Uuid) -> Result<Outcome, ClusterError> {
-        let Some(target) = store::deployments::find_reconcile_target(&self.pool, id)
-            .await
-            .map_err(db)?
-        else {
+        let Some(target) = store::deployments::find_reconcile_target(&self.pool, id).await? else {
             // The record is gone: anything still labelled with its id is an orphan.
             self.delete_objects(id, None).await?;
             return Ok(Outcome::Done);
@@ -206,9 +203,7 @@ impl Worker {
             }
             match self.apply_all(&desired, &mut observed).await {
                 Ok(()) => {
-                    store::deployments::set_applied_digest(&self.pool, id, Some(&digest))
-                        .await
-                        .map_err(db)?;
+                    store::deployments::set_applied_digest(&self.pool, id, Some(&digest)).await?;
                     if !unchanged {
                         self.timeline(
                             &target,
@@ -226,9 +221,7 @@ impl Worker {
                         .api_status()
                         .is_some_and(|s| s.code == 422 || s.code == 400) =>
                 {
-                    store::deployments::set_applied_digest(&self.pool, id, None)
-                        .await
-                        .map_err(db)?;
+                    store::deployments::set_applied_digest(&self.pool, id, None).await?;
                 }
                 Err(err) => return Err(err),
             }
@@ -382,9 +375,7 @@ impl Worker {
         if status == record.status {
             return Ok(());
         }
-        store::deployments::update_status(&self.pool, record.id, &status)
-            .await
-            .map_err(db)?;
+        store::deployments::update_status(&self.pool, record.id, &status).await?;
         if status.phase != record.status.phase {
             let message = format!(
                 "{} → {}: {}",
@@ -446,9 +437,7 @@ impl Worker {
             "every Kubernetes object removed; record deleted",
         )
         .await;
-        store::deployments::delete_deployment_record(&self.pool, id)
-            .await
-            .map_err(db)?;
+        store::deployments::delete_deployment_record(&self.pool, id).await?;
         tracing::info!(deployment_id = %id, "deployment deleted");
         Ok(Outcome::Done)
     }
@@ -551,10 +540,7 @@ impl Worker {
         }
         ids.sort();
         ids.dedup();
-        for id in store::deployments::missing_deployment_ids(&self.pool, &ids)
-            .await
-            .map_err(db)?
-        {
+        for id in store::deployments::missing_deployment_ids(&self.pool, &ids).await? {
             tracing::info!(deployment_id = %id, "removing orphaned objects");
             self.delete_objects(id, None).await?;
         }
@@ -710,8 +696,4 @@ fn backoff(attempts: i32) -> Duration {
     let base = 2f64.powi(attempts.clamp(1, 9) - 1).min(300.0);
     let jitter = rand::random::<f64>() * 0.5 + 0.75;
     Duration::from_secs_f64(base * jitter)
-}
-
-fn db(err: sqlx::Error) -> ClusterError {
-    ClusterError::Database(err)
 }
