@@ -21,6 +21,8 @@ pub const LABEL_DEPLOYMENT_ID: &str = "modelplane.io/deployment-id";
 pub const LABEL_PROJECT: &str = "modelplane.io/project";
 pub const LABEL_INSTALLATION: &str = "modelplane.io/installation";
 pub const LABEL_ENGINE: &str = "modelplane.io/engine";
+/// On a namespace that existed before its project: it survives the project.
+pub const LABEL_NAMESPACE_ADOPTED: &str = "modelplane.io/namespace-adopted";
 pub const ANNOTATION_CONFIG_HASH: &str = "modelplane.io/config-hash";
 pub const ANNOTATION_GENERATION: &str = "modelplane.io/generation";
 /// The value of `app.kubernetes.io/name` on every model server pod.
@@ -144,16 +146,22 @@ pub fn route_path_prefix(record: &Deployment) -> String {
     }
 }
 
-/// Builds every object of `record`, to live in `namespace`.
+/// Builds every object of `record`, to live in `namespace` (`adopted`: the namespace
+/// existed before its project and must survive it).
 pub fn desired_objects(
     record: &Deployment,
     namespace: &str,
+    adopted: bool,
     config: &BuildConfig,
 ) -> DesiredObjects {
     let labels = object_labels(record, config);
     let gateway = gateway_of(&record.spec, config);
+    let mut namespace_object = namespace_object(record, namespace, config);
+    if adopted {
+        namespace_object["metadata"]["labels"][LABEL_NAMESPACE_ADOPTED] = json!("true");
+    }
     DesiredObjects {
-        namespace: namespace_object(record, namespace, config),
+        namespace: namespace_object,
         deployment: deployment_object(record, namespace, &labels, config),
         service: service_object(record, namespace, &labels),
         http_route: gateway
@@ -607,7 +615,7 @@ mod tests {
     }
 
     fn build(name: &str, spec: serde_json::Value) -> DesiredObjects {
-        let objects = desired_objects(&record(name, spec), "team-a", &config());
+        let objects = desired_objects(&record(name, spec), "team-a", false, &config());
         // Every object is a valid instance of its Kubernetes type.
         serde_json::from_value::<Namespace>(objects.namespace.clone()).unwrap();
         serde_json::from_value::<K8sDeployment>(objects.deployment.clone()).unwrap();
@@ -696,7 +704,7 @@ mod tests {
     #[test]
     fn a_restart_or_a_pod_change_changes_the_config_hash_but_a_label_does_not() {
         let hash = |r: &Deployment| {
-            desired_objects(r, "team-a", &config()).deployment["spec"]["template"]["metadata"]["annotations"][ANNOTATION_CONFIG_HASH].clone()
+            desired_objects(r, "team-a", false, &config()).deployment["spec"]["template"]["metadata"]["annotations"][ANNOTATION_CONFIG_HASH].clone()
         };
         let base = record("qwen", json!({"model": {"source": "hf://a/b"}}));
         let mut restarted = base.clone();
@@ -722,7 +730,7 @@ mod tests {
             "qwen",
             json!({"model": {"source": "hf://a/b"}, "engine": {"tensorParallelSize": 4}}),
         );
-        let objects = desired_objects(&r, "team-a", &cfg);
+        let objects = desired_objects(&r, "team-a", false, &cfg);
         assert!(objects.http_route.is_none());
         let limits =
             &objects.deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"];

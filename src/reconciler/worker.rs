@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::cluster::{Cluster, ClusterError, contains, resource_of};
 use super::desired::{
     ANNOTATION_CONFIG_HASH, BuildConfig, DesiredObjects, LABEL_DEPLOYMENT_ID, LABEL_INSTALLATION,
-    LABEL_MANAGED_BY, desired_objects,
+    LABEL_MANAGED_BY, LABEL_NAMESPACE_ADOPTED, LABEL_PROJECT, desired_objects,
 };
 use super::status::{Budgets, Observed, compute, recheck_after};
 use crate::domain::{Condition, Deployment, DeploymentStatus, Phase};
@@ -173,7 +173,12 @@ impl Worker {
         if record.deletion_requested_at.is_some() {
             return self.finish_deletion(&target).await;
         }
-        let desired = desired_objects(&record, &target.namespace, &self.config.build);
+        let desired = desired_objects(
+            &record,
+            &target.namespace,
+            target.namespace_adopted,
+            &self.config.build,
+        );
         let digest = desired.digest();
         let mut observed = Observed {
             config_hash: desired.deployment["spec"]["template"]["metadata"]["annotations"]
@@ -510,6 +515,32 @@ impl Worker {
         }
     }
 
+    /// Deletes the namespaces this installation created for projects that no longer exist;
+    /// adopted namespaces survive their project.
+    async fn collect_project_namespaces(&self, selector: &str) -> Result<(), ClusterError> {
+        let resource = resource_of("v1", "Namespace");
+        for namespace in self.cluster.list(&resource, None, selector).await? {
+            let labels = &namespace["metadata"]["labels"];
+            let Some(project) = labels[LABEL_PROJECT].as_str() else {
+                continue;
+            };
+            if labels[LABEL_NAMESPACE_ADOPTED] == "true"
+                || namespace["metadata"]["deletionTimestamp"].is_string()
+                || store::projects::project_exists(&self.pool, project).await?
+            {
+                continue;
+            }
+            let name = namespace["metadata"]["name"].as_str().unwrap_or_default();
+            tracing::info!(
+                namespace = name,
+                project,
+                "deleting the namespace of a deleted project"
+            );
+            self.cluster.delete(&resource, None, name).await?;
+        }
+        Ok(())
+    }
+
     /// Deletes managed objects of this installation whose record no longer exists.
     async fn collect_orphans(&self) -> Result<(), ClusterError> {
         let selector = format!(
@@ -540,6 +571,7 @@ impl Worker {
         }
         ids.sort();
         ids.dedup();
+        self.collect_project_namespaces(&selector).await?;
         for id in store::deployments::missing_deployment_ids(&self.pool, &ids).await? {
             tracing::info!(deployment_id = %id, "removing orphaned objects");
             self.delete_objects(id, None).await?;

@@ -278,6 +278,8 @@ pub struct ReconcileTarget {
     pub row: DeploymentRow,
     pub project: String,
     pub namespace: String,
+    /// The namespace existed before the project: never deleted by modelplane.
+    pub namespace_adopted: bool,
     pub applied_digest: Option<String>,
 }
 
@@ -290,7 +292,7 @@ pub async fn find_reconcile_target(
         r#"select d.id, d.project_id, d.name, d.generation,
                   d.spec as "spec: Json<DeploymentSpec>", d.status as "status: Json<DeploymentStatus>",
                   d.restarted_at, d.deletion_requested_at, d.created_at, d.updated_at,
-                  d.applied_digest, p.name as project, p.namespace
+                  d.applied_digest, p.name as project, p.namespace, p.namespace_adopted
            from model_deployment d join project p on p.id = d.project_id
            where d.id = $1"#,
         id
@@ -312,6 +314,7 @@ pub async fn find_reconcile_target(
         },
         project: r.project,
         namespace: r.namespace,
+        namespace_adopted: r.namespace_adopted,
         applied_digest: r.applied_digest,
     }))
 }

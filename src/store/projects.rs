@@ -80,3 +80,14 @@ pub async fn delete_project_without_deployments(
     .await?;
     Ok(result.rows_affected() == 1)
 }
+
+/// Whether a project with this name exists.
+#[instrument(skip(db))]
+pub async fn project_exists(db: impl PgExecutor<'_>, name: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select exists(select 1 from project where name = $1) as "exists!""#,
+        name
+    )
+    .fetch_one(db)
+    .await
+}

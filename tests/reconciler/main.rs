@@ -745,3 +745,77 @@ async fn the_worker_writes_only_in_its_projects_namespaces(pool: PgPool) {
         );
     }
 }
+
+#[sqlx::test]
+async fn a_deleted_projects_namespace_goes_unless_it_was_adopted(pool: PgPool) {
+    let h = harness(pool, true, |c| c.resync = Duration::from_secs(1)).await;
+    h.app.create_project("team-a").await;
+    let adopted = h
+        .app
+        .post_json(
+            "/api/v1/projects",
+            &json!({"name": "legacy", "namespace": "ml-legacy", "adoptNamespace": true}),
+        )
+        .await;
+    assert_eq!(adopted.status(), StatusCode::CREATED);
+    create(&h, "qwen").await;
+    h.app
+        .post_json(
+            "/api/v1/projects/legacy/deployments",
+            &json!({"name": "old", "spec": sim_spec()}),
+        )
+        .await;
+    h.wait_applied("qwen", 1).await;
+    let namespaces: Api<DynamicObject> =
+        Api::all_with(h.kube.clone(), &resource_of("v1", "Namespace"));
+    wait_for("both namespaces", Duration::from_secs(20), || async {
+        namespaces.get_opt("team-a").await.unwrap().is_some()
+            && namespaces.get_opt("ml-legacy").await.unwrap().is_some()
+    })
+    .await;
+    for (project, name) in [("team-a", "qwen"), ("legacy", "old")] {
+        h.app
+            .request(
+                Method::DELETE,
+                &format!("/api/v1/projects/{project}/deployments/{name}"),
+            )
+            .send()
+            .await
+            .unwrap();
+        wait_for("the deployment gone", Duration::from_secs(20), || async {
+            h.app
+                .get(&format!("/api/v1/projects/{project}/deployments/{name}"))
+                .await
+                .status()
+                == StatusCode::NOT_FOUND
+        })
+        .await;
+        let deleted = h
+            .app
+            .request(Method::DELETE, &format!("/api/v1/projects/{project}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    }
+    wait_for(
+        "the created namespace to be deleted",
+        Duration::from_secs(20),
+        || async {
+            namespaces
+                .get_opt("team-a")
+                .await
+                .unwrap()
+                .is_none_or(|ns| ns.metadata.deletion_timestamp.is_some())
+        },
+    )
+    .await;
+    assert!(
+        namespaces
+            .get_opt("ml-legacy")
+            .await
+            .unwrap()
+            .is_some_and(|ns| ns.metadata.deletion_timestamp.is_none()),
+        "the adopted namespace survives"
+    );
+}
