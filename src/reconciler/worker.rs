@@ -9,6 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
+use serde_json::Value;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
@@ -190,14 +191,10 @@ impl Worker {
             ..Observed::default()
         };
 
-        let live = self.live_objects(&desired).await?;
+        let (drifted, live) = self.live_objects(&desired).await?;
         let unchanged = target.applied_digest.as_deref() == Some(digest.as_str());
-        let drifted: Vec<&str> = live
-            .iter()
-            .filter(|(_, ok)| !ok)
-            .map(|(kind, _)| *kind)
-            .collect();
-        if !unchanged || !drifted.is_empty() {
+        let wrote = !unchanged || !drifted.is_empty();
+        if wrote {
             if unchanged {
                 self.timeline(
                     &target,
@@ -231,7 +228,9 @@ impl Worker {
                 Err(err) => return Err(err),
             }
         }
-        self.observe(&record, &target.namespace, &desired, &mut observed)
+        // What was just read is still current unless this pass wrote to the cluster.
+        let known = (!wrote).then_some(&live);
+        self.observe(&record, &target.namespace, &desired, known, &mut observed)
             .await?;
         let now = Utc::now();
         let status = compute(
@@ -251,12 +250,14 @@ impl Worker {
         })
     }
 
-    /// Which desired objects exist and still hold what modelplane manages.
+    /// Reads the desired objects back: which exist and still hold what modelplane manages
+    /// (the kinds that drifted), and what was read, so observation can reuse it.
     async fn live_objects(
         &self,
         desired: &DesiredObjects,
-    ) -> Result<Vec<(&'static str, bool)>, ClusterError> {
-        let mut out = Vec::new();
+    ) -> Result<(Vec<&'static str>, LiveObjects), ClusterError> {
+        let mut drifted = Vec::new();
+        let mut read = LiveObjects::new();
         for (kind, object) in [
             ("Namespace", Some(&desired.namespace)),
             ("Deployment", Some(&desired.deployment)),
@@ -272,13 +273,36 @@ impl Worker {
                 .await
             {
                 Ok(live) => live,
-                // A kind the cluster does not serve (no Gateway API) is reported, not fatal.
-                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => None,
+                // A kind the cluster does not serve (no Gateway API) is reported, not fatal;
+                // it is left out of `read` so observation finds out why.
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
+                    drifted.push(kind);
+                    continue;
+                }
                 Err(err) => return Err(err),
             };
-            out.push((kind, live.is_some_and(|l| contains(&l, object))));
+            if !live.as_ref().is_some_and(|l| contains(l, object)) {
+                drifted.push(kind);
+            }
+            read.insert(kind, live);
         }
-        Ok(out)
+        Ok((drifted, read))
+    }
+
+    /// An object of the record: from `known` when it was read this pass, else from the cluster.
+    async fn current(
+        &self,
+        known: Option<&LiveObjects>,
+        (api_version, kind): (&str, &'static str),
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, ClusterError> {
+        if let Some(live) = known.and_then(|k| k.get(kind)) {
+            return Ok(live.clone());
+        }
+        self.cluster
+            .get(&resource_of(api_version, kind), Some(namespace), name)
+            .await
     }
 
     async fn apply_all(
@@ -315,18 +339,17 @@ impl Worker {
         record: &Deployment,
         namespace: &str,
         desired: &DesiredObjects,
+        known: Option<&LiveObjects>,
         observed: &mut Observed,
     ) -> Result<(), ClusterError> {
         let name = record.name.as_str();
         let deployment = self
-            .cluster
-            .get(&resource_of("apps/v1", "Deployment"), Some(namespace), name)
+            .current(known, ("apps/v1", "Deployment"), namespace, name)
             .await?;
         observed.deployment =
             deployment.and_then(|d| serde_json::from_value::<K8sDeployment>(d).ok());
         observed.service_exists = self
-            .cluster
-            .get(&resource_of("v1", "Service"), Some(namespace), name)
+            .current(known, ("v1", "Service"), namespace, name)
             .await?
             .is_some();
         let selector = format!("{LABEL_DEPLOYMENT_ID}={}", record.id);
@@ -339,10 +362,10 @@ impl Worker {
             .collect();
         if desired.http_route.is_some() && observed.route_problem.is_none() {
             match self
-                .cluster
-                .get(
-                    &resource_of("gateway.networking.k8s.io/v1", "HTTPRoute"),
-                    Some(namespace),
+                .current(
+                    known,
+                    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+                    namespace,
                     name,
                 )
                 .await
@@ -701,6 +724,9 @@ impl Worker {
         }
     }
 }
+
+/// Objects read during one reconcile, by kind (`None`: it does not exist).
+type LiveObjects = std::collections::BTreeMap<&'static str, Option<Value>>;
 
 #[derive(Debug, Clone, Copy)]
 enum Kind {
