@@ -81,6 +81,7 @@ async fn main() {
     let ctx = Context {
         pool: pool.clone(),
         limits: SpecLimits::default(),
+        routing: Default::default(),
     };
     let actor = Actor::system();
     create_project(

@@ -118,6 +118,11 @@ pub struct ReconcilerConfig {
     /// Default Gateway for routes, `namespace/name[/section]`; none: no routes are made.
     #[arg(long, env = "MODELPLANE_GATEWAY")]
     pub gateway: Option<String>,
+    /// Hostnames no project may route on a shared Gateway (comma-separated; `*.suffix`
+    /// reserves a whole domain). List the shared Gateway's own hostnames here, or a project
+    /// could take every path under them.
+    #[arg(long, env = "MODELPLANE_RESERVED_HOSTNAMES", value_delimiter = ',')]
+    pub reserved_hostnames: Vec<String>,
     /// Default image of the vllm engine.
     #[arg(
         long,

@@ -63,6 +63,16 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         limits: SpecLimits {
             max_replicas: config.max_replicas,
         },
+        routing: service::RoutingPolicy {
+            default_gateway: config.reconciler.gateway.clone(),
+            reserved_hostnames: config
+                .reconciler
+                .reserved_hostnames
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| !h.is_empty())
+                .collect(),
+        },
     };
     if let Some(token) = &config.auth.bootstrap_token {
         if token.expose().len() < 32 {
@@ -107,6 +117,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         )),
         metrics_require_auth: config.auth.metrics_require_auth,
         cluster,
+        cluster_gates_readiness: config.role == crate::config::ServeRole::Worker,
     };
     let app = if config.role == crate::config::ServeRole::Worker {
         api::health_router(state)

@@ -1,15 +1,14 @@
-//! The [`Actor`] extractor: authenticates every protected request, then rate-limits it.
+//! The [`Actor`] extractor: rate-limits, then authenticates every protected request.
 
-use std::net::SocketAddr;
-
-use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
+use sha2::{Digest, Sha256};
 
 use super::AppState;
 use super::error::ApiError;
 use crate::auth::AuthError;
-use crate::service::Actor;
+use crate::service::{Actor, Identity};
 
 impl FromRequestParts<AppState> for Actor {
     type Rejection = ApiError;
@@ -18,30 +17,41 @@ impl FromRequestParts<AppState> for Actor {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
+        let client = super::middleware::client_address(&parts.extensions);
+        // Both checks come before the database: a flood costs a hash, not a query.
+        state
+            .limiter
+            .penalty(&client)
+            .map_err(ApiError::RateLimited)?;
         let header = parts
             .headers
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
+        if let Some(credential) = header {
+            let key = hex::encode(&Sha256::digest(credential.as_bytes())[..16]);
+            state
+                .limiter
+                .check(&format!("credential:{key}"))
+                .map_err(ApiError::RateLimited)?;
+        }
         match state.auth.authenticate(header).await {
             Ok(actor) => {
-                state
-                    .limiter
-                    .check(&actor.key())
-                    .map_err(ApiError::RateLimited)?;
+                // One user may present many tokens over time (OIDC): limit the user too.
+                if matches!(actor.identity, Identity::User { .. }) {
+                    state
+                        .limiter
+                        .check(&actor.key())
+                        .map_err(ApiError::RateLimited)?;
+                }
                 tracing::Span::current().record("actor", actor.name());
                 Ok(actor)
             }
             Err(AuthError::Internal(err)) => Err(ApiError::Internal(Box::new(err))),
             Err(err) => {
                 // Failed attempts count against the client address, which slows guessing.
-                let client = parts
-                    .extensions
-                    .get::<ConnectInfo<SocketAddr>>()
-                    .map(|c| c.0.ip().to_string())
-                    .unwrap_or_else(|| "unknown".into());
                 state
                     .limiter
-                    .check(&format!("ip:{client}"))
+                    .check_failure(&client)
                     .map_err(ApiError::RateLimited)?;
                 Err(ApiError::Unauthorized(err.to_string()))
             }

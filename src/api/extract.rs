@@ -7,7 +7,7 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
-use crate::domain::{FieldErrors, from_json_value};
+use crate::domain::{FieldErrors, from_json_value, parse_json_strict};
 
 /// Largest request body accepted, in bytes.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -61,7 +61,7 @@ async fn read_json<S: Send + Sync>(
             ApiError::MalformedBody(format!("could not read the request body: {rejection}"))
         }
     })?;
-    serde_json::from_slice(&bytes)
+    parse_json_strict(&bytes)
         .map_err(|err| ApiError::MalformedBody(format!("the body is not valid JSON: {err}")))
 }
 
@@ -99,8 +99,39 @@ impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        header_string(parts, "if-match", "If-Match").map(Self)
+        let value = header_string(parts, "if-match", "If-Match")?;
+        if let Some(v) = &value
+            && !is_if_match(v)
+        {
+            return Err(FieldErrors::single(
+                "If-Match",
+                "must be `*` or a comma-separated list of entity tags such as `\"…\"` (RFC 9110)",
+            )
+            .into());
+        }
+        Ok(Self(value))
     }
+}
+
+/// `If-Match = "*" / #entity-tag` (RFC 9110 §13.1.1), with `entity-tag = [ "W/" ] DQUOTE *etagc DQUOTE`.
+fn is_if_match(value: &str) -> bool {
+    if value == "*" {
+        return true;
+    }
+    let mut any = false;
+    for tag in value.split(',').map(str::trim) {
+        if tag.is_empty() {
+            continue; // the list syntax allows empty elements
+        }
+        let opaque = tag.strip_prefix("W/").unwrap_or(tag);
+        let quoted = opaque.len() >= 2 && opaque.starts_with('"') && opaque.ends_with('"');
+        let etagc = |b: u8| b == 0x21 || (0x23..=0x7e).contains(&b) || b >= 0x80;
+        if !quoted || !opaque[1..opaque.len() - 1].bytes().all(etagc) {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
@@ -109,7 +140,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         let key = header_string(parts, "idempotency-key", "Idempotency-Key")?;
         if let Some(k) = &key
-            && (k.is_empty() || k.len() > 255)
+            && (k.is_empty() || k.len() > 255 || !k.bytes().all(|b| b.is_ascii_graphic()))
         {
             return Err(FieldErrors::single(
                 "Idempotency-Key",

@@ -38,6 +38,8 @@ pub struct AppState {
     pub metrics_require_auth: bool,
     /// The cluster this process drives, reported by `/readyz`.
     pub cluster: Option<crate::reconciler::cluster::Cluster>,
+    /// Whether an unreachable cluster makes `/readyz` fail (a worker-only process).
+    pub cluster_gates_readiness: bool,
 }
 
 /// Health and metrics only, for a process that runs just the worker.
@@ -48,21 +50,35 @@ pub fn health_router(state: AppState) -> Router {
         .route("/metrics", axum::routing::get(rest::health::metrics))
         .fallback(rest::not_found)
         .with_state(state)
+        .layer(axum::middleware::from_fn(
+            middleware::problem_for_bare_errors,
+        ))
         .layer(axum::middleware::from_fn(middleware::observe))
 }
 
 /// The complete HTTP application.
 pub fn router(state: AppState, http: &HttpConfig) -> Router {
     let (api, document) = openapi::split();
+    let limiter = state.limiter.clone();
+    // Layers run outside in: observe → compression → anonymous limit → problem bodies →
+    // timeout → read the body → routes.
     let app = api
         .merge(SwaggerUi::new("/api/docs").url("/api/openapi.json", document))
         .route("/metrics", axum::routing::get(rest::health::metrics))
         .fallback(rest::not_found)
         .with_state(state)
+        .layer(axum::middleware::from_fn(middleware::read_body_first))
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             Duration::from_secs(http.request_timeout_secs),
+        ))
+        .layer(axum::middleware::from_fn(
+            middleware::problem_for_bare_errors,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            limiter,
+            middleware::limit_anonymous,
         ))
         .layer(CompressionLayer::new())
         .layer(axum::middleware::from_fn(middleware::observe));

@@ -1,14 +1,22 @@
-//! Per-caller request rate limits (a token bucket per token, user or client address).
+//! Per-caller request rate limits (a token bucket per credential, user or client address).
+//!
+//! Checked before anything costs a database round trip where the key is known without one:
+//! a presented credential is limited by its hash, and an address that keeps failing to
+//! authenticate is refused outright until its bucket refills.
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
 pub struct RateLimiter {
     limiter: DefaultKeyedRateLimiter<String>,
+    /// Addresses refused for failed authentication, and until when.
+    penalties: Mutex<HashMap<String, Instant>>,
     checks: AtomicU64,
 }
 
@@ -18,18 +26,51 @@ impl RateLimiter {
         let burst = NonZeroU32::new(burst.max(1)).expect("at least 1");
         Self {
             limiter: DefaultKeyedRateLimiter::keyed(Quota::per_minute(rate).allow_burst(burst)),
+            penalties: Mutex::new(HashMap::new()),
             checks: AtomicU64::new(0),
         }
     }
 
     /// Counts one request for `key`; `Err` says how long to wait when over the limit.
     pub fn check(&self, key: &str) -> Result<(), Duration> {
-        // Forget idle callers now and then, so the map does not grow without bound.
+        // Forget idle callers now and then, so the maps do not grow without bound.
         if self.checks.fetch_add(1, Ordering::Relaxed) % 1024 == 1023 {
             self.limiter.retain_recent();
+            let now = Instant::now();
+            self.penalties
+                .lock()
+                .expect("penalties lock")
+                .retain(|_, until| *until > now);
         }
         self.limiter
             .check_key(&key.to_owned())
             .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
+    }
+
+    /// Counts one failed authentication from `client`; once over the limit, the client is
+    /// refused by [`RateLimiter::penalty`] until its bucket refills.
+    pub fn check_failure(&self, client: &str) -> Result<(), Duration> {
+        self.check(&format!("ip:{client}")).inspect_err(|wait| {
+            self.penalties
+                .lock()
+                .expect("penalties lock")
+                .insert(client.to_owned(), Instant::now() + *wait);
+        })
+    }
+
+    /// How long `client` must still wait after too many failed authentications, if at all.
+    pub fn penalty(&self, client: &str) -> Result<(), Duration> {
+        let penalties = self.penalties.lock().expect("penalties lock");
+        match penalties.get(client) {
+            Some(until) => {
+                let now = Instant::now();
+                if *until > now {
+                    Err(*until - now)
+                } else {
+                    Ok(())
+                }
+            }
+            None => Ok(()),
+        }
     }
 }

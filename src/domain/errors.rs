@@ -85,24 +85,11 @@ impl std::fmt::Display for FieldErrors {
 impl std::error::Error for FieldErrors {}
 
 /// Deserialises `value` into `T`, turning a type error or an unknown field into a
-/// [`FieldErrors`] that names the field's path (prefixed with `prefix`, if any).
+/// [`FieldErrors`] that names the field's path. Only an object becomes a struct.
 pub fn from_json_value<T: serde::de::DeserializeOwned>(
     value: serde_json::Value,
 ) -> Result<T, FieldErrors> {
-    serde_path_to_error::deserialize(value).map_err(|err| {
-        let path = err.path().to_string();
-        let inner = err.into_inner();
-        FieldErrors::single(
-            path_or_root(&path),
-            describe_serde_error(&inner.to_string()),
-        )
-    })
-}
-
-/// Like [`from_json_value`], for raw bytes that are known to be syntactically valid JSON.
-pub fn from_json_slice<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, FieldErrors> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(&mut de).map_err(|err| {
+    serde_path_to_error::deserialize(super::json::Strict(value)).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
         FieldErrors::single(

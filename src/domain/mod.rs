@@ -5,15 +5,18 @@
 
 mod access;
 mod errors;
+mod json;
 mod names;
 mod quantity;
 mod records;
+mod routing;
 mod selector;
 mod spec;
 mod status;
 
 pub use access::{Role, TokenRole};
-pub use errors::{FieldError, FieldErrors, from_json_slice, from_json_value};
+pub use errors::{FieldError, FieldErrors, from_json_value};
+pub use json::parse_strict as parse_json_strict;
 pub use names::{
     DeploymentName, ProjectName, is_dns1123_label, is_dns1123_subdomain, validate_label_key,
     validate_label_value,
@@ -21,6 +24,9 @@ pub use names::{
 pub use quantity::Quantity;
 pub use records::{
     ApiToken, AuditEvent, Deployment, Project, Revision, RoleBinding, TimelineEvent, entity_tag,
+};
+pub use routing::{
+    RouteClaim, check_shared_gateway_rules, effective_path_prefix, validate_path_prefix,
 };
 pub use selector::{LabelRequirement, LabelSelector};
 pub use spec::{

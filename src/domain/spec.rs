@@ -27,6 +27,22 @@ const MAX_GPUS: i64 = 64;
 const MAX_TENSOR_PARALLEL: i64 = 64;
 const MAX_STARTUP_SECONDS: i64 = 86_400;
 
+/// Limits on lists and sizes. Each record's objects are copied to the cluster and read by
+/// one shared worker, so no single spec may be large enough to slow either for everyone.
+/// They sit well inside what the API server accepts (an object of at most 1.5 MiB in etcd,
+/// annotations of at most 256 KiB per object, which also hold modelplane's own).
+pub const MAX_LABELS: usize = 64;
+pub const MAX_ANNOTATIONS: usize = 64;
+pub const MAX_ANNOTATION_BYTES: usize = 64 * 1024;
+pub const MAX_ARGS: usize = 128;
+pub const MAX_ARG_BYTES: usize = 4096;
+pub const MAX_ENV: usize = 128;
+pub const MAX_ENV_VALUE_BYTES: usize = 32 * 1024;
+pub const MAX_TOLERATIONS: usize = 32;
+pub const MAX_NODE_SELECTOR: usize = 32;
+/// The whole spec as stored (JSON), after every other rule.
+pub const MAX_SPEC_BYTES: usize = 256 * 1024;
+
 /// Label keys modelplane sets itself; users may not set them.
 const RESERVED_LABEL_KEYS: &[&str] = &[
     "app.kubernetes.io/name",
@@ -407,6 +423,13 @@ impl DeploymentSpec {
         // Postgres cannot store NUL in text or JSONB, and no Kubernetes field wants one.
         let json = serde_json::to_value(&self).expect("a spec serialises");
         find_nul_characters(&json, "spec", &mut errors);
+        let size = json.to_string().len();
+        if errors.is_empty() && size > MAX_SPEC_BYTES {
+            errors.push(
+                "spec",
+                format!("must be at most {MAX_SPEC_BYTES} bytes as JSON (this one is {size})"),
+            );
+        }
         errors.finish(|| self)
     }
 
@@ -464,13 +487,31 @@ impl DeploymentSpec {
         {
             errors.push("spec.engine.port", "must be between 1 and 65535");
         }
+        if engine.args.len() > MAX_ARGS {
+            errors.push(
+                "spec.engine.args",
+                format!(
+                    "must have at most {MAX_ARGS} items (has {})",
+                    engine.args.len()
+                ),
+            );
+        }
         for (i, arg) in engine.args.iter().enumerate() {
-            if arg.len() > 4096 || arg.contains('\0') {
+            if arg.len() > MAX_ARG_BYTES || arg.contains('\0') {
                 errors.push(
                     format!("spec.engine.args[{i}]"),
-                    "must be at most 4096 characters without NUL",
+                    format!("must be at most {MAX_ARG_BYTES} characters without NUL"),
                 );
             }
+        }
+        if engine.env.len() > MAX_ENV {
+            errors.push(
+                "spec.engine.env",
+                format!(
+                    "must have at most {MAX_ENV} items (has {})",
+                    engine.env.len()
+                ),
+            );
         }
         let mut seen = HashSet::new();
         for (i, var) in engine.env.iter().enumerate() {
@@ -484,6 +525,16 @@ impl DeploymentSpec {
                 errors.push(
                     format!("{path}.name"),
                     format!("`{}` is set twice", var.name),
+                );
+            }
+            if var
+                .value
+                .as_ref()
+                .is_some_and(|v| v.len() > MAX_ENV_VALUE_BYTES)
+            {
+                errors.push(
+                    format!("{path}.value"),
+                    format!("must be at most {MAX_ENV_VALUE_BYTES} bytes"),
                 );
             }
             match (&var.value, &var.secret_ref) {
@@ -562,6 +613,18 @@ impl DeploymentSpec {
 
     fn validate_scheduling(&self, errors: &mut FieldErrors) {
         let sched = &self.scheduling;
+        if sched.node_selector.len() > MAX_NODE_SELECTOR {
+            errors.push(
+                "spec.scheduling.nodeSelector",
+                format!("must have at most {MAX_NODE_SELECTOR} entries"),
+            );
+        }
+        if sched.tolerations.len() > MAX_TOLERATIONS {
+            errors.push(
+                "spec.scheduling.tolerations",
+                format!("must have at most {MAX_TOLERATIONS} items"),
+            );
+        }
         for (key, value) in &sched.node_selector {
             let path = format!("spec.scheduling.nodeSelector.{key}");
             errors.check(&path, validate_label_key(key));
@@ -625,18 +688,10 @@ impl DeploymentSpec {
             }
         }
         if let Some(prefix) = &routing.path_prefix {
-            let ok = prefix.starts_with('/')
-                && prefix.len() <= 1024
-                && !prefix.contains("//")
-                && prefix
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"/-._~".contains(&b));
-            if !ok {
-                errors.push(
-                    "spec.routing.pathPrefix",
-                    "must start with '/' and contain only letters, digits and `/-._~`",
-                );
-            }
+            errors.check(
+                "spec.routing.pathPrefix",
+                super::routing::validate_path_prefix(prefix),
+            );
         }
     }
 
@@ -774,6 +829,22 @@ fn validate_user_map(
     map: &BTreeMap<String, String>,
     values_are_labels: bool,
 ) {
+    let max_entries = if values_are_labels {
+        MAX_LABELS
+    } else {
+        MAX_ANNOTATIONS
+    };
+    if map.len() > max_entries {
+        // Reported once for the map: thousands of per-key errors help nobody.
+        errors.push(
+            path,
+            format!(
+                "must have at most {max_entries} entries (has {})",
+                map.len()
+            ),
+        );
+        return;
+    }
     let mut total = 0;
     for (key, value) in map {
         let field = format!("{path}.{key}");
@@ -788,8 +859,14 @@ fn validate_user_map(
         }
         total += key.len() + value.len();
     }
-    if !values_are_labels && total > 256 * 1024 {
-        errors.push(path, "annotations must total at most 256 KiB");
+    if !values_are_labels && total > MAX_ANNOTATION_BYTES {
+        errors.push(
+            path,
+            format!(
+                "annotations must total at most {} KiB",
+                MAX_ANNOTATION_BYTES / 1024
+            ),
+        );
     }
 }
 

@@ -133,17 +133,7 @@ pub fn gateway_of(spec: &DeploymentSpec, config: &BuildConfig) -> Option<Gateway
 
 /// The path prefix of the route: the spec's, else `/{project}/{name}` unless a hostname is set.
 pub fn route_path_prefix(record: &Deployment) -> String {
-    match (
-        &record.spec.routing.path_prefix,
-        &record.spec.routing.hostname,
-    ) {
-        (Some(prefix), _) => match prefix.trim_end_matches('/') {
-            "" => "/".to_owned(),
-            trimmed => trimmed.to_owned(),
-        },
-        (None, Some(_)) => "/".to_owned(),
-        (None, None) => format!("/{}/{}", record.project, record.name),
-    }
+    crate::domain::effective_path_prefix(&record.spec, &record.project, &record.name)
 }
 
 /// Builds every object of `record`, to live in `namespace` (`adopted`: the namespace

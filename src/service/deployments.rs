@@ -17,7 +17,8 @@ use super::projects::parse_uuid_cursor;
 use super::{Actor, Context, Page, ServiceError, cursor, page_size};
 use crate::domain::{
     Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, FieldErrors, LabelSelector,
-    Phase, Project, Revision, Role, TimelineEvent, entity_tag, from_json_value,
+    Phase, Project, Revision, Role, RouteClaim, TimelineEvent, check_shared_gateway_rules,
+    entity_tag, from_json_value,
 };
 use crate::store;
 use crate::store::deployments::{DeploymentFilter, DeploymentRow};
@@ -130,6 +131,7 @@ pub async fn create_deployment(
     }
 
     let id = Uuid::now_v7();
+    let route = route_claim(ctx, &project, name.as_str(), &spec);
     let status = DeploymentStatus::pending(spec.replica_count());
     let row = match store::deployments::insert_deployment(
         &mut *tx,
@@ -137,6 +139,7 @@ pub async fn create_deployment(
         project.id,
         name.as_str(),
         &spec,
+        &route,
         &status,
     )
     .await
@@ -148,6 +151,8 @@ pub async fn create_deployment(
         }
         Err(err) => return Err(err.into()),
     };
+    // After the insert, so a taken name is reported as such rather than as its own route.
+    check_route(ctx, &mut tx, &project, id, &spec, &route).await?;
     store::revisions::insert_revision(&mut *tx, id, row.generation, &spec, "created", actor.name())
         .await?;
     let message = format!(
@@ -421,10 +426,16 @@ async fn change_spec(
         return Ok(row.into_record(&project.name));
     }
 
+    let route = route_claim(ctx, &project, &row.name, &new_spec);
+    // A route is checked when it moves; one that was accepted before stays accepted.
+    if route != route_claim(ctx, &project, &row.name, &row.spec.0) {
+        check_route(ctx, &mut tx, &project, row.id, &new_spec, &route).await?;
+    }
     let old_json = serde_json::to_value(&row.spec.0).expect("spec serialises");
     let new_json = serde_json::to_value(&new_spec).expect("spec serialises");
     let changed = changed_paths(&old_json, &new_json, 3).join(", ");
-    let updated = store::deployments::update_deployment_spec(&mut *tx, row.id, &new_spec).await?;
+    let updated =
+        store::deployments::update_deployment_spec(&mut *tx, row.id, &new_spec, &route).await?;
     store::revisions::insert_revision(
         &mut *tx,
         row.id,
@@ -494,6 +505,57 @@ fn rename_field(errors: FieldErrors, from: &str, to: &str) -> FieldErrors {
         out.push(field, e.message);
     }
     out
+}
+
+fn route_claim(ctx: &Context, project: &Project, name: &str, spec: &DeploymentSpec) -> RouteClaim {
+    RouteClaim::of(
+        spec,
+        &project.name,
+        name,
+        ctx.routing.default_gateway.as_deref(),
+    )
+}
+
+/// Refuses a route that another project's or another deployment's route would collide
+/// with on a shared Gateway (see `domain::routing`).
+async fn check_route(
+    ctx: &Context,
+    tx: &mut Transaction<'_, Postgres>,
+    project: &Project,
+    deployment_id: Uuid,
+    spec: &DeploymentSpec,
+    route: &RouteClaim,
+) -> Result<(), ServiceError> {
+    check_shared_gateway_rules(spec, project, route, &ctx.routing.reserved_hostnames)?;
+    // Writers of the same hostname (or of one project's host-less routes) take turns, so
+    // two concurrent requests cannot both find the space free.
+    let space = match &route.hostname {
+        Some(host) => format!("host:{host}"),
+        None => format!("project:{}", project.id),
+    };
+    store::deployments::lock_route_space(&mut **tx, &space).await?;
+    if let Some(host) = &route.hostname
+        && store::deployments::hostname_used_by_another_project(&mut **tx, host, project.id).await?
+    {
+        return Err(ServiceError::conflict(
+            Some("spec.routing.hostname"),
+            format!("hostname `{host}` is already used by another project"),
+        ));
+    }
+    if let Some((other, path)) =
+        store::deployments::find_overlapping_route(&mut **tx, project.id, deployment_id, route)
+            .await?
+    {
+        return Err(ServiceError::conflict(
+            Some("spec.routing.pathPrefix"),
+            format!(
+                "path prefix `{}` overlaps `{path}` of deployment `{other}` on the same Gateway and hostname: \
+                 one would receive the other's requests",
+                route.path_prefix
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Sets the restart marker: pods are replaced without a spec change.

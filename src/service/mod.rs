@@ -22,6 +22,16 @@ pub use cursor::Page;
 pub struct Context {
     pub pool: PgPool,
     pub limits: SpecLimits,
+    pub routing: RoutingPolicy,
+}
+
+/// How routes on shared Gateways are kept apart (see `domain::routing`).
+#[derive(Debug, Clone, Default)]
+pub struct RoutingPolicy {
+    /// The server's default Gateway, `namespace/name[/section]`.
+    pub default_gateway: Option<String>,
+    /// Hostnames no project may use on a shared Gateway.
+    pub reserved_hostnames: Vec<String>,
 }
 
 /// The service layer's one error type; front-ends map it to their protocol.

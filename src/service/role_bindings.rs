@@ -6,7 +6,8 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::access::authorize;
-use super::{Actor, Context, ServiceError};
+use super::projects::parse_uuid_cursor;
+use super::{Actor, Context, Page, ServiceError, cursor, page_size};
 use crate::domain::{FieldErrors, Role, RoleBinding};
 use crate::store;
 
@@ -88,9 +89,19 @@ pub async fn list_role_bindings(
     ctx: &Context,
     actor: &Actor,
     project: &str,
-) -> Result<Vec<RoleBinding>, ServiceError> {
+    limit: Option<i64>,
+    cursor_param: Option<&str>,
+) -> Result<Page<RoleBinding>, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Admin).await?;
-    Ok(store::role_bindings::list_role_bindings(&ctx.pool, project.id).await?)
+    let limit = page_size(limit)?;
+    let filters = format!("role-bindings|{}", project.id);
+    let after = match cursor_param {
+        Some(c) => Some(parse_uuid_cursor(&cursor::decode(c, &filters)?)?),
+        None => None,
+    };
+    let rows =
+        store::role_bindings::list_role_bindings(&ctx.pool, project.id, after, limit + 1).await?;
+    Ok(cursor::page(rows, limit, &filters, |b| b.id.to_string()))
 }
 
 #[instrument(skip(ctx, actor))]

@@ -7,11 +7,12 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tracing::instrument;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::access::{authorize, require_platform_admin};
-use super::{Actor, Context, ServiceError};
+use super::projects::parse_uuid_cursor;
+use super::{Actor, Context, Page, ServiceError, cursor, page_size};
 use crate::domain::{ApiToken, FieldErrors, Project, Role, TokenRole};
 use crate::store;
 use crate::store::tokens::NewToken;
@@ -176,18 +177,50 @@ pub async fn list_project_tokens(
     ctx: &Context,
     actor: &Actor,
     project: &str,
-) -> Result<Vec<ApiToken>, ServiceError> {
+    query: &ListTokens,
+) -> Result<Page<ApiToken>, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Admin).await?;
-    Ok(store::tokens::list_tokens(&ctx.pool, Some(project.id)).await?)
+    list(ctx, Some(project.id), query).await
+}
+
+/// Filters and paging for token lists.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListTokens {
+    /// Only tokens that still work: neither revoked nor expired.
+    pub live: Option<bool>,
+    /// Page size, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
+    pub limit: Option<i64>,
+    /// `nextCursor` from the previous page, with the same filters.
+    pub cursor: Option<String>,
+}
+
+async fn list(
+    ctx: &Context,
+    project_id: Option<Uuid>,
+    query: &ListTokens,
+) -> Result<Page<ApiToken>, ServiceError> {
+    let limit = page_size(query.limit)?;
+    let live = query.live.unwrap_or(false);
+    let filters = format!("tokens|{project_id:?}|{live}");
+    let before = match &query.cursor {
+        Some(c) => Some(parse_uuid_cursor(&cursor::decode(c, &filters)?)?),
+        None => None,
+    };
+    let rows = store::tokens::list_tokens(&ctx.pool, project_id, live, before, limit + 1).await?;
+    Ok(cursor::page(rows, limit, &filters, |t| t.id.to_string()))
 }
 
 #[instrument(skip(ctx, actor))]
 pub async fn list_platform_tokens(
     ctx: &Context,
     actor: &Actor,
-) -> Result<Vec<ApiToken>, ServiceError> {
+    query: &ListTokens,
+) -> Result<Page<ApiToken>, ServiceError> {
     require_platform_admin(actor)?;
-    Ok(store::tokens::list_tokens(&ctx.pool, None).await?)
+    list(ctx, None, query).await
 }
 
 #[instrument(skip(ctx, actor))]

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use crate::domain::{
     Deployment, DeploymentSpec, DeploymentStatus, LabelRequirement, LabelSelector, Phase,
+    RouteClaim,
 };
 
 /// A row of `model_deployment`; [`DeploymentRow::into_record`] adds the project's name.
@@ -53,20 +54,22 @@ pub struct DeploymentFilter {
     pub limit: i64,
 }
 
-#[instrument(skip(db, spec, status))]
+#[instrument(skip(db, spec, route, status))]
 pub async fn insert_deployment(
     db: impl PgExecutor<'_>,
     id: Uuid,
     project_id: Uuid,
     name: &str,
     spec: &DeploymentSpec,
+    route: &RouteClaim,
     status: &DeploymentStatus,
 ) -> Result<DeploymentRow, sqlx::Error> {
     sqlx::query_as!(
         DeploymentRow,
         r#"insert into model_deployment
-               (id, project_id, name, spec, spec_version, labels, engine, phase, status)
-           values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+               (id, project_id, name, spec, spec_version, labels, engine, phase, status,
+                route_gateway, route_hostname, route_path)
+           values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
            returning id, project_id, name, generation,
                      spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
                      restarted_at, deletion_requested_at, created_at, updated_at"#,
@@ -79,6 +82,9 @@ pub async fn insert_deployment(
         spec.engine.kind.as_str(),
         status.phase.as_str(),
         Json(status) as _,
+        route.gateway,
+        route.hostname,
+        route.path_prefix,
     )
     .fetch_one(db)
     .await
@@ -126,16 +132,18 @@ pub async fn lock_deployment(
 }
 
 /// Stores a new spec and bumps the generation.
-#[instrument(skip(db, spec))]
+#[instrument(skip(db, spec, route))]
 pub async fn update_deployment_spec(
     db: impl PgExecutor<'_>,
     id: Uuid,
     spec: &DeploymentSpec,
+    route: &RouteClaim,
 ) -> Result<DeploymentRow, sqlx::Error> {
     sqlx::query_as!(
         DeploymentRow,
         r#"update model_deployment
            set spec = $2, spec_version = $3, labels = $4, engine = $5,
+               route_gateway = $6, route_hostname = $7, route_path = $8,
                generation = generation + 1, updated_at = now()
            where id = $1
            returning id, project_id, name, generation,
@@ -146,9 +154,70 @@ pub async fn update_deployment_spec(
         spec.spec_version as i32,
         Json(&spec.labels) as _,
         spec.engine.kind.as_str(),
+        route.gateway,
+        route.hostname,
+        route.path_prefix,
     )
     .fetch_one(db)
     .await
+}
+
+/// Holds a transaction-scoped lock on one part of the Gateways' request space (a hostname,
+/// or a project's host-less routes), so two writers cannot both find it free.
+#[instrument(skip(db))]
+pub async fn lock_route_space(db: impl PgExecutor<'_>, key: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "select pg_advisory_xact_lock(hashtextextended('route:' || $1, 0))",
+        key
+    )
+    .fetch_one(db)
+    .await
+    .map(|_| ())
+}
+
+/// Whether a deployment of another project (being deleted or not) routes `hostname`.
+#[instrument(skip(db))]
+pub async fn hostname_used_by_another_project(
+    db: impl PgExecutor<'_>,
+    hostname: &str,
+    project_id: Uuid,
+) -> Result<bool, sqlx::Error> {
+    let row = sqlx::query_scalar!(
+        "select exists (select 1 from model_deployment
+                        where route_hostname = $1 and project_id <> $2) as \"used!\"",
+        hostname,
+        project_id
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(row)
+}
+
+/// A deployment of the project whose route overlaps `route` on the same Gateway and
+/// hostname (one path prefix contains the other, element by element), if any.
+#[instrument(skip(db))]
+pub async fn find_overlapping_route(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+    except: Uuid,
+    route: &RouteClaim,
+) -> Result<Option<(String, String)>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"select name, route_path from model_deployment
+           where project_id = $1 and id <> $2 and route_gateway = $3
+             and route_hostname is not distinct from $4
+             and (route_path = $5 or route_path = '/' or $5 = '/'
+                  or starts_with(route_path, $5 || '/') or starts_with($5, route_path || '/'))
+           order by name limit 1"#,
+        project_id,
+        except,
+        route.gateway,
+        route.hostname,
+        route.path_prefix,
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|r| (r.name, r.route_path)))
 }
 
 /// Sets the restart marker to now; the generation is unchanged (a restart is not a spec change).

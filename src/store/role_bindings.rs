@@ -36,12 +36,17 @@ pub async fn insert_role_binding(
 pub async fn list_role_bindings(
     db: impl PgExecutor<'_>,
     project_id: Uuid,
+    after: Option<Uuid>,
+    limit: i64,
 ) -> Result<Vec<RoleBinding>, sqlx::Error> {
     sqlx::query_as!(
         RoleBinding,
         "select id, subject_kind, subject, role, created_by, created_at
-         from role_binding where project_id = $1 order by id",
-        project_id
+         from role_binding where project_id = $1 and ($2::uuid is null or id > $2)
+         order by id limit $3",
+        project_id,
+        after,
+        limit
     )
     .fetch_all(db)
     .await

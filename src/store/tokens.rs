@@ -109,6 +109,9 @@ pub async fn touch_token(db: impl PgExecutor<'_>, id: Uuid) -> Result<(), sqlx::
 pub async fn list_tokens(
     db: impl PgExecutor<'_>,
     project_id: Option<Uuid>,
+    live_only: bool,
+    before: Option<Uuid>,
+    limit: i64,
 ) -> Result<Vec<ApiToken>, sqlx::Error> {
     sqlx::query_as!(
         ApiToken,
@@ -116,8 +119,14 @@ pub async fn list_tokens(
                   t.expires_at, t.revoked_at, t.last_used_at
            from api_token t left join project p on p.id = t.project_id
            where t.project_id is not distinct from $1
-           order by t.id desc"#,
-        project_id
+             and (not $2 or (t.revoked_at is null and (t.expires_at is null or t.expires_at > now())))
+             and ($3::uuid is null or t.id < $3)
+           order by t.id desc
+           limit $4"#,
+        project_id,
+        live_only,
+        before,
+        limit
     )
     .fetch_all(db)
     .await

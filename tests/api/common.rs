@@ -25,6 +25,9 @@ pub struct Options {
     pub rate_burst: u32,
     pub metrics_require_auth: bool,
     pub cors_origins: Vec<String>,
+    pub request_timeout_secs: u64,
+    /// A cluster for `/readyz` to check, and whether it decides readiness.
+    pub cluster: Option<(modelplane::reconciler::cluster::Cluster, bool)>,
 }
 
 impl Default for Options {
@@ -35,6 +38,8 @@ impl Default for Options {
             rate_burst: 10_000,
             metrics_require_auth: false,
             cors_origins: Vec::new(),
+            request_timeout_secs: 30,
+            cluster: None,
         }
     }
 }
@@ -55,6 +60,10 @@ impl TestApp {
         let ctx = service::Context {
             pool: pool.clone(),
             limits: SpecLimits { max_replicas: 20 },
+            routing: service::RoutingPolicy {
+                default_gateway: Some("gateway-system/inference".into()),
+                reserved_hostnames: vec!["gateway.example.com".into()],
+            },
         };
         service::tokens::ensure_bootstrap_token(&ctx, ADMIN_TOKEN)
             .await
@@ -72,11 +81,12 @@ impl TestApp {
                 options.rate_burst,
             )),
             metrics_require_auth: options.metrics_require_auth,
-            cluster: None,
+            cluster_gates_readiness: options.cluster.as_ref().is_some_and(|(_, gates)| *gates),
+            cluster: options.cluster.map(|(cluster, _)| cluster),
         };
         let http = HttpConfig {
             cors_origins: options.cors_origins,
-            ..HttpConfig::default()
+            request_timeout_secs: options.request_timeout_secs,
         };
         let app = api::router(state, &http);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -112,6 +122,16 @@ impl TestApp {
                 &format!("/api/v1/projects/{project}/tokens"),
                 &json!({"name": name, "role": role}),
             )
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let body: Value = response.json().await.unwrap();
+        body["secret"].as_str().unwrap().to_owned()
+    }
+
+    /// Creates a platform-admin token and returns its secret.
+    pub async fn token_for_platform(&self, name: &str) -> String {
+        let response = self
+            .post_json("/api/v1/tokens", &json!({"name": name}))
             .await;
         assert_eq!(response.status(), StatusCode::CREATED);
         let body: Value = response.json().await.unwrap();
@@ -188,7 +208,6 @@ pub fn valid_spec() -> Value {
         "resources": {"cpu": "4", "memory": "16Gi", "gpu": {"count": 1, "resourceName": "nvidia.com/gpu", "product": "NVIDIA-L4"}, "sharedMemory": "2Gi"},
         "scheduling": {"nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
         "storage": {"cache": {"sizeLimit": "50Gi"}},
-        "routing": {"pathPrefix": "/team-a/qwen"},
         "probes": {"startupTimeoutSeconds": 1800, "healthPath": "/health"},
         "labels": {"team": "nlp"},
         "annotations": {"example.com/owner": "nlp-team"}

@@ -14,19 +14,21 @@ use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{JsonBody, Query};
 use crate::domain::{ApiToken, AuditEvent, RoleBinding};
 use crate::service::role_bindings::{self, CreateRoleBinding};
-use crate::service::tokens::{self, CreateToken, CreatedToken};
+use crate::service::tokens::{self, CreateToken, CreatedToken, ListTokens};
 use crate::service::{Actor, Identity, audit};
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TokenList {
     pub items: Vec<ApiToken>,
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RoleBindingList {
     pub items: Vec<RoleBinding>,
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -98,7 +100,7 @@ pub async fn create_project_token(
 
 /// List the project's tokens, newest first, without their secrets (project admins).
 #[utoipa::path(get, path = "/api/v1/projects/{project}/tokens", tag = "access",
-    params(("project" = String, Path, description = "Project name")),
+    params(("project" = String, Path, description = "Project name"), ListTokens),
     responses(
         (status = 200, description = "The tokens", body = TokenList),
         (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
@@ -108,9 +110,13 @@ pub async fn list_project_tokens(
     State(state): State<AppState>,
     actor: Actor,
     Path(project): Path<String>,
+    Query(query): Query<ListTokens>,
 ) -> Result<Json<TokenList>, ApiError> {
-    let items = tokens::list_project_tokens(&state.ctx, &actor, &project).await?;
-    Ok(Json(TokenList { items }))
+    let page = tokens::list_project_tokens(&state.ctx, &actor, &project, &query).await?;
+    Ok(Json(TokenList {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
 }
 
 /// Revoke a project token; it stops working at once (project admins).
@@ -150,8 +156,9 @@ pub async fn create_platform_token(
     Ok((StatusCode::CREATED, Json(created)))
 }
 
-/// List platform-admin tokens without their secrets (platform admins).
+/// List platform-admin tokens, newest first, without their secrets (platform admins).
 #[utoipa::path(get, path = "/api/v1/tokens", tag = "access",
+    params(ListTokens),
     responses(
         (status = 200, description = "The tokens", body = TokenList),
         (status = 403, description = "Not a platform admin", body = Problem, content_type = "application/problem+json"),
@@ -159,9 +166,13 @@ pub async fn create_platform_token(
 pub async fn list_platform_tokens(
     State(state): State<AppState>,
     actor: Actor,
+    Query(query): Query<ListTokens>,
 ) -> Result<Json<TokenList>, ApiError> {
-    let items = tokens::list_platform_tokens(&state.ctx, &actor).await?;
-    Ok(Json(TokenList { items }))
+    let page = tokens::list_platform_tokens(&state.ctx, &actor, &query).await?;
+    Ok(Json(TokenList {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
 }
 
 /// Revoke a platform-admin token (platform admins).
@@ -204,9 +215,9 @@ pub async fn create_role_binding(
     Ok((StatusCode::CREATED, Json(binding)))
 }
 
-/// List the project's role bindings (project admins).
+/// List the project's role bindings, oldest first (project admins).
 #[utoipa::path(get, path = "/api/v1/projects/{project}/role-bindings", tag = "access",
-    params(("project" = String, Path, description = "Project name")),
+    params(("project" = String, Path, description = "Project name"), PageParams),
     responses(
         (status = 200, description = "The bindings", body = RoleBindingList),
         (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
@@ -216,9 +227,20 @@ pub async fn list_role_bindings(
     State(state): State<AppState>,
     actor: Actor,
     Path(project): Path<String>,
+    Query(page): Query<PageParams>,
 ) -> Result<Json<RoleBindingList>, ApiError> {
-    let items = role_bindings::list_role_bindings(&state.ctx, &actor, &project).await?;
-    Ok(Json(RoleBindingList { items }))
+    let page = role_bindings::list_role_bindings(
+        &state.ctx,
+        &actor,
+        &project,
+        page.limit,
+        page.cursor.as_deref(),
+    )
+    .await?;
+    Ok(Json(RoleBindingList {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
 }
 
 /// Remove a role binding (project admins).

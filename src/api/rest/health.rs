@@ -15,7 +15,7 @@ use crate::store;
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Health {
-    /// `ok`, `ready` or `unavailable`.
+    /// `ok` (liveness), `ready`, `degraded` (ready, but an optional check fails) or `unavailable`.
     pub status: String,
     /// Each dependency checked, with `ok` or what is wrong.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -26,8 +26,13 @@ pub struct Health {
 pub struct HealthCheck {
     pub name: String,
     pub ok: bool,
+    /// Whether a failure of this check makes the process unready (503).
+    pub required: bool,
     pub message: String,
 }
+
+/// How long one readiness check may take before it counts as failed.
+const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The process is alive.
 #[utoipa::path(get, path = "/healthz", tag = "health",
@@ -39,63 +44,90 @@ pub async fn healthz() -> Json<Health> {
     })
 }
 
-/// The database answers, every migration is applied, and the cluster (when this process
-/// drives one) answers.
+/// Ready when the database answers with every migration applied. The cluster is checked
+/// too and reported, but it only decides readiness for a worker-only process: the API
+/// serves without the cluster, so a slow cluster must not take API replicas out of their
+/// load balancer. Each check has its own short timeout, run side by side.
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses(
         (status = 200, description = "Ready to serve", body = Health),
-        (status = 503, description = "A dependency is not ready", body = Health),
+        (status = 503, description = "A required dependency is not ready", body = Health),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let database = match store::migrations_applied(&state.ctx.pool).await {
-        Ok(true) => HealthCheck {
+    let database = async {
+        let (ok, message) =
+            match tokio::time::timeout(CHECK_TIMEOUT, store::migrations_applied(&state.ctx.pool))
+                .await
+            {
+                Ok(Ok(true)) => (true, "reachable, migrations applied".to_owned()),
+                Ok(Ok(false)) => (false, "reachable, but migrations are pending".to_owned()),
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %err, "readiness: database check failed");
+                    (false, format!("unreachable: {err}"))
+                }
+                Err(_) => (
+                    false,
+                    format!("no answer within {} s", CHECK_TIMEOUT.as_secs()),
+                ),
+            };
+        HealthCheck {
             name: "database".into(),
-            ok: true,
-            message: "reachable, migrations applied".into(),
-        },
-        Ok(false) => HealthCheck {
-            name: "database".into(),
-            ok: false,
-            message: "reachable, but migrations are pending".into(),
-        },
-        Err(err) => {
-            tracing::warn!(error = %err, "readiness: database check failed");
-            HealthCheck {
-                name: "database".into(),
-                ok: false,
-                message: format!("unreachable: {err}"),
-            }
+            ok,
+            required: true,
+            message,
         }
     };
-    let mut checks = vec![database];
-    if let Some(cluster) = &state.cluster {
-        checks.push(match cluster.client.apiserver_version().await {
-            Ok(version) => HealthCheck {
-                name: "cluster".into(),
-                ok: true,
-                message: format!(
-                    "reachable: {} (Kubernetes {}.{})",
-                    cluster.description, version.major, version.minor
+    let cluster = async {
+        let cluster = state.cluster.as_ref()?;
+        let (ok, message) =
+            match tokio::time::timeout(CHECK_TIMEOUT, cluster.client.apiserver_version()).await {
+                Ok(Ok(version)) => (
+                    true,
+                    format!(
+                        "reachable: {} (Kubernetes {}.{})",
+                        cluster.description, version.major, version.minor
+                    ),
                 ),
-            },
-            Err(err) => HealthCheck {
-                name: "cluster".into(),
-                ok: false,
-                message: format!("unreachable: {} ({err})", cluster.description),
-            },
-        });
-    }
-    let ready = checks.iter().all(|c| c.ok);
+                Ok(Err(err)) => (
+                    false,
+                    format!("unreachable: {} ({err})", cluster.description),
+                ),
+                Err(_) => (
+                    false,
+                    format!(
+                        "no answer within {} s: {}",
+                        CHECK_TIMEOUT.as_secs(),
+                        cluster.description
+                    ),
+                ),
+            };
+        Some(HealthCheck {
+            name: "cluster".into(),
+            ok,
+            required: state.cluster_gates_readiness,
+            message,
+        })
+    };
+    let (database, cluster) = tokio::join!(database, cluster);
+    let checks: Vec<HealthCheck> = std::iter::once(database).chain(cluster).collect();
+    let ready = checks.iter().all(|c| c.ok || !c.required);
+    let status = if !ready {
+        "unavailable"
+    } else if checks.iter().all(|c| c.ok) {
+        "ready"
+    } else {
+        "degraded"
+    };
     let body = Health {
-        status: if ready { "ready" } else { "unavailable" }.into(),
+        status: status.into(),
         checks,
     };
-    let status = if ready {
+    let code = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, Json(body))
+    (code, Json(body))
 }
 
 /// Prometheus text exposition of the process's metrics; open unless configured otherwise.

@@ -1,0 +1,299 @@
+//! Where a deployment's route sits on a Gateway, and the rules that keep tenants apart there.
+//!
+//! Every project's routes share the configured Gateway, where the longest matching path
+//! prefix wins (Gateway API, `HTTPRouteRule.matches`: "Prefix path match with largest number
+//! of characters"). Left unchecked, one project could publish a longer prefix than another's
+//! and receive its traffic. So, on a Gateway outside the project's own namespace:
+//! - a route without a hostname must stay under the project's own prefix `/<project>`;
+//! - a hostname is held by the first project that uses it (checked in the service, which
+//!   sees every project), and wildcard hostnames are refused;
+//! - within a project, two routes on the same Gateway and hostname may not overlap.
+//!
+//! A Gateway in the project's own namespace is the project's to use as it likes.
+
+use super::errors::FieldErrors;
+use super::records::Project;
+use super::spec::{DeploymentSpec, parse_gateway_ref};
+
+/// Longest path value the Gateway API accepts (`HTTPPathMatch.value`, `MaxLength=1024`).
+pub const MAX_PATH_LENGTH: usize = 1024;
+
+/// The part of the Gateway's request space a deployment's route takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteClaim {
+    /// `namespace/name` of the Gateway; empty for the server's default Gateway.
+    pub gateway: String,
+    pub hostname: Option<String>,
+    /// The effective path prefix, without a trailing `/` (except the root `/`).
+    pub path_prefix: String,
+}
+
+impl RouteClaim {
+    /// The claim of a spec for deployment `name` of `project`. A Gateway named explicitly
+    /// that is the configured default counts as the default.
+    pub fn of(
+        spec: &DeploymentSpec,
+        project: &str,
+        name: &str,
+        default_gateway: Option<&str>,
+    ) -> Self {
+        let key = |text: &str| {
+            parse_gateway_ref(text)
+                .map(|(ns, name, _)| format!("{ns}/{name}"))
+                .unwrap_or_default()
+        };
+        let gateway = match &spec.routing.gateway {
+            Some(named) if default_gateway.map(key) != Some(key(named)) => key(named),
+            _ => String::new(),
+        };
+        Self {
+            gateway,
+            hostname: spec.routing.hostname.clone(),
+            path_prefix: effective_path_prefix(spec, project, name),
+        }
+    }
+
+    /// Whether a request could match both routes' path prefixes (element-wise, as the
+    /// Gateway API's `PathPrefix` matches).
+    pub fn paths_overlap(&self, other: &RouteClaim) -> bool {
+        is_path_prefix(&self.path_prefix, &other.path_prefix)
+            || is_path_prefix(&other.path_prefix, &self.path_prefix)
+    }
+}
+
+/// The route's path prefix: the spec's, else `/{project}/{name}` unless a hostname is set.
+pub fn effective_path_prefix(spec: &DeploymentSpec, project: &str, name: &str) -> String {
+    match (&spec.routing.path_prefix, &spec.routing.hostname) {
+        (Some(prefix), _) => match prefix.trim_end_matches('/') {
+            "" => "/".to_owned(),
+            trimmed => trimmed.to_owned(),
+        },
+        (None, Some(_)) => "/".to_owned(),
+        (None, None) => format!("/{project}/{name}"),
+    }
+}
+
+/// `prefix` matches every path under `path` element by element (`/a` covers `/a/b`, not `/ab`).
+fn is_path_prefix(prefix: &str, path: &str) -> bool {
+    prefix == "/"
+        || path == prefix
+        || path
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Checks a path prefix as the Gateway API's `HTTPPathMatch` CEL rules do for `PathPrefix`
+/// (gateway-api `apis/v1/httproute_types.go`: absolute, no `//`, `/./`, `/../`, no trailing
+/// `/.` or `/..`, at most 1024 characters), with a narrower character set: letters, digits
+/// and `/-._~` (no percent-encoding, so one path has one spelling).
+pub fn validate_path_prefix(prefix: &str) -> Result<(), String> {
+    if !prefix.starts_with('/') {
+        return Err("must start with '/'".into());
+    }
+    if prefix.len() > MAX_PATH_LENGTH {
+        return Err(format!("must be at most {MAX_PATH_LENGTH} characters"));
+    }
+    if !prefix
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/-._~".contains(&b))
+    {
+        return Err("must contain only letters, digits and `/-._~`".into());
+    }
+    if prefix.contains("//") {
+        return Err("must not contain '//'".into());
+    }
+    if prefix
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
+    {
+        return Err("must not contain `.` or `..` segments (such as '/../')".into());
+    }
+    Ok(())
+}
+
+/// Whether `spec` routes through a Gateway in the project's own namespace.
+pub fn uses_own_gateway(spec: &DeploymentSpec, project: &Project) -> bool {
+    spec.routing
+        .gateway
+        .as_deref()
+        .and_then(|g| parse_gateway_ref(g).ok())
+        .is_some_and(|(ns, _, _)| ns == project.namespace)
+}
+
+/// The rules a route must follow on a Gateway other projects share. Cross-project
+/// hostname ownership and overlaps between deployments are checked against the store.
+pub fn check_shared_gateway_rules(
+    spec: &DeploymentSpec,
+    project: &Project,
+    claim: &RouteClaim,
+    reserved_hostnames: &[String],
+) -> Result<(), FieldErrors> {
+    let mut errors = FieldErrors::new();
+    if let Some(host) = &claim.hostname
+        && reserved_hostnames
+            .iter()
+            .any(|reserved| hostname_matches(reserved, host))
+    {
+        errors.push(
+            "spec.routing.hostname",
+            format!("`{host}` is reserved by the platform"),
+        );
+    }
+    if uses_own_gateway(spec, project) {
+        return errors.finish(|| ());
+    }
+    match &claim.hostname {
+        Some(host) if host.starts_with("*.") => errors.push(
+            "spec.routing.hostname",
+            format!(
+                "wildcard hostnames are only allowed on a Gateway in the project's own namespace `{}`",
+                project.namespace
+            ),
+        ),
+        Some(_) => {}
+        None => {
+            let own = format!("/{}", project.name);
+            if !is_path_prefix(&own, &claim.path_prefix) || claim.path_prefix == "/" {
+                errors.push(
+                    "spec.routing.pathPrefix",
+                    format!(
+                        "on a shared Gateway a path must be `{own}` or start with `{own}/` (the project's own prefix); \
+                         set `spec.routing.hostname` to use other paths"
+                    ),
+                );
+            }
+        }
+    }
+    errors.finish(|| ())
+}
+
+/// Whether `pattern` (a hostname, or `*.suffix`) matches `host` (which may itself be a wildcard).
+fn hostname_matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host
+            .strip_suffix(suffix)
+            .is_some_and(|head| head.ends_with('.')),
+        None => pattern == host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use serde_json::json;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::domain::SpecLimits;
+
+    fn spec(routing: serde_json::Value) -> DeploymentSpec {
+        let spec: DeploymentSpec =
+            serde_json::from_value(json!({"model": {"source": "hf://a/b"}, "routing": routing}))
+                .unwrap();
+        spec.parse("qwen", &SpecLimits::default()).unwrap()
+    }
+
+    fn project(name: &str) -> Project {
+        Project {
+            id: Uuid::now_v7(),
+            name: name.into(),
+            namespace: name.into(),
+            namespace_adopted: false,
+            created_at: Utc::now(),
+        }
+    }
+
+    fn check(routing: serde_json::Value) -> Result<(), Vec<String>> {
+        let spec = spec(routing);
+        let p = project("team-a");
+        let claim = RouteClaim::of(&spec, "team-a", "qwen", Some("gw/shared"));
+        check_shared_gateway_rules(&spec, &p, &claim, &["models.example.com".into()])
+            .map_err(|e| e.into_vec().into_iter().map(|e| e.field).collect())
+    }
+
+    #[test]
+    fn paths_outside_the_projects_prefix_are_refused_on_a_shared_gateway() {
+        assert!(check(json!({})).is_ok());
+        assert!(check(json!({"pathPrefix": "/team-a"})).is_ok());
+        assert!(check(json!({"pathPrefix": "/team-a/qwen/"})).is_ok());
+        for bad in [
+            "/",
+            "/team-b/qwen/v1/chat",
+            "/team-ab",
+            "/team",
+            "/other/team-a",
+        ] {
+            assert_eq!(
+                check(json!({"pathPrefix": bad})),
+                Err(vec!["spec.routing.pathPrefix".to_owned()]),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_projects_own_gateway_takes_any_path_but_reserved_hostnames_stay_reserved() {
+        assert!(check(json!({"gateway": "team-a/own", "pathPrefix": "/"})).is_ok());
+        assert!(check(json!({"gateway": "team-a/own", "hostname": "*.a.example.com"})).is_ok());
+        assert!(check(json!({"gateway": "team-a/own", "hostname": "models.example.com"})).is_err());
+    }
+
+    #[test]
+    fn hostnames_free_the_path_but_wildcards_and_reserved_names_are_refused() {
+        assert!(check(json!({"hostname": "qwen.example.com", "pathPrefix": "/"})).is_ok());
+        assert_eq!(
+            check(json!({"hostname": "*.example.com"})),
+            Err(vec!["spec.routing.hostname".to_owned()])
+        );
+        assert_eq!(
+            check(json!({"hostname": "models.example.com"})),
+            Err(vec!["spec.routing.hostname".to_owned()])
+        );
+    }
+
+    #[test]
+    fn path_prefixes_overlap_element_by_element() {
+        let claim = |p: &str| RouteClaim {
+            gateway: String::new(),
+            hostname: None,
+            path_prefix: p.into(),
+        };
+        assert!(claim("/a").paths_overlap(&claim("/a/b")));
+        assert!(claim("/a/b").paths_overlap(&claim("/a")));
+        assert!(claim("/a").paths_overlap(&claim("/a")));
+        assert!(claim("/").paths_overlap(&claim("/x")));
+        assert!(!claim("/a").paths_overlap(&claim("/ab")));
+        assert!(!claim("/a/b").paths_overlap(&claim("/a/c")));
+    }
+
+    #[test]
+    fn the_default_gateway_named_explicitly_is_the_default() {
+        let named = spec(json!({"gateway": "gw/shared/http"}));
+        assert_eq!(
+            RouteClaim::of(&named, "p", "n", Some("gw/shared")).gateway,
+            ""
+        );
+        assert_eq!(RouteClaim::of(&named, "p", "n", None).gateway, "gw/shared");
+    }
+
+    #[test]
+    fn path_values_follow_the_gateway_api_rules() {
+        // gateway-api apis/v1/httproute_types.go, HTTPPathMatch x-kubernetes-validations.
+        for bad in [
+            "/models/../admin",
+            "/a/./b",
+            "/a/..",
+            "/a/.",
+            "a",
+            "/a//b",
+            "/a%2fb",
+            "/a#b",
+        ] {
+            assert!(validate_path_prefix(bad).is_err(), "{bad}");
+        }
+        for ok in ["/", "/a", "/a/b/", "/a/.b", "/a/..b", "/v1.2/x_y~z"] {
+            assert!(validate_path_prefix(ok).is_ok(), "{ok}");
+        }
+        assert!(validate_path_prefix(&format!("/{}", "a".repeat(1024))).is_err());
+    }
+}

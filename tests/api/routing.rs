@@ -1,0 +1,328 @@
+//! Tenant isolation on the shared Gateway: no spec lets one project's route take another's
+//! requests, and no two deployments of a project shadow each other.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+use crate::common::{TestApp, error_fields, expect_problem, valid_spec};
+
+fn spec_with_routing(routing: Value) -> Value {
+    let mut spec = valid_spec();
+    spec["routing"] = routing;
+    spec
+}
+
+async fn create(app: &TestApp, project: &str, name: &str, routing: Value) -> reqwest::Response {
+    app.post_json(
+        &format!("/api/v1/projects/{project}/deployments"),
+        &json!({"name": name, "spec": spec_with_routing(routing)}),
+    )
+    .await
+}
+
+async fn two_projects(pool: PgPool) -> TestApp {
+    let app = TestApp::spawn(pool).await;
+    app.create_project("team-a").await;
+    app.create_project("team-b").await;
+    app
+}
+
+#[sqlx::test]
+async fn a_path_outside_the_projects_prefix_is_refused_on_the_shared_gateway(pool: PgPool) {
+    let app = two_projects(pool).await;
+    assert_eq!(
+        create(&app, "team-b", "qwen", json!({})).await.status(),
+        StatusCode::CREATED
+    );
+    // The attack from the report: a longer prefix under another project's path wins on the Gateway.
+    for prefix in [
+        "/team-b/qwen/v1/chat",
+        "/team-b",
+        "/",
+        "/team-ab",
+        "/other/team-a",
+    ] {
+        let problem = expect_problem(
+            create(&app, "team-a", "evil", json!({"pathPrefix": prefix})).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        )
+        .await;
+        assert_eq!(
+            error_fields(&problem),
+            ["spec.routing.pathPrefix"],
+            "{prefix}"
+        );
+    }
+    // A merge patch cannot move an existing route there either.
+    assert_eq!(
+        create(&app, "team-a", "mine", json!({})).await.status(),
+        StatusCode::CREATED
+    );
+    let problem = expect_problem(
+        app.patch(
+            "/api/v1/projects/team-a/deployments/mine",
+            &json!({"spec": {"routing": {"pathPrefix": "/team-b/qwen/v1"}}}),
+            None,
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert_eq!(error_fields(&problem), ["spec.routing.pathPrefix"]);
+    assert_eq!(app.count_rows("model_deployment").await, 2);
+    assert_eq!(app.count_rows("deployment_revision").await, 2);
+}
+
+#[sqlx::test]
+async fn paths_under_the_projects_own_prefix_are_accepted(pool: PgPool) {
+    let app = two_projects(pool).await;
+    for (name, prefix) in [("a", "/team-a/models/a"), ("b", "/team-a/models/b/")] {
+        assert_eq!(
+            create(&app, "team-a", name, json!({"pathPrefix": prefix}))
+                .await
+                .status(),
+            StatusCode::CREATED,
+            "{prefix}"
+        );
+    }
+}
+
+#[sqlx::test]
+async fn a_hostname_belongs_to_the_first_project_that_routes_it(pool: PgPool) {
+    let app = two_projects(pool).await;
+    let host = json!({"hostname": "qwen.models.example.com", "pathPrefix": "/qwen"});
+    assert_eq!(
+        create(&app, "team-a", "qwen", host.clone()).await.status(),
+        StatusCode::CREATED
+    );
+    // Another deployment of the same project may share it on another path.
+    assert_eq!(
+        create(
+            &app,
+            "team-a",
+            "other",
+            json!({"hostname": "qwen.models.example.com", "pathPrefix": "/other"})
+        )
+        .await
+        .status(),
+        StatusCode::CREATED
+    );
+    let problem = expect_problem(
+        create(&app, "team-b", "qwen", host.clone()).await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+    assert_eq!(error_fields(&problem), ["spec.routing.hostname"]);
+    assert!(
+        !problem["detail"].as_str().unwrap().contains("team-a"),
+        "the holder is not revealed: {problem}"
+    );
+    // Not by a patch either, and the hostname stays held while the holder is being deleted.
+    assert_eq!(
+        create(&app, "team-b", "mine", json!({})).await.status(),
+        StatusCode::CREATED
+    );
+    for name in ["qwen", "other"] {
+        let deleted = app
+            .request(
+                Method::DELETE,
+                &format!("/api/v1/projects/team-a/deployments/{name}"),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(deleted.status(), StatusCode::ACCEPTED);
+    }
+    let problem = expect_problem(
+        app.patch(
+            "/api/v1/projects/team-b/deployments/mine",
+            &json!({"spec": {"routing": {"hostname": "qwen.models.example.com"}}}),
+            None,
+        )
+        .await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+    assert_eq!(error_fields(&problem), ["spec.routing.hostname"]);
+    // Once the holder's records are gone, the hostname is free.
+    sqlx::query("delete from model_deployment where name in ('qwen', 'other')")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let moved = app
+        .patch(
+            "/api/v1/projects/team-b/deployments/mine",
+            &json!({"spec": {"routing": {"hostname": "qwen.models.example.com"}}}),
+            None,
+        )
+        .await;
+    assert_eq!(moved.status(), StatusCode::OK);
+}
+
+#[sqlx::test]
+async fn concurrent_claims_of_one_hostname_leave_it_with_one_project(pool: PgPool) {
+    let app = two_projects(pool).await;
+    let app = &app;
+    let attempts = (0..16).map(|i| async move {
+        let project = if i % 2 == 0 { "team-a" } else { "team-b" };
+        let routing = json!({"hostname": "race.example.com", "pathPrefix": format!("/p{i}")});
+        create(app, project, &format!("d{i}"), routing)
+            .await
+            .status()
+    });
+    let statuses: Vec<StatusCode> = futures::future::join_all(attempts).await;
+    assert!(statuses.contains(&StatusCode::CREATED));
+    let holders: Vec<String> = sqlx::query_scalar(
+        "select distinct p.name from model_deployment d join project p on p.id = d.project_id
+         where d.route_hostname = 'race.example.com'",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(holders.len(), 1, "{holders:?} ({statuses:?})");
+}
+
+#[sqlx::test]
+async fn wildcard_and_reserved_hostnames_are_refused_on_the_shared_gateway(pool: PgPool) {
+    let app = two_projects(pool).await;
+    // `gateway.example.com` is the shared Gateway's own hostname in the test configuration.
+    for host in ["*.example.com", "gateway.example.com"] {
+        let problem = expect_problem(
+            create(&app, "team-a", "qwen", json!({"hostname": host})).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        )
+        .await;
+        assert_eq!(error_fields(&problem), ["spec.routing.hostname"], "{host}");
+    }
+}
+
+#[sqlx::test]
+async fn the_projects_own_gateway_takes_any_path(pool: PgPool) {
+    let app = two_projects(pool).await;
+    let response = create(
+        &app,
+        "team-a",
+        "qwen",
+        json!({"gateway": "team-a/own", "pathPrefix": "/"}),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    // Another project's Gateway is not its own.
+    let problem = expect_problem(
+        create(
+            &app,
+            "team-b",
+            "qwen",
+            json!({"gateway": "team-a/own", "pathPrefix": "/"}),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert_eq!(error_fields(&problem), ["spec.routing.pathPrefix"]);
+}
+
+#[sqlx::test]
+async fn two_deployments_of_a_project_may_not_shadow_each_other(pool: PgPool) {
+    let app = two_projects(pool).await;
+    assert_eq!(
+        create(&app, "team-a", "qwen", json!({})).await.status(),
+        StatusCode::CREATED
+    );
+    for prefix in ["/team-a/qwen/v1", "/team-a/qwen", "/team-a"] {
+        let problem = expect_problem(
+            create(&app, "team-a", "other", json!({"pathPrefix": prefix})).await,
+            StatusCode::CONFLICT,
+        )
+        .await;
+        assert_eq!(
+            error_fields(&problem),
+            ["spec.routing.pathPrefix"],
+            "{prefix}"
+        );
+        assert!(
+            problem["detail"].as_str().unwrap().contains("`qwen`"),
+            "names the other deployment: {problem}"
+        );
+    }
+    // Element-wise: `/team-a/qwen2` does not overlap `/team-a/qwen`.
+    assert_eq!(
+        create(
+            &app,
+            "team-a",
+            "qwen2",
+            json!({"pathPrefix": "/team-a/qwen2"})
+        )
+        .await
+        .status(),
+        StatusCode::CREATED
+    );
+    // The same prefix on another Gateway is another space.
+    assert_eq!(
+        create(
+            &app,
+            "team-a",
+            "elsewhere",
+            json!({"gateway": "gw/other", "pathPrefix": "/team-a/qwen"})
+        )
+        .await
+        .status(),
+        StatusCode::CREATED
+    );
+    // A rollback cannot bring an overlapping route back: move qwen2, take its old path, roll back.
+    let moved = app
+        .patch(
+            "/api/v1/projects/team-a/deployments/qwen2",
+            &json!({"spec": {"routing": {"pathPrefix": "/team-a/moved"}}}),
+            None,
+        )
+        .await;
+    assert_eq!(moved.status(), StatusCode::OK);
+    assert_eq!(
+        create(
+            &app,
+            "team-a",
+            "taker",
+            json!({"pathPrefix": "/team-a/qwen2"})
+        )
+        .await
+        .status(),
+        StatusCode::CREATED
+    );
+    let problem = expect_problem(
+        app.post_json(
+            "/api/v1/projects/team-a/deployments/qwen2/rollback",
+            &json!({"revision": 1}),
+        )
+        .await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+    assert_eq!(error_fields(&problem), ["spec.routing.pathPrefix"]);
+}
+
+#[sqlx::test]
+async fn paths_the_gateway_api_refuses_are_refused_here(pool: PgPool) {
+    let app = two_projects(pool).await;
+    // gateway-api apis/v1/httproute_types.go, HTTPPathMatch: the real API server refuses these.
+    for prefix in [
+        "/team-a/../admin",
+        "/team-a/./b",
+        "/team-a/..",
+        "/team-a/.",
+        "/team-a//x",
+    ] {
+        let problem = expect_problem(
+            create(&app, "team-a", "qwen", json!({"pathPrefix": prefix})).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        )
+        .await;
+        assert_eq!(
+            error_fields(&problem),
+            ["spec.routing.pathPrefix"],
+            "{prefix}"
+        );
+    }
+    assert_eq!(app.count_rows("model_deployment").await, 0);
+}
