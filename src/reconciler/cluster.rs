@@ -33,6 +33,12 @@ pub enum ClusterError {
     /// Postgres failed in the middle of a reconcile (not a cluster problem; retried).
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
+    /// One reconcile took longer than its budget; it is retried like any failure.
+    #[error("the reconcile took longer than {0:?}")]
+    TimedOut(std::time::Duration),
+    /// A bug met while reconciling one record; only that record's attempt fails.
+    #[error("internal error: {0}")]
+    Panicked(String),
 }
 
 impl ClusterError {

@@ -64,8 +64,26 @@ impl Worker {
     /// Runs until `shutdown` is cancelled.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), sqlx::Error> {
         tracing::info!(worker = %self.config.worker_id, cluster = %self.cluster.description, installation = %self.config.build.installation, "reconciler started");
-        let mut listener = PgListener::connect_with(&self.pool).await?;
-        listener.listen(NOTIFY_CHANNEL).await?;
+        let mut attempts = 0;
+        let mut listener = loop {
+            let connected = async {
+                let mut listener = PgListener::connect_with(&self.pool).await?;
+                listener.listen(NOTIFY_CHANNEL).await?;
+                Ok::<_, sqlx::Error>(listener)
+            };
+            match connected.await {
+                Ok(listener) => break listener,
+                Err(err) => {
+                    attempts += 1;
+                    let wait = backoff(attempts).min(Duration::from_secs(30));
+                    tracing::error!(error = %err, retry_in = ?wait, "cannot listen for work; retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Ok(()),
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        };
         for watch in [
             Kind::Deployment,
             Kind::ReplicaSet,
@@ -79,39 +97,84 @@ impl Worker {
         tokio::spawn(self.clone().watch_pod_events(shutdown.clone()));
         tokio::spawn(self.clone().resync_loop(shutdown.clone()));
 
+        // Each claimed record runs in its own task holding one of `concurrency` slots, and
+        // new work is claimed as soon as a slot frees: a slow or failing record never holds
+        // up the others, and a panic fails only its own attempt.
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.config.concurrency));
+        let mut database_failures = 0;
         loop {
             if shutdown.is_cancelled() {
                 return Ok(());
             }
-            let claims = store::work_queue::claim_work(
+            let first = tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            };
+            let free = slots.available_permits() + 1;
+            let claims = match store::work_queue::claim_work(
                 &self.pool,
                 &self.config.worker_id,
                 self.config.lease,
-                (self.config.concurrency * 2) as i64,
+                free as i64,
             )
-            .await?;
+            .await
+            {
+                Ok(claims) => {
+                    database_failures = 0;
+                    claims
+                }
+                Err(err) => {
+                    // A database blip must not end the worker: wait, then try again.
+                    drop(first);
+                    database_failures += 1;
+                    let wait = backoff(database_failures).min(Duration::from_secs(30));
+                    tracing::error!(error = %err, retry_in = ?wait, "cannot claim work");
+                    metrics::counter!("modelplane_reconcile_errors_total", "kind" => "database")
+                        .increment(1);
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Ok(()),
+                        () = tokio::time::sleep(wait) => continue,
+                    }
+                }
+            };
             if !claims.is_empty() {
-                futures::stream::iter(claims)
-                    .for_each_concurrent(self.config.concurrency, |claim| {
-                        let worker = self.clone();
-                        async move { worker.process(claim).await }
-                    })
-                    .await;
+                let mut permit = Some(first);
+                for claim in claims {
+                    let permit = match permit.take() {
+                        Some(p) => p,
+                        None => slots
+                            .clone()
+                            .acquire_owned()
+                            .await
+                            .expect("the semaphore is never closed"),
+                    };
+                    let worker = self.clone();
+                    tokio::spawn(async move {
+                        worker.process(claim).await;
+                        drop(permit);
+                    });
+                }
                 continue;
             }
+            drop(first);
             self.report_queue().await;
-            let sleep = match store::work_queue::next_due(&self.pool).await? {
-                Some(due) => (due - Utc::now())
+            let sleep = match store::work_queue::next_due(&self.pool).await {
+                Ok(Some(due)) => (due - Utc::now())
                     .to_std()
                     .unwrap_or(Duration::ZERO)
                     .min(Duration::from_secs(30)),
-                None => Duration::from_secs(30),
+                Ok(None) => Duration::from_secs(30),
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot read the next due work item");
+                    Duration::from_secs(1)
+                }
             };
             tokio::select! {
                 () = shutdown.cancelled() => return Ok(()),
                 notification = listener.try_recv() => {
                     if let Err(err) = notification {
                         tracing::warn!(error = %err, "notification listener failed; reconnecting");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
                     }
                 }
                 () = tokio::time::sleep(sleep.max(Duration::from_millis(50))) => {}
@@ -129,7 +192,24 @@ impl Worker {
     #[tracing::instrument(skip(self, claim), fields(deployment_id = %claim.deployment_id, attempt = claim.attempts))]
     async fn process(self: Arc<Self>, claim: Claim) {
         let started = Instant::now();
-        let result = self.reconcile(claim.deployment_id).await;
+        // A reconcile must end well inside its lease, or another worker could take the record.
+        let budget = self.config.lease.mul_f64(0.8);
+        let attempt = std::panic::AssertUnwindSafe(self.reconcile(claim.deployment_id));
+        let result = match tokio::time::timeout(budget, futures::FutureExt::catch_unwind(attempt))
+            .await
+        {
+            Ok(Ok(result)) => result,
+            Ok(Err(panic)) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_else(|| "a panic".into());
+                tracing::error!(%message, "reconcile panicked");
+                Err(ClusterError::Panicked(message))
+            }
+            Err(_) => Err(ClusterError::TimedOut(budget)),
+        };
         let elapsed = started.elapsed().as_secs_f64();
         let (again, error, outcome) = match result {
             Ok(Outcome::Done) => (None, None, "ok"),
@@ -142,6 +222,8 @@ impl Worker {
                     ClusterError::Api(kube::Error::Api(_)) => "api_refused",
                     ClusterError::Api(_) => "cluster_unreachable",
                     ClusterError::Database(_) => "database",
+                    ClusterError::TimedOut(_) => "timeout",
+                    ClusterError::Panicked(_) => "internal",
                     _ => "config",
                 };
                 metrics::counter!("modelplane_reconcile_errors_total", "kind" => kind).increment(1);
@@ -417,7 +499,9 @@ impl Worker {
 
     /// Keeps the last status and adds `ClusterReachable=False` when the cluster cannot be reached.
     async fn note_unreachable(&self, id: Uuid, err: &ClusterError) {
-        if err.api_status().is_some() || matches!(err, ClusterError::Database(_)) {
+        if err.api_status().is_some()
+            || matches!(err, ClusterError::Database(_) | ClusterError::Panicked(_))
+        {
             return;
         }
         let Ok(Some(target)) = store::deployments::find_reconcile_target(&self.pool, id).await

@@ -278,3 +278,83 @@ async fn a_failing_new_generation_is_degraded_while_the_old_one_serves(pool: PgP
         "{message}"
     );
 }
+
+/// The defect from the fuzzing report: project A published a longer prefix under project
+/// B's path on the shared Gateway and received B's prompts. Now no spec can; B's clients
+/// always reach B, while A routes freely on its own hostname.
+#[sqlx::test]
+async fn one_projects_spec_cannot_take_another_projects_traffic_on_the_gateway(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    h.app.create_project("team-b").await;
+    let deploy = |project: &'static str, name: &'static str, served: &'static str, routing: Value| {
+        let mut spec = super::sim_spec();
+        spec["model"]["servedName"] = json!(served);
+        spec["routing"] = routing;
+        let app = &h.app;
+        async move {
+            app.post_json(
+                &format!("/api/v1/projects/{project}/deployments"),
+                &json!({"name": name, "spec": spec}),
+            )
+            .await
+            .status()
+        }
+    };
+    assert_eq!(deploy("team-b", "qwen", "b-model", json!({})).await, StatusCode::CREATED);
+    for routing in [
+        json!({"pathPrefix": "/team-b/qwen/v1/chat"}),
+        json!({"pathPrefix": "/team-b/qwen"}),
+        json!({"pathPrefix": "/"}),
+    ] {
+        assert_eq!(
+            deploy("team-a", "evil", "a-model", routing.clone()).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{routing}"
+        );
+    }
+    assert_eq!(
+        deploy("team-a", "qwen", "a-model", json!({"hostname": "a.example.com"})).await,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        deploy("team-b", "grab", "b-model", json!({"hostname": "a.example.com"})).await,
+        StatusCode::CONFLICT
+    );
+    for project in ["team-a", "team-b"] {
+        wait_for(&format!("{project}/qwen Ready"), Duration::from_secs(30), || async {
+            let r: Value = h
+                .app
+                .get(&format!("/api/v1/projects/{project}/deployments/qwen"))
+                .await
+                .json()
+                .await
+                .unwrap();
+            r["status"]["phase"] == "Ready"
+        })
+        .await;
+    }
+    let gateway = h.emulator.as_ref().unwrap().gateway_url().unwrap();
+    let client = reqwest::Client::new();
+    let ask = |host: Option<&'static str>, path: &'static str, model: &'static str| {
+        let mut request = client
+            .post(format!("{gateway}{path}"))
+            .json(&json!({"model": model, "messages": [{"role": "user", "content": "secret prompt"}]}));
+        if let Some(host) = host {
+            request = request.header("host", host);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{path}");
+            let body: Value = response.json().await.unwrap();
+            body["model"].as_str().unwrap().to_owned()
+        }
+    };
+    for _ in 0..5 {
+        assert_eq!(ask(None, "/team-b/qwen/v1/chat/completions", "b-model").await, "b-model");
+    }
+    assert_eq!(
+        ask(Some("a.example.com"), "/v1/chat/completions", "a-model").await,
+        "a-model"
+    );
+}
