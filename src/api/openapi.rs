@@ -3,7 +3,12 @@
 //! Routes are registered through `OpenApiRouter`, so the served paths and the document
 //! cannot drift apart; `openapi/openapi.json` is this document, checked by a test.
 
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::path::ParameterIn;
+use utoipa::openapi::response::{Response, ResponseBuilder};
+use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -67,11 +72,129 @@ impl Modify for BearerAuth {
     }
 }
 
-/// The routes and their document, with the bearer scheme applied to every protected
-/// operation (after the routes are collected, so none can be missed).
+/// Documents the responses every protected operation can give whatever its handler does:
+/// authentication (401), rate limits (429), authorisation (403), unknown resources (404),
+/// the body's syntax, size and type (400, 413, 415), invalid parameters or headers (422),
+/// the request timeout (503) and the opaque internal error (500). A test sends each of
+/// these to every operation and checks the document names it.
+struct CommonResponses;
+
+impl CommonResponses {
+    fn problem(description: &str) -> Response {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                super::error::PROBLEM_JSON,
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("Problem")))
+                    .build(),
+            )
+            .build()
+    }
+}
+
+impl Modify for CommonResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            if !path.starts_with("/api/v1/") {
+                continue;
+            }
+            let has_path_params = path.contains('{');
+            let methods = [
+                ("get", &mut item.get),
+                ("put", &mut item.put),
+                ("post", &mut item.post),
+                ("delete", &mut item.delete),
+                ("patch", &mut item.patch),
+            ];
+            for (method, operation) in methods {
+                let Some(operation) = operation else { continue };
+                let has_body = operation.request_body.is_some();
+                let has_inputs = operation.parameters.as_ref().is_some_and(|params| {
+                    params
+                        .iter()
+                        .any(|p| matches!(p, RefOr::T(p) if !matches!(p.parameter_in, ParameterIn::Path)))
+                });
+                // Lists of what the caller may see, and `whoami`, never refuse a role.
+                let open_to_all = method == "get"
+                    && matches!(path.as_str(), "/api/v1/projects" | "/api/v1/whoami");
+                let mut add = |code: &str, response: Response| {
+                    operation
+                        .responses
+                        .responses
+                        .entry(code.to_owned())
+                        .or_insert(RefOr::T(response));
+                };
+                add(
+                    "401",
+                    Self::problem(
+                        "Not authenticated: no, an invalid, an expired or a revoked credential",
+                    ),
+                );
+                let mut limited =
+                    Self::problem("Too many requests; retry after `Retry-After` seconds");
+                limited.headers.insert(
+                    "Retry-After".into(),
+                    RefOr::T(
+                        HeaderBuilder::new()
+                            .schema(Some(ObjectBuilder::new().schema_type(Type::Integer)))
+                            .description(Some("Seconds to wait before retrying"))
+                            .build(),
+                    ),
+                );
+                add("429", limited);
+                add(
+                    "500",
+                    Self::problem("Internal error; quote the request id when reporting it"),
+                );
+                add(
+                    "503",
+                    Self::problem("The request took longer than the server allows"),
+                );
+                if !open_to_all {
+                    add(
+                        "403",
+                        Self::problem("The caller's role does not allow this"),
+                    );
+                }
+                if has_path_params {
+                    add(
+                        "404",
+                        Self::problem("No such resource, or not visible to the caller"),
+                    );
+                }
+                if has_body {
+                    add(
+                        "400",
+                        Self::problem("The body is not JSON, or repeats a key"),
+                    );
+                    add("413", Self::problem("The body is larger than 1 MiB"));
+                    add(
+                        "415",
+                        Self::problem(
+                            "The body's Content-Type is not the one this operation takes",
+                        ),
+                    );
+                }
+                if has_body || has_inputs {
+                    add(
+                        "422",
+                        Self::problem(
+                            "A field, parameter or header is invalid; `errors` names each",
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The routes and their document, with the bearer scheme and the common responses applied
+/// to every protected operation (after the routes are collected, so none can be missed).
 pub(super) fn split() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
     let (router, mut document) = api_router().split_for_parts();
     BearerAuth.modify(&mut document);
+    CommonResponses.modify(&mut document);
     (router, document)
 }
 

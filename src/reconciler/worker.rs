@@ -195,21 +195,20 @@ impl Worker {
         // A reconcile must end well inside its lease, or another worker could take the record.
         let budget = self.config.lease.mul_f64(0.8);
         let attempt = std::panic::AssertUnwindSafe(self.reconcile(claim.deployment_id));
-        let result = match tokio::time::timeout(budget, futures::FutureExt::catch_unwind(attempt))
-            .await
-        {
-            Ok(Ok(result)) => result,
-            Ok(Err(panic)) => {
-                let message = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_else(|| "a panic".into());
-                tracing::error!(%message, "reconcile panicked");
-                Err(ClusterError::Panicked(message))
-            }
-            Err(_) => Err(ClusterError::TimedOut(budget)),
-        };
+        let result =
+            match tokio::time::timeout(budget, futures::FutureExt::catch_unwind(attempt)).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(panic)) => {
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                        .unwrap_or_else(|| "a panic".into());
+                    tracing::error!(%message, "reconcile panicked");
+                    Err(ClusterError::Panicked(message))
+                }
+                Err(_) => Err(ClusterError::TimedOut(budget)),
+            };
         let elapsed = started.elapsed().as_secs_f64();
         let (again, error, outcome) = match result {
             Ok(Outcome::Done) => (None, None, "ok"),

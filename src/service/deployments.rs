@@ -29,6 +29,11 @@ use crate::store::events::NewEvent;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateDeployment {
     /// A DNS-1035 label of at most 45 characters, unique in the project.
+    #[schema(
+        pattern = "^[a-z]([-a-z0-9]*[a-z0-9])?$",
+        min_length = 1,
+        max_length = 45
+    )]
     pub name: String,
     pub spec: DeploymentSpec,
 }
@@ -70,6 +75,7 @@ pub struct ListDeployments {
     /// Only names starting with this.
     pub name_prefix: Option<String>,
     /// Page size, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// `nextCursor` from the previous page, with the same filters.
     pub cursor: Option<String>,

@@ -15,9 +15,19 @@ use crate::store;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateProject {
     /// A DNS-1123 label; not a system namespace.
+    #[schema(
+        pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        min_length = 1,
+        max_length = 63
+    )]
     pub name: String,
     /// The Kubernetes namespace; defaults to the name. Fixed once created.
     #[serde(default)]
+    #[schema(
+        pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        min_length = 1,
+        max_length = 63
+    )]
     pub namespace: Option<String>,
     /// Adopt an existing namespace instead of creating one; it then survives the project.
     #[serde(default)]

@@ -16,6 +16,7 @@ use crate::store;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateRoleBinding {
     /// `user` (the token's subject claim) or `group` (an entry of its groups claim).
+    #[schema(pattern = "^(user|group)$")]
     pub subject_kind: String,
     pub subject: String,
     pub role: Role,

@@ -27,11 +27,12 @@ const MAX_LIFETIME_DAYS: i64 = 3650;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateToken {
     /// 1 to 63 letters, digits, '.', '_' or '-'; unique among the live tokens.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
     pub name: String,
     /// `viewer`, `editor` or `admin` on the project (platform tokens are always `platform-admin`).
     #[serde(default)]
     pub role: Option<Role>,
-    /// When the token stops working; default 90 days from now, at most 10 years.
+    /// When the token stops working: in the future, at most 10 years away; default 90 days from now.
     #[serde(default)]
     pub expires_at: Option<DateTime<Utc>>,
 }

@@ -2,6 +2,7 @@
 
 mod access;
 mod common;
+mod conformance;
 mod deployments;
 mod errors;
 mod hardening;

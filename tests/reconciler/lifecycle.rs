@@ -287,21 +287,25 @@ async fn one_projects_spec_cannot_take_another_projects_traffic_on_the_gateway(p
     let h = harness_on(pool, cluster(), |_| {}).await;
     h.app.create_project("team-a").await;
     h.app.create_project("team-b").await;
-    let deploy = |project: &'static str, name: &'static str, served: &'static str, routing: Value| {
-        let mut spec = super::sim_spec();
-        spec["model"]["servedName"] = json!(served);
-        spec["routing"] = routing;
-        let app = &h.app;
-        async move {
-            app.post_json(
-                &format!("/api/v1/projects/{project}/deployments"),
-                &json!({"name": name, "spec": spec}),
-            )
-            .await
-            .status()
-        }
-    };
-    assert_eq!(deploy("team-b", "qwen", "b-model", json!({})).await, StatusCode::CREATED);
+    let deploy =
+        |project: &'static str, name: &'static str, served: &'static str, routing: Value| {
+            let mut spec = super::sim_spec();
+            spec["model"]["servedName"] = json!(served);
+            spec["routing"] = routing;
+            let app = &h.app;
+            async move {
+                app.post_json(
+                    &format!("/api/v1/projects/{project}/deployments"),
+                    &json!({"name": name, "spec": spec}),
+                )
+                .await
+                .status()
+            }
+        };
+    assert_eq!(
+        deploy("team-b", "qwen", "b-model", json!({})).await,
+        StatusCode::CREATED
+    );
     for routing in [
         json!({"pathPrefix": "/team-b/qwen/v1/chat"}),
         json!({"pathPrefix": "/team-b/qwen"}),
@@ -314,32 +318,48 @@ async fn one_projects_spec_cannot_take_another_projects_traffic_on_the_gateway(p
         );
     }
     assert_eq!(
-        deploy("team-a", "qwen", "a-model", json!({"hostname": "a.example.com"})).await,
+        deploy(
+            "team-a",
+            "qwen",
+            "a-model",
+            json!({"hostname": "a.example.com"})
+        )
+        .await,
         StatusCode::CREATED
     );
     assert_eq!(
-        deploy("team-b", "grab", "b-model", json!({"hostname": "a.example.com"})).await,
+        deploy(
+            "team-b",
+            "grab",
+            "b-model",
+            json!({"hostname": "a.example.com"})
+        )
+        .await,
         StatusCode::CONFLICT
     );
     for project in ["team-a", "team-b"] {
-        wait_for(&format!("{project}/qwen Ready"), Duration::from_secs(30), || async {
-            let r: Value = h
-                .app
-                .get(&format!("/api/v1/projects/{project}/deployments/qwen"))
-                .await
-                .json()
-                .await
-                .unwrap();
-            r["status"]["phase"] == "Ready"
-        })
+        wait_for(
+            &format!("{project}/qwen Ready"),
+            Duration::from_secs(30),
+            || async {
+                let r: Value = h
+                    .app
+                    .get(&format!("/api/v1/projects/{project}/deployments/qwen"))
+                    .await
+                    .json()
+                    .await
+                    .unwrap();
+                r["status"]["phase"] == "Ready"
+            },
+        )
         .await;
     }
     let gateway = h.emulator.as_ref().unwrap().gateway_url().unwrap();
     let client = reqwest::Client::new();
     let ask = |host: Option<&'static str>, path: &'static str, model: &'static str| {
-        let mut request = client
-            .post(format!("{gateway}{path}"))
-            .json(&json!({"model": model, "messages": [{"role": "user", "content": "secret prompt"}]}));
+        let mut request = client.post(format!("{gateway}{path}")).json(
+            &json!({"model": model, "messages": [{"role": "user", "content": "secret prompt"}]}),
+        );
         if let Some(host) = host {
             request = request.header("host", host);
         }
@@ -351,7 +371,10 @@ async fn one_projects_spec_cannot_take_another_projects_traffic_on_the_gateway(p
         }
     };
     for _ in 0..5 {
-        assert_eq!(ask(None, "/team-b/qwen/v1/chat/completions", "b-model").await, "b-model");
+        assert_eq!(
+            ask(None, "/team-b/qwen/v1/chat/completions", "b-model").await,
+            "b-model"
+        );
     }
     assert_eq!(
         ask(Some("a.example.com"), "/v1/chat/completions", "a-model").await,

@@ -828,10 +828,11 @@ async fn a_record_that_panics_fails_alone_and_the_worker_goes_on(pool: PgPool) {
     h.app.create_project("team-a").await;
     create(&h, "broken").await;
     h.wait_applied("broken", 1).await;
-    let id: uuid::Uuid = sqlx::query_scalar("select id from model_deployment where name = 'broken'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let id: uuid::Uuid =
+        sqlx::query_scalar("select id from model_deployment where name = 'broken'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     sqlx::query(
         "update model_deployment set spec = jsonb_set(spec, '{model,source}', '\"not-a-uri\"'),
                 generation = generation + 1 where id = $1",
@@ -843,16 +844,21 @@ async fn a_record_that_panics_fails_alone_and_the_worker_goes_on(pool: PgPool) {
     modelplane::store::work_queue::enqueue_reconcile(&pool, id)
         .await
         .unwrap();
-    wait_for("the broken record's attempt to fail", Duration::from_secs(20), || async {
-        let error: Option<String> =
-            sqlx::query_scalar("select last_error from reconcile_work where deployment_id = $1")
-                .bind(id)
-                .fetch_optional(&pool)
-                .await
-                .unwrap()
-                .flatten();
-        error.is_some_and(|e| e.contains("internal error"))
-    })
+    wait_for(
+        "the broken record's attempt to fail",
+        Duration::from_secs(20),
+        || async {
+            let error: Option<String> = sqlx::query_scalar(
+                "select last_error from reconcile_work where deployment_id = $1",
+            )
+            .bind(id)
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+            .flatten();
+            error.is_some_and(|e| e.contains("internal error"))
+        },
+    )
     .await;
     // The worker is still alive: a new record is applied.
     create(&h, "healthy").await;

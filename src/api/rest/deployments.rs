@@ -48,6 +48,7 @@ pub struct EventList {
 #[into_params(parameter_in = Query)]
 pub struct PageParams {
     /// Page size, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// `nextCursor` from the previous page.
     pub cursor: Option<String>,
@@ -60,6 +61,7 @@ pub struct ProjectEventParams {
     /// The deployment's id; works after the deployment is deleted.
     pub deployment_id: Uuid,
     /// Page size, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// `nextCursor` from the previous page.
     pub cursor: Option<String>,

@@ -28,6 +28,7 @@ pub struct ProjectList {
 #[into_params(parameter_in = Query)]
 pub struct ListProjects {
     /// Page size, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// `nextCursor` from the previous page.
     pub cursor: Option<String>,
