@@ -252,6 +252,71 @@ fn crd_required(kind: &ResourceKind, obj: &Value, out: &mut Vec<Cause>) {
             }
         }
     }
+    if kind.kind == "HTTPRoute" {
+        for (path, node) in expand(obj, "spec.rules[].matches[].path") {
+            http_path_match(&path, node, out);
+        }
+    }
+}
+
+/// The `x-kubernetes-validations` (CEL) rules of the Gateway API's `HTTPPathMatch`
+/// (gateway-api `apis/v1/httproute_types.go`, standard channel), each reported as the API
+/// server reports a failed CEL rule: `<path>: Invalid value: "object": <message>`.
+/// `maxLength: 1024` on `value` is OpenAPI schema validation, reported on the field.
+fn http_path_match(path: &str, node: &Value, out: &mut Vec<Cause>) {
+    const TYPES: &str = "['Exact', 'PathPrefix']";
+    let ty = node.get("type").and_then(Value::as_str).unwrap_or("PathPrefix");
+    let value = node.get("value").and_then(Value::as_str).unwrap_or("/");
+    if value.len() > 1024 {
+        out.push(Cause::new(
+            "FieldValueTooLong",
+            format!("{path}.value"),
+            "Too long: may not be more than 1024 bytes",
+        ));
+    }
+    let object = Value::String("object".into());
+    let mut fail = |message: String| out.push(Cause::invalid(path, &object, &message));
+    if !matches!(ty, "Exact" | "PathPrefix" | "RegularExpression") {
+        fail("type must be one of ['Exact', 'PathPrefix', 'RegularExpression']".into());
+    }
+    if !matches!(ty, "Exact" | "PathPrefix") {
+        return;
+    }
+    if !value.starts_with('/') {
+        fail("value must be an absolute path and start with '/' when type one of ['Exact', 'PathPrefix']".into());
+    }
+    for needle in ["//", "/./", "/../", "%2f", "%2F", "#"] {
+        if value.contains(needle) {
+            fail(format!("must not contain '{needle}' when type one of {TYPES}"));
+        }
+    }
+    for suffix in ["/..", "/."] {
+        if value.ends_with(suffix) {
+            fail(format!("must not end with '{suffix}' when type one of {TYPES}"));
+        }
+    }
+    let valid_chars = {
+        let bytes = value.as_bytes();
+        let mut i = 0;
+        let mut ok = !bytes.is_empty();
+        while ok && i < bytes.len() {
+            let b = bytes[i];
+            if b == b'%' {
+                ok = bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                    && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit);
+                i += 3;
+            } else {
+                ok = b.is_ascii_alphanumeric() || b"-/._~!$&'()*+,;=:@".contains(&b);
+                i += 1;
+            }
+        }
+        ok
+    };
+    if !valid_chars {
+        fail(format!(
+            "must only contain valid characters (matching ^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{{2}})+$) for types {TYPES}"
+        ));
+    }
 }
 
 /// The objects a dotted pattern such as `spec.rules[].matches[]` reaches, with their paths.

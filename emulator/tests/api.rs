@@ -1960,3 +1960,51 @@ async fn pod_admission_priority_and_service_accounts() {
         .await
         .unwrap();
 }
+
+/// The Gateway API CRD's CEL rules on `HTTPPathMatch` (gateway-api `apis/v1/httproute_types.go`,
+/// `+kubebuilder:validation:XValidation` on `HTTPPathMatch`): a real API server answers 422
+/// `spec.rules[0].matches[0].path: Invalid value: "object": must not contain '/../' when type
+/// one of ['Exact', 'PathPrefix']`, on create and on server-side apply alike.
+#[tokio::test]
+async fn httproute_path_values_are_checked_like_the_crds_cel_rules() {
+    let (_emu, client) = start().await;
+    let routes = httproute_api(&client);
+    for (value, message) in [
+        ("/models/../admin", "must not contain '/../' when type one of ['Exact', 'PathPrefix']"),
+        ("/a/./b", "must not contain '/./' when type one of ['Exact', 'PathPrefix']"),
+        ("/a/..", "must not end with '/..' when type one of ['Exact', 'PathPrefix']"),
+        ("/a//b", "must not contain '//' when type one of ['Exact', 'PathPrefix']"),
+        ("/a%2fb", "must not contain '%2f' when type one of ['Exact', 'PathPrefix']"),
+        ("relative", "value must be an absolute path and start with '/' when type one of ['Exact', 'PathPrefix']"),
+        ("/a b", "must only contain valid characters"),
+    ] {
+        let mut route = httproute("bad");
+        route.data["spec"]["rules"][0]["matches"][0]["path"] =
+            json!({"type": "PathPrefix", "value": value});
+        let err = api_err(routes.create(&PostParams::default(), &route).await.unwrap_err());
+        assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"), "{value}");
+        assert!(
+            err.message.contains("spec.rules[0].matches[0].path: Invalid value: \"object\": ")
+                && err.message.contains(message),
+            "{value}: {}",
+            err.message
+        );
+        let applied = routes
+            .patch(
+                "bad",
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&route),
+            )
+            .await;
+        assert_eq!(api_err(applied.unwrap_err()).code, 422, "{value} by apply");
+    }
+    for value in ["/", "/v1", "/a/.b/", "/team-a/qwen", "/%7Euser"] {
+        let mut route = httproute(&format!("ok-{}", value.len()));
+        route.data["spec"]["rules"][0]["matches"][0]["path"] =
+            json!({"type": "PathPrefix", "value": value});
+        routes
+            .create(&PostParams::default(), &route)
+            .await
+            .unwrap_or_else(|e| panic!("{value}: {e}"));
+    }
+}

@@ -26,6 +26,8 @@ pub struct Observed {
     pub gateway_object: Option<Value>,
     /// The API server refused an object: (kind, message).
     pub rejected: Option<(String, String)>,
+    /// The API server refused the HTTPRoute (the rest was applied): its message.
+    pub route_rejected: Option<String>,
 }
 
 /// Seconds a pod may stay unschedulable before the deployment counts as Failed.
@@ -119,7 +121,9 @@ pub fn compute(
                 && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
         });
 
-    let problem = pod_problem(&observed.pods, &observed.config_hash, budgets, now).or_else(|| {
+    let problem = pod_problem(&observed.pods, &observed.config_hash, budgets, now)
+        .or_else(|| replica_failure(dep, budgets, now))
+        .or_else(|| {
         deadline_exceeded.then(|| Problem {
             message: format!(
                 "the rollout did not progress within its deadline (ProgressDeadlineExceeded): {}/{} updated replicas available",
@@ -160,6 +164,8 @@ pub fn compute(
         route_ok,
         if route_ok {
             "Accepted"
+        } else if observed.route_rejected.is_some() {
+            "Rejected"
         } else if observed.route_problem.is_some() {
             "RouteUnavailable"
         } else {
@@ -184,6 +190,8 @@ pub fn compute(
     } else if counts.available == 0 {
         match problem {
             Some(p) if p.fatal => (Phase::Failed, p.message),
+            // A refused route never serves until the spec changes.
+            _ if observed.route_rejected.is_some() => (Phase::Failed, route_message.clone()),
             Some(p) => (Phase::Deploying, format!("waiting: {}", p.message)),
             None => (
                 Phase::Deploying,
@@ -204,6 +212,14 @@ pub fn compute(
             format!(
                 "generation {} is failing ({}) while {}/{} replicas of the previous one still serve",
                 record.generation, p.message, counts.available, desired
+            ),
+        )
+    } else if observed.route_rejected.is_some() {
+        (
+            Phase::Degraded,
+            format!(
+                "{}/{desired} replicas serve in the cluster, but {route_message}",
+                counts.available
             ),
         )
     } else if rolled_out && !route_ok {
@@ -276,6 +292,47 @@ fn condition(
 }
 
 /// The first problem on a pod of the current generation, fatal ones first.
+/// Pods the cluster refuses to create: the ReplicaSet controller raises `ReplicaFailure`
+/// (reason `FailedCreate`) and the Deployment controller copies it onto the Deployment.
+/// An admission refusal (PodSecurity, a missing PriorityClass, …) stays until the spec or
+/// the namespace changes, so it fails at once; an exceeded quota may free up, so it fails
+/// only after the unschedulable budget.
+fn replica_failure(dep: &K8sDeployment, budgets: Budgets, now: DateTime<Utc>) -> Option<Problem> {
+    let condition = replica_failure_condition(dep)?;
+    let message = condition.message.clone().unwrap_or_default();
+    let reason = condition.reason.as_deref().unwrap_or("FailedCreate");
+    let waited = seconds_since(condition.last_transition_time.as_ref(), now);
+    let fatal = !may_resolve_itself(&message) || waited >= budgets.unschedulable_seconds;
+    Some(Problem {
+        message: format!("pods cannot be created ({reason}): {message}"),
+        fatal,
+    })
+}
+
+fn replica_failure_condition(
+    dep: &K8sDeployment,
+) -> Option<&k8s_openapi::api::apps::v1::DeploymentCondition> {
+    dep.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")
+}
+
+/// A refusal that can clear without a change to the deployment (a quota frees up).
+fn may_resolve_itself(message: &str) -> bool {
+    message.contains("exceeded quota")
+}
+
+fn seconds_since(
+    time: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    now: DateTime<Utc>,
+) -> i64 {
+    time.and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
+        .map_or(0, |t| (now - t).num_seconds())
+}
+
 fn pod_problem(
     pods: &[Pod],
     config_hash: &str,
@@ -372,7 +429,17 @@ pub fn recheck_after(
     budgets: Budgets,
     now: DateTime<Utc>,
 ) -> Option<std::time::Duration> {
-    observed
+    let quota_budget = observed
+        .deployment
+        .as_ref()
+        .and_then(replica_failure_condition)
+        .filter(|c| may_resolve_itself(c.message.as_deref().unwrap_or("")))
+        .and_then(|c| {
+            let left = budgets.unschedulable_seconds
+                - seconds_since(c.last_transition_time.as_ref(), now);
+            (left > 0).then(|| std::time::Duration::from_secs(left as u64 + 1))
+        });
+    let pods = observed
         .pods
         .iter()
         .filter(|pod| {
@@ -391,7 +458,8 @@ pub fn recheck_after(
             let left = budgets.unschedulable_seconds - (now - created).num_seconds();
             (left > 0).then(|| std::time::Duration::from_secs(left as u64 + 1))
         })
-        .min()
+        .min();
+    pods.into_iter().chain(quota_budget).min()
 }
 
 fn suffix(detail: &str) -> String {
@@ -410,6 +478,9 @@ fn route_state(record: &Deployment, observed: &Observed) -> (bool, String) {
             "no Gateway configured; reachable in the cluster only".into(),
         );
     };
+    if let Some(message) = &observed.route_rejected {
+        return (false, format!("Kubernetes rejected the HTTPRoute: {message}"));
+    }
     if let Some(problem) = &observed.route_problem {
         return (false, problem.clone());
     }

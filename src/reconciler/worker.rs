@@ -285,6 +285,10 @@ impl Worker {
                 .await;
             }
             match self.apply_all(&desired, &mut observed).await {
+                Ok(()) if observed.route_rejected.is_some() => {
+                    // Not applied as a whole: try again on the next pass.
+                    store::deployments::set_applied_digest(&self.pool, id, None).await?;
+                }
                 Ok(()) => {
                     store::deployments::set_applied_digest(&self.pool, id, Some(&digest)).await?;
                     if !unchanged {
@@ -304,6 +308,9 @@ impl Worker {
                         .api_status()
                         .is_some_and(|s| s.code == 422 || s.code == 400) =>
                 {
+                    tracing::warn!(error = %err, "the API server rejected an object");
+                    metrics::counter!("modelplane_reconcile_errors_total", "kind" => "api_refused")
+                        .increment(1);
                     store::deployments::set_applied_digest(&self.pool, id, None).await?;
                 }
                 Err(err) => return Err(err),
@@ -407,6 +414,14 @@ impl Worker {
                 Ok(()) => {}
                 Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
                     observed.route_problem = Some("the cluster does not serve the Gateway API (HTTPRoute CRD missing); no route was made".into());
+                }
+                // The rest is applied and may serve in the cluster; status says what failed.
+                Err(err) if err.api_status().is_some_and(|s| s.code == 422 || s.code == 400) => {
+                    let message = err.api_status().map(|s| s.message.clone()).unwrap_or_default();
+                    tracing::warn!(%message, "the API server rejected the HTTPRoute");
+                    metrics::counter!("modelplane_reconcile_errors_total", "kind" => "api_refused")
+                        .increment(1);
+                    observed.route_rejected = Some(message);
                 }
                 Err(err) => return Err(err),
             }

@@ -381,3 +381,30 @@ async fn one_projects_spec_cannot_take_another_projects_traffic_on_the_gateway(p
         "a-model"
     );
 }
+
+/// Pods the cluster refuses to create (Priority admission: the class does not exist) are
+/// reported at once with the API server's message, not as a slow rollout. The ReplicaSet
+/// controller raises `ReplicaFailure=True FailedCreate` and the Deployment carries it
+/// (kubernetes `pkg/controller/replicaset/replica_set.go`, `pkg/controller/deployment/sync.go`).
+#[sqlx::test]
+async fn pods_the_cluster_refuses_to_create_fail_with_the_refusal(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    let mut spec = super::sim_spec();
+    spec["scheduling"] = json!({"priorityClassName": "no-such-class"});
+    let response = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": "qwen", "spec": spec}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let record = wait_phase(&h, "qwen", "Failed", Duration::from_secs(20)).await;
+    let message = record["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("pods cannot be created (FailedCreate)")
+            && message.contains("no PriorityClass with name no-such-class was found"),
+        "{message}"
+    );
+}

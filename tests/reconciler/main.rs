@@ -864,3 +864,60 @@ async fn a_record_that_panics_fails_alone_and_the_worker_goes_on(pool: PgPool) {
     create(&h, "healthy").await;
     h.wait_applied("healthy", 1).await;
 }
+
+/// A route the API server refuses (here one stored before modelplane validated path prefixes
+/// as the Gateway API does) is reported with the server's message, never as "not yet".
+#[sqlx::test]
+async fn a_route_the_api_server_refuses_is_reported_with_its_message(pool: PgPool) {
+    let h = harness(pool.clone(), true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    h.wait_applied("qwen", 1).await;
+    sqlx::query(
+        "update model_deployment
+         set spec = jsonb_set(spec, '{routing}', '{\"pathPrefix\": \"/team-a/../admin\"}'),
+             generation = generation + 1
+         where name = 'qwen'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let id: uuid::Uuid = sqlx::query_scalar("select id from model_deployment where name = 'qwen'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    modelplane::store::work_queue::enqueue_reconcile(&pool, id)
+        .await
+        .unwrap();
+    let record = h.wait_applied("qwen", 2).await;
+    assert_eq!(record["status"]["phase"], "Failed", "{record}");
+    let message = record["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("Kubernetes rejected the HTTPRoute")
+            && message.contains("must not contain '/../'"),
+        "{message}"
+    );
+    let routed = record["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Routed")
+        .unwrap()
+        .clone();
+    assert_eq!(routed["status"], "False");
+    assert_eq!(routed["reason"], "Rejected");
+    let timeline: Value = h
+        .app
+        .get("/api/v1/projects/team-a/deployments/qwen/events")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        timeline["items"].as_array().unwrap().iter().any(|e| e["message"]
+            .as_str()
+            .unwrap()
+            .contains("Kubernetes rejected the HTTPRoute")),
+        "{timeline}"
+    );
+}
