@@ -336,6 +336,12 @@ fn volume(v: &mut Map<String, Value>) {
             default_field(s, "defaultMode", json!(420));
         }
     }
+    // `sizeLimit *resource.Quantity` is stored in canonical form: `0.5Gi` reads back `512Mi`.
+    if let Some(limit) = v.get_mut("emptyDir").and_then(|e| e.get_mut("sizeLimit"))
+        && let Some(canonical) = limit.as_str().and_then(crate::quantity::canonical)
+    {
+        *limit = Value::String(canonical);
+    }
     if let Some(hp) = v.get_mut("hostPath").and_then(Value::as_object_mut) {
         default_field(hp, "type", json!(""));
     }
@@ -400,6 +406,10 @@ fn container(c: &mut Map<String, Value>) {
         default_field(p, "protocol", json!("TCP"))
     });
     each_item(c.get_mut("env"), |e| {
+        // `Value string json:"value,omitempty"`: an empty value is not stored.
+        if e.get("value").is_some_and(|v| v == "") {
+            e.remove("value");
+        }
         if let Some(fr) = e.get_mut("valueFrom").and_then(|v| obj_at(v, "fieldRef")) {
             default_field(fr, "apiVersion", json!("v1"));
         }

@@ -80,7 +80,6 @@ pub fn nano_value(s: &str) -> Option<i128> {
 }
 
 /// The canonical string of a quantity, or None when it does not parse.
-#[cfg(test)]
 pub fn canonical(s: &str) -> Option<String> {
     let (nano, format) = parse(s)?;
     Some(render(nano, format))

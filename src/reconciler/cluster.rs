@@ -195,12 +195,24 @@ fn count(verb: &'static str, kind: &str) {
 /// True when every field of `desired` has the same value in `live` (which may hold more:
 /// defaults the API server added, fields other managers own). Lists compare item by item.
 pub fn contains(live: &Value, desired: &Value) -> bool {
+    contains_at(live, desired, false)
+}
+
+/// `quantity`: the values here are quantities, which the API server stores in canonical
+/// form (`0.5` reads back `500m`); the same amount in another spelling is not drift.
+fn contains_at(live: &Value, desired: &Value, quantity: bool) -> bool {
     match (live, desired) {
-        (Value::Object(l), Value::Object(d)) => d
-            .iter()
-            .all(|(k, v)| l.get(k).is_some_and(|lv| contains(lv, v))),
+        (Value::String(l), Value::String(d)) if quantity && l != d => {
+            crate::domain::Quantity::nano_value(l)
+                .is_some_and(|n| Some(n) == crate::domain::Quantity::nano_value(d))
+        }
+        (Value::Object(l), Value::Object(d)) => d.iter().all(|(k, v)| {
+            let holds_quantities = matches!(k.as_str(), "requests" | "limits" | "sizeLimit");
+            l.get(k)
+                .is_some_and(|lv| contains_at(lv, v, holds_quantities || (quantity && !v.is_object())))
+        }),
         (Value::Array(l), Value::Array(d)) => {
-            l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains(lv, dv))
+            l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains_at(lv, dv, false))
         }
         (Value::String(l), Value::Number(d)) | (Value::Number(d), Value::String(l)) => {
             *l == d.to_string()
@@ -229,5 +241,19 @@ mod tests {
             &desired
         ));
         assert!(!contains(&json!({}), &desired));
+    }
+
+    #[test]
+    fn the_servers_canonical_quantities_are_not_drift() {
+        let desired = json!({"resources": {"requests": {"cpu": "0.5", "memory": "1.5Gi"}},
+                             "emptyDir": {"sizeLimit": "0.5Gi"}, "name": "0.5"});
+        let live = json!({"resources": {"requests": {"cpu": "500m", "memory": "1536Mi"}},
+                          "emptyDir": {"sizeLimit": "512Mi"}, "name": "0.5"});
+        assert!(contains(&live, &desired));
+        let changed = json!({"resources": {"requests": {"cpu": "600m", "memory": "1536Mi"}},
+                             "emptyDir": {"sizeLimit": "512Mi"}, "name": "0.5"});
+        assert!(!contains(&changed, &desired));
+        // Only quantity fields compare by value.
+        assert!(!contains(&json!({"name": "500m"}), &json!({"name": "0.5"})));
     }
 }

@@ -399,7 +399,9 @@ fn pod_spec(record: &Deployment, config: &BuildConfig) -> Value {
     for var in &spec.engine.env {
         env.push(match (&var.value, &var.secret_ref) {
             (_, Some(secret)) => json!({"name": var.name, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}}}),
-            (value, None) => json!({"name": var.name, "value": value.clone().unwrap_or_default()}),
+            // The API server does not store an empty value (`omitempty`): neither do we.
+            (Some(value), None) if !value.is_empty() => json!({"name": var.name, "value": value}),
+            (_, None) => json!({"name": var.name}),
         });
     }
 

@@ -921,3 +921,58 @@ async fn a_route_the_api_server_refuses_is_reported_with_its_message(pool: PgPoo
         "{timeline}"
     );
 }
+
+/// The API server stores quantities in canonical form (`0.5` → `500m`, `1.5Gi` → `1536Mi`,
+/// an emptyDir `sizeLimit` of `0.5Gi` → `512Mi`) and drops an env var's empty `value`
+/// (apimachinery `resource.Quantity` marshalling; `EnvVar.Value` is `omitempty`). None of it
+/// is drift: reconciling such a record again writes nothing and records no repair.
+#[sqlx::test]
+async fn the_servers_canonical_forms_are_not_mistaken_for_drift(pool: PgPool) {
+    let h = harness(pool, true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    let mut spec = sim_spec();
+    spec["resources"] = json!({"cpu": "0.5", "memory": "1.5Gi", "sharedMemory": "0.5Gi"});
+    spec["storage"] = json!({"cache": {"sizeLimit": "0.5Gi"}});
+    spec["engine"]["env"] = json!([{"name": "EMPTY", "value": ""}]);
+    let response = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": "qwen", "spec": spec}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    h.wait_applied("qwen", 1).await;
+    let live = h.live("apps/v1", "Deployment", "qwen").await.unwrap();
+    assert_eq!(
+        live["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+        "500m",
+        "the emulator stores the canonical form, as a real server does"
+    );
+    let pool = h.app.pool.clone();
+    let idle = || async {
+        sqlx::query_scalar::<_, i64>("select count(*) from reconcile_work where run_after <= now()")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+            == 0
+    };
+    wait_for("an empty queue", Duration::from_secs(20), idle).await;
+    let writes = h.writes();
+    let id: uuid::Uuid = sqlx::query_scalar("select id from model_deployment where name = 'qwen'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        modelplane::store::work_queue::enqueue_reconcile(&pool, id)
+            .await
+            .unwrap();
+        wait_for("the reconcile to be worked off", Duration::from_secs(20), idle).await;
+    }
+    assert_eq!(h.writes(), writes, "a canonical form was taken for drift");
+    assert!(
+        !h.events("qwen").await.iter().any(|k| k == "DriftRepaired"),
+        "{:?}",
+        h.events("qwen").await
+    );
+}
