@@ -470,6 +470,29 @@ fn suffix(detail: &str) -> String {
     }
 }
 
+/// Why a Gateway has not answered for the route: it does not exist, no controller runs it
+/// (the CRD's default status, `Accepted=Unknown Pending: Waiting for controller`), it refused
+/// itself, or it is simply slow.
+fn gateway_not_ready(gateway: &GatewayRef, observed: &Observed) -> String {
+    let name = format!("{}/{}", gateway.namespace, gateway.name);
+    let Some(object) = &observed.gateway_object else {
+        return format!("Gateway {name} does not exist");
+    };
+    let accepted = object["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Accepted"));
+    match accepted {
+        Some(c) if c["status"] != "True" => format!(
+            "Gateway {name} is not accepted: Accepted={} ({}): {}",
+            c["status"].as_str().unwrap_or("Unknown"),
+            c["reason"].as_str().unwrap_or(""),
+            c["message"].as_str().unwrap_or("")
+        ),
+        None => format!("Gateway {name} has no status: no controller has seen it"),
+        Some(_) => format!("Gateway {name} has not accepted the route yet"),
+    }
+}
+
 /// Whether the route works, and what to say about it.
 fn route_state(record: &Deployment, observed: &Observed) -> (bool, String) {
     let Some(gateway) = &observed.gateway else {
@@ -498,13 +521,7 @@ fn route_state(record: &Deployment, observed: &Observed) -> (bool, String) {
         })
     });
     let Some(parent) = parent else {
-        return (
-            false,
-            format!(
-                "Gateway {}/{} has not accepted the route yet",
-                gateway.namespace, gateway.name
-            ),
-        );
+        return (false, gateway_not_ready(gateway, observed));
     };
     let find = |type_: &str| {
         parent["conditions"]

@@ -480,8 +480,7 @@ impl Worker {
                         Some(&gw.namespace),
                         &gw.name,
                     )
-                    .await
-                    .unwrap_or(None);
+                    .await?;
             }
         }
         Ok(())

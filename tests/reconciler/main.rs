@@ -976,3 +976,58 @@ async fn the_servers_canonical_forms_are_not_mistaken_for_drift(pool: PgPool) {
         h.events("qwen").await
     );
 }
+
+/// A Gateway that does not exist, or that no controller runs (the Gateway API CRD's default
+/// status: `Accepted=Unknown`, reason `Pending`, "Waiting for controller"), is named as such,
+/// not reported as a Gateway that is merely slow.
+#[sqlx::test]
+async fn a_missing_or_unrun_gateway_is_named_in_the_status(pool: PgPool) {
+    let h = harness(pool, true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    let routed = |record: &Value| {
+        record["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Routed")
+            .map(|c| c["message"].as_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    wait_for("the missing Gateway to be named", Duration::from_secs(20), || async {
+        routed(&h.deployment("qwen").await) == "Gateway gateway-system/inference does not exist"
+    })
+    .await;
+    // Now the Gateway exists, but no controller runs its class.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(h.kube.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "gateway-system"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let gateways = Api::<DynamicObject>::namespaced_with(
+        h.kube.clone(),
+        "gateway-system",
+        &resource_of("gateway.networking.k8s.io/v1", "Gateway"),
+    );
+    gateways
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "inference"},
+                "spec": {"gatewayClassName": "nobody-runs-this",
+                         "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    wait_for("the unrun Gateway to be named", Duration::from_secs(20), || async {
+        routed(&h.deployment("qwen").await)
+            == "Gateway gateway-system/inference is not accepted: Accepted=Unknown (Pending): Waiting for controller"
+    })
+    .await;
+}
