@@ -396,30 +396,97 @@ fn pod_problem(
                 _ => {}
             }
         }
-        for c in status.conditions.iter().flatten() {
-            if c.type_ == "PodScheduled"
-                && c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-            {
-                let created = pod
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
-                    .unwrap_or(now);
-                let waited = (now - created).num_seconds();
-                found.push(Problem {
-                    message: format!(
-                        "pod {name} cannot be scheduled: {} (for {waited}s)",
-                        c.message.clone().unwrap_or_default()
-                    ),
-                    fatal: waited >= budgets.unschedulable_seconds,
-                });
-            }
+        if let Some(waiting) = scheduling_wait(pod, now) {
+            let fatal = waiting.seconds >= budgets.unschedulable_seconds;
+            // Past its budget the wait is stated as such, so a Failed message stays true.
+            let waited = if fatal {
+                format!("for over {}", coarse_duration(budgets.unschedulable_seconds))
+            } else {
+                format!("for {}", coarse_duration(waiting.seconds))
+            };
+            let message = match waiting.unschedulable {
+                Some(why) => format!("pod {name} cannot be scheduled: {why} ({waited})"),
+                None => format!(
+                    "pod {name} is pending and not scheduled ({waited}): no scheduler has placed it; \
+                     check that `spec.scheduling.schedulerName` names a running scheduler"
+                ),
+            };
+            found.push(Problem { message, fatal });
         }
     }
     found.sort_by_key(|p| !p.fatal);
     found.into_iter().next()
+}
+
+/// A pod still waiting for a node: how long, and the scheduler's reason when it tried.
+struct SchedulingWait {
+    seconds: i64,
+    /// `PodScheduled=False Unschedulable`'s message; `None` when no scheduler has looked at
+    /// the pod at all (no `PodScheduled` condition), reported once it has waited a while.
+    unschedulable: Option<String>,
+}
+
+/// How long before an unscheduled pod with no scheduler verdict is worth reporting: the
+/// usual scheduling delay is far below this.
+const UNSCHEDULED_NOTICE_SECONDS: i64 = 10;
+
+fn scheduling_wait(pod: &Pod, now: DateTime<Utc>) -> Option<SchedulingWait> {
+    let status = pod.status.as_ref()?;
+    let seconds = seconds_since(pod.metadata.creation_timestamp.as_ref(), now);
+    let scheduled = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled");
+    match scheduled {
+        Some(c) if c.status == "False" && c.reason.as_deref() == Some("Unschedulable") => {
+            Some(SchedulingWait {
+                seconds,
+                unschedulable: Some(c.message.clone().unwrap_or_default()),
+            })
+        }
+        None if is_unscheduled(pod) && seconds >= UNSCHEDULED_NOTICE_SECONDS => {
+            Some(SchedulingWait {
+                seconds,
+                unschedulable: None,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Pending on no node, and no scheduler has said anything about it yet.
+fn is_unscheduled(pod: &Pod) -> bool {
+    let Some(status) = &pod.status else {
+        return false;
+    };
+    status.phase.as_deref().unwrap_or("Pending") == "Pending"
+        && pod.spec.as_ref().is_none_or(|s| s.node_name.is_none())
+        && !status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "PodScheduled")
+}
+
+/// A duration as people read it, coarse enough that a message carrying it changes rarely:
+/// `10s` steps under a minute, then whole minutes, then whole hours.
+fn coarse_duration(seconds: i64) -> String {
+    match seconds {
+        s if s < 60 => format!("{}s", s / 10 * 10),
+        s if s < 3600 => format!("{}m", s / 60),
+        s => format!("{}h", s / 3600),
+    }
+}
+
+/// The next second at which [`coarse_duration`] reads differently.
+fn next_coarse_change(seconds: i64) -> i64 {
+    let step = match seconds {
+        s if s < 60 => 10,
+        s if s < 3600 => 60,
+        _ => 3600,
+    };
+    (seconds / step + 1) * step
 }
 
 /// When a time-based judgement (an unschedulable pod's budget) falls due, if one is pending.
@@ -439,27 +506,31 @@ pub fn recheck_after(
                 - seconds_since(c.last_transition_time.as_ref(), now);
             (left > 0).then(|| std::time::Duration::from_secs(left as u64 + 1))
         });
+    // A waiting pod's message says for how long, coarsely; look again when that changes,
+    // and when its budget runs out.
     let pods = observed
         .pods
         .iter()
-        .filter(|pod| {
-            pod.status
-                .iter()
-                .flat_map(|s| s.conditions.iter().flatten())
-                .any(|c| {
-                    c.type_ == "PodScheduled"
-                        && c.status == "False"
-                        && c.reason.as_deref() == Some("Unschedulable")
-                })
-        })
-        .filter_map(|pod| {
-            let created = pod.metadata.creation_timestamp.as_ref()?;
-            let created = DateTime::from_timestamp(created.0.as_second(), 0)?;
-            let left = budgets.unschedulable_seconds - (now - created).num_seconds();
-            (left > 0).then(|| std::time::Duration::from_secs(left as u64 + 1))
+        .filter_map(|pod| scheduling_wait(pod, now))
+        .filter_map(|waiting| {
+            let budget_left = budgets.unschedulable_seconds - waiting.seconds;
+            let next = next_coarse_change(waiting.seconds) - waiting.seconds;
+            (budget_left > 0)
+                .then(|| std::time::Duration::from_secs(budget_left.min(next).max(1) as u64))
         })
         .min();
-    pods.into_iter().chain(quota_budget).min()
+    // A pod no scheduler has looked at is reported once it has waited a while.
+    let unnoticed = observed
+        .pods
+        .iter()
+        .filter(|pod| is_unscheduled(pod))
+        .filter_map(|pod| {
+            let left =
+                UNSCHEDULED_NOTICE_SECONDS - seconds_since(pod.metadata.creation_timestamp.as_ref(), now);
+            (left > 0).then(|| std::time::Duration::from_secs(left as u64))
+        })
+        .min();
+    [pods, quota_budget, unnoticed].into_iter().flatten().min()
 }
 
 fn suffix(detail: &str) -> String {
@@ -756,17 +827,22 @@ mod tests {
     }
 
     #[test]
-    fn only_a_running_unschedulable_budget_asks_for_a_timer() {
+    fn only_a_running_unschedulable_budget_asks_for_a_timer_when_its_message_changes() {
         let unschedulable = pod(
             "qwen-1",
             "new",
             json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no"}]}),
         );
         let o = observed(deployment(1, 1, 0, 1), vec![unschedulable]);
-        // Created 120 s before `now`: 180 s of the 300 s budget left (plus a second).
+        // Created 120 s before `now`: the message's "2m" becomes "3m" in 60 s.
         assert_eq!(
             recheck_after(&o, BUDGETS, now()),
-            Some(std::time::Duration::from_secs(181))
+            Some(std::time::Duration::from_secs(60))
+        );
+        // 10 s before the budget ends, the budget is what falls due.
+        assert_eq!(
+            recheck_after(&o, BUDGETS, now() + chrono::Duration::seconds(170)),
+            Some(std::time::Duration::from_secs(10))
         );
         assert_eq!(
             recheck_after(&o, BUDGETS, now() + chrono::Duration::minutes(10)),
@@ -852,6 +928,43 @@ mod tests {
         );
         assert_eq!(failed.phase, Phase::Failed);
         assert!(failed.message.contains("Insufficient nvidia.com/gpu"));
+    }
+
+    #[test]
+    fn a_pod_no_scheduler_has_looked_at_says_so_with_how_long() {
+        // Pending, no node, no PodScheduled condition: no scheduler has seen it.
+        let pending = pod("qwen-1", "new", json!({"phase": "Pending"}));
+        let status = run(spec(1), &observed(deployment(1, 1, 0, 1), vec![pending.clone()]));
+        assert_eq!(status.phase, Phase::Deploying);
+        assert!(
+            status
+                .message
+                .contains("pod qwen-1 is pending and not scheduled (for 2m)"),
+            "{}",
+            status.message
+        );
+        // The message's duration moves on: a recheck is due when it next reads differently.
+        let o = observed(deployment(1, 1, 0, 1), vec![pending]);
+        assert_eq!(
+            recheck_after(&o, BUDGETS, now()),
+            Some(std::time::Duration::from_secs(60))
+        );
+        // A pod seconds old is normal scheduling latency, not worth a word.
+        let mut fresh = pod("qwen-2", "new", json!({"phase": "Pending"}));
+        fresh.metadata.creation_timestamp =
+            Some(serde_json::from_value(json!("2026-11-22T11:59:58Z")).unwrap());
+        let status = run(spec(1), &observed(deployment(1, 1, 0, 1), vec![fresh]));
+        assert!(status.message.starts_with("rolling out"), "{}", status.message);
+    }
+
+    #[test]
+    fn durations_in_messages_are_coarse() {
+        assert_eq!(coarse_duration(7), "0s");
+        assert_eq!(coarse_duration(42), "40s");
+        assert_eq!(coarse_duration(125), "2m");
+        assert_eq!(coarse_duration(7300), "2h");
+        assert_eq!(next_coarse_change(42), 50);
+        assert_eq!(next_coarse_change(125), 180);
     }
 
     #[test]

@@ -408,3 +408,30 @@ async fn pods_the_cluster_refuses_to_create_fail_with_the_refusal(pool: PgPool) 
         "{message}"
     );
 }
+
+/// Pods that no scheduler picks up (here: `schedulerName` names one that does not run; the
+/// pods stay Pending with no `PodScheduled` condition, as kube-scheduler only acts on its
+/// own pods) are reported as unscheduled, with how long, rather than as progress.
+#[sqlx::test]
+async fn pods_no_scheduler_picks_up_are_reported_as_unscheduled(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    let mut spec = super::sim_spec();
+    spec["scheduling"] = json!({"schedulerName": "nobody"});
+    let response = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": "qwen", "spec": spec}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    wait_for("the unscheduled pod to be reported", Duration::from_secs(30), || async {
+        h.deployment("qwen").await["status"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("is pending and not scheduled (for 10s): no scheduler has placed it")
+    })
+    .await;
+    assert_eq!(h.deployment("qwen").await["status"]["phase"], "Deploying");
+}
