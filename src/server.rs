@@ -100,12 +100,16 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         None
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let worker = match (&cluster, config.role.runs_worker()) {
+    let (worker, worker_health) = match (&cluster, config.role.runs_worker()) {
         (Some(cluster), true) => {
             let worker = Worker::new(pool.clone(), cluster.clone(), worker_config);
-            Some(tokio::spawn(worker.run(shutdown.clone())))
+            let health = worker.health();
+            (
+                Some(tokio::spawn(worker.run(shutdown.clone()))),
+                Some(health),
+            )
         }
-        _ => None,
+        _ => (None, None),
     };
     let state = AppState {
         ctx,
@@ -118,6 +122,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         metrics_require_auth: config.auth.metrics_require_auth,
         cluster,
         cluster_gates_readiness: config.role == crate::config::ServeRole::Worker,
+        worker: worker_health,
     };
     let app = if config.role == crate::config::ServeRole::Worker {
         api::health_router(state)

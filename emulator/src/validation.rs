@@ -265,7 +265,10 @@ fn crd_required(kind: &ResourceKind, obj: &Value, out: &mut Vec<Cause>) {
 /// `maxLength: 1024` on `value` is OpenAPI schema validation, reported on the field.
 fn http_path_match(path: &str, node: &Value, out: &mut Vec<Cause>) {
     const TYPES: &str = "['Exact', 'PathPrefix']";
-    let ty = node.get("type").and_then(Value::as_str).unwrap_or("PathPrefix");
+    let ty = node
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("PathPrefix");
     let value = node.get("value").and_then(Value::as_str).unwrap_or("/");
     if value.len() > 1024 {
         out.push(Cause::new(
@@ -287,12 +290,16 @@ fn http_path_match(path: &str, node: &Value, out: &mut Vec<Cause>) {
     }
     for needle in ["//", "/./", "/../", "%2f", "%2F", "#"] {
         if value.contains(needle) {
-            fail(format!("must not contain '{needle}' when type one of {TYPES}"));
+            fail(format!(
+                "must not contain '{needle}' when type one of {TYPES}"
+            ));
         }
     }
     for suffix in ["/..", "/."] {
         if value.ends_with(suffix) {
-            fail(format!("must not end with '{suffix}' when type one of {TYPES}"));
+            fail(format!(
+                "must not end with '{suffix}' when type one of {TYPES}"
+            ));
         }
     }
     let valid_chars = {

@@ -1970,21 +1970,45 @@ async fn httproute_path_values_are_checked_like_the_crds_cel_rules() {
     let (_emu, client) = start().await;
     let routes = httproute_api(&client);
     for (value, message) in [
-        ("/models/../admin", "must not contain '/../' when type one of ['Exact', 'PathPrefix']"),
-        ("/a/./b", "must not contain '/./' when type one of ['Exact', 'PathPrefix']"),
-        ("/a/..", "must not end with '/..' when type one of ['Exact', 'PathPrefix']"),
-        ("/a//b", "must not contain '//' when type one of ['Exact', 'PathPrefix']"),
-        ("/a%2fb", "must not contain '%2f' when type one of ['Exact', 'PathPrefix']"),
-        ("relative", "value must be an absolute path and start with '/' when type one of ['Exact', 'PathPrefix']"),
+        (
+            "/models/../admin",
+            "must not contain '/../' when type one of ['Exact', 'PathPrefix']",
+        ),
+        (
+            "/a/./b",
+            "must not contain '/./' when type one of ['Exact', 'PathPrefix']",
+        ),
+        (
+            "/a/..",
+            "must not end with '/..' when type one of ['Exact', 'PathPrefix']",
+        ),
+        (
+            "/a//b",
+            "must not contain '//' when type one of ['Exact', 'PathPrefix']",
+        ),
+        (
+            "/a%2fb",
+            "must not contain '%2f' when type one of ['Exact', 'PathPrefix']",
+        ),
+        (
+            "relative",
+            "value must be an absolute path and start with '/' when type one of ['Exact', 'PathPrefix']",
+        ),
         ("/a b", "must only contain valid characters"),
     ] {
         let mut route = httproute("bad");
         route.data["spec"]["rules"][0]["matches"][0]["path"] =
             json!({"type": "PathPrefix", "value": value});
-        let err = api_err(routes.create(&PostParams::default(), &route).await.unwrap_err());
+        let err = api_err(
+            routes
+                .create(&PostParams::default(), &route)
+                .await
+                .unwrap_err(),
+        );
         assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"), "{value}");
         assert!(
-            err.message.contains("spec.rules[0].matches[0].path: Invalid value: \"object\": ")
+            err.message
+                .contains("spec.rules[0].matches[0].path: Invalid value: \"object\": ")
                 && err.message.contains(message),
             "{value}: {}",
             err.message

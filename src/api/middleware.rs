@@ -84,8 +84,8 @@ pub async fn observe(request: Request, next: Next) -> Response {
         ("route", route),
         ("status", status.to_string()),
     ];
-    metrics::counter!("modelplane_http_requests_total", &labels).increment(1);
-    metrics::histogram!("modelplane_http_request_duration_seconds", &labels)
+    metrics::counter!(crate::telemetry::HTTP_REQUESTS, &labels).increment(1);
+    metrics::histogram!(crate::telemetry::HTTP_REQUEST_DURATION, &labels)
         .record(latency.as_secs_f64());
 
     if let Ok(value) = HeaderValue::from_str(&request_id) {

@@ -40,6 +40,8 @@ pub struct AppState {
     pub cluster: Option<crate::reconciler::cluster::Cluster>,
     /// Whether an unreachable cluster makes `/readyz` fail (a worker-only process).
     pub cluster_gates_readiness: bool,
+    /// The worker this process runs, if any: its loop must be alive for `/readyz`.
+    pub worker: Option<std::sync::Arc<crate::reconciler::health::WorkerHealth>>,
 }
 
 /// Health and metrics only, for a process that runs just the worker.

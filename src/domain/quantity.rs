@@ -39,7 +39,11 @@ impl Quantity {
         let number = caps.get(1)?.as_str();
         let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
         let digits = format!("{whole}{fraction}");
-        let mut value: i128 = if digits.is_empty() { 0 } else { digits.parse().ok()? };
+        let mut value: i128 = if digits.is_empty() {
+            0
+        } else {
+            digits.parse().ok()?
+        };
         // `value` is the number times 10^len(fraction); scale everything to nano-units.
         let mut exponent10: i32 = 9 - fraction.len() as i32;
         let mut multiplier: i128 = 1;

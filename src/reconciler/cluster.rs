@@ -189,7 +189,7 @@ impl Cluster {
 }
 
 fn count(verb: &'static str, kind: &str) {
-    metrics::counter!("modelplane_kubernetes_requests_total", "verb" => verb, "kind" => kind.to_owned()).increment(1);
+    metrics::counter!(crate::telemetry::KUBERNETES_REQUESTS, "verb" => verb, "kind" => kind.to_owned()).increment(1);
 }
 
 /// True when every field of `desired` has the same value in `live` (which may hold more:
@@ -208,8 +208,9 @@ fn contains_at(live: &Value, desired: &Value, quantity: bool) -> bool {
         }
         (Value::Object(l), Value::Object(d)) => d.iter().all(|(k, v)| {
             let holds_quantities = matches!(k.as_str(), "requests" | "limits" | "sizeLimit");
-            l.get(k)
-                .is_some_and(|lv| contains_at(lv, v, holds_quantities || (quantity && !v.is_object())))
+            l.get(k).is_some_and(|lv| {
+                contains_at(lv, v, holds_quantities || (quantity && !v.is_object()))
+            })
         }),
         (Value::Array(l), Value::Array(d)) => {
             l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains_at(lv, dv, false))

@@ -3,5 +3,6 @@
 
 pub mod cluster;
 pub mod desired;
+pub mod health;
 pub mod status;
 pub mod worker;

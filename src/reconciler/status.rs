@@ -400,7 +400,10 @@ fn pod_problem(
             let fatal = waiting.seconds >= budgets.unschedulable_seconds;
             // Past its budget the wait is stated as such, so a Failed message stays true.
             let waited = if fatal {
-                format!("for over {}", coarse_duration(budgets.unschedulable_seconds))
+                format!(
+                    "for over {}",
+                    coarse_duration(budgets.unschedulable_seconds)
+                )
             } else {
                 format!("for {}", coarse_duration(waiting.seconds))
             };
@@ -502,8 +505,8 @@ pub fn recheck_after(
         .and_then(replica_failure_condition)
         .filter(|c| may_resolve_itself(c.message.as_deref().unwrap_or("")))
         .and_then(|c| {
-            let left = budgets.unschedulable_seconds
-                - seconds_since(c.last_transition_time.as_ref(), now);
+            let left =
+                budgets.unschedulable_seconds - seconds_since(c.last_transition_time.as_ref(), now);
             (left > 0).then(|| std::time::Duration::from_secs(left as u64 + 1))
         });
     // A waiting pod's message says for how long, coarsely; look again when that changes,
@@ -525,8 +528,8 @@ pub fn recheck_after(
         .iter()
         .filter(|pod| is_unscheduled(pod))
         .filter_map(|pod| {
-            let left =
-                UNSCHEDULED_NOTICE_SECONDS - seconds_since(pod.metadata.creation_timestamp.as_ref(), now);
+            let left = UNSCHEDULED_NOTICE_SECONDS
+                - seconds_since(pod.metadata.creation_timestamp.as_ref(), now);
             (left > 0).then(|| std::time::Duration::from_secs(left as u64))
         })
         .min();
@@ -573,7 +576,10 @@ fn route_state(record: &Deployment, observed: &Observed) -> (bool, String) {
         );
     };
     if let Some(message) = &observed.route_rejected {
-        return (false, format!("Kubernetes rejected the HTTPRoute: {message}"));
+        return (
+            false,
+            format!("Kubernetes rejected the HTTPRoute: {message}"),
+        );
     }
     if let Some(problem) = &observed.route_problem {
         return (false, problem.clone());
@@ -934,7 +940,10 @@ mod tests {
     fn a_pod_no_scheduler_has_looked_at_says_so_with_how_long() {
         // Pending, no node, no PodScheduled condition: no scheduler has seen it.
         let pending = pod("qwen-1", "new", json!({"phase": "Pending"}));
-        let status = run(spec(1), &observed(deployment(1, 1, 0, 1), vec![pending.clone()]));
+        let status = run(
+            spec(1),
+            &observed(deployment(1, 1, 0, 1), vec![pending.clone()]),
+        );
         assert_eq!(status.phase, Phase::Deploying);
         assert!(
             status
@@ -954,7 +963,11 @@ mod tests {
         fresh.metadata.creation_timestamp =
             Some(serde_json::from_value(json!("2026-11-22T11:59:58Z")).unwrap());
         let status = run(spec(1), &observed(deployment(1, 1, 0, 1), vec![fresh]));
-        assert!(status.message.starts_with("rolling out"), "{}", status.message);
+        assert!(
+            status.message.starts_with("rolling out"),
+            "{}",
+            status.message
+        );
     }
 
     #[test]

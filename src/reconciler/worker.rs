@@ -20,6 +20,7 @@ use super::desired::{
     ANNOTATION_CONFIG_HASH, BuildConfig, DesiredObjects, LABEL_DEPLOYMENT_ID, LABEL_INSTALLATION,
     LABEL_MANAGED_BY, LABEL_NAMESPACE_ADOPTED, LABEL_PROJECT, desired_objects,
 };
+use super::health::WorkerHealth;
 use super::status::{Budgets, Observed, compute, recheck_after};
 use crate::domain::{Condition, Deployment, DeploymentStatus, Phase};
 use crate::store;
@@ -50,6 +51,7 @@ pub struct Worker {
     pool: PgPool,
     cluster: Cluster,
     config: WorkerConfig,
+    health: Arc<WorkerHealth>,
 }
 
 impl Worker {
@@ -58,7 +60,13 @@ impl Worker {
             pool,
             cluster,
             config,
+            health: Arc::default(),
         })
+    }
+
+    /// The worker's liveness and recent cluster results, for readiness.
+    pub fn health(&self) -> Arc<WorkerHealth> {
+        self.health.clone()
     }
 
     /// Runs until `shutdown` is cancelled.
@@ -103,6 +111,7 @@ impl Worker {
         let slots = Arc::new(tokio::sync::Semaphore::new(self.config.concurrency));
         let mut database_failures = 0;
         loop {
+            self.health.beat();
             if shutdown.is_cancelled() {
                 return Ok(());
             }
@@ -129,7 +138,7 @@ impl Worker {
                     database_failures += 1;
                     let wait = backoff(database_failures).min(Duration::from_secs(30));
                     tracing::error!(error = %err, retry_in = ?wait, "cannot claim work");
-                    metrics::counter!("modelplane_reconcile_errors_total", "kind" => "database")
+                    metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "database")
                         .increment(1);
                     tokio::select! {
                         () = shutdown.cancelled() => return Ok(()),
@@ -184,8 +193,8 @@ impl Worker {
 
     async fn report_queue(&self) {
         if let Ok((depth, oldest)) = store::work_queue::queue_stats(&self.pool).await {
-            metrics::gauge!("modelplane_reconcile_queue_depth").set(depth as f64);
-            metrics::gauge!("modelplane_reconcile_oldest_item_age_seconds").set(oldest);
+            metrics::gauge!(crate::telemetry::QUEUE_DEPTH).set(depth as f64);
+            metrics::gauge!(crate::telemetry::QUEUE_OLDEST_AGE).set(oldest);
         }
     }
 
@@ -210,6 +219,14 @@ impl Worker {
                 Err(_) => Err(ClusterError::TimedOut(budget)),
             };
         let elapsed = started.elapsed().as_secs_f64();
+        match &result {
+            Ok(_) => self.health.cluster_succeeded(),
+            Err(ClusterError::Api(kube::Error::Api(status))) if status.code < 500 => {}
+            Err(err @ (ClusterError::Api(_) | ClusterError::TimedOut(_))) => {
+                self.health.cluster_failed(&err.to_string());
+            }
+            Err(_) => {}
+        }
         let (again, error, outcome) = match result {
             Ok(Outcome::Done) => (None, None, "ok"),
             Ok(Outcome::Again(after)) => (Some(after), None, "ok"),
@@ -225,12 +242,12 @@ impl Worker {
                     ClusterError::Panicked(_) => "internal",
                     _ => "config",
                 };
-                metrics::counter!("modelplane_reconcile_errors_total", "kind" => kind).increment(1);
+                metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => kind).increment(1);
                 (Some(wait), Some(err.to_string()), "error")
             }
         };
-        metrics::counter!("modelplane_reconcile_total", "outcome" => outcome).increment(1);
-        metrics::histogram!("modelplane_reconcile_duration_seconds").record(elapsed);
+        metrics::counter!(crate::telemetry::RECONCILES, "outcome" => outcome).increment(1);
+        metrics::histogram!(crate::telemetry::RECONCILE_DURATION).record(elapsed);
         if let Err(err) = store::work_queue::finish_work(
             &self.pool,
             &self.config.worker_id,
@@ -309,7 +326,7 @@ impl Worker {
                         .is_some_and(|s| s.code == 422 || s.code == 400) =>
                 {
                     tracing::warn!(error = %err, "the API server rejected an object");
-                    metrics::counter!("modelplane_reconcile_errors_total", "kind" => "api_refused")
+                    metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "api_refused")
                         .increment(1);
                     store::deployments::set_applied_digest(&self.pool, id, None).await?;
                 }
@@ -416,10 +433,17 @@ impl Worker {
                     observed.route_problem = Some("the cluster does not serve the Gateway API (HTTPRoute CRD missing); no route was made".into());
                 }
                 // The rest is applied and may serve in the cluster; status says what failed.
-                Err(err) if err.api_status().is_some_and(|s| s.code == 422 || s.code == 400) => {
-                    let message = err.api_status().map(|s| s.message.clone()).unwrap_or_default();
+                Err(err)
+                    if err
+                        .api_status()
+                        .is_some_and(|s| s.code == 422 || s.code == 400) =>
+                {
+                    let message = err
+                        .api_status()
+                        .map(|s| s.message.clone())
+                        .unwrap_or_default();
                     tracing::warn!(%message, "the API server rejected the HTTPRoute");
-                    metrics::counter!("modelplane_reconcile_errors_total", "kind" => "api_refused")
+                    metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "api_refused")
                         .increment(1);
                     observed.route_rejected = Some(message);
                 }

@@ -28,6 +28,8 @@ pub struct Options {
     pub request_timeout_secs: u64,
     /// A cluster for `/readyz` to check, and whether it decides readiness.
     pub cluster: Option<(modelplane::reconciler::cluster::Cluster, bool)>,
+    /// A worker whose health `/readyz` reports.
+    pub worker: Option<Arc<modelplane::reconciler::health::WorkerHealth>>,
 }
 
 impl Default for Options {
@@ -40,6 +42,7 @@ impl Default for Options {
             cors_origins: Vec::new(),
             request_timeout_secs: 30,
             cluster: None,
+            worker: None,
         }
     }
 }
@@ -83,6 +86,7 @@ impl TestApp {
             metrics_require_auth: options.metrics_require_auth,
             cluster_gates_readiness: options.cluster.as_ref().is_some_and(|(_, gates)| *gates),
             cluster: options.cluster.map(|(cluster, _)| cluster),
+            worker: options.worker,
         };
         let http = HttpConfig {
             cors_origins: options.cors_origins,

@@ -516,3 +516,31 @@ async fn readiness_answers_in_time_when_the_cluster_does_not(pool: PgPool) {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[sqlx::test]
+async fn readiness_reports_a_worker_that_stopped_beating(pool: PgPool) {
+    let health = std::sync::Arc::new(modelplane::reconciler::health::WorkerHealth::default());
+    let app = TestApp::spawn_with(
+        pool,
+        Options {
+            worker: Some(health.clone()),
+            ..Options::default()
+        },
+    )
+    .await;
+    let response = app.get("/readyz").await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = response.json().await.unwrap();
+    let worker = body["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "worker")
+        .unwrap()
+        .clone();
+    assert_eq!(worker["ok"], false);
+    assert_eq!(worker["message"], "the worker loop has not started");
+    health.beat();
+    let response = app.get("/readyz").await;
+    assert_eq!(response.status(), StatusCode::OK);
+}

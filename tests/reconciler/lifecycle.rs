@@ -426,12 +426,16 @@ async fn pods_no_scheduler_picks_up_are_reported_as_unscheduled(pool: PgPool) {
         )
         .await;
     assert_eq!(response.status(), StatusCode::CREATED);
-    wait_for("the unscheduled pod to be reported", Duration::from_secs(30), || async {
-        h.deployment("qwen").await["status"]["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("is pending and not scheduled (for 10s): no scheduler has placed it")
-    })
+    wait_for(
+        "the unscheduled pod to be reported",
+        Duration::from_secs(30),
+        || async {
+            h.deployment("qwen").await["status"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("is pending and not scheduled (for 10s): no scheduler has placed it")
+        },
+    )
     .await;
     assert_eq!(h.deployment("qwen").await["status"]["phase"], "Deploying");
 }

@@ -914,10 +914,14 @@ async fn a_route_the_api_server_refuses_is_reported_with_its_message(pool: PgPoo
         .await
         .unwrap();
     assert!(
-        timeline["items"].as_array().unwrap().iter().any(|e| e["message"]
-            .as_str()
+        timeline["items"]
+            .as_array()
             .unwrap()
-            .contains("Kubernetes rejected the HTTPRoute")),
+            .iter()
+            .any(|e| e["message"]
+                .as_str()
+                .unwrap()
+                .contains("Kubernetes rejected the HTTPRoute")),
         "{timeline}"
     );
 }
@@ -945,8 +949,7 @@ async fn the_servers_canonical_forms_are_not_mistaken_for_drift(pool: PgPool) {
     h.wait_applied("qwen", 1).await;
     let live = h.live("apps/v1", "Deployment", "qwen").await.unwrap();
     assert_eq!(
-        live["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"],
-        "500m",
+        live["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"], "500m",
         "the emulator stores the canonical form, as a real server does"
     );
     let pool = h.app.pool.clone();
@@ -967,7 +970,12 @@ async fn the_servers_canonical_forms_are_not_mistaken_for_drift(pool: PgPool) {
         modelplane::store::work_queue::enqueue_reconcile(&pool, id)
             .await
             .unwrap();
-        wait_for("the reconcile to be worked off", Duration::from_secs(20), idle).await;
+        wait_for(
+            "the reconcile to be worked off",
+            Duration::from_secs(20),
+            idle,
+        )
+        .await;
     }
     assert_eq!(h.writes(), writes, "a canonical form was taken for drift");
     assert!(
@@ -994,9 +1002,13 @@ async fn a_missing_or_unrun_gateway_is_named_in_the_status(pool: PgPool) {
             .map(|c| c["message"].as_str().unwrap().to_owned())
             .unwrap_or_default()
     };
-    wait_for("the missing Gateway to be named", Duration::from_secs(20), || async {
-        routed(&h.deployment("qwen").await) == "Gateway gateway-system/inference does not exist"
-    })
+    wait_for(
+        "the missing Gateway to be named",
+        Duration::from_secs(20),
+        || async {
+            routed(&h.deployment("qwen").await) == "Gateway gateway-system/inference does not exist"
+        },
+    )
     .await;
     // Now the Gateway exists, but no controller runs its class.
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(h.kube.clone());
@@ -1030,4 +1042,41 @@ async fn a_missing_or_unrun_gateway_is_named_in_the_status(pool: PgPool) {
             == "Gateway gateway-system/inference is not accepted: Accepted=Unknown (Pending): Waiting for controller"
     })
     .await;
+}
+
+/// The worker's queries fail for a while (as during a database failover): it rides the
+/// outage out with backoff and goes on working, rather than ending its loop.
+#[sqlx::test]
+async fn the_worker_survives_a_database_outage(pool: PgPool) {
+    let h = harness(pool.clone(), true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "before").await;
+    h.wait_applied("before", 1).await;
+    // The outage: the queue's table is gone for half a second, and the worker is woken to
+    // claim from it meanwhile, so its claims fail.
+    sqlx::query("alter table reconcile_work rename to reconcile_work_away")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        sqlx::query("select pg_notify('modelplane_reconcile', 'outage')")
+            .execute(&pool)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sqlx::query("alter table reconcile_work_away rename to reconcile_work")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // And every connection drops, as on a failover.
+    sqlx::query(
+        "select pg_terminate_backend(pid) from pg_stat_activity
+         where datname = current_database() and pid <> pg_backend_pid()",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    create(&h, "after").await;
+    h.wait_applied("after", 1).await;
 }

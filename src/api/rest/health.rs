@@ -44,7 +44,8 @@ pub async fn healthz() -> Json<Health> {
     })
 }
 
-/// Ready when the database answers with every migration applied. The cluster is checked
+/// Ready when the database answers with every migration applied and, in a process that
+/// runs the worker, the worker's loop is alive. The cluster is checked
 /// too and reported, but it only decides readiness for a worker-only process: the API
 /// serves without the cluster, so a slow cluster must not take API replicas out of their
 /// load balancer. Each check has its own short timeout, run side by side.
@@ -108,8 +109,30 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
             message,
         })
     };
-    let (database, cluster) = tokio::join!(database, cluster);
-    let checks: Vec<HealthCheck> = std::iter::once(database).chain(cluster).collect();
+    let (database, mut cluster) = tokio::join!(database, cluster);
+    let report = state.worker.as_ref().map(|w| w.report());
+    // A live `/version` says nothing of a failing write path: the worker's last results do.
+    if let (Some(check), Some(failing)) = (
+        cluster.as_mut(),
+        report.as_ref().and_then(|r| r.cluster_failing.as_ref()),
+    ) && check.ok
+    {
+        check.ok = false;
+        check.message = format!(
+            "{}; but the last reconcile failed: {failing}",
+            check.message
+        );
+    }
+    let worker = report.map(|r| HealthCheck {
+        name: "worker".into(),
+        ok: r.alive,
+        required: true,
+        message: r.message,
+    });
+    let checks: Vec<HealthCheck> = std::iter::once(database)
+        .chain(cluster)
+        .chain(worker)
+        .collect();
     let ready = checks.iter().all(|c| c.ok || !c.required);
     let status = if !ready {
         "unavailable"
@@ -144,7 +167,7 @@ pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Respo
         }
     }
     if let Ok(depth) = store::work_queue::count_queued(&state.ctx.pool).await {
-        metrics::gauge!("modelplane_reconcile_queue_depth").set(depth as f64);
+        metrics::gauge!(crate::telemetry::QUEUE_DEPTH).set(depth as f64);
     }
     (
         [(
