@@ -93,6 +93,7 @@ impl Worker {
             }
         };
         for watch in [
+            Kind::Namespace,
             Kind::Deployment,
             Kind::ReplicaSet,
             Kind::Service,
@@ -264,8 +265,10 @@ impl Worker {
     /// One pass over one record: apply what is missing or changed, then report status.
     async fn reconcile(&self, id: Uuid) -> Result<Outcome, ClusterError> {
         let Some(target) = store::deployments::find_reconcile_target(&self.pool, id).await? else {
-            // The record is gone: anything still labelled with its id is an orphan.
+            // The record is gone (or the id was a deleted project's): anything still labelled
+            // with it is an orphan, and so is the namespace of a project that is gone.
             self.delete_objects(id, None).await?;
+            self.collect_project_namespaces().await?;
             return Ok(Outcome::Done);
         };
         let record = target.row.clone().into_record(&target.project);
@@ -578,6 +581,11 @@ impl Worker {
         let id = target.row.id;
         let remaining = self.delete_objects(id, Some(&target.namespace)).await?;
         if remaining > 0 {
+            let mut status = target.row.status.0.clone();
+            status.message = format!("deleting: {remaining} Kubernetes object(s) still to go");
+            if status != target.row.status.0 {
+                store::deployments::update_status(&self.pool, id, &status).await?;
+            }
             return Ok(Outcome::Again(Duration::from_secs(1)));
         }
         self.timeline(
@@ -661,20 +669,38 @@ impl Worker {
 
     /// Deletes the namespaces this installation created for projects that no longer exist;
     /// adopted namespaces survive their project.
-    async fn collect_project_namespaces(&self, selector: &str) -> Result<(), ClusterError> {
+    async fn collect_project_namespaces(&self) -> Result<(), ClusterError> {
+        let selector = format!(
+            "{LABEL_MANAGED_BY}=modelplane,{LABEL_INSTALLATION}={}",
+            self.config.build.installation
+        );
         let resource = resource_of("v1", "Namespace");
-        for namespace in self.cluster.list(&resource, None, selector).await? {
+        for namespace in self.cluster.list(&resource, None, &selector).await? {
             let labels = &namespace["metadata"]["labels"];
             let Some(project) = labels[LABEL_PROJECT].as_str() else {
                 continue;
             };
-            if labels[LABEL_NAMESPACE_ADOPTED] == "true"
-                || namespace["metadata"]["deletionTimestamp"].is_string()
+            if namespace["metadata"]["deletionTimestamp"].is_string()
                 || store::projects::project_exists(&self.pool, project).await?
             {
                 continue;
             }
             let name = namespace["metadata"]["name"].as_str().unwrap_or_default();
+            if labels[LABEL_NAMESPACE_ADOPTED] == "true" {
+                // Adopted: it stays, without modelplane's labels. Applying nothing as our
+                // field manager removes the fields only we own.
+                tracing::info!(
+                    namespace = name,
+                    project,
+                    "releasing the adopted namespace of a deleted project"
+                );
+                self.cluster
+                    .apply(&serde_json::json!({
+                        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+                    }))
+                    .await?;
+                continue;
+            }
             tracing::info!(
                 namespace = name,
                 project,
@@ -715,7 +741,7 @@ impl Worker {
         }
         ids.sort();
         ids.dedup();
-        self.collect_project_namespaces(&selector).await?;
+        self.collect_project_namespaces().await?;
         for id in store::deployments::missing_deployment_ids(&self.pool, &ids).await? {
             tracing::info!(deployment_id = %id, "removing orphaned objects");
             self.delete_objects(id, None).await?;
@@ -753,16 +779,25 @@ impl Worker {
                     continue;
                 }
             };
-            let Some(id) = object
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_DEPLOYMENT_ID))
-                .and_then(|v| v.parse::<Uuid>().ok())
-            else {
-                continue;
+            let labels = object.metadata.labels.as_ref();
+            // A project's namespace serves all its records; every other object, one record.
+            let requeued = if kind == Kind::Namespace {
+                let Some(project) = labels.and_then(|l| l.get(LABEL_PROJECT)) else {
+                    continue;
+                };
+                store::work_queue::enqueue_project(&self.pool, project)
+                    .await
+                    .map(|_| ())
+            } else {
+                let Some(id) = labels
+                    .and_then(|l| l.get(LABEL_DEPLOYMENT_ID))
+                    .and_then(|v| v.parse::<Uuid>().ok())
+                else {
+                    continue;
+                };
+                store::work_queue::enqueue_reconcile(&self.pool, id).await
             };
-            if let Err(err) = store::work_queue::enqueue_reconcile(&self.pool, id).await {
+            if let Err(err) = requeued {
                 tracing::warn!(error = %err, "cannot requeue after a cluster change");
             }
         }
@@ -791,10 +826,6 @@ impl Worker {
                     if let Err(err) = store::work_queue::enqueue_all(&self.pool).await {
                         tracing::warn!(error = %err, "cannot requeue after a Gateway change");
                     }
-                    let _ = sqlx::query("select pg_notify($1, 'gateway')")
-                        .bind(NOTIFY_CHANNEL)
-                        .execute(&self.pool)
-                        .await;
                 }
                 Some(_) => {}
             }
@@ -849,8 +880,9 @@ impl Worker {
 /// Objects read during one reconcile, by kind (`None`: it does not exist).
 type LiveObjects = std::collections::BTreeMap<&'static str, Option<Value>>;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
+    Namespace,
     Deployment,
     ReplicaSet,
     Service,
@@ -861,6 +893,7 @@ enum Kind {
 impl Kind {
     fn api(self) -> (&'static str, &'static str) {
         match self {
+            Self::Namespace => ("v1", "Namespace"),
             Self::Deployment => ("apps/v1", "Deployment"),
             Self::ReplicaSet => ("apps/v1", "ReplicaSet"),
             Self::Service => ("v1", "Service"),

@@ -145,6 +145,9 @@ pub async fn delete_project(ctx: &Context, actor: &Actor, name: &str) -> Result<
         actor.name(),
     )
     .await?;
+    // A work item under the project's id: no record has it, so the worker collects what
+    // the project leaves in the cluster (its namespace) now rather than at the next resync.
+    store::work_queue::enqueue_reconcile(&mut *tx, project.id).await?;
     tx.commit().await?;
     tracing::info!(project_id = %project.id, "project deleted");
     Ok(())

@@ -250,7 +250,8 @@ pub async fn mark_deployment_deleting(
         DeploymentRow,
         r#"update model_deployment
            set phase = 'Deleting',
-               status = jsonb_set(status, '{phase}', '"Deleting"'),
+               status = jsonb_set(jsonb_set(status, '{phase}', '"Deleting"'), '{message}',
+                                  '"delete requested: the Kubernetes objects are being removed"'),
                deletion_requested_at = coalesce(deletion_requested_at, now()),
                updated_at = now()
            where id = $1

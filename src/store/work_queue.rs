@@ -35,17 +35,42 @@ pub async fn enqueue_reconcile(
     Ok(())
 }
 
-/// Queues every record that is not queued yet (the periodic safety net).
+/// Queues every record that is not queued yet (the periodic safety net), and wakes the workers.
 #[instrument(skip(db))]
-pub async fn enqueue_all(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error> {
-    let result = sqlx::query!(
-        "insert into reconcile_work (deployment_id)
-         select id from model_deployment
-         on conflict (deployment_id) do nothing"
+pub async fn enqueue_all(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
+    let queued = sqlx::query_scalar!(
+        r#"with queued as (
+               insert into reconcile_work (deployment_id)
+               select id from model_deployment
+               on conflict (deployment_id) do nothing
+               returning 1
+           )
+           select (select count(*) from queued) as "count!"
+           from pg_notify('modelplane_reconcile', 'all')"#
     )
-    .execute(db)
+    .fetch_one(db)
     .await?;
-    Ok(result.rows_affected())
+    Ok(queued)
+}
+
+/// Queues every record of one project (its namespace changed), and wakes the workers.
+#[instrument(skip(db))]
+pub async fn enqueue_project(db: impl PgExecutor<'_>, project: &str) -> Result<i64, sqlx::Error> {
+    let queued = sqlx::query_scalar!(
+        r#"with queued as (
+               insert into reconcile_work (deployment_id)
+               select d.id from model_deployment d join project p on p.id = d.project_id
+               where p.name = $1
+               on conflict (deployment_id) do nothing
+               returning 1
+           )
+           select (select count(*) from queued) as "count!"
+           from pg_notify('modelplane_reconcile', 'project')"#,
+        project
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(queued)
 }
 
 /// A claimed work item.

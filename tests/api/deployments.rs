@@ -396,6 +396,10 @@ async fn delete_is_accepted_and_keeps_the_name_taken(pool: PgPool) {
     let response = app.request(Method::DELETE, QWEN).send().await.unwrap();
     let body = json_of(response, StatusCode::ACCEPTED).await;
     assert_eq!(body["status"]["phase"], "Deleting");
+    assert_eq!(
+        body["status"]["message"], "delete requested: the Kubernetes objects are being removed",
+        "the rollout's message does not linger"
+    );
     assert!(body["deletionRequestedAt"].is_string());
 
     let again = app.request(Method::DELETE, QWEN).send().await.unwrap();

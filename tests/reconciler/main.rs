@@ -292,10 +292,6 @@ async fn a_resync_of_unchanged_records_makes_no_kubernetes_writes(pool: PgPool) 
     modelplane::store::work_queue::enqueue_all(&pool)
         .await
         .unwrap();
-    sqlx::query("select pg_notify('modelplane_reconcile', 'resync')")
-        .execute(&pool)
-        .await
-        .unwrap();
     wait_for(
         "the resync to be worked off",
         Duration::from_secs(30),
@@ -748,7 +744,8 @@ async fn the_worker_writes_only_in_its_projects_namespaces(pool: PgPool) {
 
 #[sqlx::test]
 async fn a_deleted_projects_namespace_goes_unless_it_was_adopted(pool: PgPool) {
-    let h = harness(pool, true, |c| c.resync = Duration::from_secs(1)).await;
+    // No periodic resync in this test: the project's deletion itself must bring the cleanup.
+    let h = harness(pool, true, |_| {}).await;
     h.app.create_project("team-a").await;
     let adopted = h
         .app
@@ -810,14 +807,21 @@ async fn a_deleted_projects_namespace_goes_unless_it_was_adopted(pool: PgPool) {
         },
     )
     .await;
-    assert!(
-        namespaces
-            .get_opt("ml-legacy")
-            .await
-            .unwrap()
-            .is_some_and(|ns| ns.metadata.deletion_timestamp.is_none()),
-        "the adopted namespace survives"
-    );
+    wait_for(
+        "the adopted namespace to lose modelplane's labels",
+        Duration::from_secs(20),
+        || async {
+            let ns = namespaces.get_opt("ml-legacy").await.unwrap();
+            let ns = ns.expect("the adopted namespace survives");
+            assert!(ns.metadata.deletion_timestamp.is_none());
+            !ns.metadata
+                .labels
+                .unwrap_or_default()
+                .keys()
+                .any(|k| k.contains("modelplane"))
+        },
+    )
+    .await;
 }
 
 /// A record that makes the reconciler panic (here: stored data no parser would accept)
@@ -1079,4 +1083,33 @@ async fn the_worker_survives_a_database_outage(pool: PgPool) {
     .unwrap();
     create(&h, "after").await;
     h.wait_applied("after", 1).await;
+}
+
+/// A project's namespace deleted outside modelplane comes back with the project's objects,
+/// brought by the watches rather than the (here hour-long) periodic resync.
+#[sqlx::test]
+async fn a_deleted_project_namespace_is_restored_without_waiting_for_a_resync(pool: PgPool) {
+    let h = harness(pool, true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    h.wait_applied("qwen", 1).await;
+    let namespaces: Api<DynamicObject> =
+        Api::all_with(h.kube.clone(), &resource_of("v1", "Namespace"));
+    namespaces
+        .delete("team-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the namespace and the Deployment back",
+        Duration::from_secs(30),
+        || async {
+            namespaces
+                .get_opt("team-a")
+                .await
+                .unwrap()
+                .is_some_and(|ns| ns.metadata.deletion_timestamp.is_none())
+                && h.live("apps/v1", "Deployment", "qwen").await.is_some()
+        },
+    )
+    .await;
 }
