@@ -116,6 +116,8 @@ pub struct DeploymentSpec {
     pub routing: RoutingSpec,
     #[serde(default)]
     pub probes: ProbeSpec,
+    #[serde(default)]
+    pub security: SecuritySpec,
     /// Labels carried onto the Kubernetes objects (never into selectors).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -306,6 +308,32 @@ pub struct ProbeSpec {
     #[serde(default)]
     pub health_path: Option<String>,
 }
+
+/// How the model server's pods run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecuritySpec {
+    /// `restricted` (default) or `image-default`.
+    #[serde(default)]
+    pub profile: SecurityProfile,
+}
+
+/// The pods' security context.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SecurityProfile {
+    /// Passes PodSecurity `restricted`: not root, no privilege escalation, every capability
+    /// dropped, the runtime's default seccomp profile, writable volumes owned by the user.
+    #[default]
+    Restricted,
+    /// No security context: the image's own user (often root). For engines or images that
+    /// need it, in namespaces that allow it.
+    ImageDefault,
+}
+
+/// The user and group id pods run as under [`SecurityProfile::Restricted`]. Not a spec field:
+/// choosing users on the node is the platform's business, not a deployment's.
+pub const RUN_AS_USER: i64 = 1000;
 
 /// A parsed `model.source`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,10 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::domain::{Deployment, DeploymentSpec, EngineDefaults, EngineKind, ModelSource};
+use crate::domain::{
+    CacheVolume, Deployment, DeploymentSpec, EngineDefaults, EngineKind, ModelSource, RUN_AS_USER,
+    SecurityProfile,
+};
 
 pub const FIELD_MANAGER: &str = "modelplane";
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
@@ -374,7 +377,15 @@ fn pod_spec(record: &Deployment, config: &BuildConfig) -> Value {
     }
     let mut volumes = model.volumes;
     let mut mounts = model.mounts;
-    if let Some(cache) = &spec.storage.cache {
+    let restricted = spec.security.profile == SecurityProfile::Restricted;
+    // Under `restricted` the server is not root and cannot write to the image's home: give
+    // the download cache a writable place even when the spec asks for none.
+    let cache = spec
+        .storage
+        .cache
+        .clone()
+        .or_else(|| restricted.then(CacheVolume::default));
+    if let Some(cache) = &cache {
         let volume = match &cache.claim_name {
             Some(claim) => json!({"name": "cache", "persistentVolumeClaim": {"claimName": claim}}),
             None => match &cache.size_limit {
@@ -453,6 +464,18 @@ fn pod_spec(record: &Deployment, config: &BuildConfig) -> Value {
     if !limits.is_empty() {
         container["resources"] = json!({"requests": requests, "limits": limits});
     }
+    // What PodSecurity `restricted` asks of every container (Pod Security Standards).
+    let container_security = json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+    });
+    let mut init_containers = model.init_containers;
+    if restricted {
+        container["securityContext"] = container_security.clone();
+        for init in &mut init_containers {
+            init["securityContext"] = container_security.clone();
+        }
+    }
 
     let mut pod = json!({
         "containers": [container],
@@ -460,8 +483,18 @@ fn pod_spec(record: &Deployment, config: &BuildConfig) -> Value {
         "automountServiceAccountToken": false,
         "enableServiceLinks": false,
     });
-    if !model.init_containers.is_empty() {
-        pod["initContainers"] = json!(model.init_containers);
+    if restricted {
+        pod["securityContext"] = json!({
+            "runAsNonRoot": true,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            // Volumes (cache, PVCs) become writable by the server's group.
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        });
+    }
+    if !init_containers.is_empty() {
+        pod["initContainers"] = json!(init_containers);
     }
     if !volumes.is_empty() {
         pod["volumes"] = json!(volumes);
@@ -657,6 +690,63 @@ mod tests {
             json!({"model": {"source": "s3://models/mistral-7b", "secretRef": {"name": "s3-creds", "key": "unused"}}, "engine": {"kind": "tgi", "tensorParallelSize": 2}, "storage": {"cache": {"claimName": "hf-cache"}}}),
         );
         insta::assert_yaml_snapshot!("tgi_s3_pod", objects.deployment["spec"]["template"]["spec"]);
+    }
+
+    /// The Pod Security Standards' `restricted` profile (kubernetes.io/docs/concepts/security/
+    /// pod-security-standards): no privilege escalation, all capabilities dropped, non-root,
+    /// a RuntimeDefault seccomp profile, and only the allowed volume types.
+    #[test]
+    fn pods_pass_the_restricted_pod_security_standard_unless_relaxed() {
+        let allowed_volumes = [
+            "configMap",
+            "csi",
+            "downwardAPI",
+            "emptyDir",
+            "ephemeral",
+            "persistentVolumeClaim",
+            "projected",
+            "secret",
+        ];
+        for spec in [
+            json!({"model": {"source": "hf://a/b"}}),
+            json!({"model": {"source": "s3://models/x", "secretRef": {"name": "s", "key": "k"}}, "storage": {"cache": {"claimName": "c"}}}),
+            json!({"model": {"source": "pvc://models/x"}, "security": {"profile": "restricted"}}),
+        ] {
+            let objects = build("qwen", spec.clone());
+            let pod = &objects.deployment["spec"]["template"]["spec"];
+            let security = &pod["securityContext"];
+            assert_eq!(security["runAsNonRoot"], true, "{spec}");
+            assert_ne!(security["runAsUser"], 0);
+            assert_eq!(security["seccompProfile"]["type"], "RuntimeDefault");
+            for list in ["containers", "initContainers"] {
+                for container in pod[list].as_array().into_iter().flatten() {
+                    assert_eq!(
+                        container["securityContext"]["allowPrivilegeEscalation"],
+                        false
+                    );
+                    assert_eq!(
+                        container["securityContext"]["capabilities"]["drop"],
+                        json!(["ALL"])
+                    );
+                }
+            }
+            for volume in pod["volumes"].as_array().into_iter().flatten() {
+                let kind = volume
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .find(|k| *k != "name")
+                    .unwrap();
+                assert!(allowed_volumes.contains(&kind.as_str()), "{kind} in {spec}");
+            }
+        }
+        let relaxed = build(
+            "qwen",
+            json!({"model": {"source": "hf://a/b"}, "security": {"profile": "image-default"}}),
+        );
+        let pod = &relaxed.deployment["spec"]["template"]["spec"];
+        assert!(pod["securityContext"].is_null());
+        assert!(pod["containers"][0]["securityContext"].is_null());
     }
 
     #[test]

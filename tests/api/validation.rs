@@ -169,6 +169,11 @@ fn cases() -> Vec<(&'static str, Value, &'static str)> {
         ),
         (
             "qwen",
+            json!({"security": {"profile": "privileged"}}),
+            "spec.security.profile",
+        ),
+        (
+            "qwen",
             json!({"probes": {"healthPath": "health"}}),
             "spec.probes.healthPath",
         ),
