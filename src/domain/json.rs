@@ -21,6 +21,45 @@ pub fn parse_strict(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     Ok(value)
 }
 
+/// JSON text with every object's keys in sorted order, whatever order the map keeps them
+/// in: what hashes are computed over, so a dependency that turns on serde_json's
+/// `preserve_order` cannot change a digest (and roll every model server).
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
 /// Builds a [`Value`] like serde_json's own visitor, but errors on a repeated key.
 #[derive(Clone, Copy)]
 struct NoDuplicates;
@@ -293,6 +332,17 @@ mod tests {
     struct Outer {
         inner: Option<Inner>,
         list: Vec<Inner>,
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_depth() {
+        let mut a = Map::new();
+        a.insert("b".into(), json!(1));
+        a.insert("a".into(), json!({"z": [{"y": 1, "x": 2}], "c": "s"}));
+        assert_eq!(
+            canonical_json(&Value::Object(a)),
+            r#"{"a":{"c":"s","z":[{"x":2,"y":1}]},"b":1}"#
+        );
     }
 
     #[test]

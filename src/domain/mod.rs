@@ -16,7 +16,7 @@ mod status;
 
 pub use access::{Role, TokenRole};
 pub use errors::{FieldError, FieldErrors, from_json_value};
-pub use json::parse_strict as parse_json_strict;
+pub use json::{canonical_json, parse_strict as parse_json_strict};
 pub use names::{
     DeploymentName, ProjectName, is_dns1123_label, is_dns1123_subdomain, validate_label_key,
     validate_label_value,

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::domain::{
     CacheVolume, Deployment, DeploymentSpec, EngineDefaults, EngineKind, ModelSource, RUN_AS_USER,
-    SecurityProfile,
+    SecurityProfile, canonical_json,
 };
 
 pub const FIELD_MANAGER: &str = "modelplane";
@@ -76,7 +76,7 @@ impl DesiredObjects {
             self.service,
             self.http_route
         ]);
-        hex::encode(Sha256::digest(all.to_string().as_bytes()))
+        hex::encode(Sha256::digest(canonical_json(&all).as_bytes()))
     }
 }
 
@@ -200,7 +200,7 @@ fn deployment_object(
     let pod_spec = pod_spec(record, config);
     // The hash of everything that shapes a pod, plus the restart marker: a change rolls the pods.
     let hash_input = json!([pod_spec, record.restarted_at]);
-    let config_hash = &hex::encode(Sha256::digest(hash_input.to_string().as_bytes()))[..16];
+    let config_hash = &hex::encode(Sha256::digest(canonical_json(&hash_input).as_bytes()))[..16];
     let mut pod_annotations = spec.annotations.clone();
     pod_annotations.insert(ANNOTATION_CONFIG_HASH.into(), config_hash.to_owned());
     let startup = startup_timeout_seconds(spec, &config.engines);

@@ -661,8 +661,13 @@ impl Worker {
             if let Err(err) = store::work_queue::enqueue_all(&self.pool).await {
                 tracing::warn!(error = %err, "resync could not queue records");
             }
-            if let Err(err) = self.collect_orphans().await {
-                tracing::warn!(error = %err, "orphan collection failed");
+            // Bounded like a reconcile: a hung cluster must not hold the resync forever.
+            match tokio::time::timeout(self.config.lease, self.collect_orphans()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => tracing::warn!(error = %err, "orphan collection failed"),
+                Err(_) => {
+                    tracing::warn!(budget = ?self.config.lease, "orphan collection timed out")
+                }
             }
         }
     }

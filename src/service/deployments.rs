@@ -17,8 +17,8 @@ use super::projects::parse_uuid_cursor;
 use super::{Actor, Context, Page, ServiceError, cursor, page_size};
 use crate::domain::{
     Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, FieldErrors, LabelSelector,
-    Phase, Project, Revision, Role, RouteClaim, TimelineEvent, check_shared_gateway_rules,
-    entity_tag, from_json_value,
+    Phase, Project, Revision, Role, RouteClaim, TimelineEvent, canonical_json,
+    check_shared_gateway_rules, entity_tag, from_json_value,
 };
 use crate::store;
 use crate::store::deployments::{DeploymentFilter, DeploymentRow};
@@ -759,9 +759,9 @@ async fn record_event(
 }
 
 fn hash_request(request: &CreateDeployment) -> String {
-    // serde_json's maps are sorted, so equal requests hash equally whatever their key order.
-    let canonical = serde_json::to_vec(request).expect("request serialises");
-    hex::encode(Sha256::digest(&canonical))
+    // Canonical JSON: equal requests hash equally whatever their key order.
+    let value = serde_json::to_value(request).expect("request serialises");
+    hex::encode(Sha256::digest(canonical_json(&value).as_bytes()))
 }
 
 fn parse_i64_cursor(key: &str) -> Result<i64, FieldErrors> {

@@ -766,6 +766,18 @@ async fn metrics_can_require_a_platform_admin(pool: PgPool) {
 #[sqlx::test]
 async fn only_a_platform_admin_adopts_a_namespace(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
+    app.create_project("team-a").await;
+    let body = json!({"name": "legacy", "namespace": "ml-legacy", "adoptNamespace": true});
+    // A project admin is refused, and nothing is written.
+    let project_admin = app.token_for("team-a", "admin", "admin").await;
+    let refused = app
+        .request_as(Some(&project_admin), Method::POST, "/api/v1/projects")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    expect_problem(refused, StatusCode::FORBIDDEN).await;
+    assert_eq!(app.count_rows("project").await, 1);
     let response = app
         .post_json(
             "/api/v1/projects",

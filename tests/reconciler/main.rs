@@ -1113,3 +1113,40 @@ async fn a_deleted_project_namespace_is_restored_without_waiting_for_a_resync(po
     )
     .await;
 }
+
+/// An API server that stops answering in time (as with etcd down behind it) costs one
+/// reconcile its budget, not minutes: the attempt ends as a timeout, is retried, and the
+/// record converges once the server answers again.
+#[sqlx::test]
+async fn a_cluster_that_hangs_costs_a_reconcile_its_budget_not_minutes(pool: PgPool) {
+    let h = harness(pool.clone(), true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    h.wait_applied("qwen", 1).await;
+    let emulator = h.emulator.as_ref().unwrap();
+    emulator.faults().latency(Duration::from_secs(60));
+    let patched = h
+        .app
+        .patch(
+            "/api/v1/projects/team-a/deployments/qwen",
+            &json!({"spec": {"replicas": 2}}),
+            None,
+        )
+        .await;
+    assert_eq!(patched.status(), StatusCode::OK);
+    // The harness's lease is 5 s, so a reconcile's budget is 4 s.
+    wait_for("the hung reconcile to time out", Duration::from_secs(20), || async {
+        let error: Option<String> = sqlx::query_scalar(
+            "select w.last_error from reconcile_work w join model_deployment d on d.id = w.deployment_id
+             where d.name = 'qwen'",
+        )
+        .fetch_optional(&pool)
+        .await
+        .unwrap()
+        .flatten();
+        error.is_some_and(|e| e.contains("took longer than"))
+    })
+    .await;
+    emulator.faults().clear();
+    h.wait_applied("qwen", 2).await;
+}
