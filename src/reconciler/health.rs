@@ -3,7 +3,7 @@
 //! failing write path, such as etcd down behind a live API server).
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -16,8 +16,10 @@ pub const HEARTBEAT_STALE_AFTER: Duration = Duration::from_secs(120);
 pub struct WorkerHealth {
     /// Unix seconds of the loop's last beat; 0 before the first.
     heartbeat: AtomicI64,
-    last_success: AtomicI64,
-    last_failure: Mutex<Option<(i64, String)>>,
+    /// Cluster results are numbered in the order they happen; the latest decides.
+    results: AtomicU64,
+    last_success: AtomicU64,
+    last_failure: Mutex<Option<(u64, String)>>,
 }
 
 /// The worker's state as readiness reports it.
@@ -38,14 +40,14 @@ impl WorkerHealth {
 
     /// A reconcile reached the cluster and the cluster did its part.
     pub fn cluster_succeeded(&self) {
-        self.last_success
-            .store(Utc::now().timestamp(), Ordering::Relaxed);
+        let n = self.results.fetch_add(1, Ordering::SeqCst) + 1;
+        self.last_success.fetch_max(n, Ordering::SeqCst);
     }
 
     /// A reconcile failed because of the cluster (unreachable, timed out, a 5xx).
     pub fn cluster_failed(&self, why: &str) {
-        *self.last_failure.lock().expect("health lock") =
-            Some((Utc::now().timestamp(), why.into()));
+        let n = self.results.fetch_add(1, Ordering::SeqCst) + 1;
+        *self.last_failure.lock().expect("health lock") = Some((n, why.into()));
     }
 
     pub fn report(&self) -> WorkerReport {
@@ -61,13 +63,13 @@ impl WorkerHealth {
         } else {
             (true, format!("the worker loop ran {} s ago", now - beat))
         };
-        let success = self.last_success.load(Ordering::Relaxed);
+        let success = self.last_success.load(Ordering::SeqCst);
         let cluster_failing = self
             .last_failure
             .lock()
             .expect("health lock")
             .as_ref()
-            .filter(|(at, _)| *at >= success)
+            .filter(|(n, _)| *n > success)
             .map(|(_, why)| why.clone());
         WorkerReport {
             alive,
@@ -92,10 +94,9 @@ mod tests {
             health.report().cluster_failing.as_deref(),
             Some("etcdserver: request timed out")
         );
-        // A success in a later second clears it.
-        health
-            .last_success
-            .store(Utc::now().timestamp() + 1, Ordering::Relaxed);
+        health.cluster_succeeded();
         assert_eq!(health.report().cluster_failing, None);
+        health.cluster_failed("again");
+        assert_eq!(health.report().cluster_failing.as_deref(), Some("again"));
     }
 }

@@ -544,3 +544,42 @@ async fn readiness_reports_a_worker_that_stopped_beating(pool: PgPool) {
     let response = app.get("/readyz").await;
     assert_eq!(response.status(), StatusCode::OK);
 }
+
+/// A live `/version` is not enough: when the worker's last reconcile failed against the
+/// cluster (etcd down behind a live API server answers reads and `/version`, but not
+/// writes), readiness says so.
+#[sqlx::test]
+async fn readiness_reports_a_cluster_whose_writes_fail(pool: PgPool) {
+    let emulator = modelplane_emulator::Emulator::builder().start().await.unwrap();
+    let dir = std::env::temp_dir().join(format!("modelplane-readyz-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
+    let cluster = modelplane::reconciler::cluster::connect(Some(&kubeconfig), None, None)
+        .await
+        .unwrap();
+    let health = std::sync::Arc::new(modelplane::reconciler::health::WorkerHealth::default());
+    health.beat();
+    let app = TestApp::spawn_with(
+        pool,
+        Options {
+            cluster: Some((cluster, true)),
+            worker: Some(health.clone()),
+            ..Options::default()
+        },
+    )
+    .await;
+    assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
+    health.cluster_failed("Kubernetes: etcdserver: request timed out");
+    let response = app.get("/readyz").await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = response.json().await.unwrap();
+    let message = body["checks"][1]["message"].as_str().unwrap();
+    assert!(
+        message.contains("but the last reconcile failed: Kubernetes: etcdserver: request timed out"),
+        "{body}"
+    );
+    health.cluster_succeeded();
+    assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
+    let _ = std::fs::remove_dir_all(&dir);
+}
