@@ -489,16 +489,19 @@ async fn handle_resource(
     }
     match (method.clone(), &t.name) {
         (Method::GET, None) if watch => {
-            watch_response(state, served, t.namespace.as_deref(), None, query, repr)
+            watch_response(state, served, t.namespace.as_deref(), None, query, repr).await
         }
-        (Method::GET, Some(name)) if watch => watch_response(
-            state,
-            served,
-            t.namespace.as_deref(),
-            Some(name),
-            query,
-            repr,
-        ),
+        (Method::GET, Some(name)) if watch => {
+            watch_response(
+                state,
+                served,
+                t.namespace.as_deref(),
+                Some(name),
+                query,
+                repr,
+            )
+            .await
+        }
         (Method::GET, None) => list(store, served, t.namespace.as_deref(), query, repr),
         (_, Some(name)) if sub == "scale" => scale(
             store,

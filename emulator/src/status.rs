@@ -286,6 +286,23 @@ impl ApiError {
         }
     }
 
+    /// A watch or read from a resourceVersion the store has not reached, after waiting for it
+    /// (apiserver `storage.NewTooLargeResourceVersionError`: a 504 Timeout with the cause
+    /// `ResourceVersionTooLarge` and a retry after 1 s).
+    pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        ApiError {
+            details: Some(json!({
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                "retryAfterSeconds": 1,
+            })),
+            ..Self::new(
+                504,
+                "Timeout",
+                format!("Too large resource version: {requested}, current: {current}"),
+            )
+        }
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)
     }

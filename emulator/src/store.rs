@@ -247,12 +247,19 @@ pub struct Store {
 impl Store {
     pub fn new(kinds: Kinds, history_limit: usize) -> Self {
         let (tx, _) = broadcast::channel(history_limit.max(1024));
+        // resourceVersions continue from the wall clock (microseconds), so a restarted
+        // emulator never reissues one an earlier run gave out: like etcd's revision, they
+        // only grow. A watch from an earlier run's version is older than this run's history
+        // and answered `410 Expired`, as after an etcd restore, and the client relists.
+        let base = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
         let state = State {
-            rv: 0,
+            rv: base,
             objects: BTreeMap::new(),
             uids: HashMap::new(),
             history: VecDeque::new(),
-            compacted_rv: 0,
+            compacted_rv: base,
             history_limit: history_limit.max(1),
             tx,
         };

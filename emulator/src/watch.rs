@@ -81,7 +81,7 @@ fn bookmark(kind: &ResourceKind, rv: u64, initial_end: bool) -> Value {
     json!({"kind": kind.kind, "apiVersion": kind.api_version(), "metadata": meta})
 }
 
-pub(crate) fn watch_response(
+pub(crate) async fn watch_response(
     state: &AppState,
     served: Served,
     ns: Option<&str>,
@@ -125,6 +125,25 @@ pub(crate) fn watch_response(
         .and_then(|t| t.parse::<u64>().ok())
         .map(Duration::from_secs);
     let rv_param = query.get("resourceVersion").cloned().unwrap_or_default();
+    // A version ahead of the store: the watch cache waits up to 3 s for it, then refuses
+    // (apiserver watch_cache.go `waitUntilFreshAndBlock`, blockTimeout = 3 s).
+    if !send_initial
+        && let Ok(wanted) = rv_param.parse::<u64>()
+        && wanted > 0
+    {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        let mut changes = state.store.subscribe();
+        loop {
+            let current = state.store.lock().current_rv();
+            if current >= wanted {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ApiError::too_large_resource_version(wanted, current));
+            }
+            let _ = tokio::time::timeout_at(deadline, changes.recv()).await;
+        }
+    }
 
     // Snapshot + subscription under one lock so no change is missed or duplicated.
     enum Start {
@@ -152,12 +171,8 @@ pub(crate) fn watch_response(
                 Err(oldest) => Start::Expired(oldest),
             }
         };
-        // A watch from a resourceVersion ahead of the store starts there, not now.
-        let from = match &start {
-            Start::Resume(_) => rv_param.parse::<u64>().unwrap_or(cur).max(cur),
-            _ => cur,
-        };
-        (start, rx, from)
+        // The version was waited for above, so the store is at or past it.
+        (start, rx, cur)
     };
 
     let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);

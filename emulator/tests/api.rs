@@ -2032,3 +2032,73 @@ async fn httproute_path_values_are_checked_like_the_crds_cel_rules() {
             .unwrap_or_else(|e| panic!("{value}: {e}"));
     }
 }
+
+/// A watch from a resourceVersion the store has not reached: the real watch cache waits up
+/// to 3 s for it (`waitUntilFreshAndBlock`, blockTimeout), then answers 504 Timeout
+/// "Too large resource version: X, current: Y" with the cause `ResourceVersionTooLarge`
+/// (apiserver `pkg/storage/cacher/watch_cache.go`, `storage.NewTooLargeResourceVersionError`).
+#[tokio::test]
+async fn a_watch_from_a_future_resource_version_is_refused_as_too_large() {
+    let (_emu, client) = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let list = cms.list(&ListParams::default()).await.unwrap();
+    let current: u64 = list.metadata.resource_version.unwrap().parse().unwrap();
+    let ahead = current + 1000;
+    // Raw HTTP: kube's client retries a 504 by itself, and this is about the answer.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(_emu.addr()).await.unwrap();
+    stream
+        .write_all(
+            format!(
+                "GET /api/v1/namespaces/default/configmaps?watch=true&resourceVersion={ahead} HTTP/1.1\r\n\
+                 host: x\r\nconnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 504"), "{response}");
+    // The body may come chunked: look for the Status's parts in it.
+    for part in [
+        r#""reason":"Timeout""#.to_owned(),
+        format!(r#""message":"Too large resource version: {ahead}, current: {current}""#),
+        r#""reason":"ResourceVersionTooLarge""#.to_owned(),
+    ] {
+        assert!(response.contains(&part), "{part} not in {response}");
+    }
+}
+
+/// resourceVersions only grow, across restarts too (as etcd's revision): a restarted
+/// emulator's versions are above the last run's, and a watch from the last run's version is
+/// older than anything it holds, so it is answered 410 Expired and the client relists.
+#[tokio::test]
+async fn after_a_restart_versions_keep_growing_and_old_watches_expire() {
+    let (first, client) = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let created = cms
+        .create(&PostParams::default(), &cm("a", json!({})))
+        .await
+        .unwrap();
+    let old_rv = created.metadata.resource_version.unwrap();
+    let addr = first.addr();
+    first.shutdown().await;
+    let (_second, client) = start_with(Emulator::builder().listen(addr)).await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let list = cms.list(&ListParams::default()).await.unwrap();
+    let new_rv: u64 = list.metadata.resource_version.unwrap().parse().unwrap();
+    assert!(
+        new_rv > old_rv.parse::<u64>().unwrap(),
+        "{new_rv} after {old_rv}"
+    );
+    let mut events = cms
+        .watch(&WatchParams::default(), &old_rv)
+        .await
+        .unwrap()
+        .boxed();
+    match events.next().await {
+        Some(Ok(WatchEvent::Error(status))) => assert_eq!(status.code, 410, "{status:?}"),
+        other => panic!("expected 410 Expired, got {other:?}"),
+    }
+}

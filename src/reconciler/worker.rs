@@ -778,6 +778,14 @@ impl Worker {
                     | watcher::Event::Delete(o)
                     | watcher::Event::InitApply(o),
                 ) => o,
+                // A (re)list: after a restarted or restored API server, objects may be gone
+                // without a delete event. Look at every record again.
+                Ok(watcher::Event::InitDone) => {
+                    if let Err(err) = store::work_queue::enqueue_all(&self.pool).await {
+                        tracing::warn!(kind = name, error = %err, "cannot requeue after a relist");
+                    }
+                    continue;
+                }
                 Ok(_) => continue,
                 Err(err) => {
                     tracing::debug!(kind = name, error = %err, "watch interrupted; retrying");

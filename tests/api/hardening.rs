@@ -550,7 +550,10 @@ async fn readiness_reports_a_worker_that_stopped_beating(pool: PgPool) {
 /// writes), readiness says so.
 #[sqlx::test]
 async fn readiness_reports_a_cluster_whose_writes_fail(pool: PgPool) {
-    let emulator = modelplane_emulator::Emulator::builder().start().await.unwrap();
+    let emulator = modelplane_emulator::Emulator::builder()
+        .start()
+        .await
+        .unwrap();
     let dir = std::env::temp_dir().join(format!("modelplane-readyz-{}", uuid::Uuid::now_v7()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
@@ -576,7 +579,8 @@ async fn readiness_reports_a_cluster_whose_writes_fail(pool: PgPool) {
     let body: Value = response.json().await.unwrap();
     let message = body["checks"][1]["message"].as_str().unwrap();
     assert!(
-        message.contains("but the last reconcile failed: Kubernetes: etcdserver: request timed out"),
+        message
+            .contains("but the last reconcile failed: Kubernetes: etcdserver: request timed out"),
         "{body}"
     );
     health.cluster_succeeded();

@@ -1150,3 +1150,57 @@ async fn a_cluster_that_hangs_costs_a_reconcile_its_budget_not_minutes(pool: PgP
     emulator.faults().clear();
     h.wait_applied("qwen", 2).await;
 }
+
+/// The API server restarts and comes back empty (its store lost, as with an etcd restore):
+/// the worker's watches are told their resourceVersion is gone (410), relist, and every
+/// record is looked at again, so the objects are back within seconds and drift is repaired
+/// at once afterwards. (The hour-long periodic resync plays no part.)
+#[sqlx::test]
+async fn after_the_api_server_restarts_every_record_converges_at_once(pool: PgPool) {
+    let mut h = harness(pool, true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    for i in 0..3 {
+        create(&h, &format!("model-{i}")).await;
+    }
+    for i in 0..3 {
+        h.wait_applied(&format!("model-{i}"), 1).await;
+    }
+    let old = h.emulator.take().unwrap();
+    let addr = old.addr();
+    old.shutdown().await;
+    h.emulator = Some(
+        Emulator::builder()
+            .gateway_api(true)
+            .listen(addr)
+            .start()
+            .await
+            .unwrap(),
+    );
+    wait_for(
+        "every record's objects back",
+        Duration::from_secs(30),
+        || async {
+            let mut all = true;
+            for i in 0..3 {
+                all &= h
+                    .live("apps/v1", "Deployment", &format!("model-{i}"))
+                    .await
+                    .is_some();
+            }
+            all
+        },
+    )
+    .await;
+    let services: Api<DynamicObject> =
+        Api::namespaced_with(h.kube.clone(), "team-a", &resource_of("v1", "Service"));
+    services
+        .delete("model-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the deleted Service restored",
+        Duration::from_secs(10),
+        || async { h.live("v1", "Service", "model-0").await.is_some() },
+    )
+    .await;
+}
