@@ -206,7 +206,7 @@ pub fn compute(
             Phase::Ready,
             format!("{desired}/{desired} replicas available"),
         )
-    } else if let Some(p) = problem.filter(|p| p.fatal) {
+    } else if let Some(p) = problem.as_ref().filter(|p| p.fatal) {
         (
             Phase::Degraded,
             format!(
@@ -232,10 +232,19 @@ pub fn compute(
         && counts.available < desired
         && !deadline_exceeded
         && total <= desired
+        && (problem.is_some() || starting_pods(observed) == 0)
     {
+        // Fewer serve than asked and nothing is on its way (or something is wrong): degraded.
+        // Pods still starting without a problem are a rollout, e.g. every scale-up.
+        let cause = problem
+            .map(|p| format!(": {}", p.message))
+            .unwrap_or_default();
         (
             Phase::Degraded,
-            format!("only {}/{} replicas available", counts.available, desired),
+            format!(
+                "only {}/{} replicas available{cause}",
+                counts.available, desired
+            ),
         )
     } else {
         (
@@ -292,6 +301,27 @@ fn condition(
 }
 
 /// The first problem on a pod of the current generation, fatal ones first.
+/// Pods of the current generation on their way up: not ready yet, not being removed.
+fn starting_pods(observed: &Observed) -> usize {
+    observed
+        .pods
+        .iter()
+        .filter(|pod| {
+            pod.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_CONFIG_HASH))
+                == Some(&observed.config_hash)
+                && pod.metadata.deletion_timestamp.is_none()
+                && !pod
+                    .status
+                    .iter()
+                    .flat_map(|s| s.conditions.iter().flatten())
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+        .count()
+}
+
 /// Pods the cluster refuses to create: the ReplicaSet controller raises `ReplicaFailure`
 /// (reason `FailedCreate`) and the Deployment controller copies it onto the Deployment.
 /// An admission refusal (PodSecurity, a missing PriorityClass, …) stays until the spec or
@@ -1011,6 +1041,51 @@ mod tests {
         let status = run(spec(3), &observed(deployment(3, 3, 2, 3), vec![]));
         assert_eq!(status.phase, Phase::Degraded);
         assert_eq!(status.message, "only 2/3 replicas available");
+    }
+
+    #[test]
+    fn a_scale_up_in_progress_is_deploying_not_degraded() {
+        // Scaled from 2 to 3: the Deployment counts 3 updated at once, the third still starts.
+        let ready = |name: &str| {
+            pod(
+                name,
+                "new",
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}),
+            )
+        };
+        let starting = pod(
+            "qwen-3",
+            "new",
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}]}),
+        );
+        let status = run(
+            spec(3),
+            &observed(
+                deployment(3, 3, 2, 3),
+                vec![ready("qwen-1"), ready("qwen-2"), starting],
+            ),
+        );
+        assert_eq!(status.phase, Phase::Deploying, "{}", status.message);
+        // The same shortfall with a crash-looping pod is degraded, saying why.
+        let crashing = pod(
+            "qwen-3",
+            "new",
+            json!({"phase": "Running", "containerStatuses": [{"name": "server", "image": "x", "imageID": "", "ready": false, "restartCount": 1,
+                   "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}),
+        );
+        let status = run(
+            spec(3),
+            &observed(
+                deployment(3, 3, 2, 3),
+                vec![ready("qwen-1"), ready("qwen-2"), crashing],
+            ),
+        );
+        assert_eq!(status.phase, Phase::Degraded);
+        assert!(
+            status.message.contains("crash-looping"),
+            "{}",
+            status.message
+        );
     }
 
     #[test]

@@ -105,6 +105,7 @@ impl Worker {
         tokio::spawn(self.clone().watch_gateways(shutdown.clone()));
         tokio::spawn(self.clone().watch_pod_events(shutdown.clone()));
         tokio::spawn(self.clone().resync_loop(shutdown.clone()));
+        tokio::spawn(self.clone().probe_cluster(shutdown.clone()));
 
         // Each claimed record runs in its own task holding one of `concurrency` slots, and
         // new work is claimed as soon as a slot frees: a slow or failing record never holds
@@ -539,7 +540,8 @@ impl Worker {
 
     /// Keeps the last status and adds `ClusterReachable=False` when the cluster cannot be reached.
     async fn note_unreachable(&self, id: Uuid, err: &ClusterError) {
-        if err.api_status().is_some()
+        // A server error (5xx, e.g. etcd down behind the API server) is an outage too.
+        if err.api_status().is_some_and(|s| s.code < 500)
             || matches!(err, ClusterError::Database(_) | ClusterError::Panicked(_))
         {
             return;
@@ -647,6 +649,63 @@ impl Worker {
         };
         if let Err(err) = store::events::insert_event(&self.pool, event).await {
             tracing::warn!(error = %err, "cannot record a timeline event");
+        }
+    }
+
+    /// Asks the API server for its version every few seconds. When it stops answering,
+    /// every record says so (`ClusterReachable=False`, the rest of its last status kept),
+    /// whether or not it has work pending; when it answers again, every record is looked at
+    /// again, which writes a status without the condition.
+    async fn probe_cluster(self: Arc<Self>, shutdown: CancellationToken) {
+        const EVERY: Duration = Duration::from_secs(2);
+        // Two misses in a row: one lost request is not an outage.
+        const MISSES: u32 = 2;
+        let mut tick = tokio::time::interval(EVERY);
+        let mut misses = 0;
+        let mut marked = false;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            match tokio::time::timeout(EVERY, self.cluster.client.apiserver_version()).await {
+                Ok(Ok(_)) => {
+                    misses = 0;
+                    if marked {
+                        marked = false;
+                        tracing::info!(cluster = %self.cluster.description, "the cluster answers again");
+                        if let Err(err) = store::work_queue::enqueue_all(&self.pool).await {
+                            tracing::warn!(error = %err, "cannot requeue after the cluster came back");
+                            marked = true;
+                        }
+                    }
+                }
+                outcome => {
+                    misses += 1;
+                    let why = match outcome {
+                        Ok(Err(err)) => err.to_string(),
+                        _ => format!("no answer within {} s", EVERY.as_secs()),
+                    };
+                    if misses >= MISSES && !marked {
+                        let condition = Condition {
+                            type_: "ClusterReachable".into(),
+                            status: "False".into(),
+                            reason: "Unreachable".into(),
+                            message: format!("cannot reach the cluster: {why}"),
+                            last_transition_time: Utc::now(),
+                        };
+                        match store::deployments::mark_cluster_unreachable(&self.pool, &condition)
+                            .await
+                        {
+                            Ok(n) => {
+                                marked = true;
+                                tracing::warn!(cluster = %self.cluster.description, records = n, %why, "the cluster does not answer");
+                            }
+                            Err(err) => tracing::warn!(error = %err, "cannot mark records"),
+                        }
+                    }
+                }
+            }
         }
     }
 

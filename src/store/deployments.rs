@@ -7,8 +7,8 @@ use tracing::instrument;
 use uuid::Uuid;
 
 use crate::domain::{
-    Deployment, DeploymentSpec, DeploymentStatus, LabelRequirement, LabelSelector, Phase,
-    RouteClaim,
+    Condition, Deployment, DeploymentSpec, DeploymentStatus, LabelRequirement, LabelSelector,
+    Phase, RouteClaim,
 };
 
 /// A row of `model_deployment`; [`DeploymentRow::into_record`] adds the project's name.
@@ -144,7 +144,11 @@ pub async fn update_deployment_spec(
         r#"update model_deployment
            set spec = $2, spec_version = $3, labels = $4, engine = $5,
                route_gateway = $6, route_hostname = $7, route_path = $8,
-               generation = generation + 1, updated_at = now()
+               generation = generation + 1, updated_at = now(),
+               -- Until the worker applies the new generation, nothing is Ready for it.
+               phase = 'Pending',
+               status = jsonb_set(jsonb_set(status, '{phase}', '"Pending"'), '{message}',
+                                  to_jsonb('generation ' || (generation + 1) || ' accepted; not applied yet'))
            where id = $1
            returning id, project_id, name, generation,
                      spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
@@ -422,6 +426,36 @@ pub async fn update_status(
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// Adds `condition` (a `ClusterReachable=False`) to every record that does not already
+/// say the cluster is unreachable, keeping the rest of its last status, and records it in
+/// each record's timeline. Returns how many records it marked.
+#[instrument(skip(db, condition))]
+pub async fn mark_cluster_unreachable(
+    db: impl PgExecutor<'_>,
+    condition: &Condition,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"with marked as (
+               update model_deployment
+               set status = jsonb_set(status, '{conditions}',
+                       coalesce((select jsonb_agg(c) from jsonb_array_elements(status -> 'conditions') c
+                                 where c ->> 'type' <> 'ClusterReachable'), '[]'::jsonb)
+                       || jsonb_build_array($1::jsonb))
+               where not exists (select 1 from jsonb_array_elements(status -> 'conditions') c
+                                 where c ->> 'type' = 'ClusterReachable' and c ->> 'status' = 'False')
+               returning id, project_id, name
+           ), logged as (
+               insert into deployment_event (deployment_id, project_id, deployment_name, kind, message, actor)
+               select id, project_id, name, 'ClusterUnreachable', $2, 'worker' from marked
+           )
+           select count(*) as "count!" from marked"#,
+        Json(condition) as _,
+        condition.message,
+    )
+    .fetch_one(db)
+    .await
 }
 
 /// Removes a record whose objects are gone; its revisions go with it, its timeline stays.

@@ -510,7 +510,9 @@ async fn a_cluster_outage_is_reported_and_then_converges(pool: PgPool) {
     let mut h = harness(pool, true, |_| {}).await;
     h.app.create_project("team-a").await;
     create(&h, "qwen").await;
+    create(&h, "idle").await;
     h.wait_applied("qwen", 1).await;
+    h.wait_applied("idle", 1).await;
     let emulator = h.emulator.take().unwrap();
     let addr = emulator.addr();
     emulator.shutdown().await;
@@ -536,12 +538,46 @@ async fn a_cluster_outage_is_reported_and_then_converges(pool: PgPool) {
     .await;
     let record = h.deployment("qwen").await;
     assert_eq!(
-        record["status"]["phase"], "Deploying",
-        "the last status is kept"
+        (
+            record["status"]["phase"].as_str(),
+            record["status"]["message"].as_str()
+        ),
+        (
+            Some("Pending"),
+            Some("generation 2 accepted; not applied yet")
+        ),
+        "a generation not yet applied is never reported as rolled out"
     );
+    // A record with no work pending learns of the outage too, its last status kept.
+    wait_for(
+        "the idle record to say so",
+        Duration::from_secs(20),
+        || async {
+            let record = h.deployment("idle").await;
+            record["status"]["phase"] == "Deploying"
+                && record["status"]["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c["type"] == "ClusterReachable" && c["status"] == "False")
+        },
+    )
+    .await;
 
     h.emulator = Some(Emulator::builder().listen(addr).start().await.unwrap());
     let record = h.wait_applied("qwen", 2).await;
+    wait_for(
+        "the idle record's condition gone",
+        Duration::from_secs(20),
+        || async {
+            h.deployment("idle").await["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c["type"] != "ClusterReachable")
+        },
+    )
+    .await;
     assert!(
         record["status"]["conditions"]
             .as_array()
