@@ -90,12 +90,9 @@ pub fn from_json_value<T: serde::de::DeserializeOwned>(
     value: serde_json::Value,
 ) -> Result<T, FieldErrors> {
     serde_path_to_error::deserialize(super::json::Strict(value)).map_err(|err| {
-        let path = err.path().to_string();
-        let inner = err.into_inner();
-        FieldErrors::single(
-            path_or_root(&path),
-            describe_serde_error(&inner.to_string()),
-        )
+        let path = path_or_root(&err.path().to_string());
+        let (field, message) = describe_serde_error(&path, &err.into_inner().to_string());
+        FieldErrors::single(field, message)
     })
 }
 
@@ -107,10 +104,159 @@ fn path_or_root(path: &str) -> String {
     }
 }
 
-/// serde's messages end with " at line 1 column 42", which means nothing to an API client.
-fn describe_serde_error(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(i) => message[..i].to_owned(),
-        None => message.to_owned(),
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+/// Turns serde's message into one for an API client: the missing field's own path, and
+/// JSON words instead of Rust's (`expected an integer, got the number 1e20`, not
+/// `invalid type: floating point 1e20, expected i64`), without serde's position suffix.
+fn describe_serde_error(path: &str, message: &str) -> (String, String) {
+    let message = match message.rfind(" at line ") {
+        Some(i) => &message[..i],
+        None => message,
+    };
+    if let Some(name) = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.strip_suffix('`'))
+    {
+        return (join(path, name), "is required".to_owned());
+    }
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let expected = rest
+            .split_once(", expected ")
+            .map(|(_, e)| format!("; expected {e}"))
+            .unwrap_or_default();
+        return (path.to_owned(), format!("is not a known field{expected}"));
+    }
+    if let Some(rest) = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+        && let Some((found, expected)) = rest.rsplit_once(", expected ")
+    {
+        return (
+            path.to_owned(),
+            format!(
+                "expected {}, got {}",
+                json_words(expected),
+                found_words(found)
+            ),
+        );
+    }
+    (path.to_owned(), message.to_owned())
+}
+
+/// What serde expected, in JSON's words.
+fn json_words(expected: &str) -> String {
+    match expected {
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "an integer".into(),
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => "a whole number of 0 or more".into(),
+        "f32" | "f64" => "a number".into(),
+        "a sequence" => "an array".into(),
+        "a map" => "an object".into(),
+        e if e.starts_with("struct ") => "an object".into(),
+        e if e.starts_with("a string") || e.starts_with("a boolean") => e.into(),
+        e if e.starts_with("variant identifier") || e.starts_with("one of") => e.into(),
+        e => e.into(),
+    }
+}
+
+/// What serde found, in JSON's words.
+fn found_words(found: &str) -> String {
+    let value = |prefix: &str| {
+        found
+            .strip_prefix(prefix)
+            .map(|v| v.trim_matches('`').to_owned())
+    };
+    if let Some(n) = value("floating point ").or_else(|| value("integer ")) {
+        let n = n.strip_suffix(".0").unwrap_or(&n).replace("e+", "e");
+        return format!("the number {n}");
+    }
+    match found {
+        "sequence" => "an array".into(),
+        "map" => "an object".into(),
+        "unit value" | "null" => "null".into(),
+        f if f.starts_with("boolean ") => f.trim_start_matches("boolean ").trim_matches('`').into(),
+        f => f.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+    use serde_json::json;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    #[allow(dead_code)]
+    struct Body {
+        name: String,
+        spec: Spec,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    #[allow(dead_code)]
+    struct Spec {
+        model: String,
+        replicas: Option<i64>,
+        port: Option<u16>,
+    }
+
+    fn error(value: serde_json::Value) -> (String, String) {
+        let e = from_json_value::<Body>(value)
+            .unwrap_err()
+            .into_vec()
+            .remove(0);
+        (e.field, e.message)
+    }
+
+    #[test]
+    fn a_missing_field_is_reported_at_its_own_path() {
+        assert_eq!(
+            error(json!({"spec": {"model": "m"}})),
+            ("name".into(), "is required".into())
+        );
+        assert_eq!(
+            error(json!({"name": "n", "spec": {}})),
+            ("spec.model".into(), "is required".into())
+        );
+    }
+
+    #[test]
+    fn messages_use_json_words() {
+        assert_eq!(
+            error(json!({"name": "n", "spec": {"model": "m", "replicas": 1e20}})),
+            (
+                "spec.replicas".into(),
+                "expected an integer, got the number 1e20".into()
+            )
+        );
+        assert_eq!(
+            error(json!({"name": "n", "spec": {"model": "m", "port": -1}})),
+            (
+                "spec.port".into(),
+                "expected a whole number of 0 or more, got the number -1".into()
+            )
+        );
+        assert_eq!(
+            error(json!({"name": "n", "spec": {"model": "m", "replicas": "two"}})),
+            (
+                "spec.replicas".into(),
+                "expected an integer, got string \"two\"".into()
+            )
+        );
+        let (field, message) = error(json!({"name": "n", "spec": {"model": "m", "extra": 1}}));
+        assert_eq!(field, "spec.extra");
+        assert!(
+            message.starts_with("is not a known field; expected one of"),
+            "{message}"
+        );
     }
 }

@@ -40,6 +40,8 @@ pub struct Budgets {
 
 /// A problem found on a pod of the current generation.
 struct Problem {
+    /// The cause in one word, for conditions: `ImagePullBackOff`, `Unschedulable`, …
+    reason: String,
     message: String,
     /// It will not get better without a change.
     fatal: bool,
@@ -125,6 +127,7 @@ pub fn compute(
         .or_else(|| replica_failure(dep, budgets, now))
         .or_else(|| {
         deadline_exceeded.then(|| Problem {
+            reason: "ProgressDeadlineExceeded".into(),
             message: format!(
                 "the rollout did not progress within its deadline (ProgressDeadlineExceeded): {}/{} updated replicas available",
                 counts.available.min(counts.updated), desired
@@ -145,18 +148,10 @@ pub fn compute(
         },
         format!("{}/{} replicas available", counts.available, desired),
     );
-    set(
-        "Progressing",
-        !deadline_exceeded,
-        if deadline_exceeded {
-            "ProgressDeadlineExceeded"
-        } else if rolled_out {
-            "RolloutComplete"
-        } else {
-            "RollingOut"
-        },
-        format!("{}/{} replicas updated", counts.updated, desired),
-    );
+    // Progressing is decided below, once the phase is known, so the two always agree.
+    let progressing_cause = problem
+        .as_ref()
+        .map(|p| (p.fatal, p.reason.clone(), p.message.clone()));
 
     let (route_ok, route_message) = route_state(record, observed);
     set(
@@ -255,6 +250,30 @@ pub fn compute(
             ),
         )
     };
+    // Progressing names what holds the rollout: False when it will not get better on its
+    // own (and always when the phase is Failed), True with the cause while it waits.
+    let (progressing, reason, detail) = match progressing_cause {
+        Some((fatal, reason, message)) => (!fatal && phase != Phase::Failed, reason, message),
+        None if phase == Phase::Failed => (false, "Failed".to_owned(), message.clone()),
+        None if rolled_out => (
+            true,
+            "RolloutComplete".to_owned(),
+            format!("{}/{} replicas updated", counts.updated, desired),
+        ),
+        None => (
+            true,
+            "RollingOut".to_owned(),
+            format!("{}/{} replicas updated", counts.updated, desired),
+        ),
+    };
+    conditions.push(condition(
+        previous,
+        "Progressing",
+        progressing,
+        &reason,
+        detail,
+        now,
+    ));
     status(phase, record, message, counts, conditions, endpoints)
 }
 
@@ -334,6 +353,7 @@ fn replica_failure(dep: &K8sDeployment, budgets: Budgets, now: DateTime<Utc>) ->
     let waited = seconds_since(condition.last_transition_time.as_ref(), now);
     let fatal = !may_resolve_itself(&message) || waited >= budgets.unschedulable_seconds;
     Some(Problem {
+        reason: reason.to_owned(),
         message: format!("pods cannot be created ({reason}): {message}"),
         fatal,
     })
@@ -392,6 +412,7 @@ fn pod_problem(
             let detail = waiting.and_then(|w| w.message.clone()).unwrap_or_default();
             match reason {
                 "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" => found.push(Problem {
+                    reason: reason.to_owned(),
                     message: format!(
                         "pod {name}: image `{}` cannot be pulled ({reason}){}",
                         cs.image,
@@ -412,6 +433,7 @@ fn pod_problem(
                         })
                         .unwrap_or_default();
                     found.push(Problem {
+                        reason: reason.to_owned(),
                         message: format!(
                             "pod {name}: container {} is crash-looping (CrashLoopBackOff, {} restarts){}",
                             cs.name, cs.restart_count, if why.is_empty() { String::new() } else { format!(": {why}") }
@@ -419,10 +441,25 @@ fn pod_problem(
                         fatal: cs.restart_count >= budgets.crash_restarts,
                     });
                 }
-                "CreateContainerConfigError" | "CreateContainerError" => found.push(Problem {
-                    message: format!("pod {name}: {reason}{}", suffix(&detail)),
-                    fatal: true,
-                }),
+                // Often a Secret or ConfigMap that another controller (external-secrets…)
+                // delivers a little later: fatal only once it has had time to appear.
+                "CreateContainerConfigError" | "CreateContainerError" => {
+                    let waited = seconds_since(pod.metadata.creation_timestamp.as_ref(), now);
+                    let fatal = waited >= CONFIG_ERROR_GRACE_SECONDS;
+                    let waiting = if fatal {
+                        format!("for over {}", coarse_duration(CONFIG_ERROR_GRACE_SECONDS))
+                    } else {
+                        format!("for {}", coarse_duration(waited))
+                    };
+                    found.push(Problem {
+                        reason: reason.to_owned(),
+                        message: format!(
+                            "pod {name} cannot start ({reason}, {waiting}){}",
+                            suffix(&detail)
+                        ),
+                        fatal,
+                    });
+                }
                 _ => {}
             }
         }
@@ -437,6 +474,11 @@ fn pod_problem(
             } else {
                 format!("for {}", coarse_duration(waiting.seconds))
             };
+            let reason = if waiting.unschedulable.is_some() {
+                "Unschedulable"
+            } else {
+                "NotScheduled"
+            };
             let message = match waiting.unschedulable {
                 Some(why) => format!("pod {name} cannot be scheduled: {why} ({waited})"),
                 None => format!(
@@ -444,7 +486,11 @@ fn pod_problem(
                      check that `spec.scheduling.schedulerName` names a running scheduler"
                 ),
             };
-            found.push(Problem { message, fatal });
+            found.push(Problem {
+                reason: reason.into(),
+                message,
+                fatal,
+            });
         }
     }
     found.sort_by_key(|p| !p.fatal);
@@ -458,6 +504,10 @@ struct SchedulingWait {
     /// the pod at all (no `PodScheduled` condition), reported once it has waited a while.
     unschedulable: Option<String>,
 }
+
+/// How long a container's missing Secret or ConfigMap may take to appear before the
+/// deployment counts as Failed.
+const CONFIG_ERROR_GRACE_SECONDS: i64 = 60;
 
 /// How long before an unscheduled pod with no scheduler verdict is worth reporting: the
 /// usual scheduling delay is far below this.
@@ -495,6 +545,7 @@ fn is_unscheduled(pod: &Pod) -> bool {
     };
     status.phase.as_deref().unwrap_or("Pending") == "Pending"
         && pod.spec.as_ref().is_none_or(|s| s.node_name.is_none())
+        && status.container_statuses.as_ref().is_none_or(Vec::is_empty)
         && !status
             .conditions
             .iter()
@@ -552,6 +603,28 @@ pub fn recheck_after(
                 .then(|| std::time::Duration::from_secs(budget_left.min(next).max(1) as u64))
         })
         .min();
+    // A missing Secret or ConfigMap turns fatal when its grace ends.
+    let config_grace = observed
+        .pods
+        .iter()
+        .filter(|pod| {
+            pod.status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+                .any(|cs| {
+                    cs.state
+                        .as_ref()
+                        .and_then(|s| s.waiting.as_ref())
+                        .and_then(|w| w.reason.as_deref())
+                        .is_some_and(|r| r.starts_with("CreateContainer"))
+                })
+        })
+        .filter_map(|pod| {
+            let left = CONFIG_ERROR_GRACE_SECONDS
+                - seconds_since(pod.metadata.creation_timestamp.as_ref(), now);
+            (left > 0).then(|| std::time::Duration::from_secs(left as u64 + 1))
+        })
+        .min();
     // A pod no scheduler has looked at is reported once it has waited a while.
     let unnoticed = observed
         .pods
@@ -563,7 +636,10 @@ pub fn recheck_after(
             (left > 0).then(|| std::time::Duration::from_secs(left as u64))
         })
         .min();
-    [pods, quota_budget, unnoticed].into_iter().flatten().min()
+    [pods, quota_budget, unnoticed, config_grace]
+        .into_iter()
+        .flatten()
+        .min()
 }
 
 fn suffix(detail: &str) -> String {
@@ -673,6 +749,13 @@ fn route_state(record: &Deployment, observed: &Observed) -> (bool, String) {
 
 /// The in-cluster URL, the external URL through the Gateway, and the OpenAI base URL.
 fn endpoints(record: &Deployment, namespace: &str, observed: &Observed) -> Endpoints {
+    if record.spec.replica_count() == 0 {
+        // The Service and route are kept, but nothing behind them answers.
+        return Endpoints {
+            reason: Some("scaled to zero: no replica serves; scale up to get endpoints".into()),
+            ..Endpoints::default()
+        };
+    }
     let port = engine_port(&record.spec);
     let cluster = observed.service_exists.then(|| {
         format!(
@@ -907,6 +990,76 @@ mod tests {
             "{}",
             status.message
         );
+        // The conditions agree with the phase and name the cause.
+        let progressing = condition_of(&status, "Progressing");
+        assert_eq!(
+            (progressing.status.as_str(), progressing.reason.as_str()),
+            ("False", "ImagePullBackOff")
+        );
+    }
+
+    fn condition_of<'a>(status: &'a DeploymentStatus, type_: &str) -> &'a Condition {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("no {type_} condition"))
+    }
+
+    #[test]
+    fn a_waiting_rollout_names_its_cause_in_progressing() {
+        let p = pod(
+            "qwen-1",
+            "new",
+            json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                   "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}),
+        );
+        let status = run(spec(1), &observed(deployment(1, 1, 0, 1), vec![p]));
+        assert_eq!(status.phase, Phase::Deploying);
+        let progressing = condition_of(&status, "Progressing");
+        assert_eq!(
+            (progressing.status.as_str(), progressing.reason.as_str()),
+            ("True", "Unschedulable")
+        );
+        assert!(progressing.message.contains("Insufficient nvidia.com/gpu"));
+    }
+
+    #[test]
+    fn a_missing_secret_waits_a_grace_period_before_failing() {
+        let waiting = |created: &str| {
+            let mut p = pod(
+                "qwen-1",
+                "new",
+                json!({"containerStatuses": [{"name": "server", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                       "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "secret \"hf-token\" not found"}}}]}),
+            );
+            p.metadata.creation_timestamp = Some(serde_json::from_value(json!(created)).unwrap());
+            p
+        };
+        // 5 s old: an external-secrets controller may still be delivering it.
+        let early = observed(
+            deployment(1, 1, 0, 1),
+            vec![waiting("2026-11-22T11:59:55Z")],
+        );
+        let status = run(spec(1), &early);
+        assert_eq!(status.phase, Phase::Deploying);
+        assert!(
+            status.message.contains("secret \"hf-token\" not found"),
+            "says what is missing: {}",
+            status.message
+        );
+        assert_eq!(
+            recheck_after(&early, BUDGETS, now()),
+            Some(std::time::Duration::from_secs(56)),
+            "looks again when the grace ends"
+        );
+        let late = observed(
+            deployment(1, 1, 0, 1),
+            vec![waiting("2026-11-22T11:58:00Z")],
+        );
+        let status = run(spec(1), &late);
+        assert_eq!(status.phase, Phase::Failed);
+        assert!(status.message.contains("for over 1m"), "{}", status.message);
     }
 
     #[test]
@@ -1094,9 +1247,17 @@ mod tests {
             run(spec(0), &observed(deployment(0, 0, 0, 1), vec![])).phase,
             Phase::Deploying
         );
-        assert_eq!(
-            run(spec(0), &observed(deployment(0, 0, 0, 0), vec![])).phase,
-            Phase::ScaledToZero
+        let scaled = run(spec(0), &observed(deployment(0, 0, 0, 0), vec![]));
+        assert_eq!(scaled.phase, Phase::ScaledToZero);
+        // Nothing answers, so no URL is advertised, and the reason says why.
+        assert!(scaled.endpoints.cluster.is_none() && scaled.endpoints.external.is_empty());
+        assert!(scaled.endpoints.openai_base.is_none());
+        assert!(
+            scaled
+                .endpoints
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("scaled to zero"))
         );
     }
 

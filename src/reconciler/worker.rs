@@ -301,7 +301,10 @@ impl Worker {
                 self.timeline(
                     &target,
                     "DriftRepaired",
-                    &format!("restored {} changed outside modelplane", drifted.join(", ")),
+                    &format!(
+                        "repaired what was done outside modelplane: {}",
+                        drifted.join(", ")
+                    ),
                 )
                 .await;
             }
@@ -364,7 +367,7 @@ impl Worker {
     async fn live_objects(
         &self,
         desired: &DesiredObjects,
-    ) -> Result<(Vec<&'static str>, LiveObjects), ClusterError> {
+    ) -> Result<(Vec<String>, LiveObjects), ClusterError> {
         let mut drifted = Vec::new();
         let mut read = LiveObjects::new();
         for (kind, object) in [
@@ -382,16 +385,19 @@ impl Worker {
                 .await
             {
                 Ok(live) => live,
-                // A kind the cluster does not serve (no Gateway API) is reported, not fatal;
-                // it is left out of `read` so observation finds out why.
-                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
-                    drifted.push(kind);
-                    continue;
-                }
+                // A kind the cluster does not serve (no Gateway API) is reported, not fatal,
+                // and not drift (nothing could repair it); it is left out of `read` so
+                // observation finds out why. When the kind appears, its watch relists and
+                // every record is looked at again.
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => continue,
                 Err(err) => return Err(err),
             };
-            if !live.as_ref().is_some_and(|l| contains(l, object)) {
-                drifted.push(kind);
+            match &live {
+                None => drifted.push(format!("{kind} {name} was deleted")),
+                Some(l) if !contains(l, object) => {
+                    drifted.push(format!("{kind} {name} was changed"))
+                }
+                Some(_) => {}
             }
             read.insert(kind, live);
         }

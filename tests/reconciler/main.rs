@@ -350,6 +350,28 @@ async fn drift_is_repaired_and_recorded(pool: PgPool) {
         2,
         "{events:?}"
     );
+    // Each says what happened: a deleted object is not "changed".
+    let timeline: Value = h
+        .app
+        .get("/api/v1/projects/team-a/deployments/qwen/events")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let repairs: Vec<&str> = timeline["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "DriftRepaired")
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        repairs,
+        [
+            "repaired what was done outside modelplane: Service qwen was deleted",
+            "repaired what was done outside modelplane: Deployment qwen was changed"
+        ]
+    );
 }
 
 #[sqlx::test]
