@@ -70,6 +70,10 @@ pub struct ServeConfig {
     /// Largest `replicas` a deployment may ask for.
     #[arg(long, env = "MODELPLANE_MAX_REPLICAS", default_value_t = 100)]
     pub max_replicas: i64,
+    /// Accept literal values for env vars named like credentials (`HF_TOKEN`, `*_KEY`,
+    /// `*_TOKEN`, `*_SECRET`, `*_PASSWORD`). Off: such values must come from a Secret.
+    #[arg(long, env = "MODELPLANE_ALLOW_PLAINTEXT_CREDENTIALS")]
+    pub allow_plaintext_credentials: bool,
     #[command(flatten)]
     pub auth: AuthConfig,
     /// What this process runs: the API, the reconciler worker, or both.

@@ -62,6 +62,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         pool: pool.clone(),
         limits: SpecLimits {
             max_replicas: config.max_replicas,
+            allow_plaintext_credentials: config.allow_plaintext_credentials,
         },
         routing: service::RoutingPolicy {
             default_gateway: config.reconciler.gateway.clone(),

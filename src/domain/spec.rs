@@ -74,11 +74,16 @@ static SECRET_KEY: LazyLock<Regex> =
 #[derive(Debug, Clone)]
 pub struct SpecLimits {
     pub max_replicas: i64,
+    /// Accept literal values in env vars named like credentials (`HF_TOKEN`, `*_KEY`, …).
+    pub allow_plaintext_credentials: bool,
 }
 
 impl Default for SpecLimits {
     fn default() -> Self {
-        Self { max_replicas: 100 }
+        Self {
+            max_replicas: 100,
+            allow_plaintext_credentials: false,
+        }
     }
 }
 
@@ -118,9 +123,14 @@ pub struct DeploymentSpec {
     pub probes: ProbeSpec,
     #[serde(default)]
     pub security: SecuritySpec,
-    /// Labels carried onto the Kubernetes objects (never into selectors).
+    /// Labels carried onto the Kubernetes objects (never into selectors). They are not put
+    /// on the pods, so changing them never restarts a model server.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Labels for the pods themselves (for NetworkPolicies, meshes, cost tools); changing
+    /// them rolls the pods.
+    #[serde(default)]
+    pub pod_labels: BTreeMap<String, String>,
     /// Annotations carried onto the Kubernetes objects.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
@@ -434,6 +444,7 @@ impl DeploymentSpec {
 
         self.validate_model(&mut errors);
         self.validate_engine(&mut errors);
+        self.validate_contradictions(limits, &mut errors);
         let replicas = self.replicas.unwrap_or(1);
         if !(0..=limits.max_replicas).contains(&replicas) {
             errors.push(
@@ -447,6 +458,7 @@ impl DeploymentSpec {
         self.validate_routing(&mut errors);
         self.validate_probes(&mut errors);
         validate_user_map(&mut errors, "spec.labels", &self.labels, true);
+        validate_user_map(&mut errors, "spec.podLabels", &self.pod_labels, true);
         validate_user_map(&mut errors, "spec.annotations", &self.annotations, false);
         // Postgres cannot store NUL in text or JSONB, and no Kubernetes field wants one.
         let json = serde_json::to_value(&self).expect("a spec serialises");
@@ -587,6 +599,62 @@ impl DeploymentSpec {
                 "spec.engine.tensorParallelSize",
                 format!("must be between 1 and {MAX_TENSOR_PARALLEL}"),
             );
+        }
+    }
+
+    /// Specs whose parts contradict each other, or that would put a secret where every
+    /// viewer can read it.
+    fn validate_contradictions(&self, limits: &SpecLimits, errors: &mut FieldErrors) {
+        let port = self.engine.port.unwrap_or(DEFAULT_PORT);
+        let args = &self.engine.args;
+        for (i, arg) in args.iter().enumerate() {
+            let value = match arg.strip_prefix("--port") {
+                Some(rest) if rest.starts_with('=') => Some(rest[1..].to_owned()),
+                Some("") => args.get(i + 1).cloned(),
+                _ => None,
+            };
+            if let Some(value) = value
+                && value != port.to_string()
+            {
+                errors.push(
+                    format!("spec.engine.args[{i}]"),
+                    format!(
+                        "sets the port to {value}, but spec.engine.port is {port}: the probes and the Service \
+                         would miss the server; set spec.engine.port instead"
+                    ),
+                );
+            }
+        }
+        let gpus = self.resources.gpu.as_ref().and_then(|g| g.count);
+        // (With a tensor-parallel size, a count of 0 is already refused above.)
+        if gpus == Some(0)
+            && self.engine.tensor_parallel_size.is_none()
+            && self.engine.kind != EngineKind::Sim
+            && self.engine.image.is_none()
+        {
+            errors.push(
+                "spec.resources.gpu.count",
+                format!(
+                    "{} needs a GPU with its default image; set spec.engine.image to a CPU build, or use engine kind `sim`",
+                    self.engine.kind.as_str()
+                ),
+            );
+        }
+        if !limits.allow_plaintext_credentials {
+            for (i, var) in self.engine.env.iter().enumerate() {
+                if var.value.as_ref().is_some_and(|v| !v.is_empty())
+                    && looks_like_a_credential(&var.name)
+                {
+                    errors.push(
+                        format!("spec.engine.env[{i}].value"),
+                        format!(
+                            "`{}` looks like a credential, and a literal value is readable by every viewer: \
+                             put it in a Secret and use `secretRef`",
+                            var.name
+                        ),
+                    );
+                }
+            }
         }
     }
 
@@ -845,6 +913,15 @@ fn find_nul_characters(value: &serde_json::Value, path: &str, errors: &mut Field
     }
 }
 
+/// Names that conventionally hold secrets: hub tokens, API keys, passwords.
+fn looks_like_a_credential(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN"].contains(&upper.as_str())
+        || ["_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_PASSWD"]
+            .iter()
+            .any(|suffix| upper.ends_with(suffix))
+}
+
 fn is_reserved_key(key: &str) -> bool {
     let domain = key.split_once('/').map(|(d, _)| d);
     RESERVED_LABEL_KEYS.contains(&key)
@@ -996,11 +1073,23 @@ mod tests {
                 .unwrap();
         assert!(
             spec.clone()
-                .parse("qwen", &SpecLimits { max_replicas: 5 })
+                .parse(
+                    "qwen",
+                    &SpecLimits {
+                        max_replicas: 5,
+                        ..SpecLimits::default()
+                    }
+                )
                 .is_ok()
         );
         let errors = spec
-            .parse("qwen", &SpecLimits { max_replicas: 4 })
+            .parse(
+                "qwen",
+                &SpecLimits {
+                    max_replicas: 4,
+                    ..SpecLimits::default()
+                },
+            )
             .unwrap_err();
         assert_eq!(errors.as_slice()[0].field, "spec.replicas");
     }

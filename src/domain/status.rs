@@ -7,7 +7,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// Where a deployment stands; see `docs/API-DESIGN.md` for the meaning of each.
+/// Where a deployment stands. Each phase's meaning, when it is entered and left, and what
+/// to do about it: the table in the repository's `docs/API-DESIGN.md#phases`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 pub enum Phase {
     Pending,

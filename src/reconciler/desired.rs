@@ -92,7 +92,21 @@ pub fn selector_labels(record: &Deployment) -> BTreeMap<String, String> {
 /// Labels on every object: the selector, ownership, and the user's labels.
 fn object_labels(record: &Deployment, config: &BuildConfig) -> BTreeMap<String, String> {
     let mut labels = record.spec.labels.clone();
-    labels.extend(selector_labels(record));
+    labels.extend(system_labels(record, config));
+    labels
+}
+
+/// Labels on the pods: modelplane's and the spec's `podLabels`, but not its `labels`, so a
+/// cosmetic relabelling never reloads a model.
+fn pod_labels(record: &Deployment, config: &BuildConfig) -> BTreeMap<String, String> {
+    let mut labels = record.spec.pod_labels.clone();
+    labels.extend(system_labels(record, config));
+    labels
+}
+
+/// The selector, ownership and engine labels modelplane sets on everything it makes.
+fn system_labels(record: &Deployment, config: &BuildConfig) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(record);
     labels.insert(LABEL_MANAGED_BY.into(), "modelplane".into());
     labels.insert(LABEL_PART_OF.into(), "modelplane".into());
     labels.insert(LABEL_PROJECT.into(), record.project.clone());
@@ -214,7 +228,7 @@ fn deployment_object(
             // Model loading counts against the deadline, so it must outlast the startup budget.
             "progressDeadlineSeconds": startup + 120,
             "template": {
-                "metadata": {"labels": labels, "annotations": pod_annotations},
+                "metadata": {"labels": pod_labels(record, config), "annotations": pod_annotations},
                 "spec": pod_spec,
             }
         }
@@ -777,10 +791,18 @@ mod tests {
         assert_eq!(selector, &a.service["spec"]["selector"]);
         assert_eq!(selector.as_object().unwrap().len(), 3);
         assert_eq!(selector["app.kubernetes.io/name"], "model-server");
-        assert_eq!(
-            a.deployment["spec"]["template"]["metadata"]["labels"]["team"],
-            "x"
+        // The user's labels stay off the pods; its podLabels go on them.
+        assert!(a.deployment["spec"]["template"]["metadata"]["labels"]["team"].is_null());
+        assert_eq!(a.deployment["metadata"]["labels"]["team"], "x");
+        let with_pod_labels = build(
+            "qwen",
+            json!({"model": {"source": "hf://a/b"}, "podLabels": {"mesh": "on"}}),
         );
+        assert_eq!(
+            with_pod_labels.deployment["spec"]["template"]["metadata"]["labels"]["mesh"],
+            "on"
+        );
+        assert!(with_pod_labels.deployment["metadata"]["labels"]["mesh"].is_null());
     }
 
     #[test]
@@ -802,6 +824,11 @@ mod tests {
         assert_ne!(hash(&base), hash(&restarted));
         assert_ne!(hash(&base), hash(&changed));
         assert_eq!(hash(&base), hash(&relabelled));
+        // Nor does a relabelling touch the pod template, so the Deployment rolls nothing.
+        let template = |r: &Deployment| {
+            desired_objects(r, "team-a", false, &config()).deployment["spec"]["template"].clone()
+        };
+        assert_eq!(template(&base), template(&relabelled));
     }
 
     #[test]

@@ -167,3 +167,40 @@ pub async fn visible_projects(
         Identity::System => Vec::new(),
     }))
 }
+
+/// Who the caller is, for `whoami`: a project token also says its project and role.
+#[derive(Debug, Clone)]
+pub struct CallerDescription {
+    pub project: Option<String>,
+    pub role: Option<&'static str>,
+}
+
+pub async fn describe_caller(
+    ctx: &Context,
+    actor: &Actor,
+) -> Result<CallerDescription, ServiceError> {
+    Ok(match &actor.identity {
+        Identity::Token {
+            project_id: Some(id),
+            role,
+            ..
+        } => CallerDescription {
+            project: store::projects::find_project_by_id(&ctx.pool, *id)
+                .await?
+                .map(|p| p.name),
+            role: Some(role.as_str()),
+        },
+        Identity::Token { role, .. } => CallerDescription {
+            project: None,
+            role: Some(role.as_str()),
+        },
+        Identity::User { platform_admin, .. } => CallerDescription {
+            project: None,
+            role: platform_admin.then_some(TokenRole::PlatformAdmin.as_str()),
+        },
+        Identity::System => CallerDescription {
+            project: None,
+            role: None,
+        },
+    })
+}

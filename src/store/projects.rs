@@ -42,6 +42,20 @@ pub async fn find_project_by_name(
     .await
 }
 
+#[instrument(skip(db))]
+pub async fn find_project_by_id(
+    db: impl PgExecutor<'_>,
+    id: uuid::Uuid,
+) -> Result<Option<Project>, sqlx::Error> {
+    sqlx::query_as!(
+        Project,
+        "select id, name, namespace, namespace_adopted, created_at from project where id = $1",
+        id
+    )
+    .fetch_optional(db)
+    .await
+}
+
 /// Projects ordered by id (time-ordered UUIDv7), after `after` when paging, and only
 /// those in `only` when it is given.
 #[instrument(skip(db, only))]

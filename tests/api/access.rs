@@ -934,7 +934,7 @@ async fn oidc_users_get_roles_from_user_and_group_bindings(pool: PgPool) {
         .unwrap();
     assert_eq!(
         me,
-        json!({"name": "user:bob", "kind": "user", "platformAdmin": false, "groups": ["nlp"]})
+        json!({"name": "user:bob", "kind": "user", "platformAdmin": false, "groups": ["nlp"], "project": null, "role": null})
     );
 
     let root = sign("key1", &claims("root", &["platform-team"]));
@@ -1117,4 +1117,26 @@ async fn oidc_keys_can_come_from_a_jwks_url(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(me["platformAdmin"], true);
+}
+
+#[sqlx::test]
+async fn whoami_names_a_project_tokens_project_and_role(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    app.create_project("team-a").await;
+    let token = app.token_for("team-a", "ci", "editor").await;
+    let me: Value = app
+        .request_as(Some(&token), Method::GET, "/api/v1/whoami")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(me["name"], "token:ci");
+    assert_eq!(me["project"], "team-a");
+    assert_eq!(me["role"], "editor");
+    assert_eq!(me["platformAdmin"], false);
+    let admin: Value = app.get("/api/v1/whoami").await.json().await.unwrap();
+    assert_eq!(admin["project"], Value::Null);
+    assert_eq!(admin["role"], "platform-admin");
 }

@@ -62,7 +62,10 @@ impl TestApp {
     pub async fn spawn_with(pool: PgPool, options: Options) -> Self {
         let ctx = service::Context {
             pool: pool.clone(),
-            limits: SpecLimits { max_replicas: 20 },
+            limits: SpecLimits {
+                max_replicas: 20,
+                ..SpecLimits::default()
+            },
             routing: service::RoutingPolicy {
                 default_gateway: Some("gateway-system/inference".into()),
                 reserved_hostnames: vec!["gateway.example.com".into()],

@@ -174,6 +174,31 @@ fn cases() -> Vec<(&'static str, Value, &'static str)> {
         ),
         (
             "qwen",
+            json!({"engine": {"kind": "vllm", "args": ["--port", "9000"]}}),
+            "spec.engine.args[0]",
+        ),
+        (
+            "qwen",
+            json!({"engine": {"kind": "vllm", "args": ["--port=9000"], "port": 8000}}),
+            "spec.engine.args[0]",
+        ),
+        (
+            "qwen",
+            json!({"engine": {"kind": "vllm", "image": null, "tensorParallelSize": null}, "resources": {"gpu": {"count": 0}}}),
+            "spec.resources.gpu.count",
+        ),
+        (
+            "qwen",
+            json!({"engine": {"kind": "vllm", "env": [{"name": "HF_TOKEN", "value": "hf_abc"}]}}),
+            "spec.engine.env[0].value",
+        ),
+        (
+            "qwen",
+            json!({"engine": {"kind": "vllm", "env": [{"name": "OPENAI_API_KEY", "value": "sk-x"}]}}),
+            "spec.engine.env[0].value",
+        ),
+        (
+            "qwen",
             json!({"probes": {"healthPath": "health"}}),
             "spec.probes.healthPath",
         ),

@@ -49,6 +49,12 @@ pub struct WhoAmI {
     pub platform_admin: bool,
     /// The user's groups (OIDC), empty for tokens.
     pub groups: Vec<String>,
+    /// The project a project token works on; `null` for platform tokens and users (whose
+    /// roles come from role bindings on each project).
+    pub project: Option<String>,
+    /// A token's role (`viewer`, `editor`, `admin`, `platform-admin`); for a user,
+    /// `platform-admin` or `null`.
+    pub role: Option<String>,
 }
 
 /// An id from a URL that is not a UUID names nothing: 404.
@@ -63,18 +69,21 @@ fn parse_id(id: &str, kind: &'static str) -> Result<Uuid, ApiError> {
         (status = 200, description = "The caller", body = WhoAmI),
         (status = 401, description = "Not authenticated", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn whoami(actor: Actor) -> Json<WhoAmI> {
+pub async fn whoami(State(state): State<AppState>, actor: Actor) -> Result<Json<WhoAmI>, ApiError> {
     let (kind, groups) = match &actor.identity {
         Identity::Token { .. } => ("token", Vec::new()),
         Identity::User { groups, .. } => ("user", groups.clone()),
         Identity::System => ("system", Vec::new()),
     };
-    Json(WhoAmI {
+    let described = crate::service::access::describe_caller(&state.ctx, &actor).await?;
+    Ok(Json(WhoAmI {
         platform_admin: actor.is_platform_admin(),
         name: actor.name,
         kind: kind.into(),
         groups,
-    })
+        project: described.project,
+        role: described.role.map(str::to_owned),
+    }))
 }
 
 /// Create a token with a role on the project (project admins). The secret is shown once.
