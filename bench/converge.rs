@@ -62,6 +62,7 @@ async fn main() {
                 sim_image: "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1".into(),
                 gpu_resource_name: "nvidia.com/gpu".into(),
                 startup_timeout_seconds: 600,
+                pods: modelplane::domain::PodDefaults::default(),
             },
             default_gateway: None,
             gpu_product_label: "nvidia.com/gpu.product".into(),

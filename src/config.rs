@@ -179,6 +179,19 @@ pub struct ReconcilerConfig {
     /// Default time a model may take to load, in seconds.
     #[arg(long, env = "MODELPLANE_STARTUP_TIMEOUT_SECS", default_value_t = 1800)]
     pub startup_timeout_secs: i64,
+    /// CPU a GPU engine's pod requests when its spec names none.
+    #[arg(long, env = "MODELPLANE_DEFAULT_CPU_REQUEST", default_value = "2")]
+    pub default_cpu_request: String,
+    /// Memory a GPU engine's pod requests when its spec names none.
+    #[arg(long, env = "MODELPLANE_DEFAULT_MEMORY_REQUEST", default_value = "8Gi")]
+    pub default_memory_request: String,
+    /// Seconds a model server pod may take to shut down, unless its spec says otherwise.
+    #[arg(long, env = "MODELPLANE_TERMINATION_GRACE_SECS", default_value_t = 120)]
+    pub termination_grace_secs: i64,
+    /// Seconds a stopping pod keeps serving while traffic moves away, unless its spec says
+    /// otherwise.
+    #[arg(long, env = "MODELPLANE_DRAIN_SECS", default_value_t = 10)]
+    pub drain_secs: i64,
     /// Seconds a pod may stay unschedulable before the deployment is Failed.
     #[arg(
         long,

@@ -179,6 +179,12 @@ fn worker_config(config: &ReconcilerConfig) -> WorkerConfig {
                 sim_image: config.image_sim.clone(),
                 gpu_resource_name: config.gpu_resource_name.clone(),
                 startup_timeout_seconds: config.startup_timeout_secs,
+                pods: crate::domain::PodDefaults {
+                    cpu_request: config.default_cpu_request.clone(),
+                    memory_request: config.default_memory_request.clone(),
+                    termination_grace_seconds: config.termination_grace_secs,
+                    drain_seconds: config.drain_secs,
+                },
             },
             default_gateway: config.gateway.clone(),
             gpu_product_label: config.gpu_product_label.clone(),

@@ -31,8 +31,8 @@ pub use routing::{
 pub use selector::{LabelRequirement, LabelSelector};
 pub use spec::{
     CURRENT_SPEC_VERSION, CacheVolume, DeploymentSpec, EngineDefaults, EngineKind, EngineSpec,
-    EnvVar, GpuSpec, ModelSource, ModelSpec, ProbeSpec, RUN_AS_USER, ResourceSpec, RoutingSpec,
-    SchedulingSpec, SecretKeyRef, SecurityProfile, SecuritySpec, SpecLimits, StorageSpec,
-    Toleration, parse_gateway_ref,
+    EnvVar, GpuSpec, ModelSource, ModelSpec, PodDefaults, ProbeSpec, RUN_AS_USER, ResourceSpec,
+    RolloutSpec, RoutingSpec, SchedulingSpec, SecretKeyRef, SecurityProfile, SecuritySpec,
+    ShutdownSpec, SpecLimits, StorageSpec, Toleration, parse_gateway_ref,
 };
 pub use status::{Condition, DeploymentStatus, Endpoints, Phase, ReplicaCounts};

@@ -96,6 +96,32 @@ pub struct EngineDefaults {
     pub sim_image: String,
     pub gpu_resource_name: String,
     pub startup_timeout_seconds: i64,
+    pub pods: PodDefaults,
+}
+
+/// Server defaults for what a spec leaves unsaid about its pods.
+#[derive(Debug, Clone)]
+pub struct PodDefaults {
+    /// CPU and memory requested by a GPU engine's pod (`vllm`, `sglang`, `tgi`) when the spec
+    /// names none, so it is not scheduled as if it needed nothing but GPUs.
+    pub cpu_request: String,
+    pub memory_request: String,
+    /// Seconds a pod may take to shut down (in-flight and streaming requests finish).
+    pub termination_grace_seconds: i64,
+    /// Seconds a stopping pod keeps serving before the server is told to stop, while
+    /// endpoints and the Gateway stop sending it new requests.
+    pub drain_seconds: i64,
+}
+
+impl Default for PodDefaults {
+    fn default() -> Self {
+        Self {
+            cpu_request: "2".into(),
+            memory_request: "8Gi".into(),
+            termination_grace_seconds: 120,
+            drain_seconds: 10,
+        }
+    }
 }
 
 /// What a user asks for. Build it with [`DeploymentSpec::parse`]; a stored one is valid.
@@ -123,6 +149,10 @@ pub struct DeploymentSpec {
     pub probes: ProbeSpec,
     #[serde(default)]
     pub security: SecuritySpec,
+    #[serde(default)]
+    pub rollout: RolloutSpec,
+    #[serde(default)]
+    pub shutdown: ShutdownSpec,
     /// Labels carried onto the Kubernetes objects (never into selectors). They are not put
     /// on the pods, so changing them never restarts a model server.
     #[serde(default)]
@@ -319,6 +349,34 @@ pub struct ProbeSpec {
     pub health_path: Option<String>,
 }
 
+/// How a new generation replaces the old pods (a Deployment's rolling update). GPU pods
+/// default to one at a time with no surge (`maxSurge: 0`, `maxUnavailable: 1`): a surge pod
+/// needs spare GPUs, which a full node pool does not have. Others take Kubernetes' 25%/25%.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RolloutSpec {
+    /// Pods above `replicas` during a rollout: a count or a percentage (`"25%"`).
+    #[serde(default)]
+    pub max_surge: Option<serde_json::Value>,
+    /// Pods below `replicas` during a rollout: a count or a percentage.
+    #[serde(default)]
+    pub max_unavailable: Option<serde_json::Value>,
+}
+
+/// How a pod stops.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ShutdownSpec {
+    /// Seconds a stopping pod keeps serving before the engine is told to stop, while the
+    /// Service and Gateway stop sending it requests (0 to 600; server default when `null`).
+    #[serde(default)]
+    pub drain_seconds: Option<i64>,
+    /// Seconds the whole shutdown may take, drain included, so streams can finish
+    /// (1 to 3600; server default when `null`).
+    #[serde(default)]
+    pub grace_period_seconds: Option<i64>,
+}
+
 /// How the model server's pods run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -457,6 +515,7 @@ impl DeploymentSpec {
         self.validate_storage(&mut errors);
         self.validate_routing(&mut errors);
         self.validate_probes(&mut errors);
+        self.validate_rollout_and_shutdown(&mut errors);
         validate_user_map(&mut errors, "spec.labels", &self.labels, true);
         validate_user_map(&mut errors, "spec.podLabels", &self.pod_labels, true);
         validate_user_map(&mut errors, "spec.annotations", &self.annotations, false);
@@ -788,6 +847,61 @@ impl DeploymentSpec {
                 "spec.routing.pathPrefix",
                 super::routing::validate_path_prefix(prefix),
             );
+        }
+    }
+
+    fn validate_rollout_and_shutdown(&self, errors: &mut FieldErrors) {
+        let check = |errors: &mut FieldErrors, field: &str, value: &Option<serde_json::Value>| {
+            let Some(value) = value else { return None };
+            let parsed = match value {
+                serde_json::Value::Number(n) => n.as_i64().filter(|n| *n >= 0).map(|n| (n, false)),
+                serde_json::Value::String(s) => s
+                    .strip_suffix('%')
+                    .and_then(|p| p.parse::<i64>().ok())
+                    .filter(|p| (0..=100).contains(p))
+                    .map(|p| (p, true)),
+                _ => None,
+            };
+            if parsed.is_none() {
+                errors.push(
+                    field,
+                    "must be a count of 0 or more, or a percentage from \"0%\" to \"100%\"",
+                );
+            }
+            parsed
+        };
+        let surge = check(errors, "spec.rollout.maxSurge", &self.rollout.max_surge);
+        let unavailable = check(
+            errors,
+            "spec.rollout.maxUnavailable",
+            &self.rollout.max_unavailable,
+        );
+        if matches!((surge, unavailable), (Some((0, _)), Some((0, _)))) {
+            errors.push(
+                "spec.rollout.maxUnavailable",
+                "may not be 0 when maxSurge is 0: the rollout could never start",
+            );
+        }
+        let shutdown = &self.shutdown;
+        if let Some(drain) = shutdown.drain_seconds
+            && !(0..=600).contains(&drain)
+        {
+            errors.push("spec.shutdown.drainSeconds", "must be between 0 and 600");
+        }
+        if let Some(grace) = shutdown.grace_period_seconds {
+            if !(1..=3600).contains(&grace) {
+                errors.push(
+                    "spec.shutdown.gracePeriodSeconds",
+                    "must be between 1 and 3600",
+                );
+            } else if let Some(drain) = shutdown.drain_seconds
+                && drain >= grace
+            {
+                errors.push(
+                    "spec.shutdown.gracePeriodSeconds",
+                    format!("must be more than spec.shutdown.drainSeconds ({drain})"),
+                );
+            }
         }
     }
 

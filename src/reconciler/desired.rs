@@ -225,6 +225,7 @@ fn deployment_object(
         "spec": {
             "replicas": spec.replica_count(),
             "selector": {"matchLabels": selector_labels(record)},
+            "strategy": rollout_strategy(spec),
             // Model loading counts against the deadline, so it must outlast the startup budget.
             "progressDeadlineSeconds": startup + 120,
             "template": {
@@ -232,6 +233,28 @@ fn deployment_object(
                 "spec": pod_spec,
             }
         }
+    })
+}
+
+/// A rolling update; GPU pods go one at a time without surge (see `RolloutSpec`).
+fn rollout_strategy(spec: &DeploymentSpec) -> Value {
+    let gpu_pods = gpu_count(spec) > 0;
+    let (surge, unavailable) = if gpu_pods {
+        (json!(0), json!(1))
+    } else {
+        (json!("25%"), json!("25%"))
+    };
+    let is_zero = |v: &Value| *v == json!(0) || *v == json!("0%");
+    let unavailable = spec.rollout.max_unavailable.clone().unwrap_or(unavailable);
+    let surge = match &spec.rollout.max_surge {
+        Some(surge) => surge.clone(),
+        // Asked never to go below `replicas`: the rollout then needs one pod of surge.
+        None if is_zero(&unavailable) && is_zero(&surge) => json!(1),
+        None => surge,
+    };
+    json!({
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}
     })
 }
 
@@ -432,13 +455,31 @@ fn pod_spec(record: &Deployment, config: &BuildConfig) -> Value {
 
     let mut limits = Map::new();
     let mut requests = Map::new();
-    if let Some(cpu) = &spec.resources.cpu {
-        requests.insert("cpu".into(), json!(cpu));
-        limits.insert("cpu".into(), json!(cpu));
+    let pods = &config.engines.pods;
+    // A GPU engine needs CPU and memory too: without a request it would be `Burstable` on
+    // nothing but its GPUs. The spec's values are requests and limits; the defaults only
+    // requests.
+    let (default_cpu, default_memory) = match spec.engine.kind {
+        EngineKind::Sim => ("100m", "128Mi"),
+        _ => (pods.cpu_request.as_str(), pods.memory_request.as_str()),
+    };
+    match &spec.resources.cpu {
+        Some(cpu) => {
+            requests.insert("cpu".into(), json!(cpu));
+            limits.insert("cpu".into(), json!(cpu));
+        }
+        None => {
+            requests.insert("cpu".into(), json!(default_cpu));
+        }
     }
-    if let Some(memory) = &spec.resources.memory {
-        requests.insert("memory".into(), json!(memory));
-        limits.insert("memory".into(), json!(memory));
+    match &spec.resources.memory {
+        Some(memory) => {
+            requests.insert("memory".into(), json!(memory));
+            limits.insert("memory".into(), json!(memory));
+        }
+        None => {
+            requests.insert("memory".into(), json!(default_memory));
+        }
     }
     let gpus = gpu_count(spec);
     if gpus > 0 {
@@ -457,8 +498,17 @@ fn pod_spec(record: &Deployment, config: &BuildConfig) -> Value {
             "httpGet": {"path": health, "port": "http"},
             "periodSeconds": period,
             "failureThreshold": failures,
+            // A loaded engine answers its health check slowly; the default 1 s would
+            // take busy pods out of rotation, or restart them.
+            "timeoutSeconds": 5,
         })
     };
+    let drain = spec.shutdown.drain_seconds.unwrap_or(pods.drain_seconds);
+    let grace = spec
+        .shutdown
+        .grace_period_seconds
+        .unwrap_or(pods.termination_grace_seconds)
+        .max(drain + 1);
     let mut container = json!({
         "name": "server",
         "image": engine_image(spec, &config.engines),
@@ -475,8 +525,14 @@ fn pod_spec(record: &Deployment, config: &BuildConfig) -> Value {
     if !mounts.is_empty() {
         container["volumeMounts"] = json!(mounts);
     }
+    let mut resources = json!({"requests": requests});
     if !limits.is_empty() {
-        container["resources"] = json!({"requests": requests, "limits": limits});
+        resources["limits"] = json!(limits);
+    }
+    container["resources"] = resources;
+    if drain > 0 {
+        // Keep serving while endpoints and the Gateway stop routing here (no shell needed).
+        container["lifecycle"] = json!({"preStop": {"sleep": {"seconds": drain}}});
     }
     // What PodSecurity `restricted` asks of every container (Pod Security Standards).
     let container_security = json!({
@@ -496,7 +552,17 @@ fn pod_spec(record: &Deployment, config: &BuildConfig) -> Value {
         // Model servers never call the Kubernetes API.
         "automountServiceAccountToken": false,
         "enableServiceLinks": false,
+        "terminationGracePeriodSeconds": grace,
     });
+    // Replicas on different nodes where possible: one node's loss is not all of them. Set
+    // whatever the replica count (it costs nothing for one), so scaling never changes the
+    // pod template and rolls the pods.
+    pod["topologySpreadConstraints"] = json!([{
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": selector_labels(record)},
+    }]);
     if restricted {
         pod["securityContext"] = json!({
             "runAsNonRoot": true,
@@ -629,6 +695,7 @@ mod tests {
                 sim_image: "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1".into(),
                 gpu_resource_name: "nvidia.com/gpu".into(),
                 startup_timeout_seconds: 1800,
+                pods: crate::domain::PodDefaults::default(),
             },
             default_gateway: Some("gateway-system/inference/http".into()),
             gpu_product_label: "nvidia.com/gpu.product".into(),
@@ -761,6 +828,58 @@ mod tests {
         let pod = &relaxed.deployment["spec"]["template"]["spec"];
         assert!(pod["securityContext"].is_null());
         assert!(pod["containers"][0]["securityContext"].is_null());
+    }
+
+    #[test]
+    fn gpu_pods_roll_one_at_a_time_without_surge_unless_the_spec_says_otherwise() {
+        let strategy = |spec: serde_json::Value| {
+            build("qwen", spec).deployment["spec"]["strategy"]["rollingUpdate"].clone()
+        };
+        assert_eq!(
+            strategy(json!({"model": {"source": "hf://a/b"}, "resources": {"gpu": {"count": 1}}})),
+            json!({"maxSurge": 0, "maxUnavailable": 1})
+        );
+        assert_eq!(
+            strategy(json!({"model": {"source": "hf://a/b"}, "engine": {"kind": "sim"}})),
+            json!({"maxSurge": "25%", "maxUnavailable": "25%"})
+        );
+        // Never below `replicas`: then the rollout needs a pod of surge.
+        assert_eq!(
+            strategy(
+                json!({"model": {"source": "hf://a/b"}, "resources": {"gpu": {"count": 1}}, "rollout": {"maxUnavailable": 0}})
+            ),
+            json!({"maxSurge": 1, "maxUnavailable": 0})
+        );
+        assert_eq!(
+            strategy(
+                json!({"model": {"source": "hf://a/b"}, "rollout": {"maxSurge": "50%", "maxUnavailable": 2}})
+            ),
+            json!({"maxSurge": "50%", "maxUnavailable": 2})
+        );
+    }
+
+    #[test]
+    fn pods_drain_before_they_stop_and_spread_over_nodes() {
+        let one = build("qwen", json!({"model": {"source": "hf://a/b"}}));
+        let pod = &one.deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["terminationGracePeriodSeconds"], 120);
+        assert_eq!(
+            pod["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"],
+            10
+        );
+        assert_eq!(pod["containers"][0]["resources"]["requests"]["cpu"], "2");
+        assert!(pod["containers"][0]["resources"]["limits"]["cpu"].is_null());
+        let several = build(
+            "qwen",
+            json!({"model": {"source": "hf://a/b"}, "replicas": 3, "shutdown": {"drainSeconds": 0, "gracePeriodSeconds": 600}}),
+        );
+        let pod = &several.deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["terminationGracePeriodSeconds"], 600);
+        assert!(pod["containers"][0]["lifecycle"].is_null());
+        assert_eq!(
+            pod["topologySpreadConstraints"][0]["topologyKey"],
+            "kubernetes.io/hostname"
+        );
     }
 
     #[test]

@@ -174,6 +174,21 @@ fn cases() -> Vec<(&'static str, Value, &'static str)> {
         ),
         (
             "qwen",
+            json!({"rollout": {"maxSurge": 0, "maxUnavailable": "0%"}}),
+            "spec.rollout.maxUnavailable",
+        ),
+        (
+            "qwen",
+            json!({"rollout": {"maxSurge": "150%"}}),
+            "spec.rollout.maxSurge",
+        ),
+        (
+            "qwen",
+            json!({"shutdown": {"drainSeconds": 30, "gracePeriodSeconds": 20}}),
+            "spec.shutdown.gracePeriodSeconds",
+        ),
+        (
+            "qwen",
             json!({"engine": {"kind": "vllm", "args": ["--port", "9000"]}}),
             "spec.engine.args[0]",
         ),

@@ -54,6 +54,7 @@ fn worker_config(id: &str) -> WorkerConfig {
                 sim_image: "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1".into(),
                 gpu_resource_name: "nvidia.com/gpu".into(),
                 startup_timeout_seconds: 600,
+                pods: modelplane::domain::PodDefaults::default(),
             },
             default_gateway: Some("gateway-system/inference".into()),
             gpu_product_label: "nvidia.com/gpu.product".into(),
