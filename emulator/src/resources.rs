@@ -207,6 +207,8 @@ pub static KINDS: &[ResourceKind] = &[
     // Leader election (kube-runtime / client-go leases).
     kind!("coordination.k8s.io", "v1", "Lease", "leases", "lease", namespaced: true, status: false, custom: false,
           generation: G::None, names: N::Subdomain, family: Builtin, short: &[], categories: &[], fields: &[]),
+    kind!("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", namespaced: true, status: true, custom: false,
+          generation: G::Spec, names: N::Subdomain, family: Builtin, short: &["pdb"], categories: &[], fields: &[]),
     kind!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", namespaced: false, status: false, custom: false,
           generation: G::None, names: N::Subdomain, family: Builtin, short: &["pc"], categories: &[], fields: &[]),
     kind!("gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses", "gatewayclass", namespaced: false, status: true, custom: true,

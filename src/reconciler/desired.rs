@@ -64,18 +64,23 @@ pub struct DesiredObjects {
     pub service: Value,
     /// `None` when no Gateway is configured for the deployment.
     pub http_route: Option<Value>,
+    /// `None` for one replica or none: a budget would only block node drains.
+    pub disruption_budget: Option<Value>,
     pub gateway: Option<GatewayRef>,
 }
 
 impl DesiredObjects {
     /// A digest of everything that will be applied; equal digests mean nothing to write.
     pub fn digest(&self) -> String {
-        let all = json!([
+        let mut all = json!([
             self.namespace,
             self.deployment,
             self.service,
             self.http_route
         ]);
+        if let Some(budget) = &self.disruption_budget {
+            all.as_array_mut().expect("an array").push(budget.clone());
+        }
         hex::encode(Sha256::digest(canonical_json(&all).as_bytes()))
     }
 }
@@ -174,8 +179,28 @@ pub fn desired_objects(
         http_route: gateway
             .as_ref()
             .map(|gw| route_object(record, namespace, &labels, gw)),
+        disruption_budget: (record.spec.replica_count() > 1)
+            .then(|| disruption_budget_object(record, namespace, &labels)),
         gateway,
     }
+}
+
+/// At most one replica down at a time for voluntary disruptions (node drains, upgrades),
+/// so a drain never takes every replica of a model at once.
+fn disruption_budget_object(
+    record: &Deployment,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> Value {
+    json!({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(record, namespace, labels),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector_labels(record)},
+        }
+    })
 }
 
 fn namespace_object(record: &Deployment, namespace: &str, config: &BuildConfig) -> Value {
@@ -726,6 +751,12 @@ mod tests {
         serde_json::from_value::<Namespace>(objects.namespace.clone()).unwrap();
         serde_json::from_value::<K8sDeployment>(objects.deployment.clone()).unwrap();
         serde_json::from_value::<Service>(objects.service.clone()).unwrap();
+        if let Some(budget) = &objects.disruption_budget {
+            serde_json::from_value::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(
+                budget.clone(),
+            )
+            .unwrap();
+        }
         objects
     }
 
@@ -856,6 +887,23 @@ mod tests {
             ),
             json!({"maxSurge": "50%", "maxUnavailable": 2})
         );
+    }
+
+    #[test]
+    fn several_replicas_get_a_disruption_budget_and_one_does_not() {
+        let one = build("qwen", json!({"model": {"source": "hf://a/b"}}));
+        assert!(one.disruption_budget.is_none());
+        let three = build(
+            "qwen",
+            json!({"model": {"source": "hf://a/b"}, "replicas": 3}),
+        );
+        let budget = three.disruption_budget.clone().expect("a budget");
+        assert_eq!(budget["spec"]["maxUnavailable"], 1);
+        assert_eq!(
+            budget["spec"]["selector"]["matchLabels"],
+            three.deployment["spec"]["selector"]["matchLabels"]
+        );
+        assert_ne!(one.digest(), three.digest());
     }
 
     #[test]

@@ -99,6 +99,7 @@ impl Worker {
             Kind::Service,
             Kind::Pod,
             Kind::HttpRoute,
+            Kind::DisruptionBudget,
         ] {
             tokio::spawn(self.clone().watch(watch, shutdown.clone()));
         }
@@ -375,6 +376,7 @@ impl Worker {
             ("Deployment", Some(&desired.deployment)),
             ("Service", Some(&desired.service)),
             ("HTTPRoute", desired.http_route.as_ref()),
+            ("PodDisruptionBudget", desired.disruption_budget.as_ref()),
         ] {
             let Some(object) = object else { continue };
             let resource = resource_of(object["apiVersion"].as_str().unwrap_or_default(), kind);
@@ -434,6 +436,22 @@ impl Worker {
                     ));
                 }
                 return Err(err);
+            }
+        }
+        let budget = resource_of("policy/v1", "PodDisruptionBudget");
+        match &desired.disruption_budget {
+            Some(object) => self.cluster.apply(object).await?,
+            // One replica (or none) has no budget: remove one left from a larger scale.
+            None => {
+                let namespace = desired.deployment["metadata"]["namespace"].as_str();
+                let name = desired.deployment["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default();
+                match self.cluster.delete(&budget, namespace, name).await {
+                    Ok(_) => {}
+                    Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {}
+                    Err(err) => return Err(err),
+                }
             }
         }
         if let Some(route) = &desired.http_route {
@@ -621,6 +639,7 @@ impl Worker {
         let mut remaining = 0;
         for (api_version, kind, delete) in [
             ("gateway.networking.k8s.io/v1", "HTTPRoute", true),
+            ("policy/v1", "PodDisruptionBudget", true),
             ("v1", "Service", true),
             ("apps/v1", "Deployment", true),
             ("apps/v1", "ReplicaSet", false),
@@ -792,6 +811,7 @@ impl Worker {
             ("apps/v1", "Deployment"),
             ("v1", "Service"),
             ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+            ("policy/v1", "PodDisruptionBudget"),
         ] {
             let objects = match self
                 .cluster
@@ -966,6 +986,7 @@ enum Kind {
     Service,
     Pod,
     HttpRoute,
+    DisruptionBudget,
 }
 
 impl Kind {
@@ -977,6 +998,7 @@ impl Kind {
             Self::Service => ("v1", "Service"),
             Self::Pod => ("v1", "Pod"),
             Self::HttpRoute => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+            Self::DisruptionBudget => ("policy/v1", "PodDisruptionBudget"),
         }
     }
 }

@@ -1263,3 +1263,43 @@ async fn after_the_api_server_restarts_every_record_converges_at_once(pool: PgPo
     )
     .await;
 }
+
+/// More than one replica gets a PodDisruptionBudget (one down at a time in a drain); back
+/// to one replica, and when the record goes, it is removed.
+#[sqlx::test]
+async fn several_replicas_get_a_disruption_budget_that_follows_the_scale(pool: PgPool) {
+    let h = harness(pool, true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    h.wait_applied("qwen", 1).await;
+    assert!(
+        h.live("policy/v1", "PodDisruptionBudget", "qwen")
+            .await
+            .is_none()
+    );
+    let scale = |replicas: i64| {
+        let app = &h.app;
+        async move {
+            app.post_json(
+                "/api/v1/projects/team-a/deployments/qwen/scale",
+                &json!({"replicas": replicas}),
+            )
+            .await
+        }
+    };
+    assert_eq!(scale(3).await.status(), StatusCode::OK);
+    h.wait_applied("qwen", 2).await;
+    let budget = h
+        .live("policy/v1", "PodDisruptionBudget", "qwen")
+        .await
+        .expect("a budget for three replicas");
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    assert_eq!(scale(1).await.status(), StatusCode::OK);
+    h.wait_applied("qwen", 3).await;
+    wait_for("the budget removed", Duration::from_secs(10), || async {
+        h.live("policy/v1", "PodDisruptionBudget", "qwen")
+            .await
+            .is_none()
+    })
+    .await;
+}
