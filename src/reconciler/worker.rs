@@ -427,7 +427,10 @@ impl Worker {
         desired: &DesiredObjects,
         observed: &mut Observed,
     ) -> Result<(), ClusterError> {
-        for object in [&desired.namespace, &desired.deployment, &desired.service] {
+        let objects = [&desired.namespace, &desired.deployment, &desired.service]
+            .into_iter()
+            .chain(desired.disruption_budget.as_ref());
+        for object in objects {
             if let Err(err) = self.cluster.apply(object).await {
                 if let Some(status) = err.api_status().filter(|s| s.code == 422 || s.code == 400) {
                     observed.rejected = Some((
@@ -438,20 +441,17 @@ impl Worker {
                 return Err(err);
             }
         }
-        let budget = resource_of("policy/v1", "PodDisruptionBudget");
-        match &desired.disruption_budget {
-            Some(object) => self.cluster.apply(object).await?,
+        if desired.disruption_budget.is_none() {
             // One replica (or none) has no budget: remove one left from a larger scale.
-            None => {
-                let namespace = desired.deployment["metadata"]["namespace"].as_str();
-                let name = desired.deployment["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default();
-                match self.cluster.delete(&budget, namespace, name).await {
-                    Ok(_) => {}
-                    Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {}
-                    Err(err) => return Err(err),
-                }
+            let budget = resource_of("policy/v1", "PodDisruptionBudget");
+            let namespace = desired.deployment["metadata"]["namespace"].as_str();
+            let name = desired.deployment["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            match self.cluster.delete(&budget, namespace, name).await {
+                Ok(_) => {}
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {}
+                Err(err) => return Err(err),
             }
         }
         if let Some(route) = &desired.http_route {
