@@ -550,7 +550,12 @@ impl Worker {
         if status == record.status {
             return Ok(());
         }
-        store::deployments::update_status(&self.pool, record.id, &status).await?;
+        if !store::deployments::update_status(&self.pool, record.id, record.generation, &status)
+            .await?
+        {
+            // The spec changed meanwhile; its own reconcile reports the new generation.
+            return Ok(());
+        }
         if status.phase != record.status.phase {
             let message = format!(
                 "{} → {}: {}",
@@ -589,9 +594,9 @@ impl Worker {
             message: format!("cannot reach the cluster: {err}"),
             last_transition_time: Utc::now(),
         });
-        if store::deployments::update_status(&self.pool, id, &status)
+        if store::deployments::update_status(&self.pool, id, target.row.generation, &status)
             .await
-            .is_ok()
+            .is_ok_and(|written| written)
         {
             self.timeline(
                 &target,
@@ -610,7 +615,8 @@ impl Worker {
             let mut status = target.row.status.0.clone();
             status.message = format!("deleting: {remaining} Kubernetes object(s) still to go");
             if status != target.row.status.0 {
-                store::deployments::update_status(&self.pool, id, &status).await?;
+                store::deployments::update_status(&self.pool, id, target.row.generation, &status)
+                    .await?;
             }
             return Ok(Outcome::Again(Duration::from_secs(1)));
         }

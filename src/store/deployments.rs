@@ -410,22 +410,29 @@ pub async fn set_applied_digest(
     Ok(())
 }
 
-/// Writes the observed status (the caller only calls this when it changed).
+/// Writes the observed status (the caller only calls this when it changed), if the record
+/// is still at `generation`: a status worked out for an older spec must not overwrite what
+/// a newer one says (the newer generation is queued and reports for itself). Returns
+/// whether it was written.
 #[instrument(skip(db, status))]
 pub async fn update_status(
     db: impl PgExecutor<'_>,
     id: Uuid,
+    generation: i64,
     status: &DeploymentStatus,
-) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        "update model_deployment set phase = $2, status = $3 where id = $1",
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query!(
+        // Nor may it undo a delete: once deletion is requested, only a `Deleting` status goes.
+        "update model_deployment set phase = $3, status = $4
+         where id = $1 and generation = $2 and (deletion_requested_at is null or $3 = 'Deleting')",
         id,
+        generation,
         status.phase.as_str(),
         Json(status) as _,
     )
     .execute(db)
     .await?;
-    Ok(())
+    Ok(result.rows_affected() == 1)
 }
 
 /// Adds `condition` (a `ClusterReachable=False`) to every record that does not already
