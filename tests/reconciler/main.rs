@@ -125,6 +125,23 @@ where
 }
 
 impl Harness {
+    /// The id of deployment `name` (in any project), read from the database.
+    async fn record_id(&self, name: &str) -> uuid::Uuid {
+        sqlx::query_scalar("select id from model_deployment where name = $1")
+            .bind(name)
+            .fetch_one(&self.app.pool)
+            .await
+            .unwrap()
+    }
+
+    /// Queues deployment `name` for a reconcile, as a watch event or the resync would.
+    async fn requeue(&self, name: &str) {
+        let id = self.record_id(name).await;
+        modelplane::store::work_queue::enqueue_reconcile(&self.app.pool, id)
+            .await
+            .unwrap();
+    }
+
     async fn deployment(&self, name: &str) -> Value {
         self.app
             .get(&format!("/api/v1/projects/team-a/deployments/{name}"))
@@ -891,11 +908,7 @@ async fn a_record_that_panics_fails_alone_and_the_worker_goes_on(pool: PgPool) {
     h.app.create_project("team-a").await;
     create(&h, "broken").await;
     h.wait_applied("broken", 1).await;
-    let id: uuid::Uuid =
-        sqlx::query_scalar("select id from model_deployment where name = 'broken'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let id = h.record_id("broken").await;
     sqlx::query(
         "update model_deployment set spec = jsonb_set(spec, '{model,source}', '\"not-a-uri\"'),
                 generation = generation + 1 where id = $1",
@@ -904,9 +917,7 @@ async fn a_record_that_panics_fails_alone_and_the_worker_goes_on(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
-    modelplane::store::work_queue::enqueue_reconcile(&pool, id)
-        .await
-        .unwrap();
+    h.requeue("broken").await;
     wait_for(
         "the broken record's attempt to fail",
         Duration::from_secs(20),
@@ -945,13 +956,7 @@ async fn a_route_the_api_server_refuses_is_reported_with_its_message(pool: PgPoo
     .execute(&pool)
     .await
     .unwrap();
-    let id: uuid::Uuid = sqlx::query_scalar("select id from model_deployment where name = 'qwen'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    modelplane::store::work_queue::enqueue_reconcile(&pool, id)
-        .await
-        .unwrap();
+    h.requeue("qwen").await;
     let record = h.wait_applied("qwen", 2).await;
     assert_eq!(record["status"]["phase"], "Failed", "{record}");
     let message = record["status"]["message"].as_str().unwrap();
@@ -1025,14 +1030,8 @@ async fn the_servers_canonical_forms_are_not_mistaken_for_drift(pool: PgPool) {
     };
     wait_for("an empty queue", Duration::from_secs(20), idle).await;
     let writes = h.writes();
-    let id: uuid::Uuid = sqlx::query_scalar("select id from model_deployment where name = 'qwen'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
     for _ in 0..3 {
-        modelplane::store::work_queue::enqueue_reconcile(&pool, id)
-            .await
-            .unwrap();
+        h.requeue("qwen").await;
         wait_for(
             "the reconcile to be worked off",
             Duration::from_secs(20),
