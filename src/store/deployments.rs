@@ -147,8 +147,17 @@ pub async fn update_deployment_spec(
                generation = generation + 1, updated_at = now(),
                -- Until the worker applies the new generation, nothing is Ready for it.
                phase = 'Pending',
-               status = jsonb_set(jsonb_set(status, '{phase}', '"Pending"'), '{message}',
-                                  to_jsonb('generation ' || (generation + 1) || ' accepted; not applied yet'))
+               status = jsonb_set(jsonb_set(jsonb_set(status, '{phase}', '"Pending"'), '{message}',
+                                  to_jsonb('generation ' || (generation + 1) || ' accepted; not applied yet')),
+                                  '{conditions}',
+                                  -- and Applied says so too, so the conditions agree with the phase
+                                  coalesce((select jsonb_agg(c) from jsonb_array_elements(status -> 'conditions') c
+                                            where c ->> 'type' <> 'Applied'), '[]'::jsonb)
+                                  || jsonb_build_array(jsonb_build_object(
+                                         'type', 'Applied', 'status', 'False', 'reason', 'NotApplied',
+                                         'message', 'generation ' || (generation + 1) || ' not applied yet',
+                                         'lastTransitionTime',
+                                         to_char(now() at time zone 'utc', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))))
            where id = $1
            returning id, project_id, name, generation,
                      spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",

@@ -588,6 +588,18 @@ async fn a_cluster_outage_is_reported_and_then_converges(pool: PgPool) {
         ),
         "a generation not yet applied is never reported as rolled out"
     );
+    let applied = record["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Applied")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (applied["status"].as_str(), applied["reason"].as_str()),
+        (Some("False"), Some("NotApplied")),
+        "the conditions agree with the phase"
+    );
     // A record with no work pending learns of the outage too, its last status kept.
     wait_for(
         "the idle record to say so",
