@@ -15,6 +15,7 @@ use crate::domain::EngineDefaults;
 use crate::domain::SpecLimits;
 use crate::reconciler::cluster::{self, ClusterError};
 use crate::reconciler::desired::BuildConfig;
+use crate::reconciler::health::ReconcilerReadiness;
 use crate::reconciler::status::Budgets;
 use crate::reconciler::worker::{Worker, WorkerConfig};
 use crate::service;
@@ -113,17 +114,19 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         _ => (None, None),
     };
     let state = AppState {
+        auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
         ctx,
         metrics,
-        auth: Arc::new(Authenticator::new(pool, oidc)),
         limiter: Arc::new(RateLimiter::new(
             config.auth.rate_limit_per_minute,
             config.auth.rate_limit_burst,
         )),
         metrics_require_auth: config.auth.metrics_require_auth,
-        cluster,
-        cluster_gates_readiness: config.role == crate::config::ServeRole::Worker,
-        worker: worker_health,
+        readiness: vec![Arc::new(ReconcilerReadiness {
+            cluster,
+            cluster_required: config.role == crate::config::ServeRole::Worker,
+            worker: worker_health,
+        })],
     };
     let app = if config.role == crate::config::ServeRole::Worker {
         api::health_router(state)

@@ -36,12 +36,8 @@ pub struct AppState {
     pub limiter: Arc<RateLimiter>,
     /// `/metrics` needs a platform-admin credential when set.
     pub metrics_require_auth: bool,
-    /// The cluster this process drives, reported by `/readyz`.
-    pub cluster: Option<crate::reconciler::cluster::Cluster>,
-    /// Whether an unreachable cluster makes `/readyz` fail (a worker-only process).
-    pub cluster_gates_readiness: bool,
-    /// The worker this process runs, if any: its loop must be alive for `/readyz`.
-    pub worker: Option<std::sync::Arc<crate::reconciler::health::WorkerHealth>>,
+    /// What `/readyz` checks besides the database (the cluster, the worker).
+    pub readiness: Vec<Arc<dyn crate::domain::ReadinessCheck>>,
 }
 
 /// Health and metrics only, for a process that runs just the worker.

@@ -5,13 +5,8 @@
 
 pub mod oidc;
 
-use chrono::Utc;
-use sqlx::PgPool;
-
-use crate::domain::TokenRole;
-use crate::service::Actor;
-use crate::service::tokens::{TOKEN_PREFIX, hash_secret};
-use crate::store;
+use crate::service::tokens::{TOKEN_PREFIX, TokenCheck, check_token};
+use crate::service::{self, Actor, ServiceError};
 
 pub use oidc::{OidcConfig, OidcVerifier};
 
@@ -23,18 +18,18 @@ pub enum AuthError {
     #[error("{0}")]
     Invalid(String),
     #[error("authentication failed: {0}")]
-    Internal(#[from] sqlx::Error),
+    Internal(#[from] ServiceError),
 }
 
 /// Resolves credentials; shared by every request.
 pub struct Authenticator {
-    pool: PgPool,
+    ctx: service::Context,
     oidc: Option<OidcVerifier>,
 }
 
 impl Authenticator {
-    pub fn new(pool: PgPool, oidc: Option<OidcVerifier>) -> Self {
-        Self { pool, oidc }
+    pub fn new(ctx: service::Context, oidc: Option<OidcVerifier>) -> Self {
+        Self { ctx, oidc }
     }
 
     /// Authenticates the value of an `Authorization` header.
@@ -56,18 +51,9 @@ impl Authenticator {
     }
 
     async fn authenticate_token(&self, secret: &str) -> Result<Actor, AuthError> {
-        let invalid = || AuthError::Invalid("the token is not valid".into());
-        let grant = store::tokens::find_token_by_hash(&self.pool, &hash_secret(secret))
-            .await?
-            .ok_or_else(invalid)?;
-        if grant.revoked_at.is_some() {
-            return Err(AuthError::Invalid("the token was revoked".into()));
+        match check_token(&self.ctx, secret).await? {
+            TokenCheck::Valid(actor) => Ok(actor),
+            TokenCheck::Rejected(why) => Err(AuthError::Invalid(why.into())),
         }
-        if grant.expires_at.is_some_and(|at| at <= Utc::now()) {
-            return Err(AuthError::Invalid("the token has expired".into()));
-        }
-        let role: TokenRole = grant.role.parse().map_err(|_| invalid())?;
-        store::tokens::touch_token(&self.pool, grant.id).await?;
-        Ok(Actor::token(grant.id, &grant.name, grant.project_id, role))
     }
 }

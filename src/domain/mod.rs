@@ -5,6 +5,7 @@
 
 mod access;
 mod errors;
+mod health;
 mod json;
 mod names;
 mod quantity;
@@ -16,6 +17,7 @@ mod status;
 
 pub use access::{Role, TokenRole};
 pub use errors::{FieldError, FieldErrors, from_json_value};
+pub use health::{CheckResult, ReadinessCheck};
 pub use json::{canonical_json, parse_strict as parse_json_strict};
 pub use names::{
     DeploymentName, ProjectName, is_dns1123_label, is_dns1123_subdomain, validate_label_key,

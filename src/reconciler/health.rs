@@ -6,7 +6,14 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
 use chrono::Utc;
+
+use super::cluster::Cluster;
+use crate::domain::{CheckResult, ReadinessCheck};
 
 /// How long the loop may go without a beat before the worker counts as stuck. The loop
 /// beats at least every 30 s while idle, and reconciles end within their budget.
@@ -76,6 +83,77 @@ impl WorkerHealth {
             message,
             cluster_failing,
         }
+    }
+}
+
+/// How long the cluster may take to answer a readiness check.
+const CLUSTER_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The readiness checks of the reconciler's side of a process: the cluster it drives (if
+/// any) and its worker loop (if it runs one).
+pub struct ReconcilerReadiness {
+    pub cluster: Option<Cluster>,
+    /// Whether an unreachable cluster makes the process unready: only a worker-only
+    /// process, since the API serves without the cluster.
+    pub cluster_required: bool,
+    pub worker: Option<Arc<WorkerHealth>>,
+}
+
+impl ReadinessCheck for ReconcilerReadiness {
+    fn check(&self) -> Pin<Box<dyn Future<Output = Vec<CheckResult>> + Send + '_>> {
+        Box::pin(async move {
+            let mut checks = Vec::new();
+            let report = self.worker.as_ref().map(|w| w.report());
+            if let Some(cluster) = &self.cluster {
+                let answer =
+                    tokio::time::timeout(CLUSTER_CHECK_TIMEOUT, cluster.client.apiserver_version())
+                        .await;
+                let (mut ok, mut message) = match answer {
+                    Ok(Ok(version)) => (
+                        true,
+                        format!(
+                            "reachable: {} (Kubernetes {}.{})",
+                            cluster.description, version.major, version.minor
+                        ),
+                    ),
+                    Ok(Err(err)) => (
+                        false,
+                        format!("unreachable: {} ({err})", cluster.description),
+                    ),
+                    Err(_) => (
+                        false,
+                        format!(
+                            "no answer within {} s: {}",
+                            CLUSTER_CHECK_TIMEOUT.as_secs(),
+                            cluster.description
+                        ),
+                    ),
+                };
+                // A live `/version` says nothing of a failing write path: the worker's last
+                // results do.
+                if let Some(failing) = report.as_ref().and_then(|r| r.cluster_failing.as_ref())
+                    && ok
+                {
+                    ok = false;
+                    message = format!("{message}; but the last reconcile failed: {failing}");
+                }
+                checks.push(CheckResult {
+                    name: "cluster".into(),
+                    ok,
+                    required: self.cluster_required,
+                    message,
+                });
+            }
+            if let Some(report) = report {
+                checks.push(CheckResult {
+                    name: "worker".into(),
+                    ok: report.alive,
+                    required: true,
+                    message: report.message,
+                });
+            }
+            checks
+        })
     }
 }
 

@@ -6,6 +6,7 @@ pub mod audit;
 mod cursor;
 pub mod deployments;
 mod diff;
+pub mod health;
 pub mod projects;
 pub mod role_bindings;
 pub mod tokens;

@@ -287,3 +287,35 @@ pub async fn ensure_bootstrap_token(ctx: &Context, secret: &str) -> Result<bool,
     }
     Ok(created)
 }
+
+/// What a presented API token turned out to be.
+#[derive(Debug)]
+pub enum TokenCheck {
+    Valid(Actor),
+    /// Unknown, revoked or expired: the reason, safe to tell the caller.
+    Rejected(&'static str),
+}
+
+/// Looks a presented token up by its hash; a live one is recorded as used.
+pub async fn check_token(ctx: &Context, secret: &str) -> Result<TokenCheck, ServiceError> {
+    let Some(grant) = store::tokens::find_token_by_hash(&ctx.pool, &hash_secret(secret)).await?
+    else {
+        return Ok(TokenCheck::Rejected("the token is not valid"));
+    };
+    if grant.revoked_at.is_some() {
+        return Ok(TokenCheck::Rejected("the token was revoked"));
+    }
+    if grant.expires_at.is_some_and(|at| at <= Utc::now()) {
+        return Ok(TokenCheck::Rejected("the token has expired"));
+    }
+    let Ok(role) = grant.role.parse::<TokenRole>() else {
+        return Ok(TokenCheck::Rejected("the token is not valid"));
+    };
+    store::tokens::touch_token(&ctx.pool, grant.id).await?;
+    Ok(TokenCheck::Valid(Actor::token(
+        grant.id,
+        &grant.name,
+        grant.project_id,
+        role,
+    )))
+}

@@ -9,6 +9,7 @@ use modelplane::api::{self, AppState};
 use modelplane::auth::{Authenticator, OidcConfig, OidcVerifier};
 use modelplane::config::HttpConfig;
 use modelplane::domain::SpecLimits;
+use modelplane::reconciler::health::ReconcilerReadiness;
 use modelplane::service;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
@@ -79,17 +80,19 @@ impl TestApp {
             None => None,
         };
         let state = AppState {
+            auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
             ctx,
             metrics: PrometheusBuilder::new().build_recorder().handle(),
-            auth: Arc::new(Authenticator::new(pool.clone(), oidc)),
             limiter: Arc::new(RateLimiter::new(
                 options.rate_per_minute,
                 options.rate_burst,
             )),
             metrics_require_auth: options.metrics_require_auth,
-            cluster_gates_readiness: options.cluster.as_ref().is_some_and(|(_, gates)| *gates),
-            cluster: options.cluster.map(|(cluster, _)| cluster),
-            worker: options.worker,
+            readiness: vec![Arc::new(ReconcilerReadiness {
+                cluster_required: options.cluster.as_ref().is_some_and(|(_, gates)| *gates),
+                cluster: options.cluster.map(|(cluster, _)| cluster),
+                worker: options.worker,
+            })],
         };
         let http = HttpConfig {
             cors_origins: options.cors_origins,

@@ -10,7 +10,8 @@ use utoipa::ToSchema;
 
 use crate::api::AppState;
 use crate::api::error::ApiError;
-use crate::store;
+use crate::domain::CheckResult;
+use crate::service;
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -57,7 +58,7 @@ pub async fn healthz() -> Json<Health> {
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let database = async {
         let (ok, message) =
-            match tokio::time::timeout(CHECK_TIMEOUT, store::migrations_applied(&state.ctx.pool))
+            match tokio::time::timeout(CHECK_TIMEOUT, service::health::database_ready(&state.ctx))
                 .await
             {
                 Ok(Ok(true)) => (true, "reachable, migrations applied".to_owned()),
@@ -71,67 +72,32 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
                     format!("no answer within {} s", CHECK_TIMEOUT.as_secs()),
                 ),
             };
-        HealthCheck {
+        vec![HealthCheck {
             name: "database".into(),
             ok,
             required: true,
             message,
+        }]
+    };
+    // Each check bounds its own calls; this bound only guards against one that does not.
+    let others = state.readiness.iter().map(|check| async move {
+        match tokio::time::timeout(CHECK_TIMEOUT * 2, check.check()).await {
+            Ok(results) => results.into_iter().map(HealthCheck::from).collect(),
+            Err(_) => vec![HealthCheck {
+                name: "readiness".into(),
+                ok: false,
+                required: true,
+                message: format!(
+                    "a check gave no answer within {} s",
+                    (CHECK_TIMEOUT * 2).as_secs()
+                ),
+            }],
         }
-    };
-    let cluster = async {
-        let cluster = state.cluster.as_ref()?;
-        let (ok, message) =
-            match tokio::time::timeout(CHECK_TIMEOUT, cluster.client.apiserver_version()).await {
-                Ok(Ok(version)) => (
-                    true,
-                    format!(
-                        "reachable: {} (Kubernetes {}.{})",
-                        cluster.description, version.major, version.minor
-                    ),
-                ),
-                Ok(Err(err)) => (
-                    false,
-                    format!("unreachable: {} ({err})", cluster.description),
-                ),
-                Err(_) => (
-                    false,
-                    format!(
-                        "no answer within {} s: {}",
-                        CHECK_TIMEOUT.as_secs(),
-                        cluster.description
-                    ),
-                ),
-            };
-        Some(HealthCheck {
-            name: "cluster".into(),
-            ok,
-            required: state.cluster_gates_readiness,
-            message,
-        })
-    };
-    let (database, mut cluster) = tokio::join!(database, cluster);
-    let report = state.worker.as_ref().map(|w| w.report());
-    // A live `/version` says nothing of a failing write path: the worker's last results do.
-    if let (Some(check), Some(failing)) = (
-        cluster.as_mut(),
-        report.as_ref().and_then(|r| r.cluster_failing.as_ref()),
-    ) && check.ok
-    {
-        check.ok = false;
-        check.message = format!(
-            "{}; but the last reconcile failed: {failing}",
-            check.message
-        );
-    }
-    let worker = report.map(|r| HealthCheck {
-        name: "worker".into(),
-        ok: r.alive,
-        required: true,
-        message: r.message,
     });
-    let checks: Vec<HealthCheck> = std::iter::once(database)
-        .chain(cluster)
-        .chain(worker)
+    let (database, others) = tokio::join!(database, futures::future::join_all(others));
+    let checks: Vec<HealthCheck> = database
+        .into_iter()
+        .chain(others.into_iter().flatten())
         .collect();
     let ready = checks.iter().all(|c| c.ok || !c.required);
     let status = if !ready {
@@ -153,6 +119,17 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     (code, Json(body))
 }
 
+impl From<CheckResult> for HealthCheck {
+    fn from(c: CheckResult) -> Self {
+        Self {
+            name: c.name,
+            ok: c.ok,
+            required: c.required,
+            message: c.message,
+        }
+    }
+}
+
 /// Prometheus text exposition of the process's metrics; open unless configured otherwise.
 pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if state.metrics_require_auth {
@@ -166,7 +143,7 @@ pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Respo
             Err(err) => return ApiError::Unauthorized(err.to_string()).into_response(),
         }
     }
-    if let Ok(depth) = store::work_queue::count_queued(&state.ctx.pool).await {
+    if let Ok(depth) = service::health::queue_depth(&state.ctx).await {
         metrics::gauge!(crate::telemetry::QUEUE_DEPTH).set(depth as f64);
     }
     (
