@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 use crate::domain::{FieldErrors, from_json_value, parse_json_strict};
+use crate::service::Precondition;
 
 /// Largest request body accepted, in bytes.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -89,8 +90,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     }
 }
 
-/// The `If-Match` header, if any.
-pub struct IfMatch(pub Option<String>);
+/// The `If-Match` header as a [`Precondition`] (none when the header is absent).
+pub struct IfMatch(pub Precondition);
 
 /// The `Idempotency-Key` header, if any (1 to 255 visible ASCII characters).
 pub struct IdempotencyKey(pub Option<String>);
@@ -99,17 +100,26 @@ impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        let value = header_string(parts, "if-match", "If-Match")?;
-        if let Some(v) = &value
-            && !is_if_match(v)
-        {
+        let Some(value) = header_string(parts, "if-match", "If-Match")? else {
+            return Ok(Self(Precondition::None));
+        };
+        if !is_if_match(&value) {
             return Err(FieldErrors::single(
                 "If-Match",
                 "must be `*` or a comma-separated list of entity tags such as `\"…\"` (RFC 9110)",
             )
             .into());
         }
-        Ok(Self(value))
+        if value == "*" {
+            return Ok(Self(Precondition::Exists));
+        }
+        let tags = value
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect();
+        Ok(Self(Precondition::OneOf(tags)))
     }
 }
 

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::access::authorize;
 use super::diff::changed_paths;
 use super::projects::parse_uuid_cursor;
-use super::{Actor, Context, Page, ServiceError, cursor, page_size};
+use super::{Actor, Context, Page, Precondition, ServiceError, cursor, page_size};
 use crate::domain::{
     Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, FieldErrors, LabelSelector,
     Phase, Project, Revision, Role, RouteClaim, TimelineEvent, canonical_json,
@@ -343,7 +343,7 @@ pub async fn patch_deployment(
     project: &str,
     name: &str,
     patch: serde_json::Value,
-    if_match: Option<&str>,
+    precondition: &Precondition,
 ) -> Result<Deployment, ServiceError> {
     if !patch.is_object() {
         return Err(FieldErrors::single("", "a merge patch must be a JSON object").into());
@@ -353,7 +353,7 @@ pub async fn patch_deployment(
         actor,
         project,
         name,
-        if_match,
+        precondition,
         SpecChange::MergePatch(patch),
     )
     .await
@@ -365,14 +365,14 @@ pub async fn replace_deployment(
     project: &str,
     name: &str,
     request: ReplaceDeployment,
-    if_match: Option<&str>,
+    precondition: &Precondition,
 ) -> Result<Deployment, ServiceError> {
     change_spec(
         ctx,
         actor,
         project,
         name,
-        if_match,
+        precondition,
         SpecChange::Replace(Box::new(request.spec)),
     )
     .await
@@ -384,14 +384,14 @@ pub async fn scale_deployment(
     project: &str,
     name: &str,
     request: ScaleDeployment,
-    if_match: Option<&str>,
+    precondition: &Precondition,
 ) -> Result<Deployment, ServiceError> {
     change_spec(
         ctx,
         actor,
         project,
         name,
-        if_match,
+        precondition,
         SpecChange::Scale(request.replicas),
     )
     .await
@@ -403,28 +403,28 @@ pub async fn rollback_deployment(
     project: &str,
     name: &str,
     request: RollbackDeployment,
-    if_match: Option<&str>,
+    precondition: &Precondition,
 ) -> Result<Deployment, ServiceError> {
     let change = SpecChange::Rollback {
         revision: request.revision,
         replicas: request.replicas,
     };
-    change_spec(ctx, actor, project, name, if_match, change).await
+    change_spec(ctx, actor, project, name, precondition, change).await
 }
 
 /// The one path every spec change takes.
-#[instrument(skip(ctx, actor, change, if_match))]
+#[instrument(skip(ctx, actor, change, precondition))]
 async fn change_spec(
     ctx: &Context,
     actor: &Actor,
     project: &str,
     name: &str,
-    if_match: Option<&str>,
+    precondition: &Precondition,
     change: SpecChange,
 ) -> Result<Deployment, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Editor).await?;
     let mut tx = ctx.pool.begin().await?;
-    let row = lock_for_change(&mut tx, &project, name, if_match).await?;
+    let row = lock_for_change(&mut tx, &project, name, precondition).await?;
     let (new_spec, reason, kind) = compute_spec(ctx, &mut tx, &row, change).await?;
     if new_spec == row.spec.0 {
         // Nothing changed: no new generation, revision or reconcile.
@@ -565,17 +565,17 @@ async fn check_route(
 }
 
 /// Sets the restart marker: pods are replaced without a spec change.
-#[instrument(skip(ctx, actor, if_match))]
+#[instrument(skip(ctx, actor, precondition))]
 pub async fn restart_deployment(
     ctx: &Context,
     actor: &Actor,
     project: &str,
     name: &str,
-    if_match: Option<&str>,
+    precondition: &Precondition,
 ) -> Result<Deployment, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Editor).await?;
     let mut tx = ctx.pool.begin().await?;
-    let row = lock_for_change(&mut tx, &project, name, if_match).await?;
+    let row = lock_for_change(&mut tx, &project, name, precondition).await?;
     let updated = store::deployments::set_restart_marker(&mut *tx, row.id).await?;
     record_event(
         &mut tx,
@@ -592,17 +592,17 @@ pub async fn restart_deployment(
 
 /// Marks the deployment `Deleting` and queues the removal of its objects.
 /// Deleting a deployment that is already being deleted is accepted again.
-#[instrument(skip(ctx, actor, if_match))]
+#[instrument(skip(ctx, actor, precondition))]
 pub async fn delete_deployment(
     ctx: &Context,
     actor: &Actor,
     project: &str,
     name: &str,
-    if_match: Option<&str>,
+    precondition: &Precondition,
 ) -> Result<Deployment, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Editor).await?;
     let mut tx = ctx.pool.begin().await?;
-    let row = lock(&mut tx, &project, name, if_match).await?;
+    let row = lock(&mut tx, &project, name, precondition).await?;
     if row.deletion_requested_at.is_some() {
         tx.rollback().await?;
         return Ok(row.into_record(&project.name));
@@ -684,13 +684,13 @@ async fn lock(
     tx: &mut Transaction<'_, Postgres>,
     project: &Project,
     name: &str,
-    if_match: Option<&str>,
+    precondition: &Precondition,
 ) -> Result<DeploymentRow, ServiceError> {
     check_name_could_exist(name)?;
     let row = store::deployments::lock_deployment(&mut **tx, project.id, name)
         .await?
         .ok_or_else(|| ServiceError::not_found("deployment", name))?;
-    check_if_match(&row, if_match)?;
+    check_precondition(&row, precondition)?;
     Ok(row)
 }
 
@@ -706,9 +706,9 @@ async fn lock_for_change(
     tx: &mut Transaction<'_, Postgres>,
     project: &Project,
     name: &str,
-    if_match: Option<&str>,
+    precondition: &Precondition,
 ) -> Result<DeploymentRow, ServiceError> {
-    let row = lock(tx, project, name, if_match).await?;
+    let row = lock(tx, project, name, precondition).await?;
     if row.deletion_requested_at.is_some() {
         return Err(ServiceError::conflict(
             None,
@@ -718,22 +718,19 @@ async fn lock_for_change(
     Ok(row)
 }
 
-/// `If-Match` (RFC 9110): `*` or a list of entity tags; weak tags never match.
-fn check_if_match(row: &DeploymentRow, if_match: Option<&str>) -> Result<(), ServiceError> {
-    let Some(header) = if_match else {
-        return Ok(());
-    };
+/// Checks `precondition` against the row's current entity tag (weak tags never match).
+fn check_precondition(
+    row: &DeploymentRow,
+    precondition: &Precondition,
+) -> Result<(), ServiceError> {
     let current = entity_tag(row.id, row.generation);
-    let matches = header
-        .split(',')
-        .map(str::trim)
-        .any(|tag| tag == "*" || tag == current);
-    if matches {
-        Ok(())
-    } else {
-        Err(ServiceError::PreconditionFailed(format!(
-            "If-Match {header} does not match the current ETag {current}: the spec changed since you read it"
-        )))
+    match precondition {
+        Precondition::None | Precondition::Exists => Ok(()),
+        Precondition::OneOf(tags) if tags.contains(&current) => Ok(()),
+        Precondition::OneOf(tags) => Err(ServiceError::PreconditionFailed(format!(
+            "If-Match {} does not match the current ETag {current}: the spec changed since you read it",
+            tags.join(", ")
+        ))),
     }
 }
 

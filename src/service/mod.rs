@@ -84,6 +84,19 @@ impl ServiceError {
     }
 }
 
+/// A condition on the current state of a deployment's spec, built by each front-end from
+/// its own way of saying it (HTTP `If-Match`, a GraphQL argument).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Precondition {
+    /// Apply whatever the current spec is.
+    #[default]
+    None,
+    /// The deployment must exist (`If-Match: *`).
+    Exists,
+    /// The spec must still be one of these versions (entity tags, strongly compared).
+    OneOf(Vec<String>),
+}
+
 /// Page sizes: the default when none is asked, and the most a caller may ask.
 pub const DEFAULT_PAGE_SIZE: i64 = 50;
 pub const MAX_PAGE_SIZE: i64 = 200;

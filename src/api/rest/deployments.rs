@@ -180,18 +180,12 @@ pub async fn replace_deployment(
     State(state): State<AppState>,
     Path((project, name)): Path<(String, String)>,
     actor: Actor,
-    IfMatch(if_match): IfMatch,
+    IfMatch(precondition): IfMatch,
     JsonBody(request): JsonBody<ReplaceDeployment>,
 ) -> Result<Response, ApiError> {
-    let deployment = service::replace_deployment(
-        &state.ctx,
-        &actor,
-        &project,
-        &name,
-        request,
-        if_match.as_deref(),
-    )
-    .await?;
+    let deployment =
+        service::replace_deployment(&state.ctx, &actor, &project, &name, request, &precondition)
+            .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
 }
 
@@ -218,18 +212,12 @@ pub async fn patch_deployment(
     State(state): State<AppState>,
     Path((project, name)): Path<(String, String)>,
     actor: Actor,
-    IfMatch(if_match): IfMatch,
+    IfMatch(precondition): IfMatch,
     MergePatch(patch): MergePatch,
 ) -> Result<Response, ApiError> {
-    let deployment = service::patch_deployment(
-        &state.ctx,
-        &actor,
-        &project,
-        &name,
-        patch,
-        if_match.as_deref(),
-    )
-    .await?;
+    let deployment =
+        service::patch_deployment(&state.ctx, &actor, &project, &name, patch, &precondition)
+            .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
 }
 
@@ -249,11 +237,10 @@ pub async fn delete_deployment(
     State(state): State<AppState>,
     Path((project, name)): Path<(String, String)>,
     actor: Actor,
-    IfMatch(if_match): IfMatch,
+    IfMatch(precondition): IfMatch,
 ) -> Result<Response, ApiError> {
     let deployment =
-        service::delete_deployment(&state.ctx, &actor, &project, &name, if_match.as_deref())
-            .await?;
+        service::delete_deployment(&state.ctx, &actor, &project, &name, &precondition).await?;
     Ok(deployment_response(StatusCode::ACCEPTED, deployment))
 }
 
@@ -276,18 +263,12 @@ pub async fn scale_deployment(
     State(state): State<AppState>,
     Path((project, name)): Path<(String, String)>,
     actor: Actor,
-    IfMatch(if_match): IfMatch,
+    IfMatch(precondition): IfMatch,
     JsonBody(request): JsonBody<ScaleDeployment>,
 ) -> Result<Response, ApiError> {
-    let deployment = service::scale_deployment(
-        &state.ctx,
-        &actor,
-        &project,
-        &name,
-        request,
-        if_match.as_deref(),
-    )
-    .await?;
+    let deployment =
+        service::scale_deployment(&state.ctx, &actor, &project, &name, request, &precondition)
+            .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
 }
 
@@ -308,11 +289,10 @@ pub async fn restart_deployment(
     State(state): State<AppState>,
     Path((project, name)): Path<(String, String)>,
     actor: Actor,
-    IfMatch(if_match): IfMatch,
+    IfMatch(precondition): IfMatch,
 ) -> Result<Response, ApiError> {
     let deployment =
-        service::restart_deployment(&state.ctx, &actor, &project, &name, if_match.as_deref())
-            .await?;
+        service::restart_deployment(&state.ctx, &actor, &project, &name, &precondition).await?;
     Ok(deployment_response(StatusCode::OK, deployment))
 }
 
@@ -337,18 +317,12 @@ pub async fn rollback_deployment(
     State(state): State<AppState>,
     Path((project, name)): Path<(String, String)>,
     actor: Actor,
-    IfMatch(if_match): IfMatch,
+    IfMatch(precondition): IfMatch,
     JsonBody(request): JsonBody<RollbackDeployment>,
 ) -> Result<Response, ApiError> {
-    let deployment = service::rollback_deployment(
-        &state.ctx,
-        &actor,
-        &project,
-        &name,
-        request,
-        if_match.as_deref(),
-    )
-    .await?;
+    let deployment =
+        service::rollback_deployment(&state.ctx, &actor, &project, &name, request, &precondition)
+            .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
 }
 
