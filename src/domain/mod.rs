@@ -25,7 +25,8 @@ pub use names::{
 };
 pub use quantity::Quantity;
 pub use records::{
-    ApiToken, AuditEvent, Deployment, Project, Revision, RoleBinding, TimelineEvent, entity_tag,
+    ApiToken, AuditEvent, Deployment, EventKind, Project, Revision, RoleBinding, TimelineEvent,
+    entity_tag,
 };
 pub use routing::{
     RouteClaim, check_shared_gateway_rules, effective_path_prefix, validate_path_prefix,

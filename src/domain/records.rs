@@ -64,13 +64,49 @@ pub struct Revision {
     pub created_at: DateTime<Utc>,
 }
 
+/// What a timeline entry records. Stored (and listed) as its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Created,
+    SpecChanged,
+    Scaled,
+    RolledBack,
+    RestartRequested,
+    DeleteRequested,
+    Applied,
+    DriftRepaired,
+    PhaseChanged,
+    ClusterUnreachable,
+    Deleted,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "Created",
+            Self::SpecChanged => "SpecChanged",
+            Self::Scaled => "Scaled",
+            Self::RolledBack => "RolledBack",
+            Self::RestartRequested => "RestartRequested",
+            Self::DeleteRequested => "DeleteRequested",
+            Self::Applied => "Applied",
+            Self::DriftRepaired => "DriftRepaired",
+            Self::PhaseChanged => "PhaseChanged",
+            Self::ClusterUnreachable => "ClusterUnreachable",
+            Self::Deleted => "Deleted",
+        }
+    }
+}
+
 /// One entry of a deployment's timeline; kept after the deployment is deleted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TimelineEvent {
     pub id: i64,
     pub deployment_id: Uuid,
-    /// e.g. `Created`, `SpecChanged`, `Scaled`, `RestartRequested`, `RolledBack`, `DeleteRequested`.
+    /// `Created`, `SpecChanged`, `Scaled`, `RolledBack`, `RestartRequested`, `DeleteRequested`
+    /// (by people); `Applied`, `DriftRepaired`, `PhaseChanged`, `ClusterUnreachable`,
+    /// `Deleted` (by the worker).
     pub kind: String,
     pub message: String,
     /// Who did it: `token:<name>`, `user:<name>` (OIDC), or `worker` for the reconciler.

@@ -22,7 +22,7 @@ use super::desired::{
 };
 use super::health::WorkerHealth;
 use super::status::{Budgets, Observed, compute, recheck_after};
-use crate::domain::{Condition, Deployment, DeploymentStatus, Phase};
+use crate::domain::{Condition, Deployment, DeploymentStatus, EventKind, Phase};
 use crate::store;
 use crate::store::deployments::ReconcileTarget;
 use crate::store::events::NewEvent;
@@ -301,7 +301,7 @@ impl Worker {
             if unchanged {
                 self.timeline(
                     &target,
-                    "DriftRepaired",
+                    EventKind::DriftRepaired,
                     &format!(
                         "repaired what was done outside modelplane: {}",
                         drifted.join(", ")
@@ -319,7 +319,7 @@ impl Worker {
                     if !unchanged {
                         self.timeline(
                             &target,
-                            "Applied",
+                            EventKind::Applied,
                             &format!(
                                 "generation {} applied to namespace {}",
                                 record.generation, target.namespace
@@ -561,7 +561,8 @@ impl Worker {
                 "{} → {}: {}",
                 record.status.phase, status.phase, status.message
             );
-            self.timeline(target, "PhaseChanged", &message).await;
+            self.timeline(target, EventKind::PhaseChanged, &message)
+                .await;
             tracing::info!(deployment_id = %record.id, from = %record.status.phase, to = %status.phase, message = %status.message, "phase changed");
         }
         Ok(())
@@ -600,7 +601,7 @@ impl Worker {
         {
             self.timeline(
                 &target,
-                "ClusterUnreachable",
+                EventKind::ClusterUnreachable,
                 &format!("cannot reach the cluster: {err}"),
             )
             .await;
@@ -622,7 +623,7 @@ impl Worker {
         }
         self.timeline(
             target,
-            "Deleted",
+            EventKind::Deleted,
             "every Kubernetes object removed; record deleted",
         )
         .await;
@@ -669,7 +670,7 @@ impl Worker {
         Ok(remaining)
     }
 
-    async fn timeline(&self, target: &ReconcileTarget, kind: &str, message: &str) {
+    async fn timeline(&self, target: &ReconcileTarget, kind: EventKind, message: &str) {
         let event = NewEvent {
             deployment_id: target.row.id,
             project_id: target.row.project_id,

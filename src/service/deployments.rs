@@ -16,8 +16,8 @@ use super::diff::changed_paths;
 use super::projects::parse_uuid_cursor;
 use super::{Actor, Context, Page, Precondition, ServiceError, cursor, page_size};
 use crate::domain::{
-    Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, FieldErrors, LabelSelector,
-    Phase, Project, Revision, Role, RouteClaim, TimelineEvent, canonical_json,
+    Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, EventKind, FieldErrors,
+    LabelSelector, Phase, Project, Revision, Role, RouteClaim, TimelineEvent, canonical_json,
     check_shared_gateway_rules, entity_tag, from_json_value,
 };
 use crate::store;
@@ -167,7 +167,7 @@ pub async fn create_deployment(
         spec.engine.kind.as_str(),
         spec.model.source
     );
-    record_event(&mut tx, &row, "Created", &message, actor).await?;
+    record_event(&mut tx, &row, EventKind::Created, &message, actor).await?;
     store::work_queue::enqueue_reconcile(&mut *tx, id).await?;
 
     let deployment = row.into_record(&project.name);
@@ -465,21 +465,25 @@ async fn compute_spec(
     tx: &mut Transaction<'_, Postgres>,
     row: &DeploymentRow,
     change: SpecChange,
-) -> Result<(DeploymentSpec, String, &'static str), ServiceError> {
+) -> Result<(DeploymentSpec, String, EventKind), ServiceError> {
     let parse = |spec: DeploymentSpec| spec.parse(&row.name, &ctx.limits);
     Ok(match change {
         SpecChange::MergePatch(patch) => {
             let mut document = serde_json::json!({ "spec": serde_json::to_value(&row.spec.0).expect("spec serialises") });
             json_patch::merge(&mut document, &patch);
             let request: ReplaceDeployment = from_json_value(document)?;
-            (parse(request.spec)?, "updated".into(), "SpecChanged")
+            (
+                parse(request.spec)?,
+                "updated".into(),
+                EventKind::SpecChanged,
+            )
         }
-        SpecChange::Replace(spec) => (parse(*spec)?, "replaced".into(), "SpecChanged"),
+        SpecChange::Replace(spec) => (parse(*spec)?, "replaced".into(), EventKind::SpecChanged),
         SpecChange::Scale(replicas) => {
             let mut spec = row.spec.0.clone();
             spec.replicas = Some(replicas);
             let spec = parse(spec).map_err(|e| rename_field(e, "spec.replicas", "replicas"))?;
-            (spec, format!("scaled to {replicas}"), "Scaled")
+            (spec, format!("scaled to {replicas}"), EventKind::Scaled)
         }
         SpecChange::Rollback { revision, replicas } => {
             let old = store::revisions::find_revision(&mut **tx, row.id, revision)
@@ -493,7 +497,7 @@ async fn compute_spec(
             (
                 spec,
                 format!("rolled back to revision {revision}"),
-                "RolledBack",
+                EventKind::RolledBack,
             )
         }
     })
@@ -580,7 +584,7 @@ pub async fn restart_deployment(
     record_event(
         &mut tx,
         &updated,
-        "RestartRequested",
+        EventKind::RestartRequested,
         "restart requested: pods will be replaced",
         actor,
     )
@@ -611,7 +615,7 @@ pub async fn delete_deployment(
     record_event(
         &mut tx,
         &updated,
-        "DeleteRequested",
+        EventKind::DeleteRequested,
         "delete requested",
         actor,
     )
@@ -737,7 +741,7 @@ fn check_precondition(
 async fn record_event(
     tx: &mut Transaction<'_, Postgres>,
     row: &DeploymentRow,
-    kind: &str,
+    kind: EventKind,
     message: &str,
     actor: &Actor,
 ) -> Result<(), sqlx::Error> {

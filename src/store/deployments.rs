@@ -464,11 +464,12 @@ pub async fn mark_cluster_unreachable(
                returning id, project_id, name
            ), logged as (
                insert into deployment_event (deployment_id, project_id, deployment_name, kind, message, actor)
-               select id, project_id, name, 'ClusterUnreachable', $2, 'worker' from marked
+               select id, project_id, name, $3, $2, 'worker' from marked
            )
            select count(*) as "count!" from marked"#,
         Json(condition) as _,
         condition.message,
+        crate::domain::EventKind::ClusterUnreachable.as_str(),
     )
     .fetch_one(db)
     .await

@@ -4,19 +4,19 @@ use sqlx::PgExecutor;
 use tracing::instrument;
 use uuid::Uuid;
 
-use crate::domain::TimelineEvent;
+use crate::domain::{EventKind, TimelineEvent};
 
 /// What happened, for [`insert_event`].
 pub struct NewEvent<'a> {
     pub deployment_id: Uuid,
     pub project_id: Uuid,
     pub deployment_name: &'a str,
-    pub kind: &'a str,
+    pub kind: EventKind,
     pub message: &'a str,
     pub actor: &'a str,
 }
 
-#[instrument(skip(db, event), fields(deployment_id = %event.deployment_id, kind = event.kind))]
+#[instrument(skip(db, event), fields(deployment_id = %event.deployment_id, kind = event.kind.as_str()))]
 pub async fn insert_event(db: impl PgExecutor<'_>, event: NewEvent<'_>) -> Result<(), sqlx::Error> {
     sqlx::query!(
         "insert into deployment_event (deployment_id, project_id, deployment_name, kind, message, actor)
@@ -24,7 +24,7 @@ pub async fn insert_event(db: impl PgExecutor<'_>, event: NewEvent<'_>) -> Resul
         event.deployment_id,
         event.project_id,
         event.deployment_name,
-        event.kind,
+        event.kind.as_str(),
         event.message,
         event.actor
     )
