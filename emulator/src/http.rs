@@ -80,7 +80,7 @@ pub struct AppState {
     pub server_address: Arc<str>,
     /// Becomes true when the emulator shuts down, so open watches end promptly.
     pub closing: tokio::sync::watch::Receiver<bool>,
-    /// Injected faults (part 2), applied in `record`.
+    /// Injected faults (of the simulated cluster), applied in `record`.
     pub faults: crate::cluster::Faults,
 }
 

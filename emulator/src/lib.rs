@@ -91,7 +91,7 @@ pub struct EmulatorBuilder {
     inference_api: bool,
     history: usize,
     bookmark_interval: Duration,
-    /// The simulated cluster (part 2); `None` serves the bare API server.
+    /// The simulated cluster; `None` serves the bare API server.
     cluster: Option<ClusterConfig>,
 }
 

@@ -3,7 +3,7 @@
 //! managedFields, optimistic concurrency, finalizers and dry-run.
 //!
 //! These functions are used by the HTTP layer and are public so that in-process users
-//! (tests, the simulated controllers of part 2) get exactly the same behaviour.
+//! (tests, the simulated cluster's controllers) get exactly the same behaviour.
 
 use std::sync::Arc;
 

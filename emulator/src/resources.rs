@@ -201,7 +201,7 @@ pub static KINDS: &[ResourceKind] = &[
     // Served from core/v1 Event storage (see conversion.rs).
     kind!("events.k8s.io", "v1", "Event", "events", "event", namespaced: true, status: false, custom: false,
           generation: G::None, names: N::PathSegment, family: Builtin, short: &["ev"], categories: &[], fields: &[]),
-    // Service endpoints (written by the EndpointSlice controller of part 2).
+    // Service endpoints (written by the simulated cluster's EndpointSlice controller).
     kind!("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", namespaced: true, status: false, custom: false,
           generation: G::AllButMetadataStatus, names: N::Subdomain, family: Builtin, short: &[], categories: &[], fields: &["addressType"]),
     // Leader election (kube-runtime / client-go leases).

@@ -16,7 +16,8 @@ pub struct Cluster {
     pub description: String,
 }
 
-/// Why the cluster cannot be used.
+/// Why connecting to the cluster, or one reconcile, failed. [`ClusterError::metric_kind`]
+/// is its label in `modelplane_reconcile_errors_total`.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error("no cluster named: pass --kubeconfig (and optionally --context), or run in a cluster")]
@@ -42,6 +43,20 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
+    /// The `kind` label of the reconcile error metric: `api_refused` (the API server said no),
+    /// `cluster_unreachable`, `timeout`, `database`, `internal` (a bug), `config` (cannot
+    /// connect at all).
+    pub fn metric_kind(&self) -> &'static str {
+        match self {
+            Self::Api(kube::Error::Api(status)) if status.code < 500 => "api_refused",
+            Self::Api(_) => "cluster_unreachable",
+            Self::TimedOut(_) => "timeout",
+            Self::Database(_) => "database",
+            Self::Panicked(_) => "internal",
+            Self::NotNamed | Self::Kubeconfig { .. } | Self::Config(_) => "config",
+        }
+    }
+
     /// The API server answered, and said no: not an outage.
     pub fn api_status(&self) -> Option<&kube::core::Status> {
         match self {

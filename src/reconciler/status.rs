@@ -30,7 +30,8 @@ pub struct Observed {
     pub route_rejected: Option<String>,
 }
 
-/// Seconds a pod may stay unschedulable before the deployment counts as Failed.
+/// How long (or how often) a problem that may still clear is tolerated before the
+/// deployment counts as Failed.
 #[derive(Debug, Clone, Copy)]
 pub struct Budgets {
     pub unschedulable_seconds: i64,

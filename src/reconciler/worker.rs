@@ -237,14 +237,7 @@ impl Worker {
                 let wait = backoff(claim.attempts);
                 tracing::warn!(error = %err, retry_in = ?wait, "reconcile failed");
                 self.note_unreachable(claim.deployment_id, &err).await;
-                let kind = match &err {
-                    ClusterError::Api(kube::Error::Api(_)) => "api_refused",
-                    ClusterError::Api(_) => "cluster_unreachable",
-                    ClusterError::Database(_) => "database",
-                    ClusterError::TimedOut(_) => "timeout",
-                    ClusterError::Panicked(_) => "internal",
-                    _ => "config",
-                };
+                let kind = err.metric_kind();
                 metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => kind).increment(1);
                 (Some(wait), Some(err.to_string()), "error")
             }

@@ -148,7 +148,7 @@ pub const GATEWAY_CLASS: &str = "modelplane-emulator";
 pub const GATEWAY_CONTROLLER: &str = "modelplane.io/emulator-gateway";
 
 // Cluster simulation knobs. Any of them turns the simulation on; without them the
-// emulator is the bare API server of part 1.
+// emulator is the bare API server.
 impl EmulatorBuilder {
     fn sim(&mut self) -> &mut ClusterConfig {
         self.cluster.get_or_insert_with(ClusterConfig::default)
