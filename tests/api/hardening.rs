@@ -329,7 +329,7 @@ async fn a_flood_is_refused_before_the_database(pool: PgPool) {
     let app = TestApp::spawn_with(
         pool,
         Options {
-            rate_per_minute: 60,
+            rate_per_minute: 1,
             rate_burst: 3,
             ..Options::default()
         },
@@ -360,7 +360,7 @@ async fn anonymous_traffic_is_limited_per_address(pool: PgPool) {
     let app = TestApp::spawn_with(
         pool,
         Options {
-            rate_per_minute: 60,
+            rate_per_minute: 1,
             rate_burst: 5,
             ..Options::default()
         },
