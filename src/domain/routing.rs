@@ -139,7 +139,9 @@ pub fn check_shared_gateway_rules(
             format!("`{host}` is reserved by the platform"),
         );
     }
-    if uses_own_gateway(spec, project) {
+    // The server's default Gateway is shared even when it sits in this project's namespace
+    // (a project that adopted the Gateway's namespace must not own everyone's traffic).
+    if !claim.gateway.is_empty() && uses_own_gateway(spec, project) {
         return errors.finish(|| ());
     }
     match &claim.hostname {
@@ -236,6 +238,14 @@ mod tests {
         assert!(check(json!({"gateway": "team-a/own", "pathPrefix": "/"})).is_ok());
         assert!(check(json!({"gateway": "team-a/own", "hostname": "*.a.example.com"})).is_ok());
         assert!(check(json!({"gateway": "team-a/own", "hostname": "models.example.com"})).is_err());
+    }
+
+    #[test]
+    fn the_default_gateway_is_shared_even_in_the_projects_own_namespace() {
+        let spec = spec(json!({"gateway": "team-a/shared", "pathPrefix": "/"}));
+        let p = project("team-a");
+        let claim = RouteClaim::of(&spec, "team-a", "qwen", Some("team-a/shared"));
+        assert!(check_shared_gateway_rules(&spec, &p, &claim, &[]).is_err());
     }
 
     #[test]

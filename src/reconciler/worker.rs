@@ -590,7 +590,7 @@ impl Worker {
         });
         if store::deployments::update_status(&self.pool, id, target.row.generation, &status)
             .await
-            .is_ok_and(|written| written)
+            .unwrap_or(false)
         {
             self.timeline(
                 &target,
