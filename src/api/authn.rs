@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use super::AppState;
 use super::error::ApiError;
 use crate::auth::AuthError;
-use crate::service::{Actor, Identity};
+use crate::service::Actor;
 
 impl FromRequestParts<AppState> for Actor {
     type Rejection = ApiError;
@@ -18,17 +18,29 @@ impl FromRequestParts<AppState> for Actor {
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         let client = super::middleware::client_address(&parts.extensions);
-        // Both checks come before the database: a flood costs a hash, not a query.
-        state
-            .limiter
-            .penalty(&client)
-            .map_err(ApiError::RateLimited)?;
         let header = parts
             .headers
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        if let Some(credential) = header {
-            let key = hex::encode(&Sha256::digest(credential.as_bytes())[..16]);
+        // The credential itself, however the header spells the scheme or pads it, so
+        // respelling the header cannot buy a fresh bucket.
+        let credential = header.map(|h| {
+            let token = h.split_once(' ').map_or(h, |(_, rest)| rest).trim();
+            hex::encode(&Sha256::digest(token.as_bytes())[..16])
+        });
+        // Both checks come before the database: a flood costs a hash, not a query. An address
+        // refused for failed attempts is refused outright, except for a credential that
+        // recently proved good (others behind the same address keep working).
+        if !credential
+            .as_ref()
+            .is_some_and(|key| state.limiter.is_known_good(key))
+        {
+            state
+                .limiter
+                .penalty(&client)
+                .map_err(ApiError::RateLimited)?;
+        }
+        if let Some(key) = &credential {
             state
                 .limiter
                 .check(&format!("credential:{key}"))
@@ -36,12 +48,13 @@ impl FromRequestParts<AppState> for Actor {
         }
         match state.auth.authenticate(header).await {
             Ok(actor) => {
-                // One user may present many tokens over time (OIDC): limit the user too.
-                if matches!(actor.identity, Identity::User { .. }) {
-                    state
-                        .limiter
-                        .check(&actor.key())
-                        .map_err(ApiError::RateLimited)?;
+                // Per caller too (a user may present many tokens over time).
+                state
+                    .limiter
+                    .check(&actor.key())
+                    .map_err(ApiError::RateLimited)?;
+                if let Some(key) = &credential {
+                    state.limiter.remember_good(key);
                 }
                 tracing::Span::current().record("actor", actor.name());
                 Ok(actor)

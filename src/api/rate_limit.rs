@@ -13,10 +13,15 @@ use std::time::{Duration, Instant};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
+/// How long a credential that authenticated is let past its address's penalty.
+const KNOWN_GOOD_FOR: Duration = Duration::from_secs(300);
+
 pub struct RateLimiter {
     limiter: DefaultKeyedRateLimiter<String>,
     /// Addresses refused for failed authentication, and until when.
     penalties: Mutex<HashMap<String, Instant>>,
+    /// Credentials (by hash) that authenticated recently, and when.
+    known_good: Mutex<HashMap<String, Instant>>,
     checks: AtomicU64,
 }
 
@@ -27,6 +32,7 @@ impl RateLimiter {
         Self {
             limiter: DefaultKeyedRateLimiter::keyed(Quota::per_minute(rate).allow_burst(burst)),
             penalties: Mutex::new(HashMap::new()),
+            known_good: Mutex::new(HashMap::new()),
             checks: AtomicU64::new(0),
         }
     }
@@ -41,6 +47,10 @@ impl RateLimiter {
                 .lock()
                 .expect("penalties lock")
                 .retain(|_, until| *until > now);
+            self.known_good
+                .lock()
+                .expect("known-good lock")
+                .retain(|_, at| now.duration_since(*at) < KNOWN_GOOD_FOR);
         }
         self.limiter
             .check_key(&key.to_owned())
@@ -56,6 +66,23 @@ impl RateLimiter {
                 .expect("penalties lock")
                 .insert(client.to_owned(), Instant::now() + *wait);
         })
+    }
+
+    /// Notes that the credential with hash `key` just authenticated.
+    pub fn remember_good(&self, key: &str) {
+        self.known_good
+            .lock()
+            .expect("known-good lock")
+            .insert(key.to_owned(), Instant::now());
+    }
+
+    /// Whether the credential with hash `key` authenticated within [`KNOWN_GOOD_FOR`].
+    pub fn is_known_good(&self, key: &str) -> bool {
+        self.known_good
+            .lock()
+            .expect("known-good lock")
+            .get(key)
+            .is_some_and(|at| at.elapsed() < KNOWN_GOOD_FOR)
     }
 
     /// How long `client` must still wait after too many failed authentications, if at all.

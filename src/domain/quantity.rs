@@ -65,7 +65,7 @@ impl Quantity {
                     + 1;
                 multiplier = 1024i128.checked_pow(power)?;
             }
-            exp => exponent10 += exp[1..].parse::<i32>().ok()?,
+            exp => exponent10 = exponent10.checked_add(exp[1..].parse::<i32>().ok()?)?,
         }
         value = value.checked_mul(multiplier)?;
         if exponent10 >= 0 {
@@ -118,5 +118,10 @@ mod tests {
         assert_ne!(Quantity::nano_value("1Gi"), Quantity::nano_value("1G"));
         assert_eq!(Quantity::nano_value("2"), Some(2_000_000_000));
         assert_eq!(Quantity::nano_value("nope"), None);
+        assert_eq!(
+            Quantity::nano_value("1.5e2147483647"),
+            None,
+            "too large, no overflow"
+        );
     }
 }

@@ -145,6 +145,14 @@ pub fn check_shared_gateway_rules(
         return errors.finish(|| ());
     }
     match &claim.hostname {
+        // A route with a hostname outranks every host-less route for that host (Gateway API
+        // hostname precedence): until the platform has reserved the shared Gateway's own
+        // names, a project could claim one of them and take every project's traffic.
+        Some(_) if reserved_hostnames.is_empty() => errors.push(
+            "spec.routing.hostname",
+            "hostnames on the shared Gateway need the platform to reserve the Gateway's own \
+             names first (MODELPLANE_RESERVED_HOSTNAMES); use a path under the project's prefix",
+        ),
         Some(host) if host.starts_with("*.") => errors.push(
             "spec.routing.hostname",
             format!(
@@ -238,6 +246,15 @@ mod tests {
         assert!(check(json!({"gateway": "team-a/own", "pathPrefix": "/"})).is_ok());
         assert!(check(json!({"gateway": "team-a/own", "hostname": "*.a.example.com"})).is_ok());
         assert!(check(json!({"gateway": "team-a/own", "hostname": "models.example.com"})).is_err());
+    }
+
+    #[test]
+    fn without_reserved_hostnames_a_shared_gateway_takes_no_hostname() {
+        let spec = spec(json!({"hostname": "qwen.example.com"}));
+        let p = project("team-a");
+        let claim = RouteClaim::of(&spec, "team-a", "qwen", Some("gw/shared"));
+        let errors = check_shared_gateway_rules(&spec, &p, &claim, &[]).unwrap_err();
+        assert_eq!(errors.as_slice()[0].field, "spec.routing.hostname");
     }
 
     #[test]

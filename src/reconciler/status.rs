@@ -28,6 +28,8 @@ pub struct Observed {
     pub rejected: Option<(String, String)>,
     /// The API server refused the HTTPRoute (the rest was applied): its message.
     pub route_rejected: Option<String>,
+    /// The API server refused the PodDisruptionBudget: its message.
+    pub budget_rejected: Option<String>,
 }
 
 /// How long (or how often) a problem that may still clear is tolerated before the
@@ -154,7 +156,7 @@ pub fn compute(
         .as_ref()
         .map(|p| (p.fatal, p.reason.clone(), p.message.clone()));
 
-    let (route_ok, route_message) = route_state(record, observed);
+    let (route_ok, route_message) = route_state(observed);
     set(
         "Routed",
         route_ok,
@@ -169,6 +171,14 @@ pub fn compute(
         },
         route_message.clone(),
     );
+    if let Some(message) = &observed.budget_rejected {
+        set(
+            "DisruptionBudget",
+            false,
+            "Rejected",
+            format!("Kubernetes rejected the PodDisruptionBudget: {message}"),
+        );
+    }
     let endpoints = endpoints(record, namespace, observed);
 
     let (phase, message) = if desired == 0 {
@@ -675,7 +685,7 @@ fn gateway_not_ready(gateway: &GatewayRef, observed: &Observed) -> String {
 }
 
 /// Whether the route works, and what to say about it.
-fn route_state(record: &Deployment, observed: &Observed) -> (bool, String) {
+fn route_state(observed: &Observed) -> (bool, String) {
     let Some(gateway) = &observed.gateway else {
         return (
             true,
@@ -698,10 +708,11 @@ fn route_state(record: &Deployment, observed: &Observed) -> (bool, String) {
     let parent = route["status"]["parents"].as_array().and_then(|parents| {
         parents.iter().find(|p| {
             p["parentRef"]["name"] == gateway.name.as_str()
+                // A parentRef without a namespace means the route's own.
                 && p["parentRef"]["namespace"]
                     .as_str()
-                    .unwrap_or(&record.project)
-                    == gateway.namespace
+                    .or_else(|| route["metadata"]["namespace"].as_str())
+                    == Some(gateway.namespace.as_str())
         })
     });
     let Some(parent) = parent else {
@@ -764,7 +775,7 @@ fn endpoints(record: &Deployment, namespace: &str, observed: &Observed) -> Endpo
             record.name
         )
     });
-    let (route_ok, route_message) = route_state(record, observed);
+    let (route_ok, route_message) = route_state(observed);
     let mut external = Vec::new();
     let mut reason = None;
     if observed.gateway.is_some() {
@@ -1240,6 +1251,20 @@ mod tests {
             "{}",
             status.message
         );
+    }
+
+    #[test]
+    fn a_refused_disruption_budget_is_a_condition_not_a_phase() {
+        let mut o = observed(deployment(3, 3, 3, 3), vec![]);
+        o.budget_rejected = Some("denied by policy".into());
+        let status = run(spec(3), &o);
+        assert_eq!(status.phase, Phase::Ready, "{}", status.message);
+        let budget = condition_of(&status, "DisruptionBudget");
+        assert_eq!(
+            (budget.status.as_str(), budget.reason.as_str()),
+            ("False", "Rejected")
+        );
+        assert!(budget.message.contains("denied by policy"));
     }
 
     #[test]

@@ -303,7 +303,9 @@ impl Worker {
                 .await;
             }
             match self.apply_all(&desired, &mut observed).await {
-                Ok(()) if observed.route_rejected.is_some() => {
+                Ok(())
+                    if observed.route_rejected.is_some() || observed.budget_rejected.is_some() =>
+                {
                     // Not applied as a whole: try again on the next pass.
                     store::deployments::set_applied_digest(&self.pool, id, None).await?;
                 }
@@ -420,10 +422,7 @@ impl Worker {
         desired: &DesiredObjects,
         observed: &mut Observed,
     ) -> Result<(), ClusterError> {
-        let objects = [&desired.namespace, &desired.deployment, &desired.service]
-            .into_iter()
-            .chain(desired.disruption_budget.as_ref());
-        for object in objects {
+        for object in [&desired.namespace, &desired.deployment, &desired.service] {
             if let Err(err) = self.cluster.apply(object).await {
                 if let Some(status) = err.api_status().filter(|s| s.code == 422 || s.code == 400) {
                     observed.rejected = Some((
@@ -432,6 +431,27 @@ impl Worker {
                     ));
                 }
                 return Err(err);
+            }
+        }
+        if let Some(budget) = &desired.disruption_budget {
+            match self.cluster.apply(budget).await {
+                Ok(()) => {}
+                // The model serves without it: say so, but it decides no phase.
+                Err(err)
+                    if err
+                        .api_status()
+                        .is_some_and(|s| s.code == 422 || s.code == 400) =>
+                {
+                    let message = err
+                        .api_status()
+                        .map(|s| s.message.clone())
+                        .unwrap_or_default();
+                    tracing::warn!(%message, "the API server rejected the PodDisruptionBudget");
+                    metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "api_refused")
+                        .increment(1);
+                    observed.budget_rejected = Some(message);
+                }
+                Err(err) => return Err(err),
             }
         }
         if desired.disruption_budget.is_none() {

@@ -79,6 +79,9 @@ pub struct Claim {
     pub deployment_id: Uuid,
     pub attempts: i32,
     pub claim_token: Uuid,
+    /// When this claim's lease ends: tells it apart from a later claim of the same item by
+    /// the same worker.
+    pub lease_expires_at: DateTime<Utc>,
 }
 
 /// Claims up to `limit` due items that no live lease holds.
@@ -103,7 +106,8 @@ pub async fn claim_work(
                limit $3
                for update skip locked
            )
-           returning w.deployment_id, w.attempts, w.claim_token as "claim_token!""#,
+           returning w.deployment_id, w.attempts, w.claim_token as "claim_token!",
+                     w.lease_expires_at as "lease_expires_at!""#,
         worker,
         lease.as_secs_f64(),
         limit
@@ -133,23 +137,38 @@ pub async fn finish_work(
     )
     .execute(pool)
     .await?;
-    sqlx::query!(
-        "update reconcile_work
-         set lease_owner = null, lease_expires_at = null, last_error = $4,
-             run_after = case when claim_token = $2
-                              then now() + make_interval(secs => coalesce($3::float8, 0))
-                              else run_after end,
-             claim_token = null
-         where deployment_id = $1
-           and (claim_token = $2 or (claim_token is null and lease_owner = $5))",
+    // A success resets the attempt count, so backoff reflects consecutive failures only.
+    // When the item stays due (it was re-enqueued meanwhile), wake the workers: nothing else
+    // would before this lease's end.
+    let due = sqlx::query_scalar!(
+        r#"with finished as (
+               update reconcile_work
+               set lease_owner = null, lease_expires_at = null, last_error = $4,
+                   attempts = case when $4::text is null then 0 else attempts end,
+                   run_after = case when claim_token = $2
+                                    then now() + make_interval(secs => coalesce($3::float8, 0))
+                                    else run_after end,
+                   claim_token = null
+               where deployment_id = $1
+                 and (claim_token = $2
+                      or (claim_token is null and lease_owner = $5 and lease_expires_at = $6))
+               returning run_after
+           )
+           select count(*) as "due!" from finished where run_after <= now()"#,
         claim.deployment_id,
         claim.claim_token,
         again,
         error,
         worker,
+        claim.lease_expires_at,
     )
-    .execute(pool)
+    .fetch_one(pool)
     .await?;
+    if due > 0 {
+        sqlx::query!("select pg_notify('modelplane_reconcile', 'due')")
+            .execute(pool)
+            .await?;
+    }
     Ok(())
 }
 

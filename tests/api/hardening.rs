@@ -587,3 +587,81 @@ async fn readiness_reports_a_cluster_whose_writes_fail(pool: PgPool) {
     assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[sqlx::test]
+async fn respelling_the_authorization_header_buys_no_fresh_bucket(pool: PgPool) {
+    let app = TestApp::spawn_with(
+        pool,
+        Options {
+            rate_per_minute: 1,
+            rate_burst: 2,
+            ..Options::default()
+        },
+    )
+    .await;
+    let token = app.token_for_platform("spelled").await;
+    let mut statuses = Vec::new();
+    for header in [
+        format!("Bearer {token}"),
+        format!("bearer {token}"),
+        format!("Bearer   {token}  "),
+    ] {
+        let response = reqwest::Client::new()
+            .get(format!("{}/api/v1/projects", app.base))
+            .header("authorization", header)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(response.status());
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
+#[sqlx::test]
+async fn failed_attempts_from_an_address_do_not_lock_out_a_good_credential_there(pool: PgPool) {
+    let app = TestApp::spawn_with(
+        pool,
+        Options {
+            rate_per_minute: 1,
+            rate_burst: 3,
+            ..Options::default()
+        },
+    )
+    .await;
+    let token = app.token_for_platform("good").await;
+    let ok = app
+        .request_as(Some(&token), Method::GET, "/api/v1/projects")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    // Someone else behind the same address guesses until the address is refused.
+    let mut last = StatusCode::OK;
+    for i in 0..5 {
+        last = app
+            .request_as(
+                Some(&format!("mpt_guess{i}")),
+                Method::GET,
+                "/api/v1/projects",
+            )
+            .send()
+            .await
+            .unwrap()
+            .status();
+    }
+    assert_eq!(last, StatusCode::TOO_MANY_REQUESTS);
+    // The credential that just proved good still works from there.
+    let still = app
+        .request_as(Some(&token), Method::GET, "/api/v1/projects")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(still.status(), StatusCode::OK);
+}
