@@ -434,25 +434,8 @@ impl Worker {
             }
         }
         if let Some(budget) = &desired.disruption_budget {
-            match self.cluster.apply(budget).await {
-                Ok(()) => {}
-                // The model serves without it: say so, but it decides no phase.
-                Err(err)
-                    if err
-                        .api_status()
-                        .is_some_and(|s| s.code == 422 || s.code == 400) =>
-                {
-                    let message = err
-                        .api_status()
-                        .map(|s| s.message.clone())
-                        .unwrap_or_default();
-                    tracing::warn!(%message, "the API server rejected the PodDisruptionBudget");
-                    metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "api_refused")
-                        .increment(1);
-                    observed.budget_rejected = Some(message);
-                }
-                Err(err) => return Err(err),
-            }
+            // The model serves without it: a refusal is said, but decides no phase.
+            observed.budget_rejected = self.apply_unless_refused(budget).await?;
         }
         if desired.disruption_budget.is_none() {
             // One replica (or none) has no budget: remove one left from a larger scale.
@@ -468,30 +451,40 @@ impl Worker {
             }
         }
         if let Some(route) = &desired.http_route {
-            match self.cluster.apply(route).await {
-                Ok(()) => {}
+            match self.apply_unless_refused(route).await {
+                // The rest is applied and may serve in the cluster; status says what failed.
+                Ok(refused) => observed.route_rejected = refused,
                 Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
                     observed.route_problem = Some("the cluster does not serve the Gateway API (HTTPRoute CRD missing); no route was made".into());
-                }
-                // The rest is applied and may serve in the cluster; status says what failed.
-                Err(err)
-                    if err
-                        .api_status()
-                        .is_some_and(|s| s.code == 422 || s.code == 400) =>
-                {
-                    let message = err
-                        .api_status()
-                        .map(|s| s.message.clone())
-                        .unwrap_or_default();
-                    tracing::warn!(%message, "the API server rejected the HTTPRoute");
-                    metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "api_refused")
-                        .increment(1);
-                    observed.route_rejected = Some(message);
                 }
                 Err(err) => return Err(err),
             }
         }
         Ok(())
+    }
+
+    /// Applies `object`; when the API server refuses it (400/422), says so in the log and
+    /// the error metric and returns its message instead of failing the pass.
+    async fn apply_unless_refused(&self, object: &Value) -> Result<Option<String>, ClusterError> {
+        match self.cluster.apply(object).await {
+            Ok(()) => Ok(None),
+            Err(err)
+                if err
+                    .api_status()
+                    .is_some_and(|s| s.code == 422 || s.code == 400) =>
+            {
+                let message = err
+                    .api_status()
+                    .map(|s| s.message.clone())
+                    .unwrap_or_default();
+                let kind = object["kind"].as_str().unwrap_or_default();
+                tracing::warn!(kind, %message, "the API server rejected an object");
+                metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "api_refused")
+                    .increment(1);
+                Ok(Some(message))
+            }
+            Err(err) => Err(err),
+        }
     }
 
     /// Reads back what the cluster reports about the record's objects.
