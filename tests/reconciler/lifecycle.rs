@@ -7,7 +7,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use super::{Harness, create, harness_on, sim_spec, wait_for};
+use super::{Harness, create, create_with, harness_on, sim_spec, wait_for};
 
 /// A cluster of 2 nodes with 8 GPUs each, quick kubelets, a Gateway, and failing images.
 fn cluster() -> modelplane_emulator::EmulatorBuilder {
@@ -190,12 +190,7 @@ async fn more_gpus_than_any_node_has_waits_with_the_schedulers_message_then_fail
     h.app.create_project("team-a").await;
     let mut spec = sim_spec();
     spec["resources"]["gpu"] = json!({"count": 16});
-    h.app
-        .post_json(
-            "/api/v1/projects/team-a/deployments",
-            &json!({"name": "big", "spec": spec}),
-        )
-        .await;
+    create_with(&h, "big", spec).await;
     wait_for(
         "the scheduler's message",
         Duration::from_secs(20),
@@ -223,12 +218,7 @@ async fn an_image_that_cannot_be_pulled_fails_naming_the_image(pool: PgPool) {
     h.app.create_project("team-a").await;
     let mut spec = sim_spec();
     spec["engine"]["image"] = json!("registry.example.com/nope:missing");
-    h.app
-        .post_json(
-            "/api/v1/projects/team-a/deployments",
-            &json!({"name": "bad", "spec": spec}),
-        )
-        .await;
+    create_with(&h, "bad", spec).await;
     let record = wait_phase(&h, "bad", "Failed", Duration::from_secs(30)).await;
     let message = record["status"]["message"].as_str().unwrap();
     assert!(
@@ -247,12 +237,7 @@ async fn a_crash_loop_fails_with_the_restart_count(pool: PgPool) {
     h.app.create_project("team-a").await;
     let mut spec = sim_spec();
     spec["engine"]["image"] = json!("registry.example.com/crashy:1");
-    h.app
-        .post_json(
-            "/api/v1/projects/team-a/deployments",
-            &json!({"name": "crashy", "spec": spec}),
-        )
-        .await;
+    create_with(&h, "crashy", spec).await;
     let record = wait_phase(&h, "crashy", "Failed", Duration::from_secs(60)).await;
     let message = record["status"]["message"].as_str().unwrap();
     assert!(
@@ -392,14 +377,7 @@ async fn pods_the_cluster_refuses_to_create_fail_with_the_refusal(pool: PgPool) 
     h.app.create_project("team-a").await;
     let mut spec = super::sim_spec();
     spec["scheduling"] = json!({"priorityClassName": "no-such-class"});
-    let response = h
-        .app
-        .post_json(
-            "/api/v1/projects/team-a/deployments",
-            &json!({"name": "qwen", "spec": spec}),
-        )
-        .await;
-    assert_eq!(response.status(), StatusCode::CREATED);
+    create_with(&h, "qwen", spec).await;
     let record = wait_phase(&h, "qwen", "Failed", Duration::from_secs(20)).await;
     let message = record["status"]["message"].as_str().unwrap();
     assert!(
@@ -418,14 +396,7 @@ async fn pods_no_scheduler_picks_up_are_reported_as_unscheduled(pool: PgPool) {
     h.app.create_project("team-a").await;
     let mut spec = super::sim_spec();
     spec["scheduling"] = json!({"schedulerName": "nobody"});
-    let response = h
-        .app
-        .post_json(
-            "/api/v1/projects/team-a/deployments",
-            &json!({"name": "qwen", "spec": spec}),
-        )
-        .await;
-    assert_eq!(response.status(), StatusCode::CREATED);
+    create_with(&h, "qwen", spec).await;
     wait_for(
         "the unscheduled pod to be reported",
         Duration::from_secs(30),

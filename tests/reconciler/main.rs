@@ -215,14 +215,19 @@ fn sim_spec() -> Value {
 }
 
 async fn create(h: &Harness, name: &str) {
+    create_with(h, name, sim_spec()).await;
+}
+
+/// Creates deployment `name` in team-a with `spec`, which must be accepted.
+async fn create_with(h: &Harness, name: &str, spec: Value) {
     let response = h
         .app
         .post_json(
             "/api/v1/projects/team-a/deployments",
-            &json!({"name": name, "spec": sim_spec()}),
+            &json!({"name": name, "spec": spec}),
         )
         .await;
-    assert_eq!(response.status(), StatusCode::CREATED);
+    assert_eq!(response.status(), StatusCode::CREATED, "creating {name}");
 }
 
 #[sqlx::test]
@@ -1018,14 +1023,7 @@ async fn the_servers_canonical_forms_are_not_mistaken_for_drift(pool: PgPool) {
     spec["resources"] = json!({"cpu": "0.5", "memory": "1.5Gi", "sharedMemory": "0.5Gi"});
     spec["storage"] = json!({"cache": {"sizeLimit": "0.5Gi"}});
     spec["engine"]["env"] = json!([{"name": "EMPTY", "value": ""}]);
-    let response = h
-        .app
-        .post_json(
-            "/api/v1/projects/team-a/deployments",
-            &json!({"name": "qwen", "spec": spec}),
-        )
-        .await;
-    assert_eq!(response.status(), StatusCode::CREATED);
+    create_with(&h, "qwen", spec).await;
     h.wait_applied("qwen", 1).await;
     let live = h.live("apps/v1", "Deployment", "qwen").await.unwrap();
     assert_eq!(
