@@ -9,8 +9,9 @@
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::ApiResource;
 use modelplane::domain::{DeploymentSpec, EngineDefaults, SpecLimits};
-use modelplane::reconciler::cluster::{connect, resource_of};
+use modelplane::reconciler::cluster::connect;
 use modelplane::reconciler::desired::BuildConfig;
 use modelplane::reconciler::status::Budgets;
 use modelplane::reconciler::worker::{Worker, WorkerConfig};
@@ -143,8 +144,11 @@ async fn main() {
     while !applied(id).await {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let deployments: Api<DynamicObject> =
-        Api::namespaced_with(kube.clone(), "bench", &resource_of("apps/v1", "Deployment"));
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        kube.clone(),
+        "bench",
+        &ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
+    );
     let generation = deployments
         .get("watched")
         .await

@@ -12,6 +12,7 @@ mod quantity;
 mod records;
 mod routing;
 mod selector;
+mod serving;
 mod spec;
 mod status;
 
@@ -32,6 +33,7 @@ pub use routing::{
     RouteClaim, check_shared_gateway_rules, effective_path_prefix, validate_path_prefix,
 };
 pub use selector::{LabelRequirement, LabelSelector};
+pub use serving::{CacheStorage, PodCount, ServingSpec};
 pub use spec::{
     CURRENT_SPEC_VERSION, CacheVolume, DeploymentSpec, EngineDefaults, EngineKind, EngineSpec,
     EnvVar, GpuSpec, ModelSource, ModelSpec, PodDefaults, ProbeSpec, RUN_AS_USER, ResourceSpec,

@@ -200,7 +200,7 @@ mod tests {
         let spec: DeploymentSpec =
             serde_json::from_value(json!({"model": {"source": "hf://a/b"}, "routing": routing}))
                 .unwrap();
-        spec.parse("qwen", &SpecLimits::default()).unwrap()
+        spec.parse("qwen", &SpecLimits::default()).unwrap().spec
     }
 
     fn project(name: &str) -> Project {

@@ -19,10 +19,10 @@ use super::names::{
     is_dns1123_label, is_dns1123_subdomain, validate_label_key, validate_label_value,
 };
 use super::quantity::Quantity;
+use super::serving::{DEFAULT_PORT, DEFAULT_REPLICAS, ServingSpec};
 
 /// The schema version written into every new spec; older revisions keep theirs.
 pub const CURRENT_SPEC_VERSION: u32 = 1;
-const DEFAULT_PORT: i64 = 8000;
 const MAX_GPUS: i64 = 64;
 const MAX_TENSOR_PARALLEL: i64 = 64;
 const MAX_STARTUP_SECONDS: i64 = 86_400;
@@ -477,14 +477,15 @@ impl ModelSource {
 }
 
 impl DeploymentSpec {
-    /// Validates a spec deserialised from user input, fills context-free defaults,
-    /// and returns every problem with its field path (prefixed `spec.`).
-    /// `served_name_default` is the deployment's name, used when `model.servedName` is unset.
+    /// Validates a spec deserialised from user input, fills context-free defaults into it
+    /// (they are stored, so the API shows them), and returns it with its defaults resolved,
+    /// or every problem with its field path (prefixed `spec.`). `served_name_default` is the
+    /// deployment's name, used when `model.servedName` is unset.
     pub fn parse(
         mut self,
         served_name_default: &str,
         limits: &SpecLimits,
-    ) -> Result<Self, FieldErrors> {
+    ) -> Result<ServingSpec, FieldErrors> {
         let mut errors = FieldErrors::new();
         if self.spec_version == 0 {
             self.spec_version = CURRENT_SPEC_VERSION;
@@ -494,7 +495,7 @@ impl DeploymentSpec {
                 format!("must be {CURRENT_SPEC_VERSION} (or omitted)"),
             );
         }
-        self.replicas.get_or_insert(1);
+        self.replicas.get_or_insert(DEFAULT_REPLICAS);
         self.engine.port.get_or_insert(DEFAULT_PORT);
         if self.model.served_name.is_none() {
             self.model.served_name = Some(served_name_default.to_owned());
@@ -503,7 +504,7 @@ impl DeploymentSpec {
         self.validate_model(&mut errors);
         self.validate_engine(&mut errors);
         self.validate_contradictions(limits, &mut errors);
-        let replicas = self.replicas.unwrap_or(1);
+        let replicas = self.replicas.unwrap_or(DEFAULT_REPLICAS);
         if !(0..=limits.max_replicas).contains(&replicas) {
             errors.push(
                 "spec.replicas",
@@ -529,17 +530,18 @@ impl DeploymentSpec {
                 format!("must be at most {MAX_SPEC_BYTES} bytes as JSON (this one is {size})"),
             );
         }
-        errors.finish(|| self)
-    }
-
-    /// Replicas after defaulting (always set on a parsed spec).
-    pub fn replica_count(&self) -> i64 {
-        self.replicas.unwrap_or(1)
-    }
-
-    /// The parsed model source (always valid on a parsed spec).
-    pub fn model_source(&self) -> ModelSource {
-        ModelSource::parse(&self.model.source).expect("a parsed spec has a valid model source")
+        // Resolving checks what only it reads (the rollout counts); a field is named once.
+        match self.serving(served_name_default) {
+            Ok(serving) => errors.finish(|| serving),
+            Err(resolving) => {
+                for error in resolving.into_vec() {
+                    if !errors.as_slice().iter().any(|e| e.field == error.field) {
+                        errors.push(error.field, error.message);
+                    }
+                }
+                Err(errors)
+            }
+        }
     }
 
     fn validate_model(&self, errors: &mut FieldErrors) {
@@ -850,38 +852,8 @@ impl DeploymentSpec {
         }
     }
 
+    /// The rollout counts are checked where they are resolved ([`DeploymentSpec::serving`]).
     fn validate_rollout_and_shutdown(&self, errors: &mut FieldErrors) {
-        let check = |errors: &mut FieldErrors, field: &str, value: &Option<serde_json::Value>| {
-            let Some(value) = value else { return None };
-            let parsed = match value {
-                serde_json::Value::Number(n) => n.as_i64().filter(|n| *n >= 0).map(|n| (n, false)),
-                serde_json::Value::String(s) => s
-                    .strip_suffix('%')
-                    .and_then(|p| p.parse::<i64>().ok())
-                    .filter(|p| (0..=100).contains(p))
-                    .map(|p| (p, true)),
-                _ => None,
-            };
-            if parsed.is_none() {
-                errors.push(
-                    field,
-                    "must be a count of 0 or more, or a percentage from \"0%\" to \"100%\"",
-                );
-            }
-            parsed
-        };
-        let surge = check(errors, "spec.rollout.maxSurge", &self.rollout.max_surge);
-        let unavailable = check(
-            errors,
-            "spec.rollout.maxUnavailable",
-            &self.rollout.max_unavailable,
-        );
-        if matches!((surge, unavailable), (Some((0, _)), Some((0, _)))) {
-            errors.push(
-                "spec.rollout.maxUnavailable",
-                "may not be 0 when maxSurge is 0: the rollout could never start",
-            );
-        }
         let shutdown = &self.shutdown;
         if let Some(drain) = shutdown.drain_seconds
             && !(0..=600).contains(&drain)
@@ -1097,7 +1069,7 @@ mod tests {
 
     fn parse(spec: serde_json::Value) -> Result<DeploymentSpec, FieldErrors> {
         let spec: DeploymentSpec = serde_json::from_value(spec).expect("deserialises");
-        spec.parse("qwen", &SpecLimits::default())
+        spec.parse("qwen", &SpecLimits::default()).map(|s| s.spec)
     }
 
     fn fields(result: Result<DeploymentSpec, FieldErrors>) -> Vec<String> {

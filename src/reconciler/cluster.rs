@@ -2,9 +2,12 @@
 
 use std::path::PathBuf;
 
+use kube::Resource;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::desired::FIELD_MANAGER;
@@ -40,19 +43,26 @@ pub enum ClusterError {
     /// A bug met while reconciling one record; only that record's attempt fails.
     #[error("internal error: {0}")]
     Panicked(String),
+    /// The API server sent an object its type cannot hold (a newer schema, or a bug).
+    #[error("cannot read the {kind} {name}: {message}")]
+    Decode {
+        kind: String,
+        name: String,
+        message: String,
+    },
 }
 
 impl ClusterError {
     /// The `kind` label of the reconcile error metric: `api_refused` (the API server said no),
-    /// `cluster_unreachable`, `timeout`, `database`, `internal` (a bug), `config` (cannot
-    /// connect at all).
+    /// `cluster_unreachable`, `timeout`, `database`, `internal` (a bug, or an object its type
+    /// cannot hold), `config` (cannot connect at all).
     pub fn metric_kind(&self) -> &'static str {
         match self {
             Self::Api(kube::Error::Api(status)) if status.code < 500 => "api_refused",
             Self::Api(_) => "cluster_unreachable",
             Self::TimedOut(_) => "timeout",
             Self::Database(_) => "database",
-            Self::Panicked(_) => "internal",
+            Self::Panicked(_) | Self::Decode { .. } => "internal",
             Self::NotNamed | Self::Kubeconfig { .. } | Self::Config(_) => "config",
         }
     }
@@ -122,30 +132,63 @@ pub async fn connect(
     })
 }
 
-/// The API resource of an object by its apiVersion and kind.
-pub fn resource_of(api_version: &str, kind: &str) -> ApiResource {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+/// A kind of object the reconciler reads or writes, as a type (`k8s_openapi`,
+/// `gateway_api`): its API resource comes from the type, declared nowhere else.
+pub trait Object:
+    Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Object for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The kind's name, for logs, metrics and messages.
+pub fn kind_of<K: Object>() -> String {
+    K::kind(&()).into_owned()
+}
+
+fn decode<K: Object>(object: DynamicObject) -> Result<K, ClusterError> {
+    let name = object.metadata.name.clone().unwrap_or_default();
+    object.try_parse::<K>().map_err(|e| ClusterError::Decode {
+        kind: kind_of::<K>(),
+        name,
+        message: e.to_string(),
+    })
 }
 
 impl Cluster {
-    fn api(&self, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+    /// Objects of kind `K`: in one namespace, or across the cluster (and cluster-scoped
+    /// kinds) for `None`. Untyped on the wire so one function serves both scopes.
+    fn api<K: Object>(&self, namespace: Option<&str>) -> Api<DynamicObject> {
+        let resource = ApiResource::erase::<K>(&());
         match namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
-            None => Api::all_with(self.client.clone(), resource),
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
         }
     }
 
     /// Server-side applies the complete object, forcing ownership of its fields.
-    pub async fn apply(&self, object: &Value) -> Result<(), ClusterError> {
-        let resource = resource_of(
-            object["apiVersion"].as_str().unwrap_or_default(),
-            object["kind"].as_str().unwrap_or_default(),
-        );
-        let name = object["metadata"]["name"].as_str().unwrap_or_default();
-        let namespace = object["metadata"]["namespace"].as_str();
-        count("apply", &resource.kind);
-        self.api(&resource, namespace)
+    pub async fn apply<K: Object>(&self, object: &K) -> Result<(), ClusterError> {
+        let meta = object.meta();
+        let name = meta.name.as_deref().unwrap_or_default();
+        count("apply", kind_of::<K>());
+        self.api::<K>(meta.namespace.as_deref())
             .patch(
                 name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
@@ -155,44 +198,37 @@ impl Cluster {
         Ok(())
     }
 
-    pub async fn get(
+    pub async fn get<K: Object>(
         &self,
-        resource: &ApiResource,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Option<Value>, ClusterError> {
-        count("get", &resource.kind);
-        let object = self.api(resource, namespace).get_opt(name).await?;
-        Ok(object.map(|o| serde_json::to_value(o).expect("objects serialise")))
+    ) -> Result<Option<K>, ClusterError> {
+        count("get", kind_of::<K>());
+        let object = self.api::<K>(namespace).get_opt(name).await?;
+        object.map(decode).transpose()
     }
 
-    pub async fn list(
+    pub async fn list<K: Object>(
         &self,
-        resource: &ApiResource,
         namespace: Option<&str>,
         labels: &str,
-    ) -> Result<Vec<Value>, ClusterError> {
-        count("list", &resource.kind);
+    ) -> Result<Vec<K>, ClusterError> {
+        count("list", kind_of::<K>());
         let list = self
-            .api(resource, namespace)
+            .api::<K>(namespace)
             .list(&ListParams::default().labels(labels))
             .await?;
-        Ok(list
-            .items
-            .into_iter()
-            .map(|o| serde_json::to_value(o).expect("objects serialise"))
-            .collect())
+        list.items.into_iter().map(decode).collect()
     }
 
-    pub async fn delete(
+    pub async fn delete<K: Object>(
         &self,
-        resource: &ApiResource,
         namespace: Option<&str>,
         name: &str,
     ) -> Result<(), ClusterError> {
-        count("delete", &resource.kind);
+        count("delete", kind_of::<K>());
         match self
-            .api(resource, namespace)
+            .api::<K>(namespace)
             .delete(name, &DeleteParams::background())
             .await
         {
@@ -203,8 +239,9 @@ impl Cluster {
     }
 }
 
-fn count(verb: &'static str, kind: &str) {
-    metrics::counter!(crate::telemetry::KUBERNETES_REQUESTS, "verb" => verb, "kind" => kind.to_owned()).increment(1);
+fn count(verb: &'static str, kind: String) {
+    metrics::counter!(crate::telemetry::KUBERNETES_REQUESTS, "verb" => verb, "kind" => kind)
+        .increment(1);
 }
 
 /// True when every field of `desired` has the same value in `live` (which may hold more:

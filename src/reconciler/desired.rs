@@ -1,18 +1,42 @@
 //! The desired Kubernetes objects of a deployment record: a pure function, no I/O.
 //!
-//! Objects are written as JSON (it reads like the YAML users know) and checked against
-//! the typed Kubernetes structs in the tests. Names are deterministic; every object
-//! carries the managed-by, installation and deployment-id labels, so the worker can
-//! find everything it made by label.
+//! Objects are typed (`k8s_openapi` and `gateway_api`), built from the record's
+//! [`ServingSpec`], never from the spec's `Option`s. Names are deterministic; every object
+//! carries the managed-by, installation and deployment-id labels, so the worker can find
+//! everything it made by label.
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value, json};
+use gateway_api::httproutes::{
+    HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
+    HttpRouteRulesFilters, HttpRouteRulesFiltersType, HttpRouteRulesFiltersUrlRewrite,
+    HttpRouteRulesFiltersUrlRewritePath, HttpRouteRulesFiltersUrlRewritePathType,
+    HttpRouteRulesMatches, HttpRouteRulesMatchesPath, HttpRouteRulesMatchesPathType, HttpRouteSpec,
+};
+use k8s_openapi::api::apps::v1::{
+    Deployment as K8sDeployment, DeploymentSpec as K8sDeploymentSpec, DeploymentStrategy,
+    RollingUpdateDeployment,
+};
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar,
+    EnvVarSource, HTTPGetAction, ImageVolumeSource, Lifecycle, LifecycleHandler, Namespace,
+    NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecretEnvSource, SecretKeySelector, SecurityContext,
+    Service, ServicePort, ServiceSpec, SleepAction, Toleration, TopologySpreadConstraint, Volume,
+    VolumeMount,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Serialize;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::domain::{
-    CacheVolume, Deployment, DeploymentSpec, EngineDefaults, EngineKind, ModelSource, RUN_AS_USER,
-    SecurityProfile, canonical_json,
+    CacheStorage, Deployment, EngineDefaults, EngineKind, ModelSource, PodCount, RUN_AS_USER,
+    SecretKeyRef, ServingSpec, canonical_json,
 };
 
 pub const FIELD_MANAGER: &str = "modelplane";
@@ -33,7 +57,6 @@ pub const MODEL_SERVER: &str = "model-server";
 
 const MODEL_MOUNT: &str = "/models";
 const CACHE_MOUNT: &str = "/cache";
-const DEFAULT_SHM: &str = "2Gi";
 
 /// What the builder needs from server configuration.
 #[derive(Debug, Clone)]
@@ -56,33 +79,49 @@ pub struct GatewayRef {
     pub section: Option<String>,
 }
 
+/// One record as the worker sees it: the stored record and its spec with defaults resolved.
+#[derive(Debug, Clone)]
+pub struct Target<'a> {
+    pub record: &'a Deployment,
+    pub serving: &'a ServingSpec,
+}
+
 /// Every object of one deployment record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DesiredObjects {
-    pub namespace: Value,
-    pub deployment: Value,
-    pub service: Value,
+    pub namespace: Namespace,
+    pub deployment: K8sDeployment,
+    pub service: Service,
     /// `None` when no Gateway is configured for the deployment.
-    pub http_route: Option<Value>,
+    pub http_route: Option<HttpRoute>,
     /// `None` for one replica or none: a budget would only block node drains.
-    pub disruption_budget: Option<Value>,
+    pub disruption_budget: Option<PodDisruptionBudget>,
     pub gateway: Option<GatewayRef>,
+    /// The hash of everything that shapes a pod; the current generation's pods carry it.
+    pub config_hash: String,
 }
 
 impl DesiredObjects {
     /// A digest of everything that will be applied; equal digests mean nothing to write.
     pub fn digest(&self) -> String {
-        let mut all = json!([
-            self.namespace,
-            self.deployment,
-            self.service,
-            self.http_route
-        ]);
+        let mut all = vec![
+            as_json(&self.namespace),
+            as_json(&self.deployment),
+            as_json(&self.service),
+            as_json(&self.http_route),
+        ];
         if let Some(budget) = &self.disruption_budget {
-            all.as_array_mut().expect("an array").push(budget.clone());
+            all.push(as_json(budget));
         }
-        hex::encode(Sha256::digest(canonical_json(&all).as_bytes()))
+        hex::encode(Sha256::digest(
+            canonical_json(&Value::Array(all)).as_bytes(),
+        ))
     }
+}
+
+/// An object as JSON, for digests and for comparing with what the cluster holds.
+pub fn as_json(object: &impl Serialize) -> Value {
+    serde_json::to_value(object).expect("Kubernetes objects serialise")
 }
 
 /// The labels that select a deployment's pods; they never change for the life of the record.
@@ -94,36 +133,47 @@ pub fn selector_labels(record: &Deployment) -> BTreeMap<String, String> {
     ])
 }
 
+fn selector(record: &Deployment) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(selector_labels(record)),
+        ..LabelSelector::default()
+    }
+}
+
 /// Labels on every object: the selector, ownership, and the user's labels.
-fn object_labels(record: &Deployment, config: &BuildConfig) -> BTreeMap<String, String> {
-    let mut labels = record.spec.labels.clone();
-    labels.extend(system_labels(record, config));
+fn object_labels(t: &Target, config: &BuildConfig) -> BTreeMap<String, String> {
+    let mut labels = t.serving.spec.labels.clone();
+    labels.extend(system_labels(t, config));
     labels
 }
 
 /// Labels on the pods: modelplane's and the spec's `podLabels`, but not its `labels`, so a
 /// cosmetic relabelling never reloads a model.
-fn pod_labels(record: &Deployment, config: &BuildConfig) -> BTreeMap<String, String> {
-    let mut labels = record.spec.pod_labels.clone();
-    labels.extend(system_labels(record, config));
+fn pod_labels(t: &Target, config: &BuildConfig) -> BTreeMap<String, String> {
+    let mut labels = t.serving.spec.pod_labels.clone();
+    labels.extend(system_labels(t, config));
     labels
 }
 
 /// The selector, ownership and engine labels modelplane sets on everything it makes.
-fn system_labels(record: &Deployment, config: &BuildConfig) -> BTreeMap<String, String> {
-    let mut labels = selector_labels(record);
+fn system_labels(t: &Target, config: &BuildConfig) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(t.record);
     labels.insert(LABEL_MANAGED_BY.into(), "modelplane".into());
     labels.insert(LABEL_PART_OF.into(), "modelplane".into());
-    labels.insert(LABEL_PROJECT.into(), record.project.clone());
+    labels.insert(LABEL_PROJECT.into(), t.record.project.clone());
     labels.insert(LABEL_INSTALLATION.into(), config.installation.clone());
-    labels.insert(LABEL_ENGINE.into(), record.spec.engine.kind.as_str().into());
+    labels.insert(
+        LABEL_ENGINE.into(),
+        t.serving.spec.engine.kind.as_str().into(),
+    );
     labels
 }
 
 /// The image an engine runs: the spec's, else the server default for the kind.
-pub fn engine_image(spec: &DeploymentSpec, engines: &EngineDefaults) -> String {
-    spec.engine.image.clone().unwrap_or_else(|| {
-        match spec.engine.kind {
+pub fn engine_image(serving: &ServingSpec, engines: &EngineDefaults) -> String {
+    let engine = &serving.spec.engine;
+    engine.image.clone().unwrap_or_else(|| {
+        match engine.kind {
             EngineKind::Vllm => &engines.vllm_image,
             EngineKind::Sglang => &engines.sglang_image,
             EngineKind::Tgi => &engines.tgi_image,
@@ -133,14 +183,10 @@ pub fn engine_image(spec: &DeploymentSpec, engines: &EngineDefaults) -> String {
     })
 }
 
-/// The engine's HTTP port (always set on a parsed spec).
-pub fn engine_port(spec: &DeploymentSpec) -> i64 {
-    spec.engine.port.unwrap_or(8000)
-}
-
 /// The gateway a deployment routes through, if any.
-pub fn gateway_of(spec: &DeploymentSpec, config: &BuildConfig) -> Option<GatewayRef> {
-    let text = spec
+pub fn gateway_of(serving: &ServingSpec, config: &BuildConfig) -> Option<GatewayRef> {
+    let text = serving
+        .spec
         .routing
         .gateway
         .as_deref()
@@ -154,207 +200,257 @@ pub fn gateway_of(spec: &DeploymentSpec, config: &BuildConfig) -> Option<Gateway
 }
 
 /// The path prefix of the route: the spec's, else `/{project}/{name}` unless a hostname is set.
-pub fn route_path_prefix(record: &Deployment) -> String {
-    crate::domain::effective_path_prefix(&record.spec, &record.project, &record.name)
+pub fn route_path_prefix(t: &Target) -> String {
+    crate::domain::effective_path_prefix(&t.serving.spec, &t.record.project, &t.record.name)
 }
 
-/// Builds every object of `record`, to live in `namespace` (`adopted`: the namespace
-/// existed before its project and must survive it).
+/// Builds every object of `t`, to live in `namespace` (`adopted`: the namespace existed
+/// before its project and must survive it).
 pub fn desired_objects(
-    record: &Deployment,
+    t: &Target,
     namespace: &str,
     adopted: bool,
     config: &BuildConfig,
 ) -> DesiredObjects {
-    let labels = object_labels(record, config);
-    let gateway = gateway_of(&record.spec, config);
-    let mut namespace_object = namespace_object(record, namespace, config);
+    let labels = object_labels(t, config);
+    let gateway = gateway_of(t.serving, config);
+    let mut namespace_object = namespace_object(t, namespace, config);
     if adopted {
-        namespace_object["metadata"]["labels"][LABEL_NAMESPACE_ADOPTED] = json!("true");
+        namespace_object
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(LABEL_NAMESPACE_ADOPTED.into(), "true".into());
     }
+    let (deployment, config_hash) = deployment_object(t, namespace, &labels, config);
     DesiredObjects {
         namespace: namespace_object,
-        deployment: deployment_object(record, namespace, &labels, config),
-        service: service_object(record, namespace, &labels),
+        deployment,
+        service: service_object(t, namespace, &labels),
         http_route: gateway
             .as_ref()
-            .map(|gw| route_object(record, namespace, &labels, gw)),
-        disruption_budget: (record.spec.replica_count() > 1)
-            .then(|| disruption_budget_object(record, namespace, &labels)),
+            .map(|gw| route_object(t, namespace, &labels, gw)),
+        disruption_budget: (t.serving.replicas > 1)
+            .then(|| disruption_budget_object(t, namespace, &labels)),
         gateway,
+        config_hash,
     }
 }
 
 /// At most one replica down at a time for voluntary disruptions (node drains, upgrades),
 /// so a drain never takes every replica of a model at once.
 fn disruption_budget_object(
-    record: &Deployment,
+    t: &Target,
     namespace: &str,
     labels: &BTreeMap<String, String>,
-) -> Value {
-    json!({
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": metadata(record, namespace, labels),
-        "spec": {
-            "maxUnavailable": 1,
-            "selector": {"matchLabels": selector_labels(record)},
-        }
-    })
+) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: metadata(t, namespace, labels),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(selector(t.record)),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    }
 }
 
-fn namespace_object(record: &Deployment, namespace: &str, config: &BuildConfig) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": namespace,
-            "labels": {
-                LABEL_MANAGED_BY: "modelplane",
-                LABEL_PROJECT: record.project,
-                LABEL_INSTALLATION: config.installation,
-            }
-        }
-    })
+fn namespace_object(t: &Target, namespace: &str, config: &BuildConfig) -> Namespace {
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([
+                (LABEL_MANAGED_BY.to_owned(), "modelplane".to_owned()),
+                (LABEL_PROJECT.to_owned(), t.record.project.clone()),
+                (LABEL_INSTALLATION.to_owned(), config.installation.clone()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    }
 }
 
-fn metadata(record: &Deployment, namespace: &str, labels: &BTreeMap<String, String>) -> Value {
-    let mut annotations = record.spec.annotations.clone();
-    annotations.insert(ANNOTATION_GENERATION.into(), record.generation.to_string());
-    json!({
-        "name": record.name,
-        "namespace": namespace,
-        "labels": labels,
-        "annotations": annotations,
-    })
+fn metadata(t: &Target, namespace: &str, labels: &BTreeMap<String, String>) -> ObjectMeta {
+    let mut annotations = t.serving.spec.annotations.clone();
+    annotations.insert(
+        ANNOTATION_GENERATION.into(),
+        t.record.generation.to_string(),
+    );
+    ObjectMeta {
+        name: Some(t.record.name.clone()),
+        namespace: Some(namespace.to_owned()),
+        labels: Some(labels.clone()),
+        annotations: Some(annotations),
+        ..ObjectMeta::default()
+    }
 }
 
+/// The Deployment, and the hash of its pod template that its pods carry.
 fn deployment_object(
-    record: &Deployment,
+    t: &Target,
     namespace: &str,
     labels: &BTreeMap<String, String>,
     config: &BuildConfig,
-) -> Value {
-    let spec = &record.spec;
-    let pod_spec = pod_spec(record, config);
+) -> (K8sDeployment, String) {
+    let pod_spec = pod_spec(t, config);
     // The hash of everything that shapes a pod, plus the restart marker: a change rolls the pods.
-    let hash_input = json!([pod_spec, record.restarted_at]);
-    let config_hash = &hex::encode(Sha256::digest(canonical_json(&hash_input).as_bytes()))[..16];
-    let mut pod_annotations = spec.annotations.clone();
-    pod_annotations.insert(ANNOTATION_CONFIG_HASH.into(), config_hash.to_owned());
-    let startup = startup_timeout_seconds(spec, &config.engines);
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": metadata(record, namespace, labels),
-        "spec": {
-            "replicas": spec.replica_count(),
-            "selector": {"matchLabels": selector_labels(record)},
-            "strategy": rollout_strategy(spec),
+    let hash_input = Value::Array(vec![as_json(&pod_spec), as_json(&t.record.restarted_at)]);
+    let config_hash =
+        hex::encode(Sha256::digest(canonical_json(&hash_input).as_bytes()))[..16].to_owned();
+    let mut pod_annotations = t.serving.spec.annotations.clone();
+    pod_annotations.insert(ANNOTATION_CONFIG_HASH.into(), config_hash.clone());
+    let startup = startup_timeout_seconds(t.serving, &config.engines);
+    let deployment = K8sDeployment {
+        metadata: metadata(t, namespace, labels),
+        spec: Some(K8sDeploymentSpec {
+            replicas: Some(t.serving.replicas),
+            selector: selector(t.record),
+            strategy: Some(rollout_strategy(t.serving)),
             // Model loading counts against the deadline, so it must outlast the startup budget.
-            "progressDeadlineSeconds": startup + 120,
-            "template": {
-                "metadata": {"labels": pod_labels(record, config), "annotations": pod_annotations},
-                "spec": pod_spec,
-            }
-        }
-    })
+            progress_deadline_seconds: Some(to_i32(startup + 120)),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels(t, config)),
+                    annotations: Some(pod_annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec),
+            },
+            ..K8sDeploymentSpec::default()
+        }),
+        ..K8sDeployment::default()
+    };
+    (deployment, config_hash)
 }
 
-/// A rolling update; GPU pods go one at a time without surge (see `RolloutSpec`).
-fn rollout_strategy(spec: &DeploymentSpec) -> Value {
-    let gpu_pods = gpu_count(spec) > 0;
-    let (surge, unavailable) = if gpu_pods {
-        (json!(0), json!(1))
-    } else {
-        (json!("25%"), json!("25%"))
-    };
-    let is_zero = |v: &Value| *v == json!(0) || *v == json!("0%");
-    let unavailable = spec.rollout.max_unavailable.clone().unwrap_or(unavailable);
-    let surge = match &spec.rollout.max_surge {
-        Some(surge) => surge.clone(),
-        // Asked never to go below `replicas`: the rollout then needs one pod of surge.
-        None if is_zero(&unavailable) && is_zero(&surge) => json!(1),
-        None => surge,
-    };
-    json!({
-        "type": "RollingUpdate",
-        "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}
-    })
+/// A rolling update by the resolved counts (see [`ServingSpec::max_surge`]).
+fn rollout_strategy(serving: &ServingSpec) -> DeploymentStrategy {
+    DeploymentStrategy {
+        type_: Some("RollingUpdate".into()),
+        rolling_update: Some(RollingUpdateDeployment {
+            max_surge: Some(int_or_percent(serving.max_surge)),
+            max_unavailable: Some(int_or_percent(serving.max_unavailable)),
+        }),
+    }
 }
 
-fn startup_timeout_seconds(spec: &DeploymentSpec, engines: &EngineDefaults) -> i64 {
-    spec.probes
+fn int_or_percent(count: PodCount) -> IntOrString {
+    match count {
+        PodCount::Count(n) => IntOrString::Int(n),
+        PodCount::Percent(p) => IntOrString::String(format!("{p}%")),
+    }
+}
+
+/// Seconds, as the API's 32-bit fields want them (spec values are bounded far below).
+fn to_i32(n: i64) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+fn startup_timeout_seconds(serving: &ServingSpec, engines: &EngineDefaults) -> i64 {
+    serving
+        .spec
+        .probes
         .startup_timeout_seconds
         .unwrap_or(engines.startup_timeout_seconds)
-}
-
-fn health_path(spec: &DeploymentSpec) -> String {
-    spec.probes
-        .health_path
-        .clone()
-        .unwrap_or_else(|| "/health".to_owned())
-}
-
-/// GPUs per pod: the spec's count, else the tensor-parallel size, else none.
-pub fn gpu_count(spec: &DeploymentSpec) -> i64 {
-    let gpu = spec.resources.gpu.as_ref();
-    gpu.and_then(|g| g.count)
-        .or(spec.engine.tensor_parallel_size)
-        .unwrap_or(if gpu.is_some() { 1 } else { 0 })
 }
 
 /// The reference the engine loads the model from, and how it gets there.
 struct ModelLocation {
     /// What the engine is told (`org/name`, `/models/path`, `s3://…`).
     reference: String,
-    volumes: Vec<Value>,
-    mounts: Vec<Value>,
-    init_containers: Vec<Value>,
+    volumes: Vec<Volume>,
+    mounts: Vec<VolumeMount>,
+    init_containers: Vec<Container>,
 }
 
-fn model_location(spec: &DeploymentSpec, config: &BuildConfig) -> ModelLocation {
-    let read_only_mount = json!({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": true});
-    match spec.model_source() {
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+fn volume(name: &str, with: impl FnOnce(&mut Volume)) -> Volume {
+    let mut volume = Volume {
+        name: name.into(),
+        ..Volume::default()
+    };
+    with(&mut volume);
+    volume
+}
+
+fn empty_dir(medium: Option<&str>, size: Option<&crate::domain::Quantity>) -> EmptyDirVolumeSource {
+    EmptyDirVolumeSource {
+        medium: medium.map(str::to_owned),
+        size_limit: size.map(|s| Quantity(s.as_str().to_owned())),
+    }
+}
+
+fn model_location(serving: &ServingSpec, config: &BuildConfig) -> ModelLocation {
+    let read_only_mount = mount("model", MODEL_MOUNT, true);
+    match &serving.model {
         ModelSource::HuggingFace { repo } => ModelLocation {
-            reference: repo,
+            reference: repo.clone(),
             volumes: vec![],
             mounts: vec![],
             init_containers: vec![],
         },
         ModelSource::Pvc { claim, path } => ModelLocation {
-            reference: join_path(MODEL_MOUNT, &path),
-            volumes: vec![
-                json!({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": true}}),
-            ],
+            reference: join_path(MODEL_MOUNT, path),
+            volumes: vec![volume("model", |v| {
+                v.persistent_volume_claim = Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.clone(),
+                    read_only: Some(true),
+                })
+            })],
             mounts: vec![read_only_mount],
             init_containers: vec![],
         },
         // An OCI artifact mounted as an image volume: no copy, read-only, cached by the node.
         ModelSource::Oci { reference } => ModelLocation {
             reference: MODEL_MOUNT.to_owned(),
-            volumes: vec![
-                json!({"name": "model", "image": {"reference": reference, "pullPolicy": "IfNotPresent"}}),
-            ],
+            volumes: vec![volume("model", |v| {
+                v.image = Some(ImageVolumeSource {
+                    reference: Some(reference.clone()),
+                    pull_policy: Some("IfNotPresent".into()),
+                })
+            })],
             mounts: vec![read_only_mount],
             init_containers: vec![],
         },
         // Copied by an init container into a pod-local volume before the engine starts.
         ModelSource::S3 { bucket, key } => {
             let source = format!("s3://{bucket}/{key}");
-            let mut init = json!({
-                "name": "fetch-model",
-                "image": config.s3_downloader_image,
-                "command": ["aws", "s3", "sync", source, MODEL_MOUNT],
-                "volumeMounts": [{"name": "model", "mountPath": MODEL_MOUNT}],
-            });
-            if let Some(secret) = &spec.model.secret_ref {
+            let init = Container {
+                name: "fetch-model".into(),
+                image: Some(config.s3_downloader_image.clone()),
+                command: Some(vec![
+                    "aws".into(),
+                    "s3".into(),
+                    "sync".into(),
+                    source,
+                    MODEL_MOUNT.into(),
+                ]),
+                volume_mounts: Some(vec![mount("model", MODEL_MOUNT, false)]),
                 // The Secret's keys (AWS_ACCESS_KEY_ID, …) become the downloader's environment.
-                init["envFrom"] = json!([{"secretRef": {"name": secret.name}}]);
-            }
+                env_from: serving.spec.model.secret_ref.as_ref().map(|secret| {
+                    vec![EnvFromSource {
+                        secret_ref: Some(SecretEnvSource {
+                            name: secret.name.clone(),
+                            optional: None,
+                        }),
+                        ..EnvFromSource::default()
+                    }]
+                }),
+                ..Container::default()
+            };
             ModelLocation {
                 reference: MODEL_MOUNT.to_owned(),
-                volumes: vec![json!({"name": "model", "emptyDir": {}})],
+                volumes: vec![volume("model", |v| {
+                    v.empty_dir = Some(empty_dir(None, None))
+                })],
                 mounts: vec![read_only_mount],
                 init_containers: vec![init],
             }
@@ -371,9 +467,10 @@ fn join_path(base: &str, rest: &str) -> String {
 }
 
 /// The engine's command line.
-fn engine_command(spec: &DeploymentSpec, model: &str) -> (Vec<String>, Vec<String>) {
-    let served = spec.model.served_name.clone().unwrap_or_default();
-    let port = engine_port(spec).to_string();
+fn engine_command(serving: &ServingSpec, model: &str) -> (Vec<String>, Vec<String>) {
+    let spec = &serving.spec;
+    let served = serving.served_name.clone();
+    let port = serving.port.to_string();
     let tp = spec.engine.tensor_parallel_size;
     let max_len = spec.engine.max_model_len;
     let revision = spec.model.revision.clone();
@@ -422,293 +519,359 @@ fn engine_command(spec: &DeploymentSpec, model: &str) -> (Vec<String>, Vec<Strin
     (command, args)
 }
 
-fn pod_spec(record: &Deployment, config: &BuildConfig) -> Value {
-    let spec = &record.spec;
-    let model = model_location(spec, config);
-    let (command, args) = engine_command(spec, &model.reference);
-    let port = engine_port(spec);
-    let health = health_path(spec);
-    let startup = startup_timeout_seconds(spec, &config.engines);
+fn secret_env(name: &str, secret: &SecretKeyRef) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.name.clone(),
+                key: secret.key.clone(),
+                optional: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
 
-    let mut env: Vec<Value> = Vec::new();
+/// The server's environment, and the volumes and mounts the cache and `/dev/shm` need.
+fn environment(serving: &ServingSpec, model: &mut ModelLocation) -> Vec<EnvVar> {
+    let spec = &serving.spec;
+    let mut env = Vec::new();
     if let (ModelSource::HuggingFace { .. }, Some(secret)) =
-        (spec.model_source(), &spec.model.secret_ref)
+        (&serving.model, &spec.model.secret_ref)
     {
         // The hub token comes from the Secret at run time; modelplane never sees it.
-        env.push(json!({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}}}));
+        env.push(secret_env("HF_TOKEN", secret));
     }
-    let mut volumes = model.volumes;
-    let mut mounts = model.mounts;
-    let restricted = spec.security.profile == SecurityProfile::Restricted;
-    // Under `restricted` the server is not root and cannot write to the image's home: give
-    // the download cache a writable place even when the spec asks for none.
-    let cache = spec
-        .storage
-        .cache
-        .clone()
-        .or_else(|| restricted.then(CacheVolume::default));
-    if let Some(cache) = &cache {
-        let volume = match &cache.claim_name {
-            Some(claim) => json!({"name": "cache", "persistentVolumeClaim": {"claimName": claim}}),
-            None => match &cache.size_limit {
-                Some(size) => json!({"name": "cache", "emptyDir": {"sizeLimit": size}}),
-                None => json!({"name": "cache", "emptyDir": {}}),
-            },
-        };
-        volumes.push(volume);
-        mounts.push(json!({"name": "cache", "mountPath": CACHE_MOUNT}));
-        env.push(json!({"name": "HF_HOME", "value": CACHE_MOUNT}));
+    if let Some(cache) = &serving.cache {
+        model.volumes.push(volume("cache", |v| match cache {
+            CacheStorage::Claim(claim) => {
+                v.persistent_volume_claim = Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.clone(),
+                    read_only: None,
+                })
+            }
+            CacheStorage::EmptyDir(size) => v.empty_dir = Some(empty_dir(None, size.as_ref())),
+        }));
+        model.mounts.push(mount("cache", CACHE_MOUNT, false));
+        env.push(EnvVar {
+            name: "HF_HOME".into(),
+            value: Some(CACHE_MOUNT.into()),
+            ..EnvVar::default()
+        });
     }
-    let shm = spec
-        .resources
-        .shared_memory
-        .clone()
-        .or_else(|| (spec.engine.kind != EngineKind::Sim).then(|| DEFAULT_SHM.to_owned()));
-    if let Some(size) = shm {
+    if let Some(size) = &serving.shared_memory {
         // Engines exchange tensors through /dev/shm; the container default (64 MiB) is too small.
-        volumes.push(json!({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}));
-        mounts.push(json!({"name": "shm", "mountPath": "/dev/shm"}));
+        model.volumes.push(volume("shm", |v| {
+            v.empty_dir = Some(empty_dir(Some("Memory"), Some(size)))
+        }));
+        model.mounts.push(mount("shm", "/dev/shm", false));
     }
     for var in &spec.engine.env {
         env.push(match (&var.value, &var.secret_ref) {
-            (_, Some(secret)) => json!({"name": var.name, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}}}),
+            (_, Some(secret)) => secret_env(&var.name, secret),
             // The API server does not store an empty value (`omitempty`): neither do we.
-            (Some(value), None) if !value.is_empty() => json!({"name": var.name, "value": value}),
-            (_, None) => json!({"name": var.name}),
+            (Some(value), None) if !value.is_empty() => EnvVar {
+                name: var.name.clone(),
+                value: Some(value.clone()),
+                ..EnvVar::default()
+            },
+            (_, None) => EnvVar {
+                name: var.name.clone(),
+                ..EnvVar::default()
+            },
         });
     }
+    env
+}
 
-    let mut limits = Map::new();
-    let mut requests = Map::new();
+/// Requests and limits. A GPU engine needs CPU and memory too: without a request it would
+/// be `Burstable` on nothing but its GPUs. The spec's values are requests and limits; the
+/// defaults only requests.
+fn resources(serving: &ServingSpec, config: &BuildConfig) -> ResourceRequirements {
     let pods = &config.engines.pods;
-    // A GPU engine needs CPU and memory too: without a request it would be `Burstable` on
-    // nothing but its GPUs. The spec's values are requests and limits; the defaults only
-    // requests.
-    let (default_cpu, default_memory) = match spec.engine.kind {
+    let (default_cpu, default_memory) = match serving.spec.engine.kind {
         EngineKind::Sim => ("100m", "128Mi"),
         _ => (pods.cpu_request.as_str(), pods.memory_request.as_str()),
     };
-    match &spec.resources.cpu {
-        Some(cpu) => {
-            requests.insert("cpu".into(), json!(cpu));
-            limits.insert("cpu".into(), json!(cpu));
-        }
-        None => {
-            requests.insert("cpu".into(), json!(default_cpu));
-        }
-    }
-    match &spec.resources.memory {
-        Some(memory) => {
-            requests.insert("memory".into(), json!(memory));
-            limits.insert("memory".into(), json!(memory));
-        }
-        None => {
-            requests.insert("memory".into(), json!(default_memory));
+    let mut limits = BTreeMap::new();
+    let mut requests = BTreeMap::new();
+    for (name, value, default) in [
+        ("cpu", &serving.cpu, default_cpu),
+        ("memory", &serving.memory, default_memory),
+    ] {
+        match value {
+            Some(value) => {
+                requests.insert(name.to_owned(), Quantity(value.as_str().to_owned()));
+                limits.insert(name.to_owned(), Quantity(value.as_str().to_owned()));
+            }
+            None => {
+                requests.insert(name.to_owned(), Quantity(default.to_owned()));
+            }
         }
     }
-    let gpus = gpu_count(spec);
-    if gpus > 0 {
-        let name = spec
+    if serving.gpus > 0 {
+        let name = serving
+            .spec
             .resources
             .gpu
             .as_ref()
             .and_then(|g| g.resource_name.clone())
             .unwrap_or_else(|| config.engines.gpu_resource_name.clone());
-        limits.insert(name.clone(), json!(gpus.to_string()));
-        requests.insert(name, json!(gpus.to_string()));
+        limits.insert(name.clone(), Quantity(serving.gpus.to_string()));
+        requests.insert(name, Quantity(serving.gpus.to_string()));
     }
+    ResourceRequirements {
+        requests: Some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..ResourceRequirements::default()
+    }
+}
 
-    let probe = |period: i64, failures: i64| {
-        json!({
-            "httpGet": {"path": health, "port": "http"},
-            "periodSeconds": period,
-            "failureThreshold": failures,
-            // A loaded engine answers its health check slowly; the default 1 s would
-            // take busy pods out of rotation, or restart them.
-            "timeoutSeconds": 5,
-        })
-    };
+fn probe(health: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(health.to_owned()),
+            port: IntOrString::String("http".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        // A loaded engine answers its health check slowly; the default 1 s would take busy
+        // pods out of rotation, or restart them.
+        timeout_seconds: Some(5),
+        ..Probe::default()
+    }
+}
+
+/// What PodSecurity `restricted` asks of every container (Pod Security Standards).
+fn restricted_container() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+fn pod_spec(t: &Target, config: &BuildConfig) -> PodSpec {
+    let serving = t.serving;
+    let spec = &serving.spec;
+    let mut model = model_location(serving, config);
+    let (command, args) = engine_command(serving, &model.reference);
+    let env = environment(serving, &mut model);
+    let startup = startup_timeout_seconds(serving, &config.engines);
+    let pods = &config.engines.pods;
     let drain = spec.shutdown.drain_seconds.unwrap_or(pods.drain_seconds);
     let grace = spec
         .shutdown
         .grace_period_seconds
         .unwrap_or(pods.termination_grace_seconds)
         .max(drain + 1);
-    let mut container = json!({
-        "name": "server",
-        "image": engine_image(spec, &config.engines),
-        "command": command,
-        "args": args,
-        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
-        "startupProbe": probe(10, (startup + 9) / 10),
-        "readinessProbe": probe(5, 3),
-        "livenessProbe": probe(10, 6),
-    });
-    if !env.is_empty() {
-        container["env"] = json!(env);
-    }
-    if !mounts.is_empty() {
-        container["volumeMounts"] = json!(mounts);
-    }
-    let mut resources = json!({"requests": requests});
-    if !limits.is_empty() {
-        resources["limits"] = json!(limits);
-    }
-    container["resources"] = resources;
-    if drain > 0 {
+    let health = &serving.health_path;
+    let restricted = serving.restricted;
+    let container = Container {
+        name: "server".into(),
+        image: Some(engine_image(serving, &config.engines)),
+        command: Some(command),
+        args: Some(args),
+        ports: Some(vec![ContainerPort {
+            name: Some("http".into()),
+            container_port: serving.port,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        startup_probe: Some(probe(health, 10, to_i32((startup + 9) / 10))),
+        readiness_probe: Some(probe(health, 5, 3)),
+        liveness_probe: Some(probe(health, 10, 6)),
+        env: (!env.is_empty()).then_some(env),
+        volume_mounts: (!model.mounts.is_empty()).then_some(model.mounts),
+        resources: Some(resources(serving, config)),
         // Keep serving while endpoints and the Gateway stop routing here (no shell needed).
-        container["lifecycle"] = json!({"preStop": {"sleep": {"seconds": drain}}});
-    }
-    // What PodSecurity `restricted` asks of every container (Pod Security Standards).
-    let container_security = json!({
-        "allowPrivilegeEscalation": false,
-        "capabilities": {"drop": ["ALL"]},
-    });
+        lifecycle: (drain > 0).then(|| Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(SleepAction { seconds: drain }),
+                ..LifecycleHandler::default()
+            }),
+            ..Lifecycle::default()
+        }),
+        security_context: restricted.then(restricted_container),
+        ..Container::default()
+    };
     let mut init_containers = model.init_containers;
     if restricted {
-        container["securityContext"] = container_security.clone();
         for init in &mut init_containers {
-            init["securityContext"] = container_security.clone();
+            init.security_context = Some(restricted_container());
         }
-    }
-
-    let mut pod = json!({
-        "containers": [container],
-        // Model servers never call the Kubernetes API.
-        "automountServiceAccountToken": false,
-        "enableServiceLinks": false,
-        "terminationGracePeriodSeconds": grace,
-    });
-    // Replicas on different nodes where possible: one node's loss is not all of them. Set
-    // whatever the replica count (it costs nothing for one), so scaling never changes the
-    // pod template and rolls the pods.
-    pod["topologySpreadConstraints"] = json!([{
-        "maxSkew": 1,
-        "topologyKey": "kubernetes.io/hostname",
-        "whenUnsatisfiable": "ScheduleAnyway",
-        "labelSelector": {"matchLabels": selector_labels(record)},
-    }]);
-    if restricted {
-        pod["securityContext"] = json!({
-            "runAsNonRoot": true,
-            "runAsUser": RUN_AS_USER,
-            "runAsGroup": RUN_AS_USER,
-            // Volumes (cache, PVCs) become writable by the server's group.
-            "fsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        });
-    }
-    if !init_containers.is_empty() {
-        pod["initContainers"] = json!(init_containers);
-    }
-    if !volumes.is_empty() {
-        pod["volumes"] = json!(volumes);
     }
     let sched = &spec.scheduling;
-    if !sched.node_selector.is_empty() {
-        pod["nodeSelector"] = json!(sched.node_selector);
+    PodSpec {
+        containers: vec![container],
+        // Model servers never call the Kubernetes API.
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        termination_grace_period_seconds: Some(grace),
+        // Replicas on different nodes where possible: one node's loss is not all of them.
+        // Set whatever the replica count (it costs nothing for one), so scaling never
+        // changes the pod template and rolls the pods.
+        topology_spread_constraints: Some(vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: "kubernetes.io/hostname".into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(selector(t.record)),
+            ..TopologySpreadConstraint::default()
+        }]),
+        security_context: restricted.then(|| PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(RUN_AS_USER),
+            run_as_group: Some(RUN_AS_USER),
+            // Volumes (cache, PVCs) become writable by the server's group.
+            fs_group: Some(RUN_AS_USER),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..SeccompProfile::default()
+            }),
+            ..PodSecurityContext::default()
+        }),
+        init_containers: (!init_containers.is_empty()).then_some(init_containers),
+        volumes: (!model.volumes.is_empty()).then_some(model.volumes),
+        node_selector: (!sched.node_selector.is_empty()).then(|| sched.node_selector.clone()),
+        tolerations: (!sched.tolerations.is_empty()).then(|| {
+            sched
+                .tolerations
+                .iter()
+                .map(|t| Toleration {
+                    key: t.key.clone(),
+                    operator: t.operator.clone(),
+                    value: t.value.clone(),
+                    effect: t.effect.clone(),
+                    toleration_seconds: t.toleration_seconds,
+                })
+                .collect()
+        }),
+        scheduler_name: sched.scheduler_name.clone(),
+        priority_class_name: sched.priority_class_name.clone(),
+        affinity: spec
+            .resources
+            .gpu
+            .as_ref()
+            .and_then(|g| g.product.clone())
+            .map(|product| gpu_product_affinity(&config.gpu_product_label, product)),
+        ..PodSpec::default()
     }
-    if !sched.tolerations.is_empty() {
-        let tolerations: Vec<Value> = sched
-            .tolerations
-            .iter()
-            .map(|t| {
-                let mut v = json!({});
-                for (key, value) in [
-                    ("key", t.key.as_ref().map(|s| json!(s))),
-                    ("operator", t.operator.as_ref().map(|s| json!(s))),
-                    ("value", t.value.as_ref().map(|s| json!(s))),
-                    ("effect", t.effect.as_ref().map(|s| json!(s))),
-                    ("tolerationSeconds", t.toleration_seconds.map(|s| json!(s))),
-                ] {
-                    if let Some(value) = value {
-                        v[key] = value;
-                    }
-                }
-                v
-            })
-            .collect();
-        pod["tolerations"] = json!(tolerations);
-    }
-    if let Some(name) = &sched.scheduler_name {
-        pod["schedulerName"] = json!(name);
-    }
-    if let Some(name) = &sched.priority_class_name {
-        pod["priorityClassName"] = json!(name);
-    }
-    if let Some(product) = spec.resources.gpu.as_ref().and_then(|g| g.product.clone()) {
-        pod["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": config.gpu_product_label, "operator": "In", "values": [product]}
-            ]}]
-        }}});
-    }
-    pod
 }
 
-fn service_object(
-    record: &Deployment,
-    namespace: &str,
-    labels: &BTreeMap<String, String>,
-) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(record, namespace, labels),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector_labels(record),
-            "ports": [{"name": "http", "port": engine_port(&record.spec), "targetPort": "http", "protocol": "TCP"}],
-        }
-    })
+/// Only nodes whose GPU product label names `product`.
+fn gpu_product_affinity(label: &str, product: String) -> Affinity {
+    Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_expressions: Some(vec![NodeSelectorRequirement {
+                        key: label.to_owned(),
+                        operator: "In".into(),
+                        values: Some(vec![product]),
+                    }]),
+                    ..NodeSelectorTerm::default()
+                }],
+            }),
+            ..NodeAffinity::default()
+        }),
+        ..Affinity::default()
+    }
+}
+
+fn service_object(t: &Target, namespace: &str, labels: &BTreeMap<String, String>) -> Service {
+    Service {
+        metadata: metadata(t, namespace, labels),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(selector_labels(t.record)),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: t.serving.port,
+                target_port: Some(IntOrString::String("http".into())),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
 }
 
 fn route_object(
-    record: &Deployment,
+    t: &Target,
     namespace: &str,
     labels: &BTreeMap<String, String>,
     gateway: &GatewayRef,
-) -> Value {
-    let mut parent = json!({
-        "group": "gateway.networking.k8s.io",
-        "kind": "Gateway",
-        "namespace": gateway.namespace,
-        "name": gateway.name,
+) -> HttpRoute {
+    let parent = HttpRouteParentRefs {
+        group: Some("gateway.networking.k8s.io".into()),
+        kind: Some("Gateway".into()),
+        namespace: Some(gateway.namespace.clone()),
+        name: gateway.name.clone(),
+        section_name: gateway.section.clone(),
+        ..HttpRouteParentRefs::default()
+    };
+    let prefix = route_path_prefix(t);
+    // The engine serves /v1/...; strip the route's prefix on the way in.
+    let rewrite = (prefix != "/").then(|| {
+        vec![HttpRouteRulesFilters {
+            r#type: HttpRouteRulesFiltersType::UrlRewrite,
+            url_rewrite: Some(HttpRouteRulesFiltersUrlRewrite {
+                path: Some(HttpRouteRulesFiltersUrlRewritePath {
+                    r#type: HttpRouteRulesFiltersUrlRewritePathType::ReplacePrefixMatch,
+                    replace_prefix_match: Some("/".into()),
+                    ..HttpRouteRulesFiltersUrlRewritePath::default()
+                }),
+                ..HttpRouteRulesFiltersUrlRewrite::default()
+            }),
+            ..HttpRouteRulesFilters::default()
+        }]
     });
-    if let Some(section) = &gateway.section {
-        parent["sectionName"] = json!(section);
-    }
-    let prefix = route_path_prefix(record);
-    let mut rule = json!({
-        "matches": [{"path": {"type": "PathPrefix", "value": prefix}}],
-        "backendRefs": [{"group": "", "kind": "Service", "name": record.name, "port": engine_port(&record.spec), "weight": 1}],
-    });
-    if prefix != "/" {
-        // The engine serves /v1/...; strip the route's prefix on the way in.
-        rule["filters"] = json!([{"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}]);
-    }
-    let mut spec = json!({"parentRefs": [parent], "rules": [rule]});
-    if let Some(host) = &record.spec.routing.hostname {
-        spec["hostnames"] = json!([host]);
-    }
-    json!({
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
-        "metadata": metadata(record, namespace, labels),
-        "spec": spec,
-    })
+    let rule = HttpRouteRules {
+        matches: Some(vec![HttpRouteRulesMatches {
+            path: Some(HttpRouteRulesMatchesPath {
+                r#type: Some(HttpRouteRulesMatchesPathType::PathPrefix),
+                value: Some(prefix),
+            }),
+            ..HttpRouteRulesMatches::default()
+        }]),
+        backend_refs: Some(vec![HttpRouteRulesBackendRefs {
+            group: Some(String::new()),
+            kind: Some("Service".into()),
+            name: t.record.name.clone(),
+            port: Some(t.serving.port),
+            weight: Some(1),
+            ..HttpRouteRulesBackendRefs::default()
+        }]),
+        filters: rewrite,
+        ..HttpRouteRules::default()
+    };
+    let mut route = HttpRoute::new(
+        &t.record.name,
+        HttpRouteSpec {
+            parent_refs: Some(vec![parent]),
+            rules: Some(vec![rule]),
+            hostnames: t.serving.spec.routing.hostname.clone().map(|h| vec![h]),
+        },
+    );
+    route.metadata = metadata(t, namespace, labels);
+    route
 }
 
 #[cfg(test)]
 mod tests {
     use chrono::{TimeZone, Utc};
-    use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
-    use k8s_openapi::api::core::v1::{Namespace, Service};
     use serde_json::json;
     use uuid::Uuid;
 
     use super::*;
-    use crate::domain::{DeploymentStatus, SpecLimits};
+    use crate::domain::{DeploymentSpec, DeploymentStatus, SpecLimits};
 
     fn config() -> BuildConfig {
         BuildConfig {
@@ -728,36 +891,73 @@ mod tests {
         }
     }
 
-    fn record(name: &str, spec: serde_json::Value) -> Deployment {
+    /// A record and its resolved spec, as the worker holds them.
+    #[derive(Clone)]
+    struct Rec {
+        record: Deployment,
+        serving: ServingSpec,
+    }
+
+    impl Rec {
+        fn target(&self) -> Target<'_> {
+            Target {
+                record: &self.record,
+                serving: &self.serving,
+            }
+        }
+
+        fn objects(&self, config: &BuildConfig) -> DesiredObjects {
+            desired_objects(&self.target(), "team-a", false, config)
+        }
+    }
+
+    fn record(name: &str, spec: serde_json::Value) -> Rec {
         let spec: DeploymentSpec = serde_json::from_value(spec).unwrap();
-        let spec = spec.parse(name, &SpecLimits::default()).unwrap();
-        Deployment {
+        let serving = spec.parse(name, &SpecLimits::default()).unwrap();
+        let record = Deployment {
             id: Uuid::parse_str("01a200c1-83bb-709a-83d2-8acee715d77e").unwrap(),
             project: "team-a".into(),
             name: name.into(),
             generation: 3,
-            status: DeploymentStatus::pending(spec.replica_count()),
-            spec,
+            status: DeploymentStatus::pending(i64::from(serving.replicas)),
+            spec: serving.spec.clone(),
             restarted_at: None,
             deletion_requested_at: None,
             created_at: Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap(),
             updated_at: Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap(),
+        };
+        Rec { record, serving }
+    }
+
+    /// The objects as the API server receives them (JSON), and typed.
+    struct Built {
+        typed: DesiredObjects,
+        namespace: Value,
+        deployment: Value,
+        service: Value,
+        http_route: Option<Value>,
+        disruption_budget: Option<Value>,
+    }
+
+    impl Built {
+        fn digest(&self) -> String {
+            self.typed.digest()
         }
     }
 
-    fn build(name: &str, spec: serde_json::Value) -> DesiredObjects {
-        let objects = desired_objects(&record(name, spec), "team-a", false, &config());
-        // Every object is a valid instance of its Kubernetes type.
-        serde_json::from_value::<Namespace>(objects.namespace.clone()).unwrap();
-        serde_json::from_value::<K8sDeployment>(objects.deployment.clone()).unwrap();
-        serde_json::from_value::<Service>(objects.service.clone()).unwrap();
-        if let Some(budget) = &objects.disruption_budget {
-            serde_json::from_value::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(
-                budget.clone(),
-            )
-            .unwrap();
+    fn built(typed: DesiredObjects) -> Built {
+        Built {
+            namespace: as_json(&typed.namespace),
+            deployment: as_json(&typed.deployment),
+            service: as_json(&typed.service),
+            http_route: typed.http_route.as_ref().map(as_json),
+            disruption_budget: typed.disruption_budget.as_ref().map(as_json),
+            typed,
         }
-        objects
+    }
+
+    fn build(name: &str, spec: serde_json::Value) -> Built {
+        built(record(name, spec).objects(&config()))
     }
 
     #[test]
@@ -974,12 +1174,18 @@ mod tests {
 
     #[test]
     fn a_restart_or_a_pod_change_changes_the_config_hash_but_a_label_does_not() {
-        let hash = |r: &Deployment| {
-            desired_objects(r, "team-a", false, &config()).deployment["spec"]["template"]["metadata"]["annotations"][ANNOTATION_CONFIG_HASH].clone()
+        let hash = |r: &Rec| {
+            let objects = built(r.objects(&config()));
+            assert_eq!(
+                objects.deployment["spec"]["template"]["metadata"]["annotations"]
+                    [ANNOTATION_CONFIG_HASH],
+                objects.typed.config_hash.as_str()
+            );
+            objects.typed.config_hash
         };
         let base = record("qwen", json!({"model": {"source": "hf://a/b"}}));
         let mut restarted = base.clone();
-        restarted.restarted_at = Some(Utc.with_ymd_and_hms(2026, 11, 22, 1, 0, 0).unwrap());
+        restarted.record.restarted_at = Some(Utc.with_ymd_and_hms(2026, 11, 22, 1, 0, 0).unwrap());
         let changed = record(
             "qwen",
             json!({"model": {"source": "hf://a/b"}, "engine": {"maxModelLen": 4096}}),
@@ -992,9 +1198,7 @@ mod tests {
         assert_ne!(hash(&base), hash(&changed));
         assert_eq!(hash(&base), hash(&relabelled));
         // Nor does a relabelling touch the pod template, so the Deployment rolls nothing.
-        let template = |r: &Deployment| {
-            desired_objects(r, "team-a", false, &config()).deployment["spec"]["template"].clone()
-        };
+        let template = |r: &Rec| built(r.objects(&config())).deployment["spec"]["template"].clone();
         assert_eq!(template(&base), template(&relabelled));
     }
 
@@ -1006,11 +1210,11 @@ mod tests {
             "qwen",
             json!({"model": {"source": "hf://a/b"}, "engine": {"tensorParallelSize": 4}}),
         );
-        let objects = desired_objects(&r, "team-a", false, &cfg);
+        let objects = built(r.objects(&cfg));
         assert!(objects.http_route.is_none());
         let limits =
             &objects.deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"];
         assert_eq!(limits["nvidia.com/gpu"], "4");
-        assert_eq!(route_path_prefix(&r), "/team-a/qwen");
+        assert_eq!(route_path_prefix(&r.target()), "/team-a/qwen");
     }
 }

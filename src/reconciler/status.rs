@@ -2,12 +2,16 @@
 //! computed from what the cluster reports. A pure function, so every case is unit-tested.
 
 use chrono::{DateTime, Utc};
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::Pod;
-use serde_json::Value;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as K8sCondition;
 
-use super::desired::{ANNOTATION_CONFIG_HASH, GatewayRef, engine_port, route_path_prefix};
-use crate::domain::{Condition, Deployment, DeploymentStatus, Endpoints, Phase, ReplicaCounts};
+use super::desired::{ANNOTATION_CONFIG_HASH, GatewayRef, Target, route_path_prefix};
+use crate::domain::{
+    Condition, Deployment, DeploymentStatus, Endpoints, FieldErrors, Phase, ReplicaCounts,
+};
 
 /// Everything observed about one record's objects.
 #[derive(Debug, Default)]
@@ -19,11 +23,11 @@ pub struct Observed {
     /// The config hash the current generation's pods carry.
     pub config_hash: String,
     /// The live HTTPRoute, when one is wanted and exists.
-    pub route: Option<Value>,
+    pub route: Option<HttpRoute>,
     /// Why no route could be made (e.g. the Gateway API is not installed).
     pub route_problem: Option<String>,
     pub gateway: Option<GatewayRef>,
-    pub gateway_object: Option<Value>,
+    pub gateway_object: Option<Gateway>,
     /// The API server refused an object: (kind, message).
     pub rejected: Option<(String, String)>,
     /// The API server refused the HTTPRoute (the rest was applied): its message.
@@ -50,15 +54,42 @@ struct Problem {
     fatal: bool,
 }
 
-pub fn compute(
+/// The status of a record whose stored spec does not resolve: nothing is applied from it.
+pub fn invalid_spec(
     record: &Deployment,
+    errors: &FieldErrors,
+    now: DateTime<Utc>,
+) -> DeploymentStatus {
+    let message = format!("the stored spec is not valid: {errors}");
+    let conditions = vec![condition(
+        &record.status,
+        "Applied",
+        false,
+        "InvalidSpec",
+        message.clone(),
+        now,
+    )];
+    status(
+        Phase::Failed,
+        record,
+        format!("{message}; change the spec to apply it"),
+        // What ran before keeps running: the counts stand until a valid spec is applied.
+        record.status.replicas.clone(),
+        conditions,
+        Endpoints::default(),
+    )
+}
+
+pub fn compute(
+    t: &Target,
     namespace: &str,
     observed: &Observed,
     budgets: Budgets,
     now: DateTime<Utc>,
 ) -> DeploymentStatus {
+    let record = t.record;
     let previous = &record.status;
-    let desired = record.spec.replica_count();
+    let desired = i64::from(t.serving.replicas);
     let mut conditions = Vec::new();
     let mut set = |type_: &str, ok: bool, reason: &str, message: String| {
         conditions.push(condition(previous, type_, ok, reason, message, now));
@@ -80,7 +111,7 @@ pub fn compute(
                 ..Default::default()
             },
             conditions,
-            endpoints(record, namespace, observed),
+            endpoints(t, namespace, observed),
         );
     }
     let Some(dep) = &observed.deployment else {
@@ -179,7 +210,7 @@ pub fn compute(
             format!("Kubernetes rejected the PodDisruptionBudget: {message}"),
         );
     }
-    let endpoints = endpoints(record, namespace, observed);
+    let endpoints = endpoints(t, namespace, observed);
 
     let (phase, message) = if desired == 0 {
         if total == 0 {
@@ -669,15 +700,15 @@ fn gateway_not_ready(gateway: &GatewayRef, observed: &Observed) -> String {
     let Some(object) = &observed.gateway_object else {
         return format!("Gateway {name} does not exist");
     };
-    let accepted = object["status"]["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Accepted"));
+    let accepted = object
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .and_then(|cs| find_condition(cs, "Accepted"));
     match accepted {
-        Some(c) if c["status"] != "True" => format!(
+        Some(c) if c.status != "True" => format!(
             "Gateway {name} is not accepted: Accepted={} ({}): {}",
-            c["status"].as_str().unwrap_or("Unknown"),
-            c["reason"].as_str().unwrap_or(""),
-            c["message"].as_str().unwrap_or("")
+            c.status, c.reason, c.message
         ),
         None => format!("Gateway {name} has no status: no controller has seen it"),
         Some(_) => format!("Gateway {name} has not accepted the route yet"),
@@ -704,32 +735,27 @@ fn route_state(observed: &Observed) -> (bool, String) {
     let Some(route) = &observed.route else {
         return (false, "the HTTPRoute does not exist yet".into());
     };
-    let generation = route["metadata"]["generation"].as_i64().unwrap_or(0);
-    let parent = route["status"]["parents"].as_array().and_then(|parents| {
-        parents.iter().find(|p| {
-            p["parentRef"]["name"] == gateway.name.as_str()
+    let generation = route.metadata.generation.unwrap_or(0);
+    let parent = route.status.as_ref().and_then(|status| {
+        status.parents.iter().find(|p| {
+            p.parent_ref.name == gateway.name
                 // A parentRef without a namespace means the route's own.
-                && p["parentRef"]["namespace"]
-                    .as_str()
-                    .or_else(|| route["metadata"]["namespace"].as_str())
-                    == Some(gateway.namespace.as_str())
+                && p.parent_ref
+                    .namespace
+                    .as_ref()
+                    .or(route.metadata.namespace.as_ref())
+                    == Some(&gateway.namespace)
         })
     });
     let Some(parent) = parent else {
         return (false, gateway_not_ready(gateway, observed));
     };
-    let find = |type_: &str| {
-        parent["conditions"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
-            .cloned()
-    };
     for type_ in ["Accepted", "ResolvedRefs"] {
-        match find(type_) {
+        match find_condition(&parent.conditions, type_) {
             Some(c)
-                if c["status"] == "True"
-                    && c["observedGeneration"].as_i64().unwrap_or(generation) >= generation => {}
-            Some(c) if c["status"] == "True" => {
+                if c.status == "True"
+                    && c.observed_generation.unwrap_or(generation) >= generation => {}
+            Some(c) if c.status == "True" => {
                 return (
                     false,
                     format!("the Gateway has not yet processed route generation {generation}"),
@@ -738,11 +764,7 @@ fn route_state(observed: &Observed) -> (bool, String) {
             Some(c) => {
                 return (
                     false,
-                    format!(
-                        "route {type_}=False ({}): {}",
-                        c["reason"].as_str().unwrap_or(""),
-                        c["message"].as_str().unwrap_or("")
-                    ),
+                    format!("route {type_}=False ({}): {}", c.reason, c.message),
                 );
             }
             None => {
@@ -759,16 +781,21 @@ fn route_state(observed: &Observed) -> (bool, String) {
     )
 }
 
+fn find_condition<'a>(conditions: &'a [K8sCondition], type_: &str) -> Option<&'a K8sCondition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
 /// The in-cluster URL, the external URL through the Gateway, and the OpenAI base URL.
-fn endpoints(record: &Deployment, namespace: &str, observed: &Observed) -> Endpoints {
-    if record.spec.replica_count() == 0 {
+fn endpoints(t: &Target, namespace: &str, observed: &Observed) -> Endpoints {
+    let record = t.record;
+    if t.serving.replicas == 0 {
         // The Service and route are kept, but nothing behind them answers.
         return Endpoints {
             reason: Some("scaled to zero: no replica serves; scale up to get endpoints".into()),
             ..Endpoints::default()
         };
     }
-    let port = engine_port(&record.spec);
+    let port = t.serving.port;
     let cluster = observed.service_exists.then(|| {
         format!(
             "http://{}.{namespace}.svc.cluster.local:{port}",
@@ -780,7 +807,7 @@ fn endpoints(record: &Deployment, namespace: &str, observed: &Observed) -> Endpo
     let mut reason = None;
     if observed.gateway.is_some() {
         if route_ok {
-            match external_url(record, observed) {
+            match external_url(t, observed) {
                 Ok(url) => external.push(url),
                 Err(why) => reason = Some(why),
             }
@@ -797,46 +824,38 @@ fn endpoints(record: &Deployment, namespace: &str, observed: &Observed) -> Endpo
     }
 }
 
-fn external_url(record: &Deployment, observed: &Observed) -> Result<String, String> {
+fn external_url(t: &Target, observed: &Observed) -> Result<String, String> {
     let gateway = observed.gateway.as_ref().expect("checked by the caller");
     let object = observed
         .gateway_object
         .as_ref()
         .ok_or_else(|| format!("Gateway {}/{} not found", gateway.namespace, gateway.name))?;
-    let listeners = object["spec"]["listeners"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let listeners = &object.spec.listeners;
     let listener = match &gateway.section {
-        Some(section) => listeners.iter().find(|l| l["name"] == section.as_str()),
+        Some(section) => listeners.iter().find(|l| l.name == *section),
         None => listeners
             .iter()
-            .find(|l| matches!(l["protocol"].as_str(), Some("HTTP" | "HTTPS"))),
+            .find(|l| matches!(l.protocol.as_str(), "HTTP" | "HTTPS")),
     }
     .ok_or_else(|| "the Gateway has no matching HTTP listener".to_owned())?;
-    let https = listener["protocol"] == "HTTPS";
+    let https = listener.protocol == "HTTPS";
     let scheme = if https { "https" } else { "http" };
-    let port = listener["port"]
-        .as_i64()
-        .unwrap_or(if https { 443 } else { 80 });
-    let host = record
+    let port = listener.port;
+    let host = t
+        .serving
         .spec
         .routing
         .hostname
         .clone()
         .filter(|h| !h.starts_with("*."))
+        .or_else(|| listener.hostname.clone().filter(|h| !h.starts_with("*.")))
         .or_else(|| {
-            listener["hostname"]
-                .as_str()
-                .filter(|h| !h.starts_with("*."))
-                .map(str::to_owned)
-        })
-        .or_else(|| {
-            object["status"]["addresses"]
-                .as_array()
+            object
+                .status
+                .as_ref()
+                .and_then(|s| s.addresses.as_ref())
                 .and_then(|a| a.first())
-                .and_then(|a| a["value"].as_str())
-                .map(str::to_owned)
+                .map(|a| a.value.clone())
         })
         .ok_or_else(|| "the Gateway has no address yet".to_owned())?;
     let default_port = (https && port == 443) || (!https && port == 80);
@@ -845,7 +864,7 @@ fn external_url(record: &Deployment, observed: &Observed) -> Result<String, Stri
     } else {
         format!("{host}:{port}")
     };
-    let path = route_path_prefix(record);
+    let path = route_path_prefix(t);
     let path = if path == "/" { String::new() } else { path };
     Ok(format!("{scheme}://{authority}{path}"))
 }
@@ -857,7 +876,9 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::domain::{DeploymentSpec, SpecLimits};
+    use serde_json::Value;
+
+    use crate::domain::{DeploymentSpec, ServingSpec, SpecLimits};
 
     const BUDGETS: Budgets = Budgets {
         unschedulable_seconds: 300,
@@ -868,21 +889,59 @@ mod tests {
         Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap()
     }
 
-    fn record(spec: Value) -> Deployment {
+    /// A record and its resolved spec, as the worker holds them.
+    struct Rec {
+        record: Deployment,
+        serving: ServingSpec,
+    }
+
+    impl Rec {
+        fn compute(&self, observed: &Observed, now: DateTime<Utc>) -> DeploymentStatus {
+            let t = Target {
+                record: &self.record,
+                serving: &self.serving,
+            };
+            compute(&t, "team-a", observed, BUDGETS, now)
+        }
+    }
+
+    fn record(spec: Value) -> Rec {
         let spec: DeploymentSpec = serde_json::from_value(spec).unwrap();
-        let spec = spec.parse("qwen", &SpecLimits::default()).unwrap();
-        Deployment {
+        let serving = spec.parse("qwen", &SpecLimits::default()).unwrap();
+        let record = Deployment {
             id: Uuid::now_v7(),
             project: "team-a".into(),
             name: "qwen".into(),
             generation: 2,
-            status: DeploymentStatus::pending(spec.replica_count()),
-            spec,
+            status: DeploymentStatus::pending(i64::from(serving.replicas)),
+            spec: serving.spec.clone(),
             restarted_at: None,
             deletion_requested_at: None,
             created_at: now(),
             updated_at: now(),
-        }
+        };
+        Rec { record, serving }
+    }
+
+    /// A route as a Gateway controller reports it: every required field of the Gateway API
+    /// schema is set, as the API server would insist.
+    fn route(conditions: Value) -> Option<HttpRoute> {
+        Some(
+            serde_json::from_value(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                "metadata": {"name": "qwen", "namespace": "team-a", "generation": 1},
+                "spec": {},
+                "status": {"parents": [{"parentRef": {"name": "edge", "namespace": "gw"},
+                                        "controllerName": "example.com/gateway",
+                                        "conditions": conditions}]}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
+        json!({"type": type_, "status": status, "reason": reason, "message": message,
+               "observedGeneration": 1, "lastTransitionTime": "2026-11-22T11:00:00Z"})
     }
 
     fn deployment(
@@ -922,7 +981,7 @@ mod tests {
     }
 
     fn run(spec: Value, observed: &Observed) -> DeploymentStatus {
-        compute(&record(spec), "team-a", observed, BUDGETS, now())
+        record(spec).compute(observed, now())
     }
 
     fn spec(replicas: i64) -> Value {
@@ -1315,12 +1374,18 @@ mod tests {
             section: section.map(Into::into),
         });
         o.gateway_object = Some(
-            json!({"spec": {"listeners": [listener]}, "status": {"addresses": [{"value": "203.0.113.7"}]}}),
+            serde_json::from_value(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "edge", "namespace": "gw"},
+                "spec": {"gatewayClassName": "example", "listeners": [listener]},
+                "status": {"addresses": [{"value": "203.0.113.7"}]}
+            }))
+            .unwrap(),
         );
-        o.route = Some(
-            json!({"metadata": {"generation": 1}, "status": {"parents": [{"parentRef": {"name": "edge", "namespace": "gw"},
-            "conditions": [{"type": "Accepted", "status": "True", "observedGeneration": 1}, {"type": "ResolvedRefs", "status": "True", "observedGeneration": 1}]}]}}),
-        );
+        o.route = route(json!([
+            condition("Accepted", "True", "Accepted", ""),
+            condition("ResolvedRefs", "True", "ResolvedRefs", "")
+        ]));
         run(s, &o)
     }
 
@@ -1356,10 +1421,12 @@ mod tests {
             name: "edge".into(),
             section: Some("nope".into()),
         });
-        o.route = Some(
-            json!({"metadata": {"generation": 1}, "status": {"parents": [{"parentRef": {"name": "edge", "namespace": "gw"},
-            "conditions": [{"type": "Accepted", "status": "False", "reason": "NoMatchingParent", "message": "no listener named nope", "observedGeneration": 1}]}]}}),
-        );
+        o.route = route(json!([condition(
+            "Accepted",
+            "False",
+            "NoMatchingParent",
+            "no listener named nope"
+        )]));
         let status = run(spec(1), &o);
         assert_eq!(status.phase, Phase::Degraded);
         assert!(status.endpoints.external.is_empty());
@@ -1375,19 +1442,10 @@ mod tests {
     #[test]
     fn a_condition_keeps_its_transition_time_while_it_holds() {
         let mut r = record(spec(2));
-        let first = compute(
-            &r,
-            "team-a",
+        let first = r.compute(&observed(deployment(2, 2, 2, 2), vec![]), now());
+        r.record.status = first.clone();
+        let later = r.compute(
             &observed(deployment(2, 2, 2, 2), vec![]),
-            BUDGETS,
-            now(),
-        );
-        r.status = first.clone();
-        let later = compute(
-            &r,
-            "team-a",
-            &observed(deployment(2, 2, 2, 2), vec![]),
-            BUDGETS,
             now() + chrono::Duration::minutes(5),
         );
         assert_eq!(

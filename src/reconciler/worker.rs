@@ -6,22 +6,25 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
-use k8s_openapi::api::core::v1::Pod;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::apps::v1::{Deployment as K8sDeployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher;
-use serde_json::Value;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::cluster::{Cluster, ClusterError, contains, resource_of};
+use super::cluster::{Cluster, ClusterError, Object, contains, kind_of};
 use super::desired::{
-    ANNOTATION_CONFIG_HASH, BuildConfig, DesiredObjects, LABEL_DEPLOYMENT_ID, LABEL_INSTALLATION,
-    LABEL_MANAGED_BY, LABEL_NAMESPACE_ADOPTED, LABEL_PROJECT, desired_objects,
+    BuildConfig, DesiredObjects, LABEL_DEPLOYMENT_ID, LABEL_INSTALLATION, LABEL_MANAGED_BY,
+    LABEL_NAMESPACE_ADOPTED, LABEL_PROJECT, Target, as_json, desired_objects,
 };
 use super::health::WorkerHealth;
-use super::status::{Budgets, Observed, compute, recheck_after};
+use super::status::{Budgets, Observed, compute, invalid_spec, recheck_after};
 use crate::domain::{Condition, Deployment, DeploymentStatus, EventKind, Phase};
 use crate::store;
 use crate::store::deployments::ReconcileTarget;
@@ -92,17 +95,32 @@ impl Worker {
                 }
             }
         };
-        for watch in [
-            Kind::Namespace,
-            Kind::Deployment,
-            Kind::ReplicaSet,
-            Kind::Service,
-            Kind::Pod,
-            Kind::HttpRoute,
-            Kind::DisruptionBudget,
-        ] {
-            tokio::spawn(self.clone().watch(watch, shutdown.clone()));
-        }
+        // A project's namespace serves all its records; every other object, one record.
+        tokio::spawn(
+            self.clone()
+                .watch::<Namespace>(Owner::Project, shutdown.clone()),
+        );
+        tokio::spawn(
+            self.clone()
+                .watch::<K8sDeployment>(Owner::Record, shutdown.clone()),
+        );
+        tokio::spawn(
+            self.clone()
+                .watch::<ReplicaSet>(Owner::Record, shutdown.clone()),
+        );
+        tokio::spawn(
+            self.clone()
+                .watch::<Service>(Owner::Record, shutdown.clone()),
+        );
+        tokio::spawn(self.clone().watch::<Pod>(Owner::Record, shutdown.clone()));
+        tokio::spawn(
+            self.clone()
+                .watch::<HttpRoute>(Owner::Record, shutdown.clone()),
+        );
+        tokio::spawn(
+            self.clone()
+                .watch::<PodDisruptionBudget>(Owner::Record, shutdown.clone()),
+        );
         tokio::spawn(self.clone().watch_gateways(shutdown.clone()));
         tokio::spawn(self.clone().watch_pod_events(shutdown.clone()));
         tokio::spawn(self.clone().resync_loop(shutdown.clone()));
@@ -270,19 +288,29 @@ impl Worker {
         if record.deletion_requested_at.is_some() {
             return self.finish_deletion(&target).await;
         }
+        let serving = match record.spec.serving(&record.name) {
+            Ok(serving) => serving,
+            Err(errors) => {
+                // Nothing is applied from a spec that is not valid; its next change requeues it.
+                tracing::error!(%errors, "the stored spec is not valid");
+                let status = invalid_spec(&record, &errors, Utc::now());
+                self.write_status(&target, &record, status).await?;
+                return Ok(Outcome::Done);
+            }
+        };
+        let subject = Target {
+            record: &record,
+            serving: &serving,
+        };
         let desired = desired_objects(
-            &record,
+            &subject,
             &target.namespace,
             target.namespace_adopted,
             &self.config.build,
         );
         let digest = desired.digest();
         let mut observed = Observed {
-            config_hash: desired.deployment["spec"]["template"]["metadata"]["annotations"]
-                [ANNOTATION_CONFIG_HASH]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
+            config_hash: desired.config_hash.clone(),
             gateway: desired.gateway.clone(),
             ..Observed::default()
         };
@@ -342,7 +370,7 @@ impl Worker {
             .await?;
         let now = Utc::now();
         let status = compute(
-            &record,
+            &subject,
             &target.namespace,
             &observed,
             self.config.budgets,
@@ -365,56 +393,59 @@ impl Worker {
         desired: &DesiredObjects,
     ) -> Result<(Vec<String>, LiveObjects), ClusterError> {
         let mut drifted = Vec::new();
-        let mut read = LiveObjects::new();
-        for (kind, object) in [
-            ("Namespace", Some(&desired.namespace)),
-            ("Deployment", Some(&desired.deployment)),
-            ("Service", Some(&desired.service)),
-            ("HTTPRoute", desired.http_route.as_ref()),
-            ("PodDisruptionBudget", desired.disruption_budget.as_ref()),
-        ] {
-            let Some(object) = object else { continue };
-            let resource = resource_of(object["apiVersion"].as_str().unwrap_or_default(), kind);
-            let name = object["metadata"]["name"].as_str().unwrap_or_default();
-            let live = match self
-                .cluster
-                .get(&resource, object["metadata"]["namespace"].as_str(), name)
-                .await
-            {
-                Ok(live) => live,
-                // A kind the cluster does not serve (no Gateway API) is reported, not fatal,
-                // and not drift (nothing could repair it); it is left out of `read` so
-                // observation finds out why. When the kind appears, its watch relists and
-                // every record is looked at again.
-                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => continue,
-                Err(err) => return Err(err),
-            };
-            match &live {
-                None => drifted.push(format!("{kind} {name} was deleted")),
-                Some(l) if !contains(l, object) => {
-                    drifted.push(format!("{kind} {name} was changed"))
-                }
-                Some(_) => {}
-            }
-            read.insert(kind, live);
+        self.read_back(&desired.namespace, &mut drifted).await?;
+        let read = LiveObjects {
+            deployment: self.read_back(&desired.deployment, &mut drifted).await?,
+            service: self.read_back(&desired.service, &mut drifted).await?,
+            route: match &desired.http_route {
+                Some(route) => self.read_back(route, &mut drifted).await?,
+                None => None,
+            },
+        };
+        if let Some(budget) = &desired.disruption_budget {
+            self.read_back(budget, &mut drifted).await?;
         }
         Ok((drifted, read))
     }
 
-    /// An object of the record: from `known` when it was read this pass, else from the cluster.
-    async fn current(
+    /// Reads `desired` back from the cluster and notes whether it drifted. `None`: the
+    /// cluster does not serve the kind (no Gateway API) — reported, not fatal, and not drift
+    /// (nothing could repair it); observation finds out why. When the kind appears, its
+    /// watch relists and every record is looked at again.
+    async fn read_back<K: Object>(
         &self,
-        known: Option<&LiveObjects>,
-        (api_version, kind): (&str, &'static str),
+        desired: &K,
+        drifted: &mut Vec<String>,
+    ) -> Result<Option<Option<K>>, ClusterError> {
+        let meta = desired.meta();
+        let name = meta.name.as_deref().unwrap_or_default();
+        let live = match self.cluster.get::<K>(meta.namespace.as_deref(), name).await {
+            Ok(live) => live,
+            Err(err) if err.api_status().is_some_and(|s| s.code == 404) => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let kind = kind_of::<K>();
+        match &live {
+            None => drifted.push(format!("{kind} {name} was deleted")),
+            Some(l) if !contains(&as_json(l), &as_json(desired)) => {
+                drifted.push(format!("{kind} {name} was changed"))
+            }
+            Some(_) => {}
+        }
+        Ok(Some(live))
+    }
+
+    /// An object of the record: as read this pass (`known`), else from the cluster.
+    async fn current<K: Object>(
+        &self,
+        known: Option<Option<K>>,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<Value>, ClusterError> {
-        if let Some(live) = known.and_then(|k| k.get(kind)) {
-            return Ok(live.clone());
+    ) -> Result<Option<K>, ClusterError> {
+        match known {
+            Some(live) => Ok(live),
+            None => self.cluster.get::<K>(Some(namespace), name).await,
         }
-        self.cluster
-            .get(&resource_of(api_version, kind), Some(namespace), name)
-            .await
     }
 
     async fn apply_all(
@@ -422,29 +453,22 @@ impl Worker {
         desired: &DesiredObjects,
         observed: &mut Observed,
     ) -> Result<(), ClusterError> {
-        for object in [&desired.namespace, &desired.deployment, &desired.service] {
-            if let Err(err) = self.cluster.apply(object).await {
-                if let Some(status) = err.api_status().filter(|s| s.code == 422 || s.code == 400) {
-                    observed.rejected = Some((
-                        object["kind"].as_str().unwrap_or_default().to_owned(),
-                        status.message.clone(),
-                    ));
-                }
-                return Err(err);
-            }
-        }
+        self.apply_required(&desired.namespace, observed).await?;
+        self.apply_required(&desired.deployment, observed).await?;
+        self.apply_required(&desired.service, observed).await?;
         if let Some(budget) = &desired.disruption_budget {
             // The model serves without it: a refusal is said, but decides no phase.
             observed.budget_rejected = self.apply_unless_refused(budget).await?;
         }
         if desired.disruption_budget.is_none() {
             // One replica (or none) has no budget: remove one left from a larger scale.
-            let budget = resource_of("policy/v1", "PodDisruptionBudget");
-            let namespace = desired.deployment["metadata"]["namespace"].as_str();
-            let name = desired.deployment["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default();
-            match self.cluster.delete(&budget, namespace, name).await {
+            let meta = &desired.deployment.metadata;
+            let name = meta.name.as_deref().unwrap_or_default();
+            match self
+                .cluster
+                .delete::<PodDisruptionBudget>(meta.namespace.as_deref(), name)
+                .await
+            {
                 Ok(_) => {}
                 Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {}
                 Err(err) => return Err(err),
@@ -463,9 +487,28 @@ impl Worker {
         Ok(())
     }
 
+    /// Applies an object the deployment cannot serve without; a refusal (400/422) is noted
+    /// in `observed` for the status, and fails the pass.
+    async fn apply_required<K: Object>(
+        &self,
+        object: &K,
+        observed: &mut Observed,
+    ) -> Result<(), ClusterError> {
+        let result = self.cluster.apply(object).await;
+        if let Err(err) = &result
+            && let Some(status) = err.api_status().filter(|s| s.code == 422 || s.code == 400)
+        {
+            observed.rejected = Some((kind_of::<K>(), status.message.clone()));
+        }
+        result
+    }
+
     /// Applies `object`; when the API server refuses it (400/422), says so in the log and
     /// the error metric and returns its message instead of failing the pass.
-    async fn apply_unless_refused(&self, object: &Value) -> Result<Option<String>, ClusterError> {
+    async fn apply_unless_refused<K: Object>(
+        &self,
+        object: &K,
+    ) -> Result<Option<String>, ClusterError> {
         match self.cluster.apply(object).await {
             Ok(()) => Ok(None),
             Err(err)
@@ -477,8 +520,8 @@ impl Worker {
                     .api_status()
                     .map(|s| s.message.clone())
                     .unwrap_or_default();
-                let kind = object["kind"].as_str().unwrap_or_default();
-                tracing::warn!(kind, %message, "the API server rejected an object");
+                let kind = kind_of::<K>();
+                tracing::warn!(%kind, %message, "the API server rejected an object");
                 metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "api_refused")
                     .increment(1);
                 Ok(Some(message))
@@ -497,33 +540,20 @@ impl Worker {
         observed: &mut Observed,
     ) -> Result<(), ClusterError> {
         let name = record.name.as_str();
-        let deployment = self
-            .current(known, ("apps/v1", "Deployment"), namespace, name)
-            .await?;
-        observed.deployment =
-            deployment.and_then(|d| serde_json::from_value::<K8sDeployment>(d).ok());
+        let (deployment, service, route) = match known {
+            Some(k) => (k.deployment.clone(), k.service.clone(), k.route.clone()),
+            None => (None, None, None),
+        };
+        observed.deployment = self.current(deployment, namespace, name).await?;
         observed.service_exists = self
-            .current(known, ("v1", "Service"), namespace, name)
+            .current::<Service>(service, namespace, name)
             .await?
             .is_some();
         let selector = format!("{LABEL_DEPLOYMENT_ID}={}", record.id);
-        observed.pods = self
-            .cluster
-            .list(&resource_of("v1", "Pod"), Some(namespace), &selector)
-            .await?
-            .into_iter()
-            .filter_map(|p| serde_json::from_value::<Pod>(p).ok())
-            .collect();
+        observed.pods = self.cluster.list::<Pod>(Some(namespace), &selector).await?;
         if desired.http_route.is_some() && observed.route_problem.is_none() {
-            match self
-                .current(
-                    known,
-                    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
-                    namespace,
-                    name,
-                )
-                .await
-            {
+            // Not read this pass (perhaps not served): ask, and hear why.
+            match self.current::<HttpRoute>(route, namespace, name).await {
                 Ok(route) => observed.route = route,
                 Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
                     observed.route_problem = Some("the cluster does not serve the Gateway API (HTTPRoute CRD missing); no route was made".into());
@@ -533,11 +563,7 @@ impl Worker {
             if let Some(gw) = &desired.gateway {
                 observed.gateway_object = self
                     .cluster
-                    .get(
-                        &resource_of("gateway.networking.k8s.io/v1", "Gateway"),
-                        Some(&gw.namespace),
-                        &gw.name,
-                    )
+                    .get::<Gateway>(Some(&gw.namespace), &gw.name)
                     .await?;
             }
         }
@@ -578,7 +604,10 @@ impl Worker {
     async fn note_unreachable(&self, id: Uuid, err: &ClusterError) {
         // A server error (5xx, e.g. etcd down behind the API server) is an outage too.
         if err.api_status().is_some_and(|s| s.code < 500)
-            || matches!(err, ClusterError::Database(_) | ClusterError::Panicked(_))
+            || matches!(
+                err,
+                ClusterError::Database(_) | ClusterError::Panicked(_) | ClusterError::Decode { .. }
+            )
         {
             return;
         }
@@ -649,31 +678,50 @@ impl Worker {
             "{LABEL_DEPLOYMENT_ID}={id},{LABEL_INSTALLATION}={}",
             self.config.build.installation
         );
-        let mut remaining = 0;
-        for (api_version, kind, delete) in [
-            ("gateway.networking.k8s.io/v1", "HTTPRoute", true),
-            ("policy/v1", "PodDisruptionBudget", true),
-            ("v1", "Service", true),
-            ("apps/v1", "Deployment", true),
-            ("apps/v1", "ReplicaSet", false),
-            ("v1", "Pod", false),
-        ] {
-            let resource = resource_of(api_version, kind);
-            let objects = match self.cluster.list(&resource, namespace, &selector).await {
-                Ok(objects) => objects,
-                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => continue,
-                Err(err) => return Err(err),
-            };
-            remaining += objects.len();
-            if delete {
-                for object in objects {
-                    let ns = object["metadata"]["namespace"].as_str();
-                    let name = object["metadata"]["name"].as_str().unwrap_or_default();
-                    self.cluster.delete(&resource, ns, name).await?;
-                }
+        // Pods and replica sets go with their Deployment; they are only counted.
+        Ok(self
+            .delete_labelled::<HttpRoute>(namespace, &selector, true)
+            .await?
+            + self
+                .delete_labelled::<PodDisruptionBudget>(namespace, &selector, true)
+                .await?
+            + self
+                .delete_labelled::<Service>(namespace, &selector, true)
+                .await?
+            + self
+                .delete_labelled::<K8sDeployment>(namespace, &selector, true)
+                .await?
+            + self
+                .delete_labelled::<ReplicaSet>(namespace, &selector, false)
+                .await?
+            + self
+                .delete_labelled::<Pod>(namespace, &selector, false)
+                .await?)
+    }
+
+    /// How many objects of kind `K` match `selector`, deleting them when `delete` (none
+    /// when the cluster does not serve the kind).
+    async fn delete_labelled<K: Object>(
+        &self,
+        namespace: Option<&str>,
+        selector: &str,
+        delete: bool,
+    ) -> Result<usize, ClusterError> {
+        let objects = match self.cluster.list::<K>(namespace, selector).await {
+            Ok(objects) => objects,
+            Err(err) if err.api_status().is_some_and(|s| s.code == 404) => return Ok(0),
+            Err(err) => return Err(err),
+        };
+        if delete {
+            for object in &objects {
+                let meta = object.meta();
+                let name = meta.name.as_deref().unwrap_or_default();
+                self.cluster
+                    .delete::<K>(meta.namespace.as_deref(), name)
+                    .await?;
             }
         }
-        Ok(remaining)
+        Ok(objects.len())
     }
 
     async fn timeline(&self, target: &ReconcileTarget, kind: EventKind, message: &str) {
@@ -776,19 +824,19 @@ impl Worker {
             "{LABEL_MANAGED_BY}=modelplane,{LABEL_INSTALLATION}={}",
             self.config.build.installation
         );
-        let resource = resource_of("v1", "Namespace");
-        for namespace in self.cluster.list(&resource, None, &selector).await? {
-            let labels = &namespace["metadata"]["labels"];
-            let Some(project) = labels[LABEL_PROJECT].as_str() else {
+        for namespace in self.cluster.list::<Namespace>(None, &selector).await? {
+            let meta = namespace.metadata;
+            let labels = meta.labels.unwrap_or_default();
+            let Some(project) = labels.get(LABEL_PROJECT).map(String::as_str) else {
                 continue;
             };
-            if namespace["metadata"]["deletionTimestamp"].is_string()
+            if meta.deletion_timestamp.is_some()
                 || store::projects::project_exists(&self.pool, project).await?
             {
                 continue;
             }
-            let name = namespace["metadata"]["name"].as_str().unwrap_or_default();
-            if labels[LABEL_NAMESPACE_ADOPTED] == "true" {
+            let name = meta.name.as_deref().unwrap_or_default();
+            if labels.get(LABEL_NAMESPACE_ADOPTED).map(String::as_str) == Some("true") {
                 // Adopted: it stays, without modelplane's labels. Applying nothing as our
                 // field manager removes the fields only we own.
                 tracing::info!(
@@ -796,11 +844,14 @@ impl Worker {
                     project,
                     "releasing the adopted namespace of a deleted project"
                 );
-                self.cluster
-                    .apply(&serde_json::json!({
-                        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
-                    }))
-                    .await?;
+                let released = Namespace {
+                    metadata: ObjectMeta {
+                        name: Some(name.to_owned()),
+                        ..ObjectMeta::default()
+                    },
+                    ..Namespace::default()
+                };
+                self.cluster.apply(&released).await?;
                 continue;
             }
             tracing::info!(
@@ -808,7 +859,7 @@ impl Worker {
                 project,
                 "deleting the namespace of a deleted project"
             );
-            self.cluster.delete(&resource, None, name).await?;
+            self.cluster.delete::<Namespace>(None, name).await?;
         }
         Ok(())
     }
@@ -820,28 +871,10 @@ impl Worker {
             self.config.build.installation
         );
         let mut ids = Vec::new();
-        for (api_version, kind) in [
-            ("apps/v1", "Deployment"),
-            ("v1", "Service"),
-            ("gateway.networking.k8s.io/v1", "HTTPRoute"),
-            ("policy/v1", "PodDisruptionBudget"),
-        ] {
-            let objects = match self
-                .cluster
-                .list(&resource_of(api_version, kind), None, &selector)
-                .await
-            {
-                Ok(objects) => objects,
-                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => continue,
-                Err(err) => return Err(err),
-            };
-            ids.extend(objects.iter().filter_map(|o| {
-                o["metadata"]["labels"][LABEL_DEPLOYMENT_ID]
-                    .as_str()?
-                    .parse::<Uuid>()
-                    .ok()
-            }));
-        }
+        ids.extend(self.labelled_ids::<K8sDeployment>(&selector).await?);
+        ids.extend(self.labelled_ids::<Service>(&selector).await?);
+        ids.extend(self.labelled_ids::<HttpRoute>(&selector).await?);
+        ids.extend(self.labelled_ids::<PodDisruptionBudget>(&selector).await?);
         ids.sort();
         ids.dedup();
         self.collect_project_namespaces().await?;
@@ -852,12 +885,24 @@ impl Worker {
         Ok(())
     }
 
-    /// Watches one kind of managed object and requeues the record that owns each change.
-    async fn watch(self: Arc<Self>, kind: Kind, shutdown: CancellationToken) {
-        let (api_version, name) = kind.api();
-        let resource = resource_of(api_version, name);
-        let api: kube::Api<kube::api::DynamicObject> =
-            kube::Api::all_with(self.cluster.client.clone(), &resource);
+    /// The record ids on the objects of kind `K` matching `selector` (none when the
+    /// cluster does not serve the kind).
+    async fn labelled_ids<K: Object>(&self, selector: &str) -> Result<Vec<Uuid>, ClusterError> {
+        let objects = match self.cluster.list::<K>(None, selector).await {
+            Ok(objects) => objects,
+            Err(err) if err.api_status().is_some_and(|s| s.code == 404) => return Ok(vec![]),
+            Err(err) => return Err(err),
+        };
+        Ok(objects
+            .iter()
+            .filter_map(|o| record_id(o.meta().labels.as_ref()))
+            .collect())
+    }
+
+    /// Watches one kind of managed object and requeues the records that own each change.
+    async fn watch<K: Object>(self: Arc<Self>, owner: Owner, shutdown: CancellationToken) {
+        let name = kind_of::<K>();
+        let api = kube::Api::<K>::all(self.cluster.client.clone());
         let selector = format!(
             "{LABEL_MANAGED_BY}=modelplane,{LABEL_INSTALLATION}={}",
             self.config.build.installation
@@ -880,33 +925,32 @@ impl Worker {
                 // without a delete event. Look at every record again.
                 Ok(watcher::Event::InitDone) => {
                     if let Err(err) = store::work_queue::enqueue_all(&self.pool).await {
-                        tracing::warn!(kind = name, error = %err, "cannot requeue after a relist");
+                        tracing::warn!(kind = %name, error = %err, "cannot requeue after a relist");
                     }
                     continue;
                 }
                 Ok(_) => continue,
                 Err(err) => {
-                    tracing::debug!(kind = name, error = %err, "watch interrupted; retrying");
+                    tracing::debug!(kind = %name, error = %err, "watch interrupted; retrying");
                     continue;
                 }
             };
-            let labels = object.metadata.labels.as_ref();
-            // A project's namespace serves all its records; every other object, one record.
-            let requeued = if kind == Kind::Namespace {
-                let Some(project) = labels.and_then(|l| l.get(LABEL_PROJECT)) else {
-                    continue;
-                };
-                store::work_queue::enqueue_project(&self.pool, project)
-                    .await
-                    .map(|_| ())
-            } else {
-                let Some(id) = labels
-                    .and_then(|l| l.get(LABEL_DEPLOYMENT_ID))
-                    .and_then(|v| v.parse::<Uuid>().ok())
-                else {
-                    continue;
-                };
-                store::work_queue::enqueue_reconcile(&self.pool, id).await
+            let labels = object.meta().labels.as_ref();
+            let requeued = match owner {
+                Owner::Project => {
+                    let Some(project) = labels.and_then(|l| l.get(LABEL_PROJECT)) else {
+                        continue;
+                    };
+                    store::work_queue::enqueue_project(&self.pool, project)
+                        .await
+                        .map(|_| ())
+                }
+                Owner::Record => {
+                    let Some(id) = record_id(labels) else {
+                        continue;
+                    };
+                    store::work_queue::enqueue_reconcile(&self.pool, id).await
+                }
             };
             if let Err(err) = requeued {
                 tracing::warn!(error = %err, "cannot requeue after a cluster change");
@@ -919,9 +963,7 @@ impl Worker {
     /// Watches Gateways: an address or listener change alters the external URLs of the
     /// records routed through it, so they are requeued (rare, so all of them).
     async fn watch_gateways(self: Arc<Self>, shutdown: CancellationToken) {
-        let resource = resource_of("gateway.networking.k8s.io/v1", "Gateway");
-        let api: kube::Api<kube::api::DynamicObject> =
-            kube::Api::all_with(self.cluster.client.clone(), &resource);
+        let api = kube::Api::<Gateway>::all(self.cluster.client.clone());
         let stream = watcher::watcher(api, watcher::Config::default());
         let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(stream));
         loop {
@@ -948,12 +990,10 @@ impl Worker {
     /// Watches Events about pods (they carry no labels): each is mapped to its record through
     /// the pod's labels, so a BackOff or FailedScheduling reaches the status at once.
     async fn watch_pod_events(self: Arc<Self>, shutdown: CancellationToken) {
-        let api: kube::Api<kube::api::DynamicObject> =
-            kube::Api::all_with(self.cluster.client.clone(), &resource_of("v1", "Event"));
+        let api = kube::Api::<Event>::all(self.cluster.client.clone());
         let config = watcher::Config::default().fields("involvedObject.kind=Pod");
         let stream = watcher::watcher(api, config);
         let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(stream));
-        let pods = resource_of("v1", "Pod");
         loop {
             let event = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -964,22 +1004,20 @@ impl Worker {
                 Some(Ok(watcher::Event::Apply(o))) => o,
                 Some(_) => continue,
             };
-            let involved = &object.data["involvedObject"];
-            let (Some(namespace), Some(name)) =
-                (involved["namespace"].as_str(), involved["name"].as_str())
-            else {
+            let involved = &object.involved_object;
+            let (Some(namespace), Some(name)) = (&involved.namespace, &involved.name) else {
                 continue;
             };
-            let Ok(Some(pod)) = self.cluster.get(&pods, Some(namespace), name).await else {
+            let Ok(Some(pod)) = self.cluster.get::<Pod>(Some(namespace), name).await else {
                 continue;
             };
-            let labels = &pod["metadata"]["labels"];
-            if labels[LABEL_INSTALLATION] != self.config.build.installation.as_str() {
+            let labels = pod.metadata.labels.as_ref();
+            if labels.and_then(|l| l.get(LABEL_INSTALLATION))
+                != Some(&self.config.build.installation)
+            {
                 continue;
             }
-            if let Some(id) = labels[LABEL_DEPLOYMENT_ID]
-                .as_str()
-                .and_then(|v| v.parse::<Uuid>().ok())
+            if let Some(id) = record_id(labels)
                 && let Err(err) = store::work_queue::enqueue_reconcile(&self.pool, id).await
             {
                 tracing::warn!(error = %err, "cannot requeue after a pod event");
@@ -988,32 +1026,27 @@ impl Worker {
     }
 }
 
-/// Objects read during one reconcile, by kind (`None`: it does not exist).
-type LiveObjects = std::collections::BTreeMap<&'static str, Option<Value>>;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Namespace,
-    Deployment,
-    ReplicaSet,
-    Service,
-    Pod,
-    HttpRoute,
-    DisruptionBudget,
+/// The objects observation needs, as read during one reconcile. The outer `None`: not read
+/// this pass (the cluster does not serve the kind, or none is wanted); the inner: it does
+/// not exist.
+struct LiveObjects {
+    deployment: Option<Option<K8sDeployment>>,
+    service: Option<Option<Service>>,
+    route: Option<Option<HttpRoute>>,
 }
 
-impl Kind {
-    fn api(self) -> (&'static str, &'static str) {
-        match self {
-            Self::Namespace => ("v1", "Namespace"),
-            Self::Deployment => ("apps/v1", "Deployment"),
-            Self::ReplicaSet => ("apps/v1", "ReplicaSet"),
-            Self::Service => ("v1", "Service"),
-            Self::Pod => ("v1", "Pod"),
-            Self::HttpRoute => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
-            Self::DisruptionBudget => ("policy/v1", "PodDisruptionBudget"),
-        }
-    }
+/// Whose work a change to a watched object is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// A namespace serves every record of its project.
+    Project,
+    /// Every other object belongs to the record named by its id label.
+    Record,
+}
+
+/// The record id an object is labelled with.
+fn record_id(labels: Option<&std::collections::BTreeMap<String, String>>) -> Option<Uuid> {
+    labels?.get(LABEL_DEPLOYMENT_ID)?.parse().ok()
 }
 
 /// Exponential backoff with jitter: 1 s, 2 s, 4 s … up to 5 minutes.

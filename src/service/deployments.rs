@@ -112,14 +112,15 @@ pub async fn create_deployment(
 
     let mut errors = FieldErrors::new();
     let name = errors.check("name", DeploymentName::parse(&request.name));
-    let spec = match request.spec.parse(&request.name, &ctx.limits) {
-        Ok(spec) => Some(spec),
+    let serving = match request.spec.parse(&request.name, &ctx.limits) {
+        Ok(serving) => Some(serving),
         Err(spec_errors) => {
             errors.extend(spec_errors);
             None
         }
     };
-    let (name, spec) = errors.finish(|| (name.unwrap(), spec.unwrap()))?;
+    let (name, serving) = errors.finish(|| (name.unwrap(), serving.unwrap()))?;
+    let spec = &serving.spec;
 
     let mut tx = ctx.pool.begin().await?;
     if let Some(key) = idempotency_key {
@@ -137,14 +138,14 @@ pub async fn create_deployment(
     }
 
     let id = Uuid::now_v7();
-    let route = route_claim(ctx, &project, name.as_str(), &spec);
-    let status = DeploymentStatus::pending(spec.replica_count());
+    let route = route_claim(ctx, &project, name.as_str(), spec);
+    let status = DeploymentStatus::pending(i64::from(serving.replicas));
     let row = match store::deployments::insert_deployment(
         &mut *tx,
         id,
         project.id,
         name.as_str(),
-        &spec,
+        spec,
         &route,
         &status,
     )
@@ -158,12 +159,12 @@ pub async fn create_deployment(
         Err(err) => return Err(err.into()),
     };
     // After the insert, so a taken name is reported as such rather than as its own route.
-    check_route(ctx, &mut tx, &project, id, &spec, &route).await?;
-    store::revisions::insert_revision(&mut *tx, id, row.generation, &spec, "created", actor.name())
+    check_route(ctx, &mut tx, &project, id, spec, &route).await?;
+    store::revisions::insert_revision(&mut *tx, id, row.generation, spec, "created", actor.name())
         .await?;
     let message = format!(
         "created with {} replica(s) of {} serving {}",
-        spec.replica_count(),
+        serving.replicas,
         spec.engine.kind.as_str(),
         spec.model.source
     );
@@ -466,7 +467,7 @@ async fn compute_spec(
     row: &DeploymentRow,
     change: SpecChange,
 ) -> Result<(DeploymentSpec, String, EventKind), ServiceError> {
-    let parse = |spec: DeploymentSpec| spec.parse(&row.name, &ctx.limits);
+    let parse = |spec: DeploymentSpec| spec.parse(&row.name, &ctx.limits).map(|s| s.spec);
     Ok(match change {
         SpecChange::MergePatch(patch) => {
             let mut document = serde_json::json!({ "spec": serde_json::to_value(&row.spec.0).expect("spec serialises") });
@@ -480,22 +481,29 @@ async fn compute_spec(
         }
         SpecChange::Replace(spec) => (parse(*spec)?, "replaced".into(), EventKind::SpecChanged),
         SpecChange::Scale(replicas) => {
+            check_replicas(ctx, replicas)?;
             let mut spec = row.spec.0.clone();
             spec.replicas = Some(replicas);
-            let spec = parse(spec).map_err(|e| rename_field(e, "spec.replicas", "replicas"))?;
-            (spec, format!("scaled to {replicas}"), EventKind::Scaled)
+            (
+                parse(spec)?,
+                format!("scaled to {replicas}"),
+                EventKind::Scaled,
+            )
         }
         SpecChange::Rollback { revision, replicas } => {
+            if let Some(replicas) = replicas {
+                check_replicas(ctx, replicas)?;
+            }
             let old = store::revisions::find_revision(&mut **tx, row.id, revision)
                 .await?
                 .ok_or_else(|| {
                     FieldErrors::single("revision", format!("revision {revision} does not exist"))
                 })?;
             let mut spec = old.spec;
-            spec.replicas = Some(replicas.unwrap_or(row.spec.0.replica_count()));
-            let spec = parse(spec).map_err(|e| rename_field(e, "spec.replicas", "replicas"))?;
+            // The current scale stays unless the rollback names one.
+            spec.replicas = replicas.or(row.spec.0.replicas);
             (
-                spec,
+                parse(spec)?,
                 format!("rolled back to revision {revision}"),
                 EventKind::RolledBack,
             )
@@ -503,18 +511,17 @@ async fn compute_spec(
     })
 }
 
-/// Action bodies name their own fields (`replicas`), not the spec's.
-fn rename_field(errors: FieldErrors, from: &str, to: &str) -> FieldErrors {
-    let mut out = FieldErrors::new();
-    for e in errors.into_vec() {
-        let field = if e.field == from {
-            to.to_owned()
-        } else {
-            e.field
-        };
-        out.push(field, e.message);
+/// The scale and rollback actions check their own `replicas` input, so an error names it.
+fn check_replicas(ctx: &Context, replicas: i64) -> Result<(), FieldErrors> {
+    let max = ctx.limits.max_replicas;
+    if (0..=max).contains(&replicas) {
+        Ok(())
+    } else {
+        Err(FieldErrors::single(
+            "replicas",
+            format!("must be between 0 and {max}"),
+        ))
     }
-    out
 }
 
 fn route_claim(ctx: &Context, project: &Project, name: &str, spec: &DeploymentSpec) -> RouteClaim {

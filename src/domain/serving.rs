@@ -1,0 +1,269 @@
+//! A stored spec with its defaults resolved: what the worker builds objects from and
+//! reports status against.
+//!
+//! [`DeploymentSpec`] keeps the user's JSON as written (with the context-free defaults
+//! filled in, so the API shows them). Everything that reads a spec to act on it reads a
+//! [`ServingSpec`] instead: concrete values, parsed sources and quantities, built once by
+//! [`DeploymentSpec::serving`]. No consumer applies a default of its own.
+
+use super::errors::FieldErrors;
+use super::quantity::Quantity;
+use super::spec::{DeploymentSpec, EngineKind, ModelSource, SecurityProfile};
+
+/// Model server pods when the spec names no count.
+pub const DEFAULT_REPLICAS: i64 = 1;
+/// The engine's HTTP port when the spec names none.
+pub const DEFAULT_PORT: i64 = 8000;
+/// `/dev/shm` of GPU engines when the spec names no size: engines exchange tensors there,
+/// and the container runtime's default (64 MiB) is too small.
+pub const DEFAULT_SHARED_MEMORY: &str = "2Gi";
+const DEFAULT_HEALTH_PATH: &str = "/health";
+const ROLLOUT_COUNT: &str = "must be a count of 0 or more, or a percentage from \"0%\" to \"100%\"";
+
+/// A valid spec with every default that needs no server configuration resolved.
+/// (Defaults that do — the engine image, the startup budget, the GPU resource name, pod
+/// requests and grace periods — come from [`super::EngineDefaults`] where objects are built.)
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServingSpec {
+    /// The spec as stored, for what has no default (labels, args, env, scheduling, …).
+    pub spec: DeploymentSpec,
+    pub replicas: i32,
+    pub port: i32,
+    pub model: ModelSource,
+    /// The name clients send as `model`.
+    pub served_name: String,
+    /// GPUs per pod: the spec's count, else the tensor-parallel size, else one when a GPU
+    /// is asked for at all, else none.
+    pub gpus: i32,
+    pub health_path: String,
+    /// CPU and memory: requests and limits both when set.
+    pub cpu: Option<Quantity>,
+    pub memory: Option<Quantity>,
+    /// The size of `/dev/shm`: the spec's, else [`DEFAULT_SHARED_MEMORY`] for every engine
+    /// but `sim`.
+    pub shared_memory: Option<Quantity>,
+    /// Where the download cache lives, if anywhere.
+    pub cache: Option<CacheStorage>,
+    /// Pods meet PodSecurity `restricted`.
+    pub restricted: bool,
+    /// Pods a rollout may add above `replicas`, and take away below it. GPU pods go one at
+    /// a time without surge (a spare GPU is rare); others 25% each way.
+    pub max_surge: PodCount,
+    pub max_unavailable: PodCount,
+}
+
+/// A number of pods: a count, or a percentage of `replicas`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodCount {
+    Count(i32),
+    Percent(u8),
+}
+
+impl PodCount {
+    /// A count of 0 or more, or a percentage from `"0%"` to `"100%"`.
+    pub fn parse(value: &serde_json::Value) -> Option<Self> {
+        match value {
+            serde_json::Value::Number(n) => n
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+                .filter(|n| *n >= 0)
+                .map(Self::Count),
+            serde_json::Value::String(s) => s
+                .strip_suffix('%')
+                .and_then(|p| p.parse::<u8>().ok())
+                .filter(|p| *p <= 100)
+                .map(Self::Percent),
+            _ => None,
+        }
+    }
+
+    pub fn is_zero(self) -> bool {
+        matches!(self, Self::Count(0) | Self::Percent(0))
+    }
+}
+
+/// The download cache's volume.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CacheStorage {
+    /// A PersistentVolumeClaim, shared by the pods.
+    Claim(String),
+    /// A pod-local emptyDir, of at most this size.
+    EmptyDir(Option<Quantity>),
+}
+
+impl DeploymentSpec {
+    /// Resolves this spec's defaults. Every spec [`DeploymentSpec::parse`] accepted resolves;
+    /// one that does not (written by hand into the database, or by an older schema) is
+    /// refused with the fields at fault, never assumed valid.
+    pub fn serving(&self, served_name_default: &str) -> Result<ServingSpec, FieldErrors> {
+        let mut errors = FieldErrors::new();
+        let replicas = errors.check(
+            "spec.replicas",
+            in_range(
+                self.replicas.unwrap_or(DEFAULT_REPLICAS),
+                0,
+                i64::from(i32::MAX),
+            ),
+        );
+        let port = errors.check(
+            "spec.engine.port",
+            in_range(self.engine.port.unwrap_or(DEFAULT_PORT), 1, 65535),
+        );
+        let model = errors.check("spec.model.source", ModelSource::parse(&self.model.source));
+        let gpu = self.resources.gpu.as_ref();
+        let gpus = gpu
+            .and_then(|g| g.count)
+            .or(self.engine.tensor_parallel_size)
+            .unwrap_or(if gpu.is_some() { 1 } else { 0 });
+        let gpus = errors.check("spec.resources.gpu.count", in_range(gpus, 0, 1024));
+        let quantity = |errors: &mut FieldErrors, field: &str, value: &Option<String>| {
+            value
+                .as_deref()
+                .and_then(|v| errors.check(field, Quantity::parse(v)))
+        };
+        let cpu = quantity(&mut errors, "spec.resources.cpu", &self.resources.cpu);
+        let memory = quantity(&mut errors, "spec.resources.memory", &self.resources.memory);
+        let shared_memory = match &self.resources.shared_memory {
+            Some(_) => quantity(
+                &mut errors,
+                "spec.resources.sharedMemory",
+                &self.resources.shared_memory,
+            ),
+            None if self.engine.kind == EngineKind::Sim => None,
+            None => Quantity::parse(DEFAULT_SHARED_MEMORY).ok(),
+        };
+        let pod_count =
+            |errors: &mut FieldErrors, field: &str, value: &Option<serde_json::Value>| {
+                let value = value.as_ref()?;
+                let parsed = PodCount::parse(value);
+                if parsed.is_none() {
+                    errors.push(field, ROLLOUT_COUNT);
+                }
+                parsed
+            };
+        let (default_surge, default_unavailable) = match gpus {
+            Some(n) if n > 0 => (PodCount::Count(0), PodCount::Count(1)),
+            _ => (PodCount::Percent(25), PodCount::Percent(25)),
+        };
+        let max_unavailable = pod_count(
+            &mut errors,
+            "spec.rollout.maxUnavailable",
+            &self.rollout.max_unavailable,
+        )
+        .unwrap_or(default_unavailable);
+        let max_surge = pod_count(
+            &mut errors,
+            "spec.rollout.maxSurge",
+            &self.rollout.max_surge,
+        )
+        .unwrap_or(
+            // Asked never to go below `replicas`: the rollout then needs a pod of surge.
+            if max_unavailable.is_zero() && default_surge.is_zero() {
+                PodCount::Count(1)
+            } else {
+                default_surge
+            },
+        );
+        if max_surge.is_zero() && max_unavailable.is_zero() {
+            errors.push(
+                "spec.rollout.maxUnavailable",
+                "may not be 0 when maxSurge is 0: the rollout could never start",
+            );
+        }
+        let restricted = self.security.profile == SecurityProfile::Restricted;
+        let cache = match &self.storage.cache {
+            Some(cache) => match &cache.claim_name {
+                Some(claim) => Some(CacheStorage::Claim(claim.clone())),
+                None => Some(CacheStorage::EmptyDir(quantity(
+                    &mut errors,
+                    "spec.storage.cache.sizeLimit",
+                    &cache.size_limit,
+                ))),
+            },
+            // Under `restricted` the server is not root and cannot write to the image's
+            // home: the download cache needs a writable place even when the spec names none.
+            None if restricted => Some(CacheStorage::EmptyDir(None)),
+            None => None,
+        };
+        errors.finish(|| ServingSpec {
+            spec: self.clone(),
+            replicas: replicas.expect("checked"),
+            port: port.expect("checked"),
+            model: model.expect("checked"),
+            served_name: self
+                .model
+                .served_name
+                .clone()
+                .unwrap_or_else(|| served_name_default.to_owned()),
+            gpus: gpus.expect("checked"),
+            health_path: self
+                .probes
+                .health_path
+                .clone()
+                .unwrap_or_else(|| DEFAULT_HEALTH_PATH.to_owned()),
+            cpu,
+            memory,
+            shared_memory,
+            cache,
+            restricted,
+            max_surge,
+            max_unavailable,
+        })
+    }
+}
+
+fn in_range(value: i64, min: i64, max: i64) -> Result<i32, String> {
+    if (min..=max).contains(&value) {
+        Ok(i32::try_from(value).expect("within i32"))
+    } else {
+        Err(format!("must be between {min} and {max}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::SpecLimits;
+
+    fn serving(spec: serde_json::Value) -> ServingSpec {
+        let spec: DeploymentSpec = serde_json::from_value(spec).unwrap();
+        spec.parse("qwen", &SpecLimits::default()).unwrap()
+    }
+
+    #[test]
+    fn defaults_are_resolved_once_to_concrete_values() {
+        let s = serving(json!({"model": {"source": "hf://a/b"}}));
+        assert_eq!((s.replicas, s.port, s.gpus), (1, 8000, 0));
+        assert_eq!(s.served_name, "qwen");
+        assert_eq!(s.health_path, "/health");
+        assert_eq!(s.model, ModelSource::HuggingFace { repo: "a/b".into() });
+        assert_eq!(s.shared_memory.as_ref().map(Quantity::as_str), Some("2Gi"));
+        // `restricted` is the default profile: the cache gets a writable place.
+        assert_eq!(s.cache, Some(CacheStorage::EmptyDir(None)));
+        let sim = serving(
+            json!({"model": {"source": "hf://a/b"}, "engine": {"kind": "sim"}, "security": {"profile": "image-default"}}),
+        );
+        assert_eq!((sim.shared_memory, sim.cache), (None, None));
+        let tp =
+            serving(json!({"model": {"source": "hf://a/b"}, "engine": {"tensorParallelSize": 4}}));
+        assert_eq!(tp.gpus, 4);
+        let one = serving(json!({"model": {"source": "hf://a/b"}, "resources": {"gpu": {}}}));
+        assert_eq!(one.gpus, 1);
+    }
+
+    #[test]
+    fn a_stored_spec_that_is_not_valid_is_refused_with_its_fields_not_assumed() {
+        let spec: DeploymentSpec = serde_json::from_value(
+            json!({"model": {"source": "ftp://x"}, "replicas": -1, "engine": {"port": 70000}}),
+        )
+        .unwrap();
+        let errors = spec.serving("qwen").unwrap_err();
+        let fields: Vec<_> = errors.into_vec().into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            ["spec.replicas", "spec.engine.port", "spec.model.source"]
+        );
+    }
+}
