@@ -1,7 +1,13 @@
 //! Kinds served from another kind's storage through a conversion, as the real server does
 //! for `events.k8s.io/v1` Events (stored as, and readable through, core/v1 Events).
+//! [`Served`] pairs the kind a request names with the kind whose storage holds it.
 
 use serde_json::{Map, Value};
+
+use crate::ops::WriteResult;
+use crate::resources::ResourceKind;
+use crate::status::{ApiError, ApiResult};
+use crate::store::Store;
 
 /// How a view maps onto its storage kind.
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +84,50 @@ pub fn view_for(group: &str, plural: &str) -> Option<View> {
 /// The identity conversion (kinds stored as themselves).
 pub fn identity(v: &Value) -> Value {
     v.clone()
+}
+
+/// A kind as served: the requested kind, the kind whose storage holds its objects, and the
+/// conversions between them (identity except for views such as events.k8s.io Events).
+#[derive(Clone, Copy)]
+pub(crate) struct Served {
+    pub(crate) kind: &'static ResourceKind,
+    pub(crate) storage: &'static ResourceKind,
+    pub(crate) out: fn(&Value) -> Value,
+    pub(crate) into: fn(&Value) -> Value,
+}
+
+impl Served {
+    pub(crate) fn new(store: &Store, kind: &'static ResourceKind) -> ApiResult<Self> {
+        match view_for(kind.group, kind.plural) {
+            None => Ok(Served {
+                kind,
+                storage: kind,
+                out: identity,
+                into: identity,
+            }),
+            Some(v) => {
+                let storage = store
+                    .kinds()
+                    .by_resource(v.storage_group, "v1", v.storage_plural)
+                    .ok_or_else(ApiError::page_not_found)?;
+                Ok(Served {
+                    kind,
+                    storage,
+                    out: v.from_storage,
+                    into: v.to_storage,
+                })
+            }
+        }
+    }
+
+    pub(crate) fn is_view(&self) -> bool {
+        !std::ptr::eq(self.kind, self.storage)
+    }
+
+    pub(crate) fn result(&self, mut r: WriteResult) -> WriteResult {
+        r.object = (self.out)(&r.object);
+        r
+    }
 }
 
 #[cfg(test)]

@@ -93,62 +93,11 @@ fn drop_nulls(v: &mut Value) {
 pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
     drop_nulls(obj);
     if !kind.custom {
-        // Only the top-level `spec` of a Service has a map-typed `selector`.
-        if let Some(m) = obj.as_object_mut() {
-            for (k, x) in m.iter_mut() {
-                drop_empty(x, k == "spec" && kind.kind == "Service");
-            }
-            m.retain(|k, x| {
-                !(matches!(x, Value::Array(a) if a.is_empty())
-                    || (x.as_object().is_some_and(|o| o.is_empty())
-                        && OMITEMPTY_MAPS.contains(&k.as_str())))
-            });
-        }
+        go_round_trip(kind, obj);
     }
     match (kind.group, kind.kind) {
-        ("", "Pod") => {
-            if let Some(spec) = obj_at(obj, "spec") {
-                pod_spec(spec);
-                // SetDefaults_Pod (pods only, not templates).
-                default_field(spec, "enableServiceLinks", json!(true));
-                each_item(spec.get_mut("containers"), requests_from_limits);
-                each_item(spec.get_mut("initContainers"), requests_from_limits);
-                // InPlacePodVerticalScaling: cpu/memory requests get a NotRequired resize policy.
-                each_item(spec.get_mut("containers"), resize_policy);
-                if spec.get("hostNetwork") == Some(&json!(true)) {
-                    for list in ["containers", "initContainers"] {
-                        each_item(spec.get_mut(list), |c| {
-                            each_item(c.get_mut("ports"), |p| {
-                                if p.get("hostPort").and_then(Value::as_i64).unwrap_or(0) == 0
-                                    && let Some(cp) = p.get("containerPort").cloned()
-                                {
-                                    p.insert("hostPort".into(), cp);
-                                }
-                            })
-                        });
-                    }
-                }
-            }
-        }
-        ("apps", "Deployment") => {
-            if let Some(spec) = obj_at(obj, "spec") {
-                default_field(spec, "replicas", json!(1));
-                let strategy = spec.entry("strategy").or_insert_with(|| json!({}));
-                if let Some(s) = strategy.as_object_mut() {
-                    default_field(s, "type", json!("RollingUpdate"));
-                    if s.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
-                        let ru = s.entry("rollingUpdate").or_insert_with(|| json!({}));
-                        if let Some(ru) = ru.as_object_mut() {
-                            default_field(ru, "maxUnavailable", json!("25%"));
-                            default_field(ru, "maxSurge", json!("25%"));
-                        }
-                    }
-                }
-                default_field(spec, "revisionHistoryLimit", json!(10));
-                default_field(spec, "progressDeadlineSeconds", json!(600));
-                pod_template(spec);
-            }
-        }
+        ("", "Pod") => pod(obj),
+        ("apps", "Deployment") => deployment(obj),
         ("apps", "ReplicaSet") => {
             if let Some(spec) = obj_at(obj, "spec") {
                 default_field(spec, "replicas", json!(1));
@@ -160,34 +109,13 @@ pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
                 service_spec(spec);
             }
         }
-        ("", "Namespace") => {
-            if let Some(name) = obj
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .map(String::from)
-            {
-                // The namespace name label is always set (and reset) by the server.
-                let meta = crate::resources::meta_mut(obj);
-                let labels = meta.entry("labels").or_insert_with(|| json!({}));
-                if let Some(l) = labels.as_object_mut() {
-                    l.insert("kubernetes.io/metadata.name".into(), Value::String(name));
-                }
-            }
-        }
+        ("", "Namespace") => namespace(obj),
         ("", "Secret") => {
             if let Some(o) = obj.as_object_mut() {
                 default_field(o, "type", json!("Opaque"));
             }
         }
-        ("", "PersistentVolumeClaim") => {
-            if let Some(spec) = obj_at(obj, "spec") {
-                default_field(spec, "volumeMode", json!("Filesystem"));
-                if let Some(r) = spec.get_mut("resources") {
-                    crate::quantity::canonicalize_map(r.get_mut("requests"));
-                    crate::quantity::canonicalize_map(r.get_mut("limits"));
-                }
-            }
-        }
+        ("", "PersistentVolumeClaim") => persistent_volume_claim(obj),
         ("discovery.k8s.io", "EndpointSlice") => {
             // SetDefaults_EndpointPort: the name pointer defaults to "", protocol to TCP.
             if let Some(o) = obj.as_object_mut() {
@@ -208,75 +136,171 @@ pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
             }
             status_parent_refs(obj);
         }
-        ("gateway.networking.k8s.io", "Gateway") => {
-            if let Some(spec) = obj_at(obj, "spec") {
-                each_item(spec.get_mut("listeners"), |l| {
-                    let ar = l
-                        .entry("allowedRoutes")
-                        .or_insert_with(|| json!({"namespaces": {"from": "Same"}}));
-                    if let Some(ar) = ar.as_object_mut() {
-                        let ns = ar
-                            .entry("namespaces")
-                            .or_insert_with(|| json!({"from": "Same"}));
-                        if let Some(ns) = ns.as_object_mut() {
-                            default_field(ns, "from", json!("Same"));
-                        }
-                        each_item(ar.get_mut("kinds"), |k| {
-                            default_field(k, "group", json!("gateway.networking.k8s.io"))
-                        });
-                    }
-                    if let Some(tls) = l.get_mut("tls").and_then(Value::as_object_mut) {
-                        default_field(tls, "mode", json!("Terminate"));
-                        each_item(tls.get_mut("certificateRefs"), |r| {
-                            default_field(r, "group", json!(""));
-                            default_field(r, "kind", json!("Secret"));
-                        });
-                    }
-                });
-                each_item(spec.get_mut("addresses"), |a| {
-                    default_field(a, "type", json!("IPAddress"))
-                });
-                if let Some(ns) = spec
-                    .get_mut("allowedListeners")
-                    .and_then(Value::as_object_mut)
-                {
-                    let n = ns
-                        .entry("namespaces")
-                        .or_insert_with(|| json!({"from": "None"}));
-                    if let Some(n) = n.as_object_mut() {
-                        default_field(n, "from", json!("None"));
-                    }
-                }
-            }
-            crd_status(obj, &["Accepted", "Programmed"]);
-            if let Some(st) = obj.get_mut("status") {
-                each_item(st.get_mut("addresses"), |a| {
-                    default_field(a, "type", json!("IPAddress"))
-                });
-                each_item(st.get_mut("listeners"), |l| {
-                    each_item(l.get_mut("supportedKinds"), |k| {
-                        default_field(k, "group", json!("gateway.networking.k8s.io"))
-                    })
-                });
-            }
-        }
+        ("gateway.networking.k8s.io", "Gateway") => gateway(obj),
         ("gateway.networking.k8s.io", "GatewayClass") => crd_status(obj, &["Accepted"]),
-        ("inference.networking.k8s.io", "InferencePool") => {
-            if let Some(epp) = obj
-                .pointer_mut("/spec/endpointPickerRef")
-                .and_then(Value::as_object_mut)
-            {
-                default_field(epp, "group", json!(""));
-                default_field(epp, "kind", json!("Service"));
-                default_field(epp, "failureMode", json!("FailClose"));
-            }
-            if let Some(spec) = obj_at(obj, "spec") {
-                default_field(spec, "appProtocol", json!("http"));
-            }
-            status_parent_refs(obj);
-        }
+        ("inference.networking.k8s.io", "InferencePool") => inference_pool(obj),
         _ => {}
     }
+}
+
+/// Built-in kinds are decoded into Go types and re-encoded, which drops what `omitempty`
+/// drops; custom resources are stored as sent.
+fn go_round_trip(kind: &ResourceKind, obj: &mut Value) {
+    // Only the top-level `spec` of a Service has a map-typed `selector`.
+    if let Some(m) = obj.as_object_mut() {
+        for (k, x) in m.iter_mut() {
+            drop_empty(x, k == "spec" && kind.kind == "Service");
+        }
+        m.retain(|k, x| {
+            !(matches!(x, Value::Array(a) if a.is_empty())
+                || (x.as_object().is_some_and(|o| o.is_empty())
+                    && OMITEMPTY_MAPS.contains(&k.as_str())))
+        });
+    }
+}
+
+fn pod(obj: &mut Value) {
+    let Some(spec) = obj_at(obj, "spec") else {
+        return;
+    };
+    pod_spec(spec);
+    // SetDefaults_Pod (pods only, not templates).
+    default_field(spec, "enableServiceLinks", json!(true));
+    each_item(spec.get_mut("containers"), requests_from_limits);
+    each_item(spec.get_mut("initContainers"), requests_from_limits);
+    // InPlacePodVerticalScaling: cpu/memory requests get a NotRequired resize policy.
+    each_item(spec.get_mut("containers"), resize_policy);
+    if spec.get("hostNetwork") == Some(&json!(true)) {
+        for list in ["containers", "initContainers"] {
+            each_item(spec.get_mut(list), |c| {
+                each_item(c.get_mut("ports"), |p| {
+                    if p.get("hostPort").and_then(Value::as_i64).unwrap_or(0) == 0
+                        && let Some(cp) = p.get("containerPort").cloned()
+                    {
+                        p.insert("hostPort".into(), cp);
+                    }
+                })
+            });
+        }
+    }
+}
+
+fn deployment(obj: &mut Value) {
+    let Some(spec) = obj_at(obj, "spec") else {
+        return;
+    };
+    default_field(spec, "replicas", json!(1));
+    let strategy = spec.entry("strategy").or_insert_with(|| json!({}));
+    if let Some(s) = strategy.as_object_mut() {
+        default_field(s, "type", json!("RollingUpdate"));
+        if s.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+            let ru = s.entry("rollingUpdate").or_insert_with(|| json!({}));
+            if let Some(ru) = ru.as_object_mut() {
+                default_field(ru, "maxUnavailable", json!("25%"));
+                default_field(ru, "maxSurge", json!("25%"));
+            }
+        }
+    }
+    default_field(spec, "revisionHistoryLimit", json!(10));
+    default_field(spec, "progressDeadlineSeconds", json!(600));
+    pod_template(spec);
+}
+
+fn namespace(obj: &mut Value) {
+    if let Some(name) = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .map(String::from)
+    {
+        // The namespace name label is always set (and reset) by the server.
+        let meta = crate::resources::meta_mut(obj);
+        let labels = meta.entry("labels").or_insert_with(|| json!({}));
+        if let Some(l) = labels.as_object_mut() {
+            l.insert("kubernetes.io/metadata.name".into(), Value::String(name));
+        }
+    }
+}
+
+fn persistent_volume_claim(obj: &mut Value) {
+    if let Some(spec) = obj_at(obj, "spec") {
+        default_field(spec, "volumeMode", json!("Filesystem"));
+        if let Some(r) = spec.get_mut("resources") {
+            crate::quantity::canonicalize_map(r.get_mut("requests"));
+            crate::quantity::canonicalize_map(r.get_mut("limits"));
+        }
+    }
+}
+
+fn gateway(obj: &mut Value) {
+    if let Some(spec) = obj_at(obj, "spec") {
+        gateway_spec(spec);
+    }
+    crd_status(obj, &["Accepted", "Programmed"]);
+    if let Some(st) = obj.get_mut("status") {
+        each_item(st.get_mut("addresses"), |a| {
+            default_field(a, "type", json!("IPAddress"))
+        });
+        each_item(st.get_mut("listeners"), |l| {
+            each_item(l.get_mut("supportedKinds"), |k| {
+                default_field(k, "group", json!("gateway.networking.k8s.io"))
+            })
+        });
+    }
+}
+
+fn gateway_spec(spec: &mut Map<String, Value>) {
+    each_item(spec.get_mut("listeners"), |l| {
+        let ar = l
+            .entry("allowedRoutes")
+            .or_insert_with(|| json!({"namespaces": {"from": "Same"}}));
+        if let Some(ar) = ar.as_object_mut() {
+            let ns = ar
+                .entry("namespaces")
+                .or_insert_with(|| json!({"from": "Same"}));
+            if let Some(ns) = ns.as_object_mut() {
+                default_field(ns, "from", json!("Same"));
+            }
+            each_item(ar.get_mut("kinds"), |k| {
+                default_field(k, "group", json!("gateway.networking.k8s.io"))
+            });
+        }
+        if let Some(tls) = l.get_mut("tls").and_then(Value::as_object_mut) {
+            default_field(tls, "mode", json!("Terminate"));
+            each_item(tls.get_mut("certificateRefs"), |r| {
+                default_field(r, "group", json!(""));
+                default_field(r, "kind", json!("Secret"));
+            });
+        }
+    });
+    each_item(spec.get_mut("addresses"), |a| {
+        default_field(a, "type", json!("IPAddress"))
+    });
+    if let Some(ns) = spec
+        .get_mut("allowedListeners")
+        .and_then(Value::as_object_mut)
+    {
+        let n = ns
+            .entry("namespaces")
+            .or_insert_with(|| json!({"from": "None"}));
+        if let Some(n) = n.as_object_mut() {
+            default_field(n, "from", json!("None"));
+        }
+    }
+}
+
+fn inference_pool(obj: &mut Value) {
+    if let Some(epp) = obj
+        .pointer_mut("/spec/endpointPickerRef")
+        .and_then(Value::as_object_mut)
+    {
+        default_field(epp, "group", json!(""));
+        default_field(epp, "kind", json!("Service"));
+        default_field(epp, "failureMode", json!("FailClose"));
+    }
+    if let Some(spec) = obj_at(obj, "spec") {
+        default_field(spec, "appProtocol", json!("http"));
+    }
+    status_parent_refs(obj);
 }
 
 /// The Gateway API status defaults: a missing status, or a status without conditions,

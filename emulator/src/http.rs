@@ -1,26 +1,26 @@
 //! The HTTP surface: URL parsing into (kind, namespace, name, subresource), query options,
-//! request bodies, CRUD and list handlers and the request log. Watches live in `watch.rs`,
-//! Tables in `table.rs`, scale and binding in `subresources.rs`.
+//! CRUD and list handlers and the request log. Watches live in `watch.rs`, Tables in
+//! `table.rs`, scale and binding in `subresources.rs`; the response and body encoding and
+//! the write options they all share live in `wire.rs`, below all of them.
 //!
 //! Every request passes through one axum middleware (`record`), which also applies the
 //! injected faults (`cluster/faults.rs`) and serves the `/emulator/faults` admin endpoint.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde_json::{Value, json};
 
-use crate::conversion::identity;
+use crate::conversion::Served;
 use crate::discovery;
-use crate::ops::{self, DeleteOptions, FieldValidation, Propagation, WriteOptions, WriteResult};
+use crate::ops::{self, DeleteOptions, Propagation, WriteOptions, WriteResult};
 use crate::patch::PatchType;
 use crate::resources::{ResourceKind, meta_str};
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -28,7 +28,8 @@ use crate::status::{ApiError, ApiResult, success_status};
 use crate::store::Store;
 use crate::subresources::{bind_pod, scale};
 use crate::table::{Repr, partial, representation, to_table};
-use crate::watch::watch_response;
+use crate::watch::{WatchSettings, watch_response};
+use crate::wire::{json_response, parse_body, write_options};
 
 /// One recorded request (for tests that count writes).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,10 +77,9 @@ impl RequestLog {
 pub struct AppState {
     pub store: Store,
     pub log: RequestLog,
-    pub bookmark_interval: Duration,
     pub server_address: Arc<str>,
-    /// Becomes true when the emulator shuts down, so open watches end promptly.
-    pub closing: tokio::sync::watch::Receiver<bool>,
+    /// Bookmark interval and the shutdown signal, so open watches end promptly.
+    pub watches: WatchSettings,
     /// Injected faults (of the simulated cluster), applied in `record`.
     pub faults: crate::cluster::Faults,
 }
@@ -177,71 +177,12 @@ fn parse_query(q: &str) -> HashMap<String, String> {
         .collect()
 }
 
-pub(crate) fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Response {
-    let mut resp = (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        serde_json::to_vec(body).unwrap_or_default(),
-    )
-        .into_response();
-    for w in warnings {
-        if let Ok(v) = HeaderValue::from_str(&format!("299 - {w:?}")) {
-            resp.headers_mut().append(header::WARNING, v);
-        }
-    }
-    resp
-}
-
 /// What a resource URL names.
 struct Target {
     kind: &'static ResourceKind,
     namespace: Option<String>,
     name: Option<String>,
     subresource: Option<String>,
-}
-
-/// A kind as served: the requested kind, the kind whose storage holds its objects, and the
-/// conversions between them (identity except for views such as events.k8s.io Events).
-#[derive(Clone, Copy)]
-pub(crate) struct Served {
-    pub(crate) kind: &'static ResourceKind,
-    pub(crate) storage: &'static ResourceKind,
-    pub(crate) out: fn(&Value) -> Value,
-    pub(crate) into: fn(&Value) -> Value,
-}
-
-impl Served {
-    fn new(store: &Store, kind: &'static ResourceKind) -> ApiResult<Self> {
-        match crate::conversion::view_for(kind.group, kind.plural) {
-            None => Ok(Served {
-                kind,
-                storage: kind,
-                out: identity,
-                into: identity,
-            }),
-            Some(v) => {
-                let storage = store
-                    .kinds()
-                    .by_resource(v.storage_group, "v1", v.storage_plural)
-                    .ok_or_else(ApiError::page_not_found)?;
-                Ok(Served {
-                    kind,
-                    storage,
-                    out: v.from_storage,
-                    into: v.to_storage,
-                })
-            }
-        }
-    }
-
-    fn is_view(&self) -> bool {
-        !std::ptr::eq(self.kind, self.storage)
-    }
-
-    fn result(&self, mut r: WriteResult) -> WriteResult {
-        r.object = (self.out)(&r.object);
-        r
-    }
 }
 
 async fn dispatch(
@@ -389,71 +330,6 @@ async fn route(
     handle_resource(state, method, target, watch, query, headers, body).await
 }
 
-pub(crate) fn write_options(
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-) -> ApiResult<WriteOptions> {
-    let ua = headers
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("unknown");
-    // The real server derives the default manager from the User-Agent up to the first '/'.
-    let default_manager = ua.split('/').next().unwrap_or("unknown").to_string();
-    let dry_run = match query.get("dryRun").map(String::as_str) {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "Invalid dryRun value: {other:?}; supported values: \"All\""
-            )));
-        }
-    };
-    let field_validation = match query.get("fieldValidation").map(String::as_str) {
-        None | Some("") | Some("Warn") => FieldValidation::Warn,
-        Some("Strict") => FieldValidation::Strict,
-        Some("Ignore") => FieldValidation::Ignore,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "fieldValidation: Invalid value: {other:?}: fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\""
-            )));
-        }
-    };
-    let force = match query.get("force").map(String::as_str) {
-        None => None,
-        Some("true") | Some("1") => Some(true),
-        Some(_) => Some(false),
-    };
-    if let Some(m) = query.get("fieldManager")
-        && m.len() > 128
-    {
-        return Err(ApiError::bad_request(
-            "fieldManager: Too long: must have at most 128 bytes",
-        ));
-    }
-    Ok(WriteOptions {
-        dry_run,
-        field_manager: query.get("fieldManager").cloned(),
-        default_manager,
-        field_validation,
-        force,
-    })
-}
-
-pub(crate) fn parse_body(body: &Bytes) -> ApiResult<Value> {
-    // Kubernetes protobuf envelopes start with "k8s\0" (kubectl's imperative create commands).
-    if body.starts_with(b"k8s\0") {
-        return crate::protobuf::decode(body).map_err(|what| {
-            ApiError::new(
-                415,
-                "UnsupportedMediaType",
-                format!("the emulator cannot decode protobuf for {what}; send JSON instead"),
-            )
-        });
-    }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("error decoding body: {e}")))
-}
-
 fn write_response(r: WriteResult, with_created: bool) -> Response {
     let code = if r.created && with_created {
         StatusCode::CREATED
@@ -489,11 +365,21 @@ async fn handle_resource(
     }
     match (method.clone(), &t.name) {
         (Method::GET, None) if watch => {
-            watch_response(state, served, t.namespace.as_deref(), None, query, repr).await
+            watch_response(
+                store,
+                &state.watches,
+                served,
+                t.namespace.as_deref(),
+                None,
+                query,
+                repr,
+            )
+            .await
         }
         (Method::GET, Some(name)) if watch => {
             watch_response(
-                state,
+                store,
+                &state.watches,
                 served,
                 t.namespace.as_deref(),
                 Some(name),

@@ -59,6 +59,7 @@ mod subresources;
 mod table;
 mod validation;
 mod watch;
+mod wire;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -156,9 +157,11 @@ impl EmulatorBuilder {
         let state = http::AppState {
             store: store.clone(),
             log: log.clone(),
-            bookmark_interval: self.bookmark_interval,
             server_address: addr.to_string().into(),
-            closing: stop_rx.clone(),
+            watches: watch::WatchSettings {
+                bookmark_interval: self.bookmark_interval,
+                closing: stop_rx.clone(),
+            },
             faults: faults.clone(),
         };
         let app = http::router(state);

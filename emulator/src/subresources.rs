@@ -8,12 +8,12 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use crate::http::{json_response, parse_body, write_options};
 use crate::ops;
 use crate::patch::PatchType;
 use crate::resources::ResourceKind;
 use crate::status::{ApiError, ApiResult};
 use crate::store::Store;
+use crate::wire::{json_response, parse_body, write_options};
 
 /// The autoscaling/v1 Scale view of a Deployment or ReplicaSet.
 fn to_scale(obj: &Value) -> Value {

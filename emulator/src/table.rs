@@ -311,191 +311,257 @@ fn node_roles(o: &Value) -> Value {
     or_none(roles.join(","))
 }
 
+/// The columns the real server prints for a kind (the CRDs' additionalPrinterColumns for
+/// the Gateway API kinds); kinds without a table convertor get Name and Age.
 fn columns(kind: &ResourceKind) -> Vec<Column> {
     match (kind.group, kind.kind) {
-        ("", "Pod") => vec![
-            c("Name", name),
-            c("Ready", pod_ready),
-            c("Status", pod_phase),
-            c("Restarts", pod_restarts),
-            c("Age", age),
-            wide("IP", |o| or_none(at(o, "/status/podIP"))),
-            wide("Node", |o| or_none(at(o, "/spec/nodeName"))),
-        ],
-        ("apps", "Deployment") => vec![
-            c("Name", name),
-            c("Ready", |o| {
-                json!(format!(
-                    "{}/{}",
-                    int(o, "/status/readyReplicas"),
-                    int(o, "/spec/replicas")
-                ))
-            }),
-            c("Up-to-date", |o| json!(int(o, "/status/updatedReplicas"))),
-            c("Available", |o| json!(int(o, "/status/availableReplicas"))),
-            c("Age", age),
-            wide("Containers", |o| containers(o, "name")),
-            wide("Images", |o| containers(o, "image")),
-            wide("Selector", |o| {
-                json!(label_selector(o.pointer("/spec/selector")))
-            }),
-        ],
-        ("apps", "ReplicaSet") => vec![
-            c("Name", name),
-            c("Desired", |o| json!(int(o, "/spec/replicas"))),
-            c("Current", |o| json!(int(o, "/status/replicas"))),
-            c("Ready", |o| json!(int(o, "/status/readyReplicas"))),
-            c("Age", age),
-            wide("Containers", |o| containers(o, "name")),
-            wide("Images", |o| containers(o, "image")),
-            wide("Selector", |o| {
-                json!(label_selector(o.pointer("/spec/selector")))
-            }),
-        ],
-        ("", "Service") => vec![
-            c("Name", name),
-            c("Type", |o| json!(at(o, "/spec/type"))),
-            c("Cluster-IP", |o| or_none(at(o, "/spec/clusterIP"))),
-            c("External-IP", |o| {
-                or_none(first(o.pointer("/status/loadBalancer/ingress"), "ip"))
-            }),
-            c("Port(s)", service_ports),
-            c("Age", age),
-            wide("Selector", |o| {
-                or_none(label_selector(o.pointer("/spec/selector")))
-            }),
-        ],
-        ("", "Namespace") => vec![
-            c("Name", name),
-            c("Status", |o| json!(at(o, "/status/phase"))),
-            c("Age", age),
-        ],
-        ("", "Node") => vec![
-            c("Name", name),
-            c("Status", |o| {
-                json!(match condition_status(o, "Ready").as_str() {
-                    "True" => "Ready",
-                    _ => "NotReady",
-                })
-            }),
-            c("Roles", node_roles),
-            c("Age", age),
-            c("Version", |o| {
-                json!(at(o, "/status/nodeInfo/kubeletVersion"))
-            }),
-        ],
-        ("", "Event") => vec![
-            c("Last Seen", event_last_seen),
-            c("Type", |o| json!(at(o, "/type"))),
-            c("Reason", |o| json!(at(o, "/reason"))),
-            c("Object", event_object),
-            wide("Subobject", |o| json!(at(o, "/involvedObject/fieldPath"))),
-            wide("Source", |o| json!(at(o, "/source/component"))),
-            c("Message", |o| json!(at(o, "/message"))),
-            wide("First Seen", |o| {
-                json!(human_duration(Some(&at(o, "/firstTimestamp"))))
-            }),
-            wide("Count", |o| json!(int(o, "/count"))),
-            wide("Name", name),
-        ],
-        ("", "ConfigMap") => vec![c("Name", name), c("Data", data_count), c("Age", age)],
-        ("", "Secret") => vec![
-            c("Name", name),
-            c("Type", |o| json!(at(o, "/type"))),
-            c("Data", data_count),
-            c("Age", age),
-        ],
-        ("", "PersistentVolumeClaim") => vec![
-            c("Name", name),
-            c("Status", |o| json!(at(o, "/status/phase"))),
-            c("Volume", |o| json!(at(o, "/spec/volumeName"))),
-            c("Capacity", |o| json!(at(o, "/status/capacity/storage"))),
-            c("Access Modes", |_| json!("")),
-            c("StorageClass", |o| or_none(at(o, "/spec/storageClassName"))),
-            c("VolumeAttributesClass", |o| {
-                or_none(at(o, "/spec/volumeAttributesClassName"))
-            }),
-            c("Age", age),
-        ],
-        ("discovery.k8s.io", "EndpointSlice") => vec![
-            c("Name", name),
-            c("AddressType", |o| json!(at(o, "/addressType"))),
-            c("Ports", |o| {
-                let ports: Vec<String> = o
-                    .get("ports")
-                    .and_then(Value::as_array)
-                    .map(|ps| ps.iter().map(|p| s(p.get("port"))).collect())
-                    .unwrap_or_default();
-                json!(if ports.is_empty() {
-                    "<unset>".to_string()
-                } else {
-                    ports.join(",")
-                })
-            }),
-            c("Endpoints", |o| {
-                let addrs: Vec<String> = o
-                    .get("endpoints")
-                    .and_then(Value::as_array)
-                    .map(|es| {
-                        es.iter()
-                            .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
-                            .map(|a| s(Some(&a)))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                json!(if addrs.is_empty() {
-                    "<unset>".to_string()
-                } else {
-                    addrs.join(",")
-                })
-            }),
-            c("Age", age),
-        ],
-        ("coordination.k8s.io", "Lease") => vec![
-            c("Name", name),
-            c("Holder", |o| json!(at(o, "/spec/holderIdentity"))),
-            c("Age", age),
-        ],
-        ("scheduling.k8s.io", "PriorityClass") => vec![
-            c("Name", name),
-            c("Value", |o| json!(int(o, "/value"))),
-            c("Global-Default", |o| {
-                json!(o.get("globalDefault") == Some(&json!(true)))
-            }),
-            c("Age", age),
-            c("PreemptionPolicy", |o| json!(at(o, "/preemptionPolicy"))),
-        ],
+        ("", "Pod") => pod_columns(),
+        ("apps", "Deployment") => deployment_columns(),
+        ("apps", "ReplicaSet") => replica_set_columns(),
+        ("", "Service") => service_columns(),
+        ("", "Namespace") => namespace_columns(),
+        ("", "Node") => node_columns(),
+        ("", "Event") => event_columns(),
+        ("", "ConfigMap") => config_map_columns(),
+        ("", "Secret") => secret_columns(),
+        ("", "PersistentVolumeClaim") => persistent_volume_claim_columns(),
+        ("discovery.k8s.io", "EndpointSlice") => endpoint_slice_columns(),
+        ("coordination.k8s.io", "Lease") => lease_columns(),
+        ("scheduling.k8s.io", "PriorityClass") => priority_class_columns(),
         // Custom resources: the CRDs' additionalPrinterColumns.
-        ("gateway.networking.k8s.io", "HTTPRoute") => vec![
-            c("Name", name),
-            // A whole-list JSONPath prints as JSON, like the CRD table convertor does.
-            c("Hostnames", |o| {
-                json!(
-                    o.pointer("/spec/hostnames")
-                        .map(Value::to_string)
-                        .unwrap_or_default()
-                )
-            }),
-            c("Age", age),
-        ],
-        ("gateway.networking.k8s.io", "Gateway") => vec![
-            c("Name", name),
-            c("Class", |o| json!(at(o, "/spec/gatewayClassName"))),
-            c("Address", |o| {
-                json!(first(o.pointer("/status/addresses"), "value"))
-            }),
-            c("Programmed", |o| json!(condition_status(o, "Programmed"))),
-            c("Age", age),
-        ],
-        ("gateway.networking.k8s.io", "GatewayClass") => vec![
-            c("Name", name),
-            c("Controller", |o| json!(at(o, "/spec/controllerName"))),
-            c("Accepted", |o| json!(condition_status(o, "Accepted"))),
-            c("Age", age),
-            wide("Description", |o| json!(at(o, "/spec/description"))),
-        ],
+        ("gateway.networking.k8s.io", "HTTPRoute") => http_route_columns(),
+        ("gateway.networking.k8s.io", "Gateway") => gateway_columns(),
+        ("gateway.networking.k8s.io", "GatewayClass") => gateway_class_columns(),
         _ => vec![c("Name", name), c("Age", age)],
     }
+}
+
+fn pod_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("Ready", pod_ready),
+        c("Status", pod_phase),
+        c("Restarts", pod_restarts),
+        c("Age", age),
+        wide("IP", |o| or_none(at(o, "/status/podIP"))),
+        wide("Node", |o| or_none(at(o, "/spec/nodeName"))),
+    ]
+}
+
+fn deployment_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("Ready", |o| {
+            json!(format!(
+                "{}/{}",
+                int(o, "/status/readyReplicas"),
+                int(o, "/spec/replicas")
+            ))
+        }),
+        c("Up-to-date", |o| json!(int(o, "/status/updatedReplicas"))),
+        c("Available", |o| json!(int(o, "/status/availableReplicas"))),
+        c("Age", age),
+        wide("Containers", |o| containers(o, "name")),
+        wide("Images", |o| containers(o, "image")),
+        wide("Selector", |o| {
+            json!(label_selector(o.pointer("/spec/selector")))
+        }),
+    ]
+}
+
+fn replica_set_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("Desired", |o| json!(int(o, "/spec/replicas"))),
+        c("Current", |o| json!(int(o, "/status/replicas"))),
+        c("Ready", |o| json!(int(o, "/status/readyReplicas"))),
+        c("Age", age),
+        wide("Containers", |o| containers(o, "name")),
+        wide("Images", |o| containers(o, "image")),
+        wide("Selector", |o| {
+            json!(label_selector(o.pointer("/spec/selector")))
+        }),
+    ]
+}
+
+fn service_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("Type", |o| json!(at(o, "/spec/type"))),
+        c("Cluster-IP", |o| or_none(at(o, "/spec/clusterIP"))),
+        c("External-IP", |o| {
+            or_none(first(o.pointer("/status/loadBalancer/ingress"), "ip"))
+        }),
+        c("Port(s)", service_ports),
+        c("Age", age),
+        wide("Selector", |o| {
+            or_none(label_selector(o.pointer("/spec/selector")))
+        }),
+    ]
+}
+
+fn namespace_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("Status", |o| json!(at(o, "/status/phase"))),
+        c("Age", age),
+    ]
+}
+
+fn node_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("Status", |o| {
+            json!(match condition_status(o, "Ready").as_str() {
+                "True" => "Ready",
+                _ => "NotReady",
+            })
+        }),
+        c("Roles", node_roles),
+        c("Age", age),
+        c("Version", |o| {
+            json!(at(o, "/status/nodeInfo/kubeletVersion"))
+        }),
+    ]
+}
+
+fn event_columns() -> Vec<Column> {
+    vec![
+        c("Last Seen", event_last_seen),
+        c("Type", |o| json!(at(o, "/type"))),
+        c("Reason", |o| json!(at(o, "/reason"))),
+        c("Object", event_object),
+        wide("Subobject", |o| json!(at(o, "/involvedObject/fieldPath"))),
+        wide("Source", |o| json!(at(o, "/source/component"))),
+        c("Message", |o| json!(at(o, "/message"))),
+        wide("First Seen", |o| {
+            json!(human_duration(Some(&at(o, "/firstTimestamp"))))
+        }),
+        wide("Count", |o| json!(int(o, "/count"))),
+        wide("Name", name),
+    ]
+}
+
+fn config_map_columns() -> Vec<Column> {
+    vec![c("Name", name), c("Data", data_count), c("Age", age)]
+}
+
+fn secret_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("Type", |o| json!(at(o, "/type"))),
+        c("Data", data_count),
+        c("Age", age),
+    ]
+}
+
+fn persistent_volume_claim_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("Status", |o| json!(at(o, "/status/phase"))),
+        c("Volume", |o| json!(at(o, "/spec/volumeName"))),
+        c("Capacity", |o| json!(at(o, "/status/capacity/storage"))),
+        c("Access Modes", |_| json!("")),
+        c("StorageClass", |o| or_none(at(o, "/spec/storageClassName"))),
+        c("VolumeAttributesClass", |o| {
+            or_none(at(o, "/spec/volumeAttributesClassName"))
+        }),
+        c("Age", age),
+    ]
+}
+
+fn endpoint_slice_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("AddressType", |o| json!(at(o, "/addressType"))),
+        c("Ports", |o| {
+            let ports: Vec<String> = o
+                .get("ports")
+                .and_then(Value::as_array)
+                .map(|ps| ps.iter().map(|p| s(p.get("port"))).collect())
+                .unwrap_or_default();
+            json!(if ports.is_empty() {
+                "<unset>".to_string()
+            } else {
+                ports.join(",")
+            })
+        }),
+        c("Endpoints", |o| {
+            let addrs: Vec<String> = o
+                .get("endpoints")
+                .and_then(Value::as_array)
+                .map(|es| {
+                    es.iter()
+                        .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+                        .map(|a| s(Some(&a)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            json!(if addrs.is_empty() {
+                "<unset>".to_string()
+            } else {
+                addrs.join(",")
+            })
+        }),
+        c("Age", age),
+    ]
+}
+
+fn lease_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("Holder", |o| json!(at(o, "/spec/holderIdentity"))),
+        c("Age", age),
+    ]
+}
+
+fn priority_class_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("Value", |o| json!(int(o, "/value"))),
+        c("Global-Default", |o| {
+            json!(o.get("globalDefault") == Some(&json!(true)))
+        }),
+        c("Age", age),
+        c("PreemptionPolicy", |o| json!(at(o, "/preemptionPolicy"))),
+    ]
+}
+
+fn http_route_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        // A whole-list JSONPath prints as JSON, like the CRD table convertor does.
+        c("Hostnames", |o| {
+            json!(
+                o.pointer("/spec/hostnames")
+                    .map(Value::to_string)
+                    .unwrap_or_default()
+            )
+        }),
+        c("Age", age),
+    ]
+}
+
+fn gateway_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("Class", |o| json!(at(o, "/spec/gatewayClassName"))),
+        c("Address", |o| {
+            json!(first(o.pointer("/status/addresses"), "value"))
+        }),
+        c("Programmed", |o| json!(condition_status(o, "Programmed"))),
+        c("Age", age),
+    ]
+}
+
+fn gateway_class_columns() -> Vec<Column> {
+    vec![
+        c("Name", name),
+        c("Controller", |o| json!(at(o, "/spec/controllerName"))),
+        c("Accepted", |o| json!(condition_status(o, "Accepted"))),
+        c("Age", age),
+        wide("Description", |o| json!(at(o, "/spec/description"))),
+    ]
 }
 
 /// Renders objects as a `meta.k8s.io/v1` Table (`includeObject` = None, Metadata or Object).

@@ -11,12 +11,21 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::http::{AppState, Served};
+use crate::conversion::Served;
 use crate::resources::{ResourceKind, meta_str};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
-use crate::store::{Change, EventType};
+use crate::store::{Change, EventType, Store};
 use crate::table::{Repr, partial, to_table};
+
+/// What every watch stream needs from the server besides the store: how often to send
+/// bookmarks, and the signal that ends open watches when the emulator shuts down.
+#[derive(Clone)]
+pub(crate) struct WatchSettings {
+    pub(crate) bookmark_interval: Duration,
+    /// Becomes true when the emulator shuts down.
+    pub(crate) closing: tokio::sync::watch::Receiver<bool>,
+}
 
 /// A watch event line (newline-delimited JSON).
 fn event_line(ty: &str, obj: &Value) -> Bytes {
@@ -82,7 +91,8 @@ fn bookmark(kind: &ResourceKind, rv: u64, initial_end: bool) -> Value {
 }
 
 pub(crate) async fn watch_response(
-    state: &AppState,
+    store: &Store,
+    settings: &WatchSettings,
     served: Served,
     ns: Option<&str>,
     name: Option<&str>,
@@ -132,9 +142,9 @@ pub(crate) async fn watch_response(
         && wanted > 0
     {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-        let mut changes = state.store.subscribe();
+        let mut changes = store.subscribe();
         loop {
-            let current = state.store.lock().current_rv();
+            let current = store.lock().current_rv();
             if current >= wanted {
                 break;
             }
@@ -152,7 +162,7 @@ pub(crate) async fn watch_response(
         Expired(u64),
     }
     let (start, mut rx, start_rv) = {
-        let st = state.store.lock();
+        let st = store.lock();
         let rx = st.subscribe();
         let cur = st.current_rv();
         let start = if send_initial || rv_param.is_empty() || rv_param == "0" {
@@ -176,8 +186,8 @@ pub(crate) async fn watch_response(
     };
 
     let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    let interval = state.bookmark_interval;
-    let mut closing = state.closing.clone();
+    let interval = settings.bookmark_interval;
+    let mut closing = settings.closing.clone();
     let query = query.clone();
     tokio::spawn(async move {
         let render = |obj: &Value| {

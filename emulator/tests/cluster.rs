@@ -1,4 +1,4 @@
-//! The simulated cluster (part 2): controllers, scheduler, kubelets, networking, the
+//! The simulated cluster: controllers, scheduler, kubelets, networking, the
 //! Gateway data plane and fault injection, driven through the real `kube` client.
 
 use std::collections::HashMap;

@@ -249,9 +249,63 @@ fn scale_rs(sim: &Sim, d: &Value, rs: &Value, to: i64, surge: i64) -> bool {
     true
 }
 
+/// One sync of one Deployment (syncDeployment): roll out, then report status.
 fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[&Value], pods: &HashMap<&str, Vec<&Value>>) {
+    let mut sync = DeploymentSync::new(sim, d, all_rs);
+    // A paused Deployment is neither scaled nor rolled out, but its status still follows
+    // its ReplicaSets.
+    if !sync.paused {
+        if sync.renumber_new_rs() {
+            return;
+        }
+        sync.rollout(pods);
+    }
+    let counts = sync.counts();
+    sync.set_available(counts.available);
+    sync.set_paused_progress();
+    sync.set_progress(&counts);
+    sync.set_replica_failure();
+    sync.write_status(&counts);
+}
+
+/// One sync of one Deployment: its ReplicaSets and what the sync has done to them so far.
+/// The rollout phase changes `sizes` and may create the new ReplicaSet; the status phase
+/// reads both, so they share this state rather than passing it along.
+struct DeploymentSync<'a> {
+    sim: &'a Sim,
+    d: &'a Value,
+    /// The Deployment's ReplicaSets, oldest first.
+    owned: Vec<Value>,
+    /// Where the new ReplicaSet sits in `owned`, if it existed before this sync.
+    new_idx: Option<usize>,
+    /// Indices of the old ReplicaSets in `owned`.
+    olds: Vec<usize>,
+    /// Spec replicas as this sync leaves them (index into `owned`; the new RS may be created).
+    sizes: Vec<i64>,
+    /// The new ReplicaSet, found or created by this sync.
+    new_rs: Option<Value>,
+    template: Value,
+    replicas: i64,
+    surge: i64,
+    max_old_rev: i64,
+    paused: bool,
+    has_deadline: bool,
+    /// The Deployment's conditions as this sync leaves them.
+    conds: Vec<Value>,
+}
+
+/// Replica counts over all of a Deployment's ReplicaSets (calculateStatus).
+struct Counts {
+    replicas: i64,
+    updated: i64,
+    ready: i64,
+    available: i64,
+    unavailable: i64,
+}
+
+/// The Deployment's live ReplicaSets, oldest first, as the controller sorts by creation.
+fn owned_replica_sets(d: &Value, all_rs: &[&Value]) -> Vec<Value> {
     let ns = meta_str(d, "namespace").unwrap_or("");
-    let name = meta_str(d, "name").unwrap_or("");
     let duid = uid(d);
     let mut owned: Vec<Value> = all_rs
         .iter()
@@ -262,68 +316,96 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[&Value], pods: &HashMap<&str,
         })
         .map(|rs| (**rs).clone())
         .collect();
-    // Oldest first, as the controller sorts by creation.
     owned.sort_by(|a, b| {
         (meta_str(a, "creationTimestamp"), meta_str(a, "name"))
             .cmp(&(meta_str(b, "creationTimestamp"), meta_str(b, "name")))
     });
-    let template = d.pointer("/spec/template").cloned().unwrap_or(json!({}));
-    // The new ReplicaSet has the template's hash in its name (robust to defaulting
-    // differences) or, like the real EqualIgnoreHash, the same template.
-    let new_name = format!("{name}-{}", template_hash(&template));
-    let new_idx = owned.iter().position(|rs| {
-        meta_str(rs, "name") == Some(new_name.as_str())
-            || without_hash(&rs["spec"]["template"]) == template
-    });
-    let replicas = spec_replicas(d);
-    let (surge, _) = fenceposts(d, replicas);
-    let recreate = d.pointer("/spec/strategy/type").and_then(Value::as_str) == Some("Recreate");
-    let paused = d.pointer("/spec/paused").and_then(Value::as_bool) == Some(true);
-    let mut conds: Vec<Value> = d
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let has_deadline = d
-        .pointer("/spec/progressDeadlineSeconds")
-        .and_then(Value::as_i64)
-        .is_some_and(|s| s != i32::MAX as i64);
-    let max_old_rev = owned
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| Some(*i) != new_idx)
-        .map(|(_, rs)| revision(rs))
-        .max()
-        .unwrap_or(0);
-    // Spec replicas as this sync leaves them (index into `owned`; the new RS may be created).
-    let mut sizes: Vec<i64> = owned.iter().map(spec_replicas).collect();
-    let mut new_rs: Option<Value> = new_idx.map(|i| owned[i].clone());
-    let olds: Vec<usize> = (0..owned.len()).filter(|i| Some(*i) != new_idx).collect();
+    owned
+}
 
-    if !paused {
-        if let Some(rs) = &new_rs {
-            // An existing new ReplicaSet takes the next revision (e.g. after a rollback).
-            if revision(rs) <= max_old_rev && !olds.is_empty() {
-                let mut upd = rs.clone();
-                meta_mut(&mut upd)
-                    .entry("annotations")
-                    .or_insert_with(|| json!({}))[REVISION] = json!((max_old_rev + 1).to_string());
-                write_object(&sim.store, sim.k.replicaset, upd, KCM);
-                return;
-            }
-            if has_deadline && condition(d, "Progressing").is_none() {
-                let msg = format!(
-                    "Found new replica set {:?}",
-                    meta_str(rs, "name").unwrap_or("")
-                );
-                set_condition(
-                    &mut conds,
-                    new_condition("Progressing", "True", "FoundNewReplicaSet", &msg),
-                );
-            }
+impl<'a> DeploymentSync<'a> {
+    fn new(sim: &'a Sim, d: &'a Value, all_rs: &[&Value]) -> Self {
+        let name = meta_str(d, "name").unwrap_or("");
+        let owned = owned_replica_sets(d, all_rs);
+        let template = d.pointer("/spec/template").cloned().unwrap_or(json!({}));
+        // The new ReplicaSet has the template's hash in its name (robust to defaulting
+        // differences) or, like the real EqualIgnoreHash, the same template.
+        let new_name = format!("{name}-{}", template_hash(&template));
+        let new_idx = owned.iter().position(|rs| {
+            meta_str(rs, "name") == Some(new_name.as_str())
+                || without_hash(&rs["spec"]["template"]) == template
+        });
+        let replicas = spec_replicas(d);
+        let (surge, _) = fenceposts(d, replicas);
+        let paused = d.pointer("/spec/paused").and_then(Value::as_bool) == Some(true);
+        let conds: Vec<Value> = d
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let has_deadline = d
+            .pointer("/spec/progressDeadlineSeconds")
+            .and_then(Value::as_i64)
+            .is_some_and(|s| s != i32::MAX as i64);
+        let max_old_rev = owned
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != new_idx)
+            .map(|(_, rs)| revision(rs))
+            .max()
+            .unwrap_or(0);
+        DeploymentSync {
+            sim,
+            d,
+            sizes: owned.iter().map(spec_replicas).collect(),
+            new_rs: new_idx.map(|i| owned[i].clone()),
+            olds: (0..owned.len()).filter(|i| Some(*i) != new_idx).collect(),
+            owned,
+            new_idx,
+            template,
+            replicas,
+            surge,
+            max_old_rev,
+            paused,
+            has_deadline,
+            conds,
         }
-        let old_pods_running = olds.iter().any(|&i| {
-            pods.get(uid(&owned[i])).is_some_and(|ps| {
+    }
+
+    /// An existing new ReplicaSet takes the next revision (e.g. after a rollback). The
+    /// sync ends there; the write wakes the next pass, which carries on from it.
+    fn renumber_new_rs(&self) -> bool {
+        let Some(rs) = &self.new_rs else {
+            return false;
+        };
+        if revision(rs) > self.max_old_rev || self.olds.is_empty() {
+            return false;
+        }
+        let mut upd = rs.clone();
+        meta_mut(&mut upd)
+            .entry("annotations")
+            .or_insert_with(|| json!({}))[REVISION] = json!((self.max_old_rev + 1).to_string());
+        write_object(&self.sim.store, self.sim.k.replicaset, upd, KCM);
+        true
+    }
+
+    /// Scales the ReplicaSets one step towards the template, then drops excess history.
+    fn rollout(&mut self, pods: &HashMap<&str, Vec<&Value>>) {
+        if let Some(rs) = &self.new_rs
+            && self.has_deadline
+            && condition(self.d, "Progressing").is_none()
+        {
+            let msg = format!(
+                "Found new replica set {:?}",
+                meta_str(rs, "name").unwrap_or("")
+            );
+            set_condition(
+                &mut self.conds,
+                new_condition("Progressing", "True", "FoundNewReplicaSet", &msg),
+            );
+        }
+        let old_pods_running = self.olds.iter().any(|&i| {
+            pods.get(uid(&self.owned[i])).is_some_and(|ps| {
                 ps.iter().any(|p| {
                     !matches!(
                         p.pointer("/status/phase").and_then(Value::as_str),
@@ -332,132 +414,166 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[&Value], pods: &HashMap<&str,
                 })
             })
         });
+        let recreate = self
+            .d
+            .pointer("/spec/strategy/type")
+            .and_then(Value::as_str)
+            == Some("Recreate");
         if recreate {
-            let mut scaled = false;
-            for &i in &olds {
-                if sizes[i] > 0 {
-                    scaled |= scale_rs(sim, d, &owned[i], 0, surge);
-                    sizes[i] = 0;
-                }
-            }
-            if !scaled && !old_pods_running {
-                match &new_rs {
-                    None => {
-                        new_rs = create_rs(
-                            sim,
-                            d,
-                            &template,
-                            replicas,
-                            max_old_rev + 1,
-                            surge,
-                            &mut conds,
-                        );
-                    }
-                    Some(rs) if spec_replicas(rs) != replicas => {
-                        scale_rs(sim, d, rs, replicas, surge);
-                    }
-                    Some(_) => {}
-                }
-            }
+            self.recreate(old_pods_running);
         } else {
-            let current: i64 = sizes.iter().sum();
-            let max_total = replicas + surge;
-            match new_idx {
-                None => {
-                    let want = if current >= max_total {
-                        0
-                    } else {
-                        (max_total - current).min(replicas)
-                    };
-                    new_rs = create_rs(sim, d, &template, want, max_old_rev + 1, surge, &mut conds);
-                }
-                Some(ni) => {
-                    let have = sizes[ni];
-                    if have > replicas {
-                        scale_rs(sim, d, &owned[ni], replicas, surge);
-                        sizes[ni] = replicas;
-                    } else if have < replicas && current < max_total {
-                        let to = have + (max_total - current).min(replicas - have);
-                        scale_rs(sim, d, &owned[ni], to, surge);
-                        sizes[ni] = to;
-                    } else if annotation(&owned[ni], DESIRED) != Some(&replicas.to_string()) {
-                        scale_rs(sim, d, &owned[ni], have, surge);
-                    }
-                    scale_down_olds(sim, d, &owned, &olds, ni, &mut sizes, replicas, surge);
-                }
-            }
+            self.rolling_update();
         }
-        cleanup_history(sim, d, &owned, &olds, &sizes);
+        cleanup_history(self.sim, self.d, &self.owned, &self.olds, &self.sizes);
     }
 
-    // Status (calculateStatus + syncRolloutStatus).
-    let all: Vec<&Value> = owned
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| Some(*i) != new_idx)
-        .map(|(_, rs)| rs)
-        .chain(new_rs.iter())
-        .collect();
-    let sum = |p: &str| all.iter().map(|rs| int(rs, p)).sum::<i64>();
-    let total_spec: i64 = sizes.iter().sum::<i64>()
-        + if new_idx.is_none() {
-            new_rs.as_ref().map(spec_replicas).unwrap_or(0)
-        } else {
-            0
-        };
-    let available = sum("/status/availableReplicas");
-    let st_replicas = sum("/status/replicas");
-    let updated = new_rs
-        .as_ref()
-        .map(|rs| int(rs, "/status/replicas"))
-        .unwrap_or(0);
-    let ready = sum("/status/readyReplicas");
-    let unavailable = (total_spec - available).max(0);
-    let generation = int(d, "/metadata/generation");
+    /// Recreate: every old ReplicaSet goes to zero, and only once their pods are gone
+    /// does the new one get its replicas.
+    fn recreate(&mut self, old_pods_running: bool) {
+        let mut scaled = false;
+        for &i in &self.olds {
+            if self.sizes[i] > 0 {
+                scaled |= scale_rs(self.sim, self.d, &self.owned[i], 0, self.surge);
+                self.sizes[i] = 0;
+            }
+        }
+        if scaled || old_pods_running {
+            return;
+        }
+        match &self.new_rs {
+            None => {
+                self.new_rs = create_rs(
+                    self.sim,
+                    self.d,
+                    &self.template,
+                    self.replicas,
+                    self.max_old_rev + 1,
+                    self.surge,
+                    &mut self.conds,
+                );
+            }
+            Some(rs) if spec_replicas(rs) != self.replicas => {
+                scale_rs(self.sim, self.d, rs, self.replicas, self.surge);
+            }
+            Some(_) => {}
+        }
+    }
 
-    if available >= replicas - max_unavailable(d, replicas) {
-        set_condition(
-            &mut conds,
+    /// RollingUpdate: the new ReplicaSet grows within maxSurge, the old ones shrink
+    /// within maxUnavailable.
+    fn rolling_update(&mut self) {
+        let replicas = self.replicas;
+        let surge = self.surge;
+        let current: i64 = self.sizes.iter().sum();
+        let max_total = replicas + surge;
+        let Some(ni) = self.new_idx else {
+            let want = if current >= max_total {
+                0
+            } else {
+                (max_total - current).min(replicas)
+            };
+            self.new_rs = create_rs(
+                self.sim,
+                self.d,
+                &self.template,
+                want,
+                self.max_old_rev + 1,
+                surge,
+                &mut self.conds,
+            );
+            return;
+        };
+        let new = &self.owned[ni];
+        let have = self.sizes[ni];
+        if have > replicas {
+            scale_rs(self.sim, self.d, new, replicas, surge);
+            self.sizes[ni] = replicas;
+        } else if have < replicas && current < max_total {
+            let to = have + (max_total - current).min(replicas - have);
+            scale_rs(self.sim, self.d, new, to, surge);
+            self.sizes[ni] = to;
+        } else if annotation(new, DESIRED) != Some(&replicas.to_string()) {
+            scale_rs(self.sim, self.d, new, have, surge);
+        }
+        scale_down_olds(
+            self.sim,
+            self.d,
+            &self.owned,
+            &self.olds,
+            ni,
+            &mut self.sizes,
+            replicas,
+            surge,
+        );
+    }
+
+    fn counts(&self) -> Counts {
+        let all: Vec<&Value> = self
+            .owned
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != self.new_idx)
+            .map(|(_, rs)| rs)
+            .chain(self.new_rs.iter())
+            .collect();
+        let sum = |p: &str| all.iter().map(|rs| int(rs, p)).sum::<i64>();
+        let total_spec: i64 = self.sizes.iter().sum::<i64>()
+            + if self.new_idx.is_none() {
+                self.new_rs.as_ref().map(spec_replicas).unwrap_or(0)
+            } else {
+                0
+            };
+        let available = sum("/status/availableReplicas");
+        Counts {
+            replicas: sum("/status/replicas"),
+            updated: self
+                .new_rs
+                .as_ref()
+                .map(|rs| int(rs, "/status/replicas"))
+                .unwrap_or(0),
+            ready: sum("/status/readyReplicas"),
+            available,
+            unavailable: (total_spec - available).max(0),
+        }
+    }
+
+    fn set_available(&mut self, available: i64) {
+        let c = if available >= self.replicas - max_unavailable(self.d, self.replicas) {
             new_condition(
                 "Available",
                 "True",
                 "MinimumReplicasAvailable",
                 "Deployment has minimum availability.",
-            ),
-        );
-    } else {
-        set_condition(
-            &mut conds,
+            )
+        } else {
             new_condition(
                 "Available",
                 "False",
                 "MinimumReplicasUnavailable",
                 "Deployment does not have minimum availability.",
-            ),
-        );
+            )
+        };
+        set_condition(&mut self.conds, c);
     }
-    let rs_name = new_rs
-        .as_ref()
-        .and_then(|rs| meta_str(rs, "name"))
-        .map(String::from);
-    let about = |what: &str| match &rs_name {
-        Some(n) => format!("ReplicaSet {n:?} {what}"),
-        None => format!("Deployment {name:?} {what}"),
-    };
-    // checkPausedConditions: pausing and resuming show on Progressing (never over a timeout).
-    let reason = conds
-        .iter()
-        .find(|c| c["type"] == "Progressing")
-        .map(|c| c["reason"].clone());
-    if has_deadline
-        && reason
-            .as_ref()
-            .is_none_or(|r| r != "ProgressDeadlineExceeded")
-    {
+
+    /// checkPausedConditions: pausing and resuming show on Progressing (never over a timeout).
+    fn set_paused_progress(&mut self) {
+        let reason = self
+            .conds
+            .iter()
+            .find(|c| c["type"] == "Progressing")
+            .map(|c| c["reason"].clone());
+        if !self.has_deadline
+            || reason
+                .as_ref()
+                .is_some_and(|r| r == "ProgressDeadlineExceeded")
+        {
+            return;
+        }
         let was_paused = reason.as_ref().is_some_and(|r| r == "DeploymentPaused");
-        if paused && !was_paused {
+        if self.paused && !was_paused {
             set_condition(
-                &mut conds,
+                &mut self.conds,
                 new_condition(
                     "Progressing",
                     "Unknown",
@@ -465,9 +581,9 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[&Value], pods: &HashMap<&str,
                     "Deployment is paused",
                 ),
             );
-        } else if !paused && was_paused {
+        } else if !self.paused && was_paused {
             set_condition(
-                &mut conds,
+                &mut self.conds,
                 new_condition(
                     "Progressing",
                     "Unknown",
@@ -477,20 +593,43 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[&Value], pods: &HashMap<&str,
             );
         }
     }
-    let cur = conds.iter().find(|c| c["type"] == "Progressing").cloned();
-    let complete_before = st_replicas == updated
-        && cur
+
+    /// syncRolloutStatus: Progressing says whether the rollout completed, still moves, or
+    /// has made no progress within progressDeadlineSeconds.
+    fn set_progress(&mut self, counts: &Counts) {
+        let name = meta_str(self.d, "name").unwrap_or("");
+        let rs_name = self
+            .new_rs
             .as_ref()
-            .is_some_and(|c| c["reason"] == "NewReplicaSetAvailable");
-    if has_deadline && !complete_before && !paused {
-        let old = d.get("status").cloned().unwrap_or(json!({}));
+            .and_then(|rs| meta_str(rs, "name"))
+            .map(String::from);
+        let about = |what: &str| match &rs_name {
+            Some(n) => format!("ReplicaSet {n:?} {what}"),
+            None => format!("Deployment {name:?} {what}"),
+        };
+        let cur = self
+            .conds
+            .iter()
+            .find(|c| c["type"] == "Progressing")
+            .cloned();
+        let complete_before = counts.replicas == counts.updated
+            && cur
+                .as_ref()
+                .is_some_and(|c| c["reason"] == "NewReplicaSetAvailable");
+        if !self.has_deadline || complete_before || self.paused {
+            return;
+        }
+        let replicas = self.replicas;
+        let old = self.d.get("status").cloned().unwrap_or(json!({}));
         let o = |p: &str| int(&old, p);
-        let complete = updated == replicas && st_replicas == replicas && available == replicas;
-        let progressing = updated > o("/updatedReplicas")
-            || ready > o("/readyReplicas")
-            || (o("/replicas") - o("/updatedReplicas")) > (st_replicas - updated)
-            || available > o("/availableReplicas");
-        let deadline = int(d, "/spec/progressDeadlineSeconds");
+        let complete = counts.updated == replicas
+            && counts.replicas == replicas
+            && counts.available == replicas;
+        let progressing = counts.updated > o("/updatedReplicas")
+            || counts.ready > o("/readyReplicas")
+            || (o("/replicas") - o("/updatedReplicas")) > (counts.replicas - counts.updated)
+            || counts.available > o("/availableReplicas");
+        let deadline = int(self.d, "/spec/progressDeadlineSeconds");
         let timed_out = cur.as_ref().is_some_and(|c| {
             if c["reason"] == "ProgressDeadlineExceeded" {
                 return true;
@@ -507,7 +646,7 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[&Value], pods: &HashMap<&str,
         });
         if complete {
             set_condition(
-                &mut conds,
+                &mut self.conds,
                 new_condition(
                     "Progressing",
                     "True",
@@ -525,11 +664,11 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[&Value], pods: &HashMap<&str,
             if let Some(cur) = cur.as_ref().filter(|c| c["status"] == "True") {
                 c["lastTransitionTime"] = cur["lastTransitionTime"].clone();
             }
-            conds.retain(|x| x["type"] != "Progressing");
-            conds.push(c);
+            self.conds.retain(|x| x["type"] != "Progressing");
+            self.conds.push(c);
         } else if timed_out {
             set_condition(
-                &mut conds,
+                &mut self.conds,
                 new_condition(
                     "Progressing",
                     "False",
@@ -539,52 +678,62 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[&Value], pods: &HashMap<&str,
             );
         }
     }
-    // ReplicaFailure moves up from the ReplicaSets (the new one first).
-    let failure = new_rs
-        .iter()
-        .chain(olds.iter().map(|&i| &owned[i]))
-        .find_map(|rs| condition(rs, "ReplicaFailure").cloned());
-    match failure {
-        Some(mut f) => {
-            f["lastUpdateTime"] = f["lastTransitionTime"].clone();
-            set_condition(&mut conds, f);
+
+    /// ReplicaFailure moves up from the ReplicaSets (the new one first).
+    fn set_replica_failure(&mut self) {
+        let failure = self
+            .new_rs
+            .iter()
+            .chain(self.olds.iter().map(|&i| &self.owned[i]))
+            .find_map(|rs| condition(rs, "ReplicaFailure").cloned());
+        match failure {
+            Some(mut f) => {
+                f["lastUpdateTime"] = f["lastTransitionTime"].clone();
+                set_condition(&mut self.conds, f);
+            }
+            None => self.conds.retain(|c| c["type"] != "ReplicaFailure"),
         }
-        None => conds.retain(|c| c["type"] != "ReplicaFailure"),
     }
 
-    let mut status = json!({"observedGeneration": generation, "conditions": conds});
-    for (k, v) in [
-        ("replicas", st_replicas),
-        ("updatedReplicas", updated),
-        ("readyReplicas", ready),
-        ("availableReplicas", available),
-        ("unavailableReplicas", unavailable),
-    ] {
-        if v != 0 {
-            status[k] = json!(v);
+    fn write_status(self, counts: &Counts) {
+        let (sim, d) = (self.sim, self.d);
+        let ns = meta_str(d, "namespace").unwrap_or("");
+        let name = meta_str(d, "name").unwrap_or("");
+        let generation = int(d, "/metadata/generation");
+        let mut status = json!({"observedGeneration": generation, "conditions": self.conds});
+        for (k, v) in [
+            ("replicas", counts.replicas),
+            ("updatedReplicas", counts.updated),
+            ("readyReplicas", counts.ready),
+            ("availableReplicas", counts.available),
+            ("unavailableReplicas", counts.unavailable),
+        ] {
+            if v != 0 {
+                status[k] = json!(v);
+            }
         }
-    }
-    if let Some(c) = d.pointer("/status/collisionCount") {
-        status["collisionCount"] = c.clone();
-    }
-    // The revision annotation goes through the status update on the real server (whose
-    // status strategy keeps annotations), so it does not bump the generation. It lands
-    // before the status, so a client that sees the new status also sees the revision.
-    let kind = sim.k.deployment;
-    let mut current = None;
-    if let Some(rs) = &new_rs {
-        let rev = annotation(rs, REVISION).unwrap_or("").to_string();
-        if !rev.is_empty() && annotation(d, REVISION) != Some(rev.as_str()) {
-            current = sim.store.write(|st| {
-                let mut new = (*st.get(kind, ns, name)?).clone();
-                meta_mut(&mut new)
-                    .entry("annotations")
-                    .or_insert_with(|| json!({}))[REVISION] = json!(rev);
-                Some((*st.replace(kind, new)).clone())
-            });
+        if let Some(c) = d.pointer("/status/collisionCount") {
+            status["collisionCount"] = c.clone();
         }
+        // The revision annotation goes through the status update on the real server (whose
+        // status strategy keeps annotations), so it does not bump the generation. It lands
+        // before the status, so a client that sees the new status also sees the revision.
+        let kind = sim.k.deployment;
+        let mut current = None;
+        if let Some(rs) = &self.new_rs {
+            let rev = annotation(rs, REVISION).unwrap_or("").to_string();
+            if !rev.is_empty() && annotation(d, REVISION) != Some(rev.as_str()) {
+                current = sim.store.write(|st| {
+                    let mut new = (*st.get(kind, ns, name)?).clone();
+                    meta_mut(&mut new)
+                        .entry("annotations")
+                        .or_insert_with(|| json!({}))[REVISION] = json!(rev);
+                    Some((*st.replace(kind, new)).clone())
+                });
+            }
+        }
+        write_status(&sim.store, kind, current.as_ref().unwrap_or(d), status, KCM);
     }
-    write_status(&sim.store, kind, current.as_ref().unwrap_or(d), status, KCM);
 }
 
 #[allow(clippy::too_many_arguments)]

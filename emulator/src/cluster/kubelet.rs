@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Sim, deleting, glob, go_duration, since, uid, write_status};
+use super::{ClusterConfig, Sim, deleting, glob, go_duration, since, uid, write_status};
 use crate::ops::{self, DeleteOptions};
 use crate::resources::meta_str;
 
@@ -207,270 +207,310 @@ pub(super) fn run(sim: &mut Sim) {
     }
 }
 
+/// A kubelet Event not yet sent: (type, reason, message, key); the key makes each
+/// occurrence go out once.
+type PendingEvent = (&'static str, &'static str, String, String);
+
+/// A container's waiting reason and message; `None` once the containers run.
+type Waiting = Option<(String, String)>;
+
+fn container_creating() -> Waiting {
+    Some(("ContainerCreating".into(), String::new()))
+}
+
+/// What the kubelet reads from a pod's spec (and the Secrets and ConfigMaps it refers
+/// to) on every step.
+struct PodSpecView {
+    containers: Vec<Value>,
+    images: Vec<String>,
+    /// The first image (of a container or an image volume) that fails to pull.
+    failing: Option<String>,
+    crashing: bool,
+    config_err: Option<String>,
+    mount_err: Option<String>,
+    probe: Duration,
+    /// `name_namespace(uid)`, as the kubelet names pods in its messages.
+    pod_ref: String,
+}
+
+impl PodSpecView {
+    fn read(sim: &Sim, pod: &Value, ns: &str, name: &str) -> Self {
+        let cfg = &sim.config;
+        let containers: Vec<Value> = pod
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let images: Vec<String> = containers
+            .iter()
+            .map(|c| c["image"].as_str().unwrap_or("").to_string())
+            .collect();
+        // Image volumes (`volumes[].image.reference`) are pulled like container images.
+        let volume_images: Vec<String> = pod
+            .pointer("/spec/volumes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.pointer("/image/reference").and_then(Value::as_str))
+            .map(String::from)
+            .collect();
+        let failing = images
+            .iter()
+            .chain(&volume_images)
+            .find(|i| cfg.fail_images.iter().any(|p| glob(p, i)))
+            .cloned();
+        let crashing = images
+            .iter()
+            .any(|i| cfg.crash_images.iter().any(|p| glob(p, i)));
+        PodSpecView {
+            failing,
+            crashing,
+            config_err: config_error(sim, pod, ns),
+            mount_err: mount_error(sim, pod, ns),
+            probe: probe_delay(pod),
+            pod_ref: format!("{name}_{ns}({})", uid(pod)),
+            containers,
+            images,
+        }
+    }
+}
+
 /// Advances one pod and writes its status.
 fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
     let cfg = sim.config.clone();
-    let containers: Vec<Value> = pod
-        .pointer("/spec/containers")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let images: Vec<String> = containers
-        .iter()
-        .map(|c| c["image"].as_str().unwrap_or("").to_string())
-        .collect();
-    // Image volumes (`volumes[].image.reference`) are pulled like container images.
-    let volume_images: Vec<String> = pod
-        .pointer("/spec/volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.pointer("/image/reference").and_then(Value::as_str))
-        .map(String::from)
-        .collect();
-    let failing = images
-        .iter()
-        .chain(&volume_images)
-        .find(|i| cfg.fail_images.iter().any(|p| glob(p, i)))
-        .cloned();
-    let crashing = images
-        .iter()
-        .any(|i| cfg.crash_images.iter().any(|p| glob(p, i)));
-    let config_err = config_error(sim, pod, ns);
-    let mount_err = mount_error(sim, pod, ns);
-    let probe = probe_delay(pod);
-    let pod_ref = format!("{name}_{ns}({})", uid(pod));
-    let mut events: Vec<(&str, &str, String, String)> = Vec::new(); // (type, reason, message, key)
+    let spec = PodSpecView::read(sim, pod, ns, name);
+    let mut events: Vec<PendingEvent> = Vec::new();
     let rt = sim.pods.get_mut(uid(pod)).expect("inserted by run");
     let elapsed = since(rt.bound);
 
     // One waiting reason for every container, or running.
-    let mut waiting: Option<(String, String)> = Some(("ContainerCreating".into(), String::new()));
-    if let Some(m) = &mount_err {
+    let waiting = if let Some(m) = &spec.mount_err {
         events.push(("Warning", "FailedMount", m.clone(), format!("mount:{m}")));
-    } else if let Some(image) = &failing {
-        if elapsed >= cfg.start_delay / 2 {
-            events.push((
-                "Normal",
-                "Pulling",
-                format!("Pulling image \"{image}\""),
-                "pulling".into(),
-            ));
-            let why = format!(
-                "rpc error: code = NotFound desc = failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": {image}: not found"
-            );
-            events.push((
-                "Warning",
-                "Failed",
-                format!("Failed to pull image \"{image}\": {why}"),
-                "pullfail".into(),
-            ));
-            events.push((
-                "Warning",
-                "Failed",
-                "Error: ErrImagePull".into(),
-                "errimagepull".into(),
-            ));
-            waiting = Some(("ErrImagePull".into(), why));
-        }
-        if elapsed >= cfg.start_delay {
-            let msg = format!("Back-off pulling image \"{image}\"");
-            events.push(("Normal", "BackOff", msg.clone(), "pullbackoff".into()));
-            events.push((
-                "Warning",
-                "Failed",
-                "Error: ImagePullBackOff".into(),
-                "imagepullbackoff".into(),
-            ));
-            waiting = Some(("ImagePullBackOff".into(), msg));
-        }
-    } else if let Some(m) = &config_err {
-        if elapsed >= cfg.start_delay / 2 {
-            events.push((
-                "Warning",
-                "Failed",
-                format!("Error: {m}"),
-                format!("config:{m}"),
-            ));
-            waiting = Some(("CreateContainerConfigError".into(), m.clone()));
-        }
+        container_creating()
+    } else if let Some(image) = &spec.failing {
+        pull_failure(image, elapsed, &cfg, &mut events)
+    } else if let Some(m) = &spec.config_err {
+        config_failure(m, elapsed, &cfg, &mut events)
     } else if elapsed >= cfg.start_delay {
-        // Crash-looping containers exit after running for the start delay.
-        if let Some((started, started_at)) = rt.running.clone()
-            && crashing
-            && since(started) >= cfg.start_delay.max(Duration::from_millis(50))
-        {
-            rt.restarts += 1;
-            rt.last_terminated = Some(json!({"terminated": {
-                "exitCode": 1, "reason": "Error",
-                "message": "simulated crash: the image matches a crashing-image pattern of the emulator",
-                "startedAt": started_at, "finishedAt": ops::now(),
-                "containerID": format!("containerd://{}", hex(64)),
-            }}));
-            rt.running = None;
-            rt.ready_at = None;
-            rt.backoff_until = Some(Instant::now() + rt.backoff);
-        }
-        match rt.backoff_until {
-            Some(until) if Instant::now() < until => {
-                let msg = format!(
-                    "back-off {} restarting failed container={} pod={pod_ref}",
-                    go_duration(rt.backoff),
-                    containers
-                        .first()
-                        .and_then(|c| c["name"].as_str())
-                        .unwrap_or("")
-                );
-                for c in &containers {
-                    let cname = c["name"].as_str().unwrap_or("");
-                    events.push((
-                        "Warning",
-                        "BackOff",
-                        format!("Back-off restarting failed container {cname} in pod {pod_ref}"),
-                        format!("backoff:{}", rt.restarts),
-                    ));
-                }
-                waiting = Some(("CrashLoopBackOff".into(), msg));
-            }
-            Some(_) => {
-                // Back-off over: restart, with a doubled back-off next time (capped at 30x).
-                rt.backoff_until = None;
-                rt.backoff = (rt.backoff * 2).min(cfg.restart_backoff * 30);
-                rt.running = Some((Instant::now(), ops::now()));
-                waiting = None;
-            }
-            None => {
-                if rt.running.is_none() {
-                    rt.running = Some((Instant::now(), ops::now()));
-                }
-                waiting = None;
-            }
-        }
-        if waiting.is_none() {
-            for (c, image) in containers.iter().zip(&images) {
-                let cname = c["name"].as_str().unwrap_or("");
-                let n = rt.restarts;
-                if n == 0 {
-                    events.push((
-                        "Normal",
-                        "Pulled",
-                        format!("Container image \"{image}\" already present on machine"),
-                        format!("pulled:{cname}"),
-                    ));
-                }
-                events.push((
-                    "Normal",
-                    "Created",
-                    format!("Created container: {cname}"),
-                    format!("created:{cname}:{n}"),
-                ));
-                events.push((
-                    "Normal",
-                    "Started",
-                    format!("Started container {cname}"),
-                    format!("started:{cname}:{n}"),
-                ));
-            }
-        }
-    }
+        run_containers(rt, &spec, &cfg, &mut events)
+    } else {
+        container_creating()
+    };
     let ready = waiting.is_none()
-        && !crashing
-        && rt.running.as_ref().is_some_and(|(t, _)| since(*t) >= probe);
+        && !spec.crashing
+        && rt
+            .running
+            .as_ref()
+            .is_some_and(|(t, _)| since(*t) >= spec.probe);
     if ready && rt.ready_at.is_none() {
         rt.ready_at = Some(ops::now());
     }
     if !ready {
         rt.ready_at = None;
     }
-    let started = waiting.is_none() && rt.running.as_ref().is_some_and(|(t, _)| since(*t) >= probe);
+    let started = waiting.is_none()
+        && rt
+            .running
+            .as_ref()
+            .is_some_and(|(t, _)| since(*t) >= spec.probe);
     // Timers still to fire: the start delay, the probes, crash loops.
     let settled = ready
-        || mount_err.is_some()
-        || (elapsed >= cfg.start_delay && (failing.is_some() || config_err.is_some()));
-    let busy = !settled || crashing;
+        || spec.mount_err.is_some()
+        || (elapsed >= cfg.start_delay && (spec.failing.is_some() || spec.config_err.is_some()));
+    let busy = !settled || spec.crashing;
 
-    // Pod status, as the kubelet's status manager writes it.
-    let now = ops::now();
-    let old = pod.get("status").cloned().unwrap_or(json!({}));
-    let keep_time = |ty: &str, status: &str| -> String {
-        old.get("conditions")
-            .and_then(Value::as_array)
-            .and_then(|cs| cs.iter().find(|c| c["type"] == ty && c["status"] == status))
-            .and_then(|c| c["lastTransitionTime"].as_str())
-            .map(String::from)
-            .unwrap_or_else(|| now.clone())
+    let status = pod_status(pod, rt, &spec, node_idx, &waiting, ready, started);
+    let fresh: Vec<(&str, &str, String)> = events
+        .into_iter()
+        .filter(|(_, _, _, key)| rt.sent.insert(key.clone()))
+        .map(|(t, r, m, _)| (t, r, m))
+        .collect();
+    sim.busy |= busy;
+    write_status(&sim.store, sim.k.pod, pod, status, KUBELET);
+    for (ty, reason, msg) in fresh {
+        sim.event(pod, sim.k.pod, ty, reason, &msg, KUBELET);
+    }
+}
+
+/// A failing image: ErrImagePull after half the start delay, ImagePullBackOff after it.
+fn pull_failure(
+    image: &str,
+    elapsed: Duration,
+    cfg: &ClusterConfig,
+    events: &mut Vec<PendingEvent>,
+) -> Waiting {
+    let mut waiting = container_creating();
+    if elapsed >= cfg.start_delay / 2 {
+        events.push((
+            "Normal",
+            "Pulling",
+            format!("Pulling image \"{image}\""),
+            "pulling".into(),
+        ));
+        let why = format!(
+            "rpc error: code = NotFound desc = failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": {image}: not found"
+        );
+        events.push((
+            "Warning",
+            "Failed",
+            format!("Failed to pull image \"{image}\": {why}"),
+            "pullfail".into(),
+        ));
+        events.push((
+            "Warning",
+            "Failed",
+            "Error: ErrImagePull".into(),
+            "errimagepull".into(),
+        ));
+        waiting = Some(("ErrImagePull".into(), why));
+    }
+    if elapsed >= cfg.start_delay {
+        let msg = format!("Back-off pulling image \"{image}\"");
+        events.push(("Normal", "BackOff", msg.clone(), "pullbackoff".into()));
+        events.push((
+            "Warning",
+            "Failed",
+            "Error: ImagePullBackOff".into(),
+            "imagepullbackoff".into(),
+        ));
+        waiting = Some(("ImagePullBackOff".into(), msg));
+    }
+    waiting
+}
+
+/// A missing env reference: CreateContainerConfigError after half the start delay.
+fn config_failure(
+    m: &str,
+    elapsed: Duration,
+    cfg: &ClusterConfig,
+    events: &mut Vec<PendingEvent>,
+) -> Waiting {
+    if elapsed < cfg.start_delay / 2 {
+        return container_creating();
+    }
+    events.push((
+        "Warning",
+        "Failed",
+        format!("Error: {m}"),
+        format!("config:{m}"),
+    ));
+    Some(("CreateContainerConfigError".into(), m.to_string()))
+}
+
+/// After the start delay: containers run, and crashing ones exit and back off.
+fn run_containers(
+    rt: &mut PodRuntime,
+    spec: &PodSpecView,
+    cfg: &ClusterConfig,
+    events: &mut Vec<PendingEvent>,
+) -> Waiting {
+    // Crash-looping containers exit after running for the start delay.
+    if let Some((started, started_at)) = rt.running.clone()
+        && spec.crashing
+        && since(started) >= cfg.start_delay.max(Duration::from_millis(50))
+    {
+        rt.restarts += 1;
+        rt.last_terminated = Some(json!({"terminated": {
+            "exitCode": 1, "reason": "Error",
+            "message": "simulated crash: the image matches a crashing-image pattern of the emulator",
+            "startedAt": started_at, "finishedAt": ops::now(),
+            "containerID": format!("containerd://{}", hex(64)),
+        }}));
+        rt.running = None;
+        rt.ready_at = None;
+        rt.backoff_until = Some(Instant::now() + rt.backoff);
+    }
+    let waiting = match rt.backoff_until {
+        Some(until) if Instant::now() < until => {
+            let msg = format!(
+                "back-off {} restarting failed container={} pod={}",
+                go_duration(rt.backoff),
+                spec.containers
+                    .first()
+                    .and_then(|c| c["name"].as_str())
+                    .unwrap_or(""),
+                spec.pod_ref
+            );
+            for c in &spec.containers {
+                let cname = c["name"].as_str().unwrap_or("");
+                events.push((
+                    "Warning",
+                    "BackOff",
+                    format!(
+                        "Back-off restarting failed container {cname} in pod {}",
+                        spec.pod_ref
+                    ),
+                    format!("backoff:{}", rt.restarts),
+                ));
+            }
+            Some(("CrashLoopBackOff".into(), msg))
+        }
+        Some(_) => {
+            // Back-off over: restart, with a doubled back-off next time (capped at 30x).
+            rt.backoff_until = None;
+            rt.backoff = (rt.backoff * 2).min(cfg.restart_backoff * 30);
+            rt.running = Some((Instant::now(), ops::now()));
+            None
+        }
+        None => {
+            if rt.running.is_none() {
+                rt.running = Some((Instant::now(), ops::now()));
+            }
+            None
+        }
     };
+    if waiting.is_none() {
+        start_events(rt.restarts, spec, events);
+    }
+    waiting
+}
+
+/// Pulled (first start only), Created and Started, once per container instance.
+fn start_events(restarts: i64, spec: &PodSpecView, events: &mut Vec<PendingEvent>) {
+    for (c, image) in spec.containers.iter().zip(&spec.images) {
+        let cname = c["name"].as_str().unwrap_or("");
+        let n = restarts;
+        if n == 0 {
+            events.push((
+                "Normal",
+                "Pulled",
+                format!("Container image \"{image}\" already present on machine"),
+                format!("pulled:{cname}"),
+            ));
+        }
+        events.push((
+            "Normal",
+            "Created",
+            format!("Created container: {cname}"),
+            format!("created:{cname}:{n}"),
+        ));
+        events.push((
+            "Normal",
+            "Started",
+            format!("Started container {cname}"),
+            format!("started:{cname}:{n}"),
+        ));
+    }
+}
+
+/// Pod status, as the kubelet's status manager writes it.
+fn pod_status(
+    pod: &Value,
+    rt: &PodRuntime,
+    spec: &PodSpecView,
+    node_idx: usize,
+    waiting: &Waiting,
+    ready: bool,
+    started: bool,
+) -> Value {
+    let old = pod.get("status").cloned().unwrap_or(json!({}));
     let generation = pod
         .pointer("/metadata/generation")
         .and_then(Value::as_i64)
         .unwrap_or(1);
-    let names: Vec<&str> = containers
-        .iter()
-        .map(|c| c["name"].as_str().unwrap_or(""))
-        .collect();
-    let cond = |ty: &str, ok: bool, reason: Option<&str>, msg: Option<String>| {
-        let s = if ok { "True" } else { "False" };
-        // PodObservedGenerationTracking (on by default since 1.34): conditions and the
-        // status say which pod generation they describe.
-        let mut c = json!({"type": ty, "status": s, "lastProbeTime": null, "lastTransitionTime": keep_time(ty, s),
-                           "observedGeneration": generation});
-        if !ok && let Some(r) = reason {
-            c["reason"] = json!(r);
-            c["message"] = json!(msg.unwrap_or_default());
-        }
-        c
-    };
-    let sandbox = mount_err.is_none();
-    let unready = format!("containers with unready status: [{}]", names.join(" "));
-    let scheduled = old
-        .get("conditions")
-        .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "PodScheduled").cloned())
-        .unwrap_or_else(|| cond("PodScheduled", true, None, None));
-    let conditions = json!([
-        cond("PodReadyToStartContainers", sandbox, None, None),
-        cond("Initialized", true, None, None),
-        cond(
-            "Ready",
-            ready,
-            Some("ContainersNotReady"),
-            Some(unready.clone())
-        ),
-        cond(
-            "ContainersReady",
-            ready,
-            Some("ContainersNotReady"),
-            Some(unready)
-        ),
-        scheduled,
-    ]);
-    let statuses: Vec<Value> = containers
-        .iter()
-        .zip(&images)
-        .map(|(c, image)| {
-            let mut s = json!({
-                "name": c["name"], "image": image, "imageID": "", "ready": ready,
-                "restartCount": rt.restarts, "started": started,
-                "lastState": rt.last_terminated.clone().unwrap_or(json!({})),
-            });
-            match (&waiting, &rt.running) {
-                (None, Some((_, at))) => {
-                    s["state"] = json!({"running": {"startedAt": at}});
-                    s["imageID"] = json!(format!("{image}@sha256:{}", "0".repeat(64)));
-                    s["containerID"] = json!(format!("containerd://{}", uid(pod).replace('-', "")));
-                }
-                (Some((reason, msg)), _) => {
-                    let mut w = json!({"reason": reason});
-                    if !msg.is_empty() {
-                        w["message"] = json!(msg);
-                    }
-                    s["state"] = json!({"waiting": w});
-                }
-                (None, None) => s["state"] = json!({"waiting": {"reason": "ContainerCreating"}}),
-            }
-            s
-        })
-        .collect();
+    let sandbox = spec.mount_err.is_none();
+    let conditions = pod_conditions(&old, generation, &spec.containers, ready, sandbox);
+    let statuses = container_statuses(pod, rt, spec, waiting, ready, started);
     let phase = if rt.running.is_some() || rt.restarts > 0 {
         "Running"
     } else {
@@ -492,14 +532,100 @@ fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
     if let Some(q) = old.get("qosClass") {
         status["qosClass"] = q.clone();
     }
-    let fresh: Vec<(&str, &str, String)> = events
-        .into_iter()
-        .filter(|(_, _, _, key)| rt.sent.insert(key.clone()))
-        .map(|(t, r, m, _)| (t, r, m))
+    status
+}
+
+/// The pod conditions; transition times carry over while a condition keeps its status.
+fn pod_conditions(
+    old: &Value,
+    generation: i64,
+    containers: &[Value],
+    ready: bool,
+    sandbox: bool,
+) -> Value {
+    let now = ops::now();
+    let keep_time = |ty: &str, status: &str| -> String {
+        old.get("conditions")
+            .and_then(Value::as_array)
+            .and_then(|cs| cs.iter().find(|c| c["type"] == ty && c["status"] == status))
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .map(String::from)
+            .unwrap_or_else(|| now.clone())
+    };
+    let names: Vec<&str> = containers
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or(""))
         .collect();
-    sim.busy |= busy;
-    write_status(&sim.store, sim.k.pod, pod, status, KUBELET);
-    for (ty, reason, msg) in fresh {
-        sim.event(pod, sim.k.pod, ty, reason, &msg, KUBELET);
-    }
+    let cond = |ty: &str, ok: bool, reason: Option<&str>, msg: Option<String>| {
+        let s = if ok { "True" } else { "False" };
+        // PodObservedGenerationTracking (on by default since 1.34): conditions and the
+        // status say which pod generation they describe.
+        let mut c = json!({"type": ty, "status": s, "lastProbeTime": null, "lastTransitionTime": keep_time(ty, s),
+                           "observedGeneration": generation});
+        if !ok && let Some(r) = reason {
+            c["reason"] = json!(r);
+            c["message"] = json!(msg.unwrap_or_default());
+        }
+        c
+    };
+    let unready = format!("containers with unready status: [{}]", names.join(" "));
+    let scheduled = old
+        .get("conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "PodScheduled").cloned())
+        .unwrap_or_else(|| cond("PodScheduled", true, None, None));
+    json!([
+        cond("PodReadyToStartContainers", sandbox, None, None),
+        cond("Initialized", true, None, None),
+        cond(
+            "Ready",
+            ready,
+            Some("ContainersNotReady"),
+            Some(unready.clone())
+        ),
+        cond(
+            "ContainersReady",
+            ready,
+            Some("ContainersNotReady"),
+            Some(unready)
+        ),
+        scheduled,
+    ])
+}
+
+fn container_statuses(
+    pod: &Value,
+    rt: &PodRuntime,
+    spec: &PodSpecView,
+    waiting: &Waiting,
+    ready: bool,
+    started: bool,
+) -> Vec<Value> {
+    spec.containers
+        .iter()
+        .zip(&spec.images)
+        .map(|(c, image)| {
+            let mut s = json!({
+                "name": c["name"], "image": image, "imageID": "", "ready": ready,
+                "restartCount": rt.restarts, "started": started,
+                "lastState": rt.last_terminated.clone().unwrap_or(json!({})),
+            });
+            match (waiting, &rt.running) {
+                (None, Some((_, at))) => {
+                    s["state"] = json!({"running": {"startedAt": at}});
+                    s["imageID"] = json!(format!("{image}@sha256:{}", "0".repeat(64)));
+                    s["containerID"] = json!(format!("containerd://{}", uid(pod).replace('-', "")));
+                }
+                (Some((reason, msg)), _) => {
+                    let mut w = json!({"reason": reason});
+                    if !msg.is_empty() {
+                        w["message"] = json!(msg);
+                    }
+                    s["state"] = json!({"waiting": w});
+                }
+                (None, None) => s["state"] = json!({"waiting": {"reason": "ContainerCreating"}}),
+            }
+            s
+        })
+        .collect()
 }

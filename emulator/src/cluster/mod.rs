@@ -1,4 +1,4 @@
-//! Part 2: a simulated cluster on top of the API server — nodes, the deployment and
+//! A simulated cluster on top of the API server — nodes, the deployment and
 //! replicaset controllers, a scheduler, kubelets, Service/Gateway/HTTPRoute status, a
 //! small Gateway data plane and fault injection.
 //!
