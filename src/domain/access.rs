@@ -102,6 +102,41 @@ impl FromStr for TokenRole {
     }
 }
 
+/// Whom a role binding names.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum SubjectKind {
+    /// Matched against the OIDC token's subject (username) claim.
+    User,
+    /// Matched against an entry of its groups claim.
+    Group,
+}
+
+impl SubjectKind {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+impl fmt::Display for TokenRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ mod serving;
 mod spec;
 mod status;
 
-pub use access::{Role, TokenRole};
+pub use access::{Role, SubjectKind, TokenRole};
 pub use errors::{FieldError, FieldErrors, from_json_value};
 pub use health::{CheckResult, ReadinessCheck};
 pub use json::{canonical_json, parse_strict as parse_json_strict};
@@ -40,4 +40,4 @@ pub use spec::{
     RolloutSpec, RoutingSpec, SchedulingSpec, SecretKeyRef, SecurityProfile, SecuritySpec,
     ShutdownSpec, SpecLimits, StorageSpec, Toleration, parse_gateway_ref,
 };
-pub use status::{Condition, DeploymentStatus, Endpoints, Phase, ReplicaCounts};
+pub use status::{Condition, ConditionStatus, DeploymentStatus, Endpoints, Phase, ReplicaCounts};

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::access::{Role, SubjectKind, TokenRole};
 use super::spec::DeploymentSpec;
 use super::status::DeploymentStatus;
 
@@ -65,14 +66,30 @@ pub struct Revision {
 }
 
 /// What a timeline entry records. Stored (and listed) as its name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
 pub enum EventKind {
+    /// By people: the record was created, its spec changed, scaled, rolled back, restarted,
+    /// or its deletion asked for.
     Created,
     SpecChanged,
     Scaled,
     RolledBack,
     RestartRequested,
     DeleteRequested,
+    /// By the worker: a generation applied, drift repaired, the phase changed, the cluster
+    /// unreachable, every object removed.
     Applied,
     DriftRepaired,
     PhaseChanged,
@@ -82,19 +99,7 @@ pub enum EventKind {
 
 impl EventKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Created => "Created",
-            Self::SpecChanged => "SpecChanged",
-            Self::Scaled => "Scaled",
-            Self::RolledBack => "RolledBack",
-            Self::RestartRequested => "RestartRequested",
-            Self::DeleteRequested => "DeleteRequested",
-            Self::Applied => "Applied",
-            Self::DriftRepaired => "DriftRepaired",
-            Self::PhaseChanged => "PhaseChanged",
-            Self::ClusterUnreachable => "ClusterUnreachable",
-            Self::Deleted => "Deleted",
-        }
+        self.into()
     }
 }
 
@@ -104,10 +109,7 @@ impl EventKind {
 pub struct TimelineEvent {
     pub id: i64,
     pub deployment_id: Uuid,
-    /// `Created`, `SpecChanged`, `Scaled`, `RolledBack`, `RestartRequested`, `DeleteRequested`
-    /// (by people); `Applied`, `DriftRepaired`, `PhaseChanged`, `ClusterUnreachable`,
-    /// `Deleted` (by the worker).
-    pub kind: String,
+    pub kind: EventKind,
     pub message: String,
     /// Who did it: `token:<name>`, `user:<name>` (OIDC), or `worker` for the reconciler.
     pub actor: String,
@@ -122,8 +124,7 @@ pub struct ApiToken {
     pub name: String,
     /// The project it grants a role on; `null` for a platform-admin token.
     pub project: Option<String>,
-    /// `viewer`, `editor`, `admin` or `platform-admin`.
-    pub role: String,
+    pub role: TokenRole,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
@@ -136,10 +137,9 @@ pub struct ApiToken {
 #[serde(rename_all = "camelCase")]
 pub struct RoleBinding {
     pub id: Uuid,
-    /// `user` (matched against the token's subject) or `group` (against its groups claim).
-    pub subject_kind: String,
+    pub subject_kind: SubjectKind,
     pub subject: String,
-    pub role: String,
+    pub role: Role,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
 }

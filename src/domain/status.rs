@@ -71,11 +71,24 @@ pub struct Condition {
     /// e.g. `Applied`, `Available`, `Progressing`, `Routed`, `ClusterReachable`.
     #[serde(rename = "type")]
     pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
+    pub status: ConditionStatus,
     pub reason: String,
     pub message: String,
     pub last_transition_time: DateTime<Utc>,
+}
+
+/// Whether a condition holds, as Kubernetes spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn holds(ok: bool) -> Self {
+        if ok { Self::True } else { Self::False }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]

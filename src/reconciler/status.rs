@@ -10,7 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as K8sCondition;
 
 use super::desired::{ANNOTATION_CONFIG_HASH, GatewayRef, Target, route_path_prefix};
 use crate::domain::{
-    Condition, Deployment, DeploymentStatus, Endpoints, FieldErrors, Phase, ReplicaCounts,
+    Condition, ConditionStatus, Deployment, DeploymentStatus, Endpoints, FieldErrors, Phase,
+    ReplicaCounts,
 };
 
 /// Everything observed about one record's objects.
@@ -346,7 +347,7 @@ fn condition(
     message: String,
     now: DateTime<Utc>,
 ) -> Condition {
-    let status = if ok { "True" } else { "False" }.to_owned();
+    let status = ConditionStatus::holds(ok);
     let since = previous
         .conditions
         .iter()
@@ -1010,7 +1011,10 @@ mod tests {
             Some("http://qwen.team-a.svc.cluster.local:8000/v1")
         );
         assert!(
-            status.conditions.iter().all(|c| c.status == "True"),
+            status
+                .conditions
+                .iter()
+                .all(|c| c.status == ConditionStatus::True),
             "{:?}",
             status.conditions
         );
@@ -1064,8 +1068,8 @@ mod tests {
         // The conditions agree with the phase and name the cause.
         let progressing = condition_of(&status, "Progressing");
         assert_eq!(
-            (progressing.status.as_str(), progressing.reason.as_str()),
-            ("False", "ImagePullBackOff")
+            (progressing.status, progressing.reason.as_str()),
+            (ConditionStatus::False, "ImagePullBackOff")
         );
     }
 
@@ -1089,8 +1093,8 @@ mod tests {
         assert_eq!(status.phase, Phase::Deploying);
         let progressing = condition_of(&status, "Progressing");
         assert_eq!(
-            (progressing.status.as_str(), progressing.reason.as_str()),
-            ("True", "Unschedulable")
+            (progressing.status, progressing.reason.as_str()),
+            (ConditionStatus::True, "Unschedulable")
         );
         assert!(progressing.message.contains("Insufficient nvidia.com/gpu"));
     }
@@ -1320,8 +1324,8 @@ mod tests {
         assert_eq!(status.phase, Phase::Ready, "{}", status.message);
         let budget = condition_of(&status, "DisruptionBudget");
         assert_eq!(
-            (budget.status.as_str(), budget.reason.as_str()),
-            ("False", "Rejected")
+            (budget.status, budget.reason.as_str()),
+            (ConditionStatus::False, "Rejected")
         );
         assert!(budget.message.contains("denied by policy"));
     }

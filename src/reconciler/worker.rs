@@ -25,7 +25,7 @@ use super::desired::{
 };
 use super::health::WorkerHealth;
 use super::status::{Budgets, Observed, compute, invalid_spec, recheck_after};
-use crate::domain::{Condition, Deployment, DeploymentStatus, EventKind, Phase};
+use crate::domain::{Condition, ConditionStatus, Deployment, DeploymentStatus, EventKind, Phase};
 use crate::store;
 use crate::store::deployments::ReconcileTarget;
 use crate::store::events::NewEvent;
@@ -619,13 +619,13 @@ impl Worker {
         if status
             .conditions
             .iter()
-            .any(|c| c.type_ == "ClusterReachable" && c.status == "False")
+            .any(|c| c.type_ == "ClusterReachable" && c.status == ConditionStatus::False)
         {
             return;
         }
         status.conditions.push(Condition {
             type_: "ClusterReachable".into(),
-            status: "False".into(),
+            status: ConditionStatus::False,
             reason: "Unreachable".into(),
             message: format!("cannot reach the cluster: {err}"),
             last_transition_time: Utc::now(),
@@ -775,7 +775,7 @@ impl Worker {
                     if misses >= MISSES && !marked {
                         let condition = Condition {
                             type_: "ClusterReachable".into(),
-                            status: "False".into(),
+                            status: ConditionStatus::False,
                             reason: "Unreachable".into(),
                             message: format!("cannot reach the cluster: {why}"),
                             last_transition_time: Utc::now(),

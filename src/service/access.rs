@@ -111,9 +111,51 @@ pub async fn role_on(
             let roles =
                 store::role_bindings::roles_of_subject(&ctx.pool, project.id, subject, groups)
                     .await?;
-            Ok(roles.iter().filter_map(|r| r.parse::<Role>().ok()).max())
+            Ok(roles.into_iter().max())
         }
         Identity::System => Ok(Some(Role::Admin)),
+    }
+}
+
+/// A project and the role the caller was found to hold on it by one [`authorize`]. Reads
+/// nested under a project take it instead of the caller, so a page of deployments and their
+/// revisions (a GraphQL query) is authorised once, not once per item. Only this module
+/// makes one.
+#[derive(Debug, Clone)]
+pub struct Authorized {
+    project: Project,
+    role: Role,
+}
+
+impl Authorized {
+    pub fn project(&self) -> &Project {
+        &self.project
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    pub fn into_project(self) -> Project {
+        self.project
+    }
+
+    /// Checks the role found covers `needed` as well.
+    pub fn require(&self, needed: Role) -> Result<(), ServiceError> {
+        if self.role < needed {
+            return Err(ServiceError::Forbidden(format!(
+                "this needs the {needed} role on project `{}`; you have {}",
+                self.project.name, self.role
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for Authorized {
+    type Target = Project;
+    fn deref(&self) -> &Project {
+        &self.project
     }
 }
 
@@ -123,7 +165,7 @@ pub async fn authorize(
     actor: &Actor,
     project: &str,
     needed: Role,
-) -> Result<Project, ServiceError> {
+) -> Result<Authorized, ServiceError> {
     let not_found = || ServiceError::not_found("project", project);
     if !is_dns1123_label(project) {
         return Err(not_found());
@@ -131,13 +173,15 @@ pub async fn authorize(
     let found = store::projects::find_project_by_name(&ctx.pool, project)
         .await?
         .ok_or_else(not_found)?;
-    match role_on(ctx, actor, &found).await? {
-        None => Err(not_found()),
-        Some(role) if role < needed => Err(ServiceError::Forbidden(format!(
-            "this needs the {needed} role on project `{project}`; you have {role}"
-        ))),
-        Some(_) => Ok(found),
-    }
+    let Some(role) = role_on(ctx, actor, &found).await? else {
+        return Err(not_found());
+    };
+    let authorized = Authorized {
+        project: found,
+        role,
+    };
+    authorized.require(needed)?;
+    Ok(authorized)
 }
 
 /// Platform-level operations (projects themselves, platform tokens).

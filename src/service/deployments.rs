@@ -11,7 +11,7 @@ use tracing::instrument;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::access::authorize;
+use super::access::{Authorized, authorize};
 use super::diff::changed_paths;
 use super::projects::parse_uuid_cursor;
 use super::{Actor, Context, Page, Precondition, ServiceError, cursor, page_size};
@@ -252,7 +252,17 @@ pub async fn get_deployment(
     name: &str,
 ) -> Result<Deployment, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Viewer).await?;
-    let row = find(ctx, &project, name).await?;
+    get_deployment_in(ctx, &project, name).await
+}
+
+/// [`get_deployment`] in a project already authorised.
+pub async fn get_deployment_in(
+    ctx: &Context,
+    project: &Authorized,
+    name: &str,
+) -> Result<Deployment, ServiceError> {
+    project.require(Role::Viewer)?;
+    let row = find(ctx, project, name).await?;
     Ok(row.into_record(&project.name))
 }
 
@@ -271,6 +281,16 @@ pub async fn list_deployments(
     query: &ListDeployments,
 ) -> Result<Page<Deployment>, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Viewer).await?;
+    list_deployments_in(ctx, &project, query).await
+}
+
+/// [`list_deployments`] in a project already authorised.
+pub async fn list_deployments_in(
+    ctx: &Context,
+    project: &Authorized,
+    query: &ListDeployments,
+) -> Result<Page<Deployment>, ServiceError> {
+    project.require(Role::Viewer)?;
     let mut errors = FieldErrors::new();
     let phase = match &query.phase {
         Some(p) => errors.check("phase", p.parse::<Phase>()),
@@ -644,13 +664,28 @@ pub async fn list_revisions(
 ) -> Result<Page<Revision>, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Viewer).await?;
     let row = find(ctx, &project, name).await?;
+    list_revisions_in(ctx, &project, row.id, limit, cursor_param).await
+}
+
+/// The revisions of the deployment `deployment_id` of a project already authorised (none
+/// when the id is another project's).
+pub async fn list_revisions_in(
+    ctx: &Context,
+    project: &Authorized,
+    deployment_id: Uuid,
+    limit: Option<i64>,
+    cursor_param: Option<&str>,
+) -> Result<Page<Revision>, ServiceError> {
+    project.require(Role::Viewer)?;
     let limit = page_size(limit)?;
-    let filters = format!("revisions|{}", row.id);
+    let filters = format!("revisions|{deployment_id}");
     let before = match cursor_param {
         Some(c) => Some(parse_i64_cursor(&cursor::decode(c, &filters)?)?),
         None => None,
     };
-    let rows = store::revisions::list_revisions(&ctx.pool, row.id, before, limit + 1).await?;
+    let rows =
+        store::revisions::list_revisions(&ctx.pool, project.id, deployment_id, before, limit + 1)
+            .await?;
     Ok(cursor::page(rows, limit, &filters, |r| {
         r.revision.to_string()
     }))
@@ -671,6 +706,19 @@ pub async fn list_events(
         DeploymentRef::Name(name) => find(ctx, &project, name).await?.id,
         DeploymentRef::Id(id) => id,
     };
+    list_events_in(ctx, &project, deployment_id, limit, cursor_param).await
+}
+
+/// The timeline of the deployment `deployment_id` of a project already authorised (empty
+/// when the id is another project's).
+pub async fn list_events_in(
+    ctx: &Context,
+    project: &Authorized,
+    deployment_id: Uuid,
+    limit: Option<i64>,
+    cursor_param: Option<&str>,
+) -> Result<Page<TimelineEvent>, ServiceError> {
+    project.require(Role::Viewer)?;
     let limit = page_size(limit)?;
     let filters = format!("events|{}|{deployment_id}", project.id);
     let after = match cursor_param {

@@ -102,7 +102,9 @@ pub async fn get_project(
     actor: &Actor,
     name: &str,
 ) -> Result<Project, ServiceError> {
-    authorize(ctx, actor, name, Role::Viewer).await
+    Ok(authorize(ctx, actor, name, Role::Viewer)
+        .await?
+        .into_project())
 }
 
 /// Lists the projects the caller may see.

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::access::authorize;
 use super::projects::parse_uuid_cursor;
 use super::{Actor, Context, Page, ServiceError, cursor, page_size};
-use crate::domain::{FieldErrors, Role, RoleBinding};
+use crate::domain::{FieldErrors, Role, RoleBinding, SubjectKind};
 use crate::store;
 
 /// The body of `POST …/role-bindings`.
@@ -31,9 +31,13 @@ pub async fn create_role_binding(
 ) -> Result<RoleBinding, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Admin).await?;
     let mut errors = FieldErrors::new();
-    if !matches!(request.subject_kind.as_str(), "user" | "group") {
-        errors.push("subjectKind", "must be `user` or `group`");
-    }
+    let subject_kind = errors.check(
+        "subjectKind",
+        request
+            .subject_kind
+            .parse::<SubjectKind>()
+            .map_err(|_| "must be `user` or `group`".to_owned()),
+    );
     if request.subject.is_empty()
         || request.subject.len() > 256
         || request.subject.chars().any(char::is_control)
@@ -43,14 +47,14 @@ pub async fn create_role_binding(
             "must be 1 to 256 characters without control characters",
         );
     }
-    errors.finish(|| ())?;
+    let subject_kind = errors.finish(|| subject_kind.expect("checked"))?;
 
     let mut tx = ctx.pool.begin().await?;
     let binding = store::role_bindings::insert_role_binding(
         &mut *tx,
         Uuid::now_v7(),
         project.id,
-        &request.subject_kind,
+        subject_kind.as_str(),
         &request.subject,
         request.role.as_str(),
         actor.name(),

@@ -4,6 +4,7 @@ use sqlx::PgExecutor;
 use tracing::instrument;
 use uuid::Uuid;
 
+use super::text::Text;
 use crate::domain::{EventKind, TimelineEvent};
 
 /// What happened, for [`insert_event`].
@@ -44,11 +45,11 @@ pub async fn list_events(
 ) -> Result<Vec<TimelineEvent>, sqlx::Error> {
     sqlx::query_as!(
         TimelineEvent,
-        "select id, deployment_id, kind, message, actor, created_at
+        r#"select id, deployment_id, kind as "kind: Text<EventKind>", message, actor, created_at
          from deployment_event
          where project_id = $1 and deployment_id = $2 and ($3::bigint is null or id > $3)
          order by id
-         limit $4",
+         limit $4"#,
         project_id,
         deployment_id,
         after,

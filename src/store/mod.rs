@@ -10,6 +10,7 @@ pub mod idempotency;
 pub mod projects;
 pub mod revisions;
 pub mod role_bindings;
+pub mod text;
 pub mod tokens;
 pub mod work_queue;
 

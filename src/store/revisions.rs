@@ -47,21 +47,25 @@ pub async fn find_revision(
     .await
 }
 
-/// Newest first, before `before` when paging.
+/// The revisions of `deployment_id`, newest first (before `before` when paging); none
+/// unless it is `project_id`'s.
 #[instrument(skip(db))]
 pub async fn list_revisions(
     db: impl PgExecutor<'_>,
+    project_id: Uuid,
     deployment_id: Uuid,
     before: Option<i64>,
     limit: i64,
 ) -> Result<Vec<Revision>, sqlx::Error> {
     sqlx::query_as!(
         Revision,
-        r#"select revision, spec as "spec: Json<DeploymentSpec>", reason, actor, created_at
-           from deployment_revision
-           where deployment_id = $1 and ($2::bigint is null or revision < $2)
-           order by revision desc
-           limit $3"#,
+        r#"select r.revision, r.spec as "spec: Json<DeploymentSpec>", r.reason, r.actor, r.created_at
+           from deployment_revision r
+           join model_deployment d on d.id = r.deployment_id and d.project_id = $1
+           where r.deployment_id = $2 and ($3::bigint is null or r.revision < $3)
+           order by r.revision desc
+           limit $4"#,
+        project_id,
         deployment_id,
         before,
         limit

@@ -4,7 +4,8 @@ use sqlx::PgExecutor;
 use tracing::instrument;
 use uuid::Uuid;
 
-use crate::domain::RoleBinding;
+use super::text::Text;
+use crate::domain::{Role, RoleBinding, SubjectKind};
 
 #[instrument(skip(db))]
 pub async fn insert_role_binding(
@@ -18,9 +19,10 @@ pub async fn insert_role_binding(
 ) -> Result<RoleBinding, sqlx::Error> {
     sqlx::query_as!(
         RoleBinding,
-        "insert into role_binding (id, project_id, subject_kind, subject, role, created_by)
-         values ($1, $2, $3, $4, $5, $6)
-         returning id, subject_kind, subject, role, created_by, created_at",
+        r#"insert into role_binding (id, project_id, subject_kind, subject, role, created_by)
+           values ($1, $2, $3, $4, $5, $6)
+           returning id, subject_kind as "subject_kind: Text<SubjectKind>", subject,
+                   role as "role: Text<Role>", created_by, created_at"#,
         id,
         project_id,
         subject_kind,
@@ -41,9 +43,10 @@ pub async fn list_role_bindings(
 ) -> Result<Vec<RoleBinding>, sqlx::Error> {
     sqlx::query_as!(
         RoleBinding,
-        "select id, subject_kind, subject, role, created_by, created_at
-         from role_binding where project_id = $1 and ($2::uuid is null or id > $2)
-         order by id limit $3",
+        r#"select id, subject_kind as "subject_kind: Text<SubjectKind>", subject,
+                  role as "role: Text<Role>", created_by, created_at
+           from role_binding where project_id = $1 and ($2::uuid is null or id > $2)
+           order by id limit $3"#,
         project_id,
         after,
         limit
@@ -60,8 +63,9 @@ pub async fn delete_role_binding(
 ) -> Result<Option<RoleBinding>, sqlx::Error> {
     sqlx::query_as!(
         RoleBinding,
-        "delete from role_binding where project_id = $1 and id = $2
-         returning id, subject_kind, subject, role, created_by, created_at",
+        r#"delete from role_binding where project_id = $1 and id = $2
+           returning id, subject_kind as "subject_kind: Text<SubjectKind>", subject,
+                   role as "role: Text<Role>", created_by, created_at"#,
         project_id,
         id
     )
@@ -76,18 +80,19 @@ pub async fn roles_of_subject(
     project_id: Uuid,
     user: &str,
     groups: &[String],
-) -> Result<Vec<String>, sqlx::Error> {
+) -> Result<Vec<Role>, sqlx::Error> {
     sqlx::query_scalar!(
-        "select role from role_binding
+        r#"select role as "role: Text<Role>" from role_binding
          where project_id = $1
            and ((subject_kind = 'user' and subject = $2)
-             or (subject_kind = 'group' and subject = any($3)))",
+             or (subject_kind = 'group' and subject = any($3)))"#,
         project_id,
         user,
         groups
     )
     .fetch_all(db)
     .await
+    .map(|roles: Vec<Text<Role>>| roles.into_iter().map(|r| r.0).collect())
 }
 
 /// Projects on which a user or any of their groups has a role.

@@ -5,7 +5,8 @@ use sqlx::PgExecutor;
 use tracing::instrument;
 use uuid::Uuid;
 
-use crate::domain::ApiToken;
+use super::text::Text;
+use crate::domain::{ApiToken, TokenRole};
 
 /// What authentication needs to know about a live token.
 #[derive(Debug, Clone)]
@@ -13,7 +14,7 @@ pub struct TokenGrant {
     pub id: Uuid,
     pub name: String,
     pub project_id: Option<Uuid>,
-    pub role: String,
+    pub role: TokenRole,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
 }
@@ -39,7 +40,8 @@ pub async fn insert_token(
         r#"insert into api_token (id, name, token_hash, project_id, role, created_by, expires_at)
            values ($1, $2, $3, $4, $5, $6, $7)
            returning id, name, (select name from project where id = $4) as "project?",
-                     role, created_by, created_at, expires_at, revoked_at, last_used_at"#,
+                     role as "role: Text<TokenRole>", created_by, created_at, expires_at,
+                     revoked_at, last_used_at"#,
         token.id,
         token.name,
         token.token_hash,
@@ -84,7 +86,8 @@ pub async fn find_token_by_hash(
 ) -> Result<Option<TokenGrant>, sqlx::Error> {
     sqlx::query_as!(
         TokenGrant,
-        "select id, name, project_id, role, expires_at, revoked_at from api_token where token_hash = $1",
+        r#"select id, name, project_id, role as "role: Text<TokenRole>", expires_at, revoked_at
+           from api_token where token_hash = $1"#,
         token_hash
     )
     .fetch_optional(db)
@@ -115,7 +118,8 @@ pub async fn list_tokens(
 ) -> Result<Vec<ApiToken>, sqlx::Error> {
     sqlx::query_as!(
         ApiToken,
-        r#"select t.id, t.name, p.name as "project?", t.role, t.created_by, t.created_at,
+        r#"select t.id, t.name, p.name as "project?", t.role as "role: Text<TokenRole>",
+                  t.created_by, t.created_at,
                   t.expires_at, t.revoked_at, t.last_used_at
            from api_token t left join project p on p.id = t.project_id
            where t.project_id is not distinct from $1
@@ -144,7 +148,8 @@ pub async fn revoke_token(
         r#"update api_token t set revoked_at = now()
            where t.id = $2 and t.project_id is not distinct from $1 and t.revoked_at is null
            returning t.id, t.name, (select name from project where id = t.project_id) as "project?",
-                     t.role, t.created_by, t.created_at, t.expires_at, t.revoked_at, t.last_used_at"#,
+                     t.role as "role: Text<TokenRole>", t.created_by, t.created_at, t.expires_at,
+                     t.revoked_at, t.last_used_at"#,
         project_id,
         id
     )

@@ -950,8 +950,7 @@ async fn a_stored_spec_that_is_not_valid_fails_alone_with_its_fields_and_the_wor
     assert_eq!(record["status"]["phase"], "Failed", "{record}");
     let message = record["status"]["message"].as_str().unwrap();
     assert!(
-        message.contains("the stored spec is not valid")
-            && message.contains("spec.model.source"),
+        message.contains("the stored spec is not valid") && message.contains("spec.model.source"),
         "{message}"
     );
     let applied = record["status"]["conditions"]
