@@ -113,8 +113,10 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         }
         _ => (None, None),
     };
+    let changes = crate::service::live::ChangeHub::start(pool.clone(), shutdown.clone()).await?;
     let state = AppState {
         auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
+        changes,
         ctx,
         metrics,
         limiter: Arc::new(RateLimiter::new(

@@ -36,6 +36,8 @@ pub struct AppState {
     pub limiter: Arc<RateLimiter>,
     /// `/metrics` needs a platform-admin credential when set.
     pub metrics_require_auth: bool,
+    /// The change feed, followed once per process, for watchers.
+    pub changes: Arc<crate::service::live::ChangeHub>,
     /// What `/readyz` checks besides the database (the cluster, the worker).
     pub readiness: Vec<Arc<dyn crate::domain::ReadinessCheck>>,
 }

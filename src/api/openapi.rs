@@ -14,7 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::rest::{access, deployments, health, projects};
+use super::rest::{access, deployments, health, projects, watch};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -221,6 +221,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(deployments::list_revisions))
         .routes(routes!(deployments::list_deployment_events))
         .routes(routes!(deployments::list_project_events))
+        .routes(routes!(watch::watch_deployment))
+        .routes(routes!(watch::watch_project))
         .routes(routes!(access::whoami))
         .routes(routes!(
             access::list_project_tokens,

@@ -26,8 +26,8 @@ pub use names::{
 };
 pub use quantity::Quantity;
 pub use records::{
-    ApiToken, AuditEvent, Deployment, EventKind, Project, Revision, RoleBinding, TimelineEvent,
-    entity_tag,
+    ApiToken, AuditEvent, Change, ChangeKind, Deployment, EventKind, Project, Revision,
+    RoleBinding, TimelineEvent, entity_tag,
 };
 pub use routing::{
     RouteClaim, check_shared_gateway_rules, effective_path_prefix, validate_path_prefix,

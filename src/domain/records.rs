@@ -157,3 +157,48 @@ pub struct AuditEvent {
     pub actor: String,
     pub created_at: DateTime<Utc>,
 }
+
+/// What changed in a [`Change`].
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum ChangeKind {
+    Created,
+    Spec,
+    Status,
+    Restart,
+    Deleting,
+    Deleted,
+    /// A new timeline entry.
+    Event,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// One committed change to a deployment, numbered in commit order: ids only, never a spec
+/// or a secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub seq: i64,
+    pub project_id: Uuid,
+    pub deployment_id: Uuid,
+    pub kind: ChangeKind,
+    /// For [`ChangeKind::Event`]: the timeline entry.
+    pub event_id: Option<i64>,
+}

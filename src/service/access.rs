@@ -184,6 +184,21 @@ pub async fn authorize(
     Ok(authorized)
 }
 
+/// Whether `actor` may still read `project`: the token is neither revoked nor expired, and
+/// the role is still there. Long-lived streams ask now and then and end when it is not.
+pub async fn still_allowed(
+    ctx: &Context,
+    actor: &Actor,
+    project: &Project,
+) -> Result<bool, ServiceError> {
+    if let Identity::Token { id, .. } = &actor.identity
+        && !store::tokens::token_is_live(&ctx.pool, *id).await?
+    {
+        return Ok(false);
+    }
+    Ok(role_on(ctx, actor, project).await?.is_some())
+}
+
 /// Platform-level operations (projects themselves, platform tokens).
 pub fn require_platform_admin(actor: &Actor) -> Result<(), ServiceError> {
     if actor.is_platform_admin() {

@@ -4,14 +4,16 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
 
 use crate::domain::FieldErrors;
 
 /// One page of a list and the cursor of the next page, if there is one.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Page<T> {
     pub items: Vec<T>,
+    /// Pass as `cursor` (with the same filters) for the next page; absent on the last page.
     pub next_cursor: Option<String>,
 }
 

@@ -7,6 +7,7 @@ mod cursor;
 pub mod deployments;
 mod diff;
 pub mod health;
+pub mod live;
 pub mod projects;
 pub mod role_bindings;
 pub mod tokens;

@@ -109,6 +109,26 @@ pub async fn find_deployment(
     .await
 }
 
+/// A deployment of `project_id` by its id.
+#[instrument(skip(db))]
+pub async fn find_deployment_by_id(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+    id: Uuid,
+) -> Result<Option<DeploymentRow>, sqlx::Error> {
+    sqlx::query_as!(
+        DeploymentRow,
+        r#"select id, project_id, name, generation,
+                  spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
+                  restarted_at, deletion_requested_at, created_at, updated_at
+           from model_deployment where project_id = $1 and id = $2"#,
+        project_id,
+        id
+    )
+    .fetch_optional(db)
+    .await
+}
+
 /// Like [`find_deployment`], but locks the row until the transaction ends, so
 /// read-check-write sequences (If-Match, rollback) cannot interleave.
 #[instrument(skip(db))]

@@ -58,3 +58,21 @@ pub async fn list_events(
     .fetch_all(db)
     .await
 }
+
+/// One timeline entry of `project_id`.
+#[instrument(skip(db))]
+pub async fn find_event(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+    id: i64,
+) -> Result<Option<TimelineEvent>, sqlx::Error> {
+    sqlx::query_as!(
+        TimelineEvent,
+        r#"select id, deployment_id, kind as "kind: Text<EventKind>", message, actor, created_at
+           from deployment_event where project_id = $1 and id = $2"#,
+        project_id,
+        id
+    )
+    .fetch_optional(db)
+    .await
+}

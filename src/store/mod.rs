@@ -4,6 +4,7 @@
 //! what runs atomically.
 
 pub mod audit;
+pub mod changes;
 pub mod deployments;
 pub mod events;
 pub mod idempotency;

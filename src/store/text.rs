@@ -7,7 +7,7 @@ use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgTypeInfo, PgValueRef};
 use sqlx::{Decode, Postgres, Type};
 
-use crate::domain::{EventKind, Role, SubjectKind, TokenRole};
+use crate::domain::{ChangeKind, EventKind, Role, SubjectKind, TokenRole};
 
 /// Use as `column as "column: Text<Role>"` in `query_as!`.
 pub struct Text<T>(pub T);
@@ -45,4 +45,4 @@ macro_rules! unwrap_text {
     )*};
 }
 
-unwrap_text!(Role, TokenRole, SubjectKind, EventKind);
+unwrap_text!(Role, TokenRole, SubjectKind, EventKind, ChangeKind);

@@ -156,3 +156,15 @@ pub async fn revoke_token(
     .fetch_optional(db)
     .await
 }
+
+/// Whether the token `id` is still live (not revoked, not expired).
+#[instrument(skip(db))]
+pub async fn token_is_live(db: impl PgExecutor<'_>, id: Uuid) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select exists (select 1 from api_token where id = $1 and revoked_at is null
+                          and (expires_at is null or expires_at > now())) as "live!""#,
+        id
+    )
+    .fetch_one(db)
+    .await
+}

@@ -440,30 +440,7 @@ async fn missing_bad_expired_and_revoked_credentials_are_401(pool: PgPool) {
             .status(),
         StatusCode::OK
     );
-    let list: Value = app
-        .get("/api/v1/projects/team-a/tokens")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let id = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "soon-revoked")
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let revoked = app
-        .request(
-            Method::DELETE,
-            &format!("/api/v1/projects/team-a/tokens/{id}"),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(revoked.status(), StatusCode::OK);
+    app.revoke_token("team-a", "soon-revoked").await;
     let problem = expect_problem(
         app.request_as(Some(&token), Method::GET, path)
             .send()

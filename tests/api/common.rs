@@ -53,6 +53,8 @@ pub struct TestApp {
     /// Sends the platform-admin token.
     pub client: Client,
     pub pool: PgPool,
+    /// Stops the app's background tasks (the change feed) when the test ends.
+    _stop: tokio_util::sync::DropGuard,
 }
 
 impl TestApp {
@@ -79,7 +81,12 @@ impl TestApp {
             Some(config) => Some(OidcVerifier::new(config).await.unwrap()),
             None => None,
         };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let changes = service::live::ChangeHub::start(pool.clone(), stop.clone())
+            .await
+            .unwrap();
         let state = AppState {
+            changes,
             auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
             ctx,
             metrics: PrometheusBuilder::new().build_recorder().handle(),
@@ -113,6 +120,7 @@ impl TestApp {
             base: format!("http://{addr}"),
             client: client_with_token(Some(ADMIN_TOKEN)),
             pool,
+            _stop: stop.drop_guard(),
         }
     }
 
@@ -136,6 +144,35 @@ impl TestApp {
         assert_eq!(response.status(), StatusCode::CREATED);
         let body: Value = response.json().await.unwrap();
         body["secret"].as_str().unwrap().to_owned()
+    }
+
+    /// Revokes the project token named `name` (it must exist and be live).
+    #[allow(dead_code)]
+    pub async fn revoke_token(&self, project: &str, name: &str) {
+        let list: Value = self
+            .get(&format!("/api/v1/projects/{project}/tokens"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let id = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let revoked = self
+            .request(
+                Method::DELETE,
+                &format!("/api/v1/projects/{project}/tokens/{id}"),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(revoked.status(), StatusCode::OK);
     }
 
     /// Creates a platform-admin token and returns its secret.
@@ -255,4 +292,92 @@ pub async fn expect_problem(response: Response, status: StatusCode) -> Value {
     );
     assert!(body["title"].is_string() && body["detail"].is_string());
     body
+}
+
+/// One Server-Sent Event as a client parses it.
+#[derive(Debug, Clone)]
+#[allow(dead_code)]
+pub struct SseEvent {
+    pub id: Option<i64>,
+    pub event: String,
+    pub data: Value,
+}
+
+/// Reads a `text/event-stream` response event by event, as curl or EventSource would.
+#[allow(dead_code)]
+pub struct SseStream {
+    response: Response,
+    buffer: String,
+}
+
+#[allow(dead_code)]
+impl SseStream {
+    pub fn new(response: Response) -> Self {
+        assert_eq!(response.status(), 200);
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        Self {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event, skipping comments (keep-alives); `None` when the stream ended.
+    /// Fails the test when none comes within `within`.
+    pub async fn next_within(&mut self, within: std::time::Duration) -> Option<SseEvent> {
+        tokio::time::timeout(within, self.next())
+            .await
+            .expect("an event (or the end of the stream) in time")
+    }
+
+    pub async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut event = SseEvent {
+                    id: None,
+                    event: "message".into(),
+                    data: Value::Null,
+                };
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        event.id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        event.event = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue; // a comment: `: keep-alive`
+                }
+                event.data = serde_json::from_str(&data).expect("data is JSON");
+                return Some(event);
+            }
+            match self.response.chunk().await {
+                Ok(Some(bytes)) => self.buffer.push_str(std::str::from_utf8(&bytes).unwrap()),
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// Events until one named `name` (returned with those before it).
+    pub async fn until(&mut self, name: &str) -> (Vec<SseEvent>, SseEvent) {
+        let mut before = Vec::new();
+        loop {
+            let event = self
+                .next_within(std::time::Duration::from_secs(20))
+                .await
+                .unwrap_or_else(|| panic!("the stream ended before `{name}`: {before:?}"));
+            if event.event == name {
+                return (before, event);
+            }
+            before.push(event);
+        }
+    }
 }

@@ -11,3 +11,4 @@ mod paging;
 mod projects;
 mod routing;
 mod validation;
+mod watch;

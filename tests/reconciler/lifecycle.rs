@@ -410,3 +410,64 @@ async fn pods_no_scheduler_picks_up_are_reported_as_unscheduled(pool: PgPool) {
     .await;
     assert_eq!(h.deployment("qwen").await["status"]["phase"], "Deploying");
 }
+
+/// What a dashboard sees over SSE while the worker drives a deployment on the emulator:
+/// its state, each phase as it comes (Pending → Deploying → Ready), the scale, and the
+/// deletion, which ends the stream.
+#[sqlx::test]
+async fn a_watcher_sees_the_rollout_the_scale_and_the_deletion_live(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    let path = "/api/v1/projects/team-a/deployments/qwen";
+    let mut stream = crate::common::SseStream::new(
+        h.app
+            .request(Method::GET, &format!("{path}/watch"))
+            .send()
+            .await
+            .unwrap(),
+    );
+    let mut phases = Vec::new();
+    let mut last_id = 0;
+    loop {
+        let event = stream
+            .next_within(Duration::from_secs(30))
+            .await
+            .expect("the stream stays open");
+        if let Some(id) = event.id {
+            assert!(id >= last_id, "ids only grow: {id} after {last_id}");
+            last_id = id;
+        }
+        if let Some(phase) = event.data["status"]["phase"].as_str()
+            && phases.last().map(String::as_str) != Some(phase)
+        {
+            phases.push(phase.to_owned());
+        }
+        if phases.last().map(String::as_str) == Some("Ready") {
+            break;
+        }
+    }
+    assert!(
+        ["Pending", "Deploying"].contains(&phases[0].as_str()),
+        "{phases:?}"
+    );
+    assert!(phases.contains(&"Deploying".to_owned()), "{phases:?}");
+
+    let scaled = h
+        .app
+        .post_json(&format!("{path}/scale"), &json!({"replicas": 2}))
+        .await;
+    assert_eq!(scaled.status(), StatusCode::OK);
+    let (_, spec) = stream.until("spec").await;
+    assert_eq!(spec.data["spec"]["replicas"], 2);
+
+    let deleted = h.app.request(Method::DELETE, path).send().await.unwrap();
+    assert_eq!(deleted.status(), StatusCode::ACCEPTED);
+    stream.until("deleting").await;
+    let (_, gone) = stream.until("deleted").await;
+    assert!(gone.data["id"].is_string());
+    assert!(
+        stream.next_within(Duration::from_secs(10)).await.is_none(),
+        "a deleted deployment's watch ends"
+    );
+}

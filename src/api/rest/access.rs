@@ -9,34 +9,18 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::deployments::PageParams;
+use super::responses::{
+    IdPath, InvalidField, NoSuchVisibleProject, NotPlatformAdmin, NotProjectAdmin, ProjectItemPath,
+    ProjectPath,
+};
 use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{JsonBody, Query};
 use crate::domain::{ApiToken, AuditEvent, RoleBinding};
+use crate::service::Page;
 use crate::service::role_bindings::{self, CreateRoleBinding};
 use crate::service::tokens::{self, CreateToken, CreatedToken, ListTokens};
 use crate::service::{Actor, Identity, audit};
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TokenList {
-    pub items: Vec<ApiToken>,
-    pub next_cursor: Option<String>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RoleBindingList {
-    pub items: Vec<RoleBinding>,
-    pub next_cursor: Option<String>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AuditEventList {
-    pub items: Vec<AuditEvent>,
-    pub next_cursor: Option<String>,
-}
 
 /// The authenticated caller.
 #[derive(Debug, Serialize, ToSchema)]
@@ -88,19 +72,19 @@ pub async fn whoami(State(state): State<AppState>, actor: Actor) -> Result<Json<
 
 /// Create a token with a role on the project (project admins). The secret is shown once.
 #[utoipa::path(post, path = "/api/v1/projects/{project}/tokens", tag = "access",
-    params(("project" = String, Path, description = "Project name")),
+    params(ProjectPath),
     request_body = CreateToken,
     responses(
         (status = 201, description = "Created; `secret` is shown only now", body = CreatedToken),
-        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such project (or not yours)", body = Problem, content_type = "application/problem+json"),
+        NotProjectAdmin,
+        NoSuchVisibleProject,
         (status = 409, description = "A live token has that name", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
+        InvalidField,
     ))]
 pub async fn create_project_token(
     State(state): State<AppState>,
     actor: Actor,
-    Path(project): Path<String>,
+    Path(ProjectPath { project }): Path<ProjectPath>,
     JsonBody(request): JsonBody<CreateToken>,
 ) -> Result<impl IntoResponse, ApiError> {
     let created = tokens::create_project_token(&state.ctx, &actor, &project, request).await?;
@@ -109,37 +93,34 @@ pub async fn create_project_token(
 
 /// List the project's tokens, newest first, without their secrets (project admins).
 #[utoipa::path(get, path = "/api/v1/projects/{project}/tokens", tag = "access",
-    params(("project" = String, Path, description = "Project name"), ListTokens),
+    params(ProjectPath, ListTokens),
     responses(
-        (status = 200, description = "The tokens", body = TokenList),
-        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such project (or not yours)", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The tokens", body = Page<ApiToken>),
+        NotProjectAdmin,
+        NoSuchVisibleProject,
     ))]
 pub async fn list_project_tokens(
     State(state): State<AppState>,
     actor: Actor,
-    Path(project): Path<String>,
+    Path(ProjectPath { project }): Path<ProjectPath>,
     Query(query): Query<ListTokens>,
-) -> Result<Json<TokenList>, ApiError> {
+) -> Result<Json<Page<ApiToken>>, ApiError> {
     let page = tokens::list_project_tokens(&state.ctx, &actor, &project, &query).await?;
-    Ok(Json(TokenList {
-        items: page.items,
-        next_cursor: page.next_cursor,
-    }))
+    Ok(Json(page))
 }
 
 /// Revoke a project token; it stops working at once (project admins).
 #[utoipa::path(delete, path = "/api/v1/projects/{project}/tokens/{id}", tag = "access",
-    params(("project" = String, Path, description = "Project name"), ("id" = String, Path, description = "Token id")),
+    params(ProjectItemPath),
     responses(
         (status = 200, description = "Revoked", body = ApiToken),
-        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
+        NotProjectAdmin,
         (status = 404, description = "No such live token", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn revoke_project_token(
     State(state): State<AppState>,
     actor: Actor,
-    Path((project, id)): Path<(String, String)>,
+    Path(ProjectItemPath { project, id }): Path<ProjectItemPath>,
 ) -> Result<Json<ApiToken>, ApiError> {
     let id = parse_id(&id, "token")?;
     Ok(Json(
@@ -152,9 +133,9 @@ pub async fn revoke_project_token(
     request_body = CreateToken,
     responses(
         (status = 201, description = "Created; `secret` is shown only now", body = CreatedToken),
-        (status = 403, description = "Not a platform admin", body = Problem, content_type = "application/problem+json"),
+        NotPlatformAdmin,
         (status = 409, description = "A live token has that name", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
+        InvalidField,
     ))]
 pub async fn create_platform_token(
     State(state): State<AppState>,
@@ -169,33 +150,30 @@ pub async fn create_platform_token(
 #[utoipa::path(get, path = "/api/v1/tokens", tag = "access",
     params(ListTokens),
     responses(
-        (status = 200, description = "The tokens", body = TokenList),
-        (status = 403, description = "Not a platform admin", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The tokens", body = Page<ApiToken>),
+        NotPlatformAdmin,
     ))]
 pub async fn list_platform_tokens(
     State(state): State<AppState>,
     actor: Actor,
     Query(query): Query<ListTokens>,
-) -> Result<Json<TokenList>, ApiError> {
+) -> Result<Json<Page<ApiToken>>, ApiError> {
     let page = tokens::list_platform_tokens(&state.ctx, &actor, &query).await?;
-    Ok(Json(TokenList {
-        items: page.items,
-        next_cursor: page.next_cursor,
-    }))
+    Ok(Json(page))
 }
 
 /// Revoke a platform-admin token (platform admins).
 #[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "access",
-    params(("id" = String, Path, description = "Token id")),
+    params(IdPath),
     responses(
         (status = 200, description = "Revoked", body = ApiToken),
-        (status = 403, description = "Not a platform admin", body = Problem, content_type = "application/problem+json"),
+        NotPlatformAdmin,
         (status = 404, description = "No such live token", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn revoke_platform_token(
     State(state): State<AppState>,
     actor: Actor,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<ApiToken>, ApiError> {
     let id = parse_id(&id, "token")?;
     Ok(Json(
@@ -205,19 +183,19 @@ pub async fn revoke_platform_token(
 
 /// Grant a role on the project to an OIDC user or group (project admins).
 #[utoipa::path(post, path = "/api/v1/projects/{project}/role-bindings", tag = "access",
-    params(("project" = String, Path, description = "Project name")),
+    params(ProjectPath),
     request_body = CreateRoleBinding,
     responses(
         (status = 201, description = "Granted", body = RoleBinding),
-        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such project (or not yours)", body = Problem, content_type = "application/problem+json"),
+        NotProjectAdmin,
+        NoSuchVisibleProject,
         (status = 409, description = "The subject already has a role", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
+        InvalidField,
     ))]
 pub async fn create_role_binding(
     State(state): State<AppState>,
     actor: Actor,
-    Path(project): Path<String>,
+    Path(ProjectPath { project }): Path<ProjectPath>,
     JsonBody(request): JsonBody<CreateRoleBinding>,
 ) -> Result<impl IntoResponse, ApiError> {
     let binding = role_bindings::create_role_binding(&state.ctx, &actor, &project, request).await?;
@@ -226,18 +204,18 @@ pub async fn create_role_binding(
 
 /// List the project's role bindings, oldest first (project admins).
 #[utoipa::path(get, path = "/api/v1/projects/{project}/role-bindings", tag = "access",
-    params(("project" = String, Path, description = "Project name"), PageParams),
+    params(ProjectPath, PageParams),
     responses(
-        (status = 200, description = "The bindings", body = RoleBindingList),
-        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such project (or not yours)", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The bindings", body = Page<RoleBinding>),
+        NotProjectAdmin,
+        NoSuchVisibleProject,
     ))]
 pub async fn list_role_bindings(
     State(state): State<AppState>,
     actor: Actor,
-    Path(project): Path<String>,
+    Path(ProjectPath { project }): Path<ProjectPath>,
     Query(page): Query<PageParams>,
-) -> Result<Json<RoleBindingList>, ApiError> {
+) -> Result<Json<Page<RoleBinding>>, ApiError> {
     let page = role_bindings::list_role_bindings(
         &state.ctx,
         &actor,
@@ -246,24 +224,21 @@ pub async fn list_role_bindings(
         page.cursor.as_deref(),
     )
     .await?;
-    Ok(Json(RoleBindingList {
-        items: page.items,
-        next_cursor: page.next_cursor,
-    }))
+    Ok(Json(page))
 }
 
 /// Remove a role binding (project admins).
 #[utoipa::path(delete, path = "/api/v1/projects/{project}/role-bindings/{id}", tag = "access",
-    params(("project" = String, Path, description = "Project name"), ("id" = String, Path, description = "Binding id")),
+    params(ProjectItemPath),
     responses(
         (status = 204, description = "Removed"),
-        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
+        NotProjectAdmin,
         (status = 404, description = "No such binding", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn delete_role_binding(
     State(state): State<AppState>,
     actor: Actor,
-    Path((project, id)): Path<(String, String)>,
+    Path(ProjectItemPath { project, id }): Path<ProjectItemPath>,
 ) -> Result<StatusCode, ApiError> {
     let id = parse_id(&id, "role binding")?;
     role_bindings::delete_role_binding(&state.ctx, &actor, &project, id).await?;
@@ -272,18 +247,18 @@ pub async fn delete_role_binding(
 
 /// The project's audit log: tokens, role bindings, the project itself (project admins).
 #[utoipa::path(get, path = "/api/v1/projects/{project}/audit", tag = "access",
-    params(("project" = String, Path, description = "Project name"), PageParams),
+    params(ProjectPath, PageParams),
     responses(
-        (status = 200, description = "A page of audit events, oldest first", body = AuditEventList),
-        (status = 403, description = "Not a project admin", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such project (or not yours)", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "A page of audit events, oldest first", body = Page<AuditEvent>),
+        NotProjectAdmin,
+        NoSuchVisibleProject,
     ))]
 pub async fn list_project_audit(
     State(state): State<AppState>,
     actor: Actor,
-    Path(project): Path<String>,
+    Path(ProjectPath { project }): Path<ProjectPath>,
     Query(page): Query<PageParams>,
-) -> Result<Json<AuditEventList>, ApiError> {
+) -> Result<Json<Page<AuditEvent>>, ApiError> {
     let page = audit::list_audit_events(
         &state.ctx,
         &actor,
@@ -292,29 +267,23 @@ pub async fn list_project_audit(
         page.cursor.as_deref(),
     )
     .await?;
-    Ok(Json(AuditEventList {
-        items: page.items,
-        next_cursor: page.next_cursor,
-    }))
+    Ok(Json(page))
 }
 
 /// The platform's audit log: platform tokens (platform admins).
 #[utoipa::path(get, path = "/api/v1/audit", tag = "access",
     params(PageParams),
     responses(
-        (status = 200, description = "A page of audit events, oldest first", body = AuditEventList),
-        (status = 403, description = "Not a platform admin", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "A page of audit events, oldest first", body = Page<AuditEvent>),
+        NotPlatformAdmin,
     ))]
 pub async fn list_platform_audit(
     State(state): State<AppState>,
     actor: Actor,
     Query(page): Query<PageParams>,
-) -> Result<Json<AuditEventList>, ApiError> {
+) -> Result<Json<Page<AuditEvent>>, ApiError> {
     let page =
         audit::list_audit_events(&state.ctx, &actor, None, page.limit, page.cursor.as_deref())
             .await?;
-    Ok(Json(AuditEventList {
-        items: page.items,
-        next_cursor: page.next_cursor,
-    }))
+    Ok(Json(page))
 }

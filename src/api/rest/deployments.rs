@@ -4,44 +4,24 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use serde::Deserialize;
+use utoipa::IntoParams;
 use uuid::Uuid;
 
+use super::responses::{
+    BeingDeleted, DeploymentPath, ETagMismatch, IfMatchHeader, InvalidParameter, NoSuchDeployment,
+    NoSuchProject, ProjectPath,
+};
 use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{IdempotencyKey, IfMatch, JsonBody, MergePatch, Query};
 use crate::domain::{Deployment, Revision, TimelineEvent};
 use crate::service::Actor;
+use crate::service::Page;
 use crate::service::deployments::{
     self as service, CreateDeployment, DeploymentRef, ListDeployments, ReplaceDeployment,
     RollbackDeployment, ScaleDeployment,
 };
-
-/// A page of deployments.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DeploymentList {
-    pub items: Vec<Deployment>,
-    /// Pass as `cursor` (with the same filters) for the next page; absent on the last page.
-    pub next_cursor: Option<String>,
-}
-
-/// A page of revisions, newest first.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RevisionList {
-    pub items: Vec<Revision>,
-    pub next_cursor: Option<String>,
-}
-
-/// A page of timeline events, oldest first.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EventList {
-    pub items: Vec<TimelineEvent>,
-    pub next_cursor: Option<String>,
-}
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -81,23 +61,19 @@ fn deployment_response(status: StatusCode, deployment: Deployment) -> Response {
 /// second deployment or a 409; reusing the key with a different body is a 422.
 #[utoipa::path(post, path = "/api/v1/projects/{project}/deployments", tag = "deployments",
     params(
-        ("project" = String, Path, description = "Project name"),
+        ProjectPath,
         ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried create return the original result (kept 24 hours per project and caller)"),
     ),
     request_body = CreateDeployment,
     responses(
         (status = 201, description = "Created (or replayed)", body = Deployment,
-            headers(("Location" = String, description = "URL of the deployment"), ("ETag" = String, description = "Entity tag of the spec"))),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such project", body = Problem, content_type = "application/problem+json"),
+            headers(("Location" = String, description = "URL of the deployment"), ("ETag" = String, description = "Entity tag of the spec"))),        NoSuchProject,
         (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body over 1 MiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, or an Idempotency-Key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn create_deployment(
     State(state): State<AppState>,
-    Path(project): Path<String>,
+    Path(ProjectPath { project }): Path<ProjectPath>,
     actor: Actor,
     IdempotencyKey(key): IdempotencyKey,
     JsonBody(request): JsonBody<CreateDeployment>,
@@ -124,37 +100,34 @@ pub async fn create_deployment(
 
 /// List a project's deployments, oldest first.
 #[utoipa::path(get, path = "/api/v1/projects/{project}/deployments", tag = "deployments",
-    params(("project" = String, Path, description = "Project name"), ListDeployments),
+    params(ProjectPath, ListDeployments),
     responses(
-        (status = 200, description = "A page of deployments", body = DeploymentList),
-        (status = 404, description = "No such project", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "A page of deployments", body = Page<Deployment>),
+        NoSuchProject,
         (status = 422, description = "Invalid filter or cursor", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn list_deployments(
     State(state): State<AppState>,
     actor: Actor,
-    Path(project): Path<String>,
+    Path(ProjectPath { project }): Path<ProjectPath>,
     Query(query): Query<ListDeployments>,
-) -> Result<Json<DeploymentList>, ApiError> {
+) -> Result<Json<Page<Deployment>>, ApiError> {
     let page = service::list_deployments(&state.ctx, &actor, &project, &query).await?;
-    Ok(Json(DeploymentList {
-        items: page.items,
-        next_cursor: page.next_cursor,
-    }))
+    Ok(Json(page))
 }
 
 /// Get a deployment, its status and its `ETag`.
 #[utoipa::path(get, path = "/api/v1/projects/{project}/deployments/{name}", tag = "deployments",
-    params(("project" = String, Path, description = "Project name"), ("name" = String, Path, description = "Deployment name")),
+    params(DeploymentPath),
     responses(
         (status = 200, description = "The deployment", body = Deployment,
             headers(("ETag" = String, description = "Entity tag of the spec"))),
-        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
+        NoSuchDeployment,
     ))]
 pub async fn get_deployment(
     State(state): State<AppState>,
     actor: Actor,
-    Path((project, name)): Path<(String, String)>,
+    Path(DeploymentPath { project, name }): Path<DeploymentPath>,
 ) -> Result<Response, ApiError> {
     let deployment = service::get_deployment(&state.ctx, &actor, &project, &name).await?;
     Ok(deployment_response(StatusCode::OK, deployment))
@@ -163,22 +136,21 @@ pub async fn get_deployment(
 /// Replace the spec.
 #[utoipa::path(put, path = "/api/v1/projects/{project}/deployments/{name}", tag = "deployments",
     params(
-        ("project" = String, Path, description = "Project name"),
-        ("name" = String, Path, description = "Deployment name"),
-        ("If-Match" = Option<String>, Header, description = "Refuse the change (412) unless the spec's ETag still matches"),
+        DeploymentPath,
+        IfMatchHeader,
     ),
     request_body = ReplaceDeployment,
     responses(
         (status = 200, description = "Updated (a new generation and revision when the spec changed)", body = Deployment,
             headers(("ETag" = String, description = "Entity tag of the spec"))),
-        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The deployment is being deleted", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "If-Match does not match", body = Problem, content_type = "application/problem+json"),
+        NoSuchDeployment,
+        BeingDeleted,
+        ETagMismatch,
         (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn replace_deployment(
     State(state): State<AppState>,
-    Path((project, name)): Path<(String, String)>,
+    Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     actor: Actor,
     IfMatch(precondition): IfMatch,
     JsonBody(request): JsonBody<ReplaceDeployment>,
@@ -192,25 +164,22 @@ pub async fn replace_deployment(
 /// Change the spec with a JSON merge patch (RFC 7386) of `{"spec": …}`.
 #[utoipa::path(patch, path = "/api/v1/projects/{project}/deployments/{name}", tag = "deployments",
     params(
-        ("project" = String, Path, description = "Project name"),
-        ("name" = String, Path, description = "Deployment name"),
-        ("If-Match" = Option<String>, Header, description = "Refuse the change (412) unless the spec's ETag still matches"),
+        DeploymentPath,
+        IfMatchHeader,
     ),
     request_body(content = serde_json::Value, content_type = "application/merge-patch+json",
         description = "e.g. `{\"spec\": {\"engine\": {\"image\": \"vllm/vllm-openai:v0.11.0\"}}}`; `null` removes a field"),
     responses(
         (status = 200, description = "Updated (a new generation and revision when the spec changed)", body = Deployment,
-            headers(("ETag" = String, description = "Entity tag of the spec"))),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The deployment is being deleted", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "If-Match does not match", body = Problem, content_type = "application/problem+json"),
+            headers(("ETag" = String, description = "Entity tag of the spec"))),        NoSuchDeployment,
+        BeingDeleted,
+        ETagMismatch,
         (status = 415, description = "Not application/merge-patch+json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The patched spec is invalid", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn patch_deployment(
     State(state): State<AppState>,
-    Path((project, name)): Path<(String, String)>,
+    Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     actor: Actor,
     IfMatch(precondition): IfMatch,
     MergePatch(patch): MergePatch,
@@ -224,18 +193,17 @@ pub async fn patch_deployment(
 /// Delete a deployment: it moves to `Deleting` and its objects are removed by the worker.
 #[utoipa::path(delete, path = "/api/v1/projects/{project}/deployments/{name}", tag = "deployments",
     params(
-        ("project" = String, Path, description = "Project name"),
-        ("name" = String, Path, description = "Deployment name"),
-        ("If-Match" = Option<String>, Header, description = "Refuse (412) unless the spec's ETag still matches"),
+        DeploymentPath,
+        IfMatchHeader,
     ),
     responses(
         (status = 202, description = "Deletion accepted", body = Deployment),
-        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "If-Match does not match", body = Problem, content_type = "application/problem+json"),
+        NoSuchDeployment,
+        ETagMismatch,
     ))]
 pub async fn delete_deployment(
     State(state): State<AppState>,
-    Path((project, name)): Path<(String, String)>,
+    Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     actor: Actor,
     IfMatch(precondition): IfMatch,
 ) -> Result<Response, ApiError> {
@@ -247,21 +215,20 @@ pub async fn delete_deployment(
 /// Set the number of replicas.
 #[utoipa::path(post, path = "/api/v1/projects/{project}/deployments/{name}/scale", tag = "deployments",
     params(
-        ("project" = String, Path, description = "Project name"),
-        ("name" = String, Path, description = "Deployment name"),
-        ("If-Match" = Option<String>, Header, description = "Refuse (412) unless the spec's ETag still matches"),
+        DeploymentPath,
+        IfMatchHeader,
     ),
     request_body = ScaleDeployment,
     responses(
         (status = 200, description = "Scaled", body = Deployment),
-        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The deployment is being deleted", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "If-Match does not match", body = Problem, content_type = "application/problem+json"),
+        NoSuchDeployment,
+        BeingDeleted,
+        ETagMismatch,
         (status = 422, description = "Invalid replicas", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn scale_deployment(
     State(state): State<AppState>,
-    Path((project, name)): Path<(String, String)>,
+    Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     actor: Actor,
     IfMatch(precondition): IfMatch,
     JsonBody(request): JsonBody<ScaleDeployment>,
@@ -275,19 +242,18 @@ pub async fn scale_deployment(
 /// Replace every pod without changing the spec (sets the restart marker).
 #[utoipa::path(post, path = "/api/v1/projects/{project}/deployments/{name}/restart", tag = "deployments",
     params(
-        ("project" = String, Path, description = "Project name"),
-        ("name" = String, Path, description = "Deployment name"),
-        ("If-Match" = Option<String>, Header, description = "Refuse (412) unless the spec's ETag still matches"),
+        DeploymentPath,
+        IfMatchHeader,
     ),
     responses(
         (status = 200, description = "Restart requested", body = Deployment),
-        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The deployment is being deleted", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "If-Match does not match", body = Problem, content_type = "application/problem+json"),
+        NoSuchDeployment,
+        BeingDeleted,
+        ETagMismatch,
     ))]
 pub async fn restart_deployment(
     State(state): State<AppState>,
-    Path((project, name)): Path<(String, String)>,
+    Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     actor: Actor,
     IfMatch(precondition): IfMatch,
 ) -> Result<Response, ApiError> {
@@ -301,21 +267,20 @@ pub async fn restart_deployment(
 /// The current replica count is kept unless `replicas` is given.
 #[utoipa::path(post, path = "/api/v1/projects/{project}/deployments/{name}/rollback", tag = "deployments",
     params(
-        ("project" = String, Path, description = "Project name"),
-        ("name" = String, Path, description = "Deployment name"),
-        ("If-Match" = Option<String>, Header, description = "Refuse (412) unless the spec's ETag still matches"),
+        DeploymentPath,
+        IfMatchHeader,
     ),
     request_body = RollbackDeployment,
     responses(
         (status = 200, description = "Rolled back (unchanged when the revision equals the current spec)", body = Deployment),
-        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The deployment is being deleted", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "If-Match does not match", body = Problem, content_type = "application/problem+json"),
+        NoSuchDeployment,
+        BeingDeleted,
+        ETagMismatch,
         (status = 422, description = "No such revision, or invalid replicas", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn rollback_deployment(
     State(state): State<AppState>,
-    Path((project, name)): Path<(String, String)>,
+    Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     actor: Actor,
     IfMatch(precondition): IfMatch,
     JsonBody(request): JsonBody<RollbackDeployment>,
@@ -328,17 +293,17 @@ pub async fn rollback_deployment(
 
 /// List the revisions of a deployment, newest first.
 #[utoipa::path(get, path = "/api/v1/projects/{project}/deployments/{name}/revisions", tag = "deployments",
-    params(("project" = String, Path, description = "Project name"), ("name" = String, Path, description = "Deployment name"), PageParams),
+    params(DeploymentPath, PageParams),
     responses(
-        (status = 200, description = "A page of revisions", body = RevisionList),
-        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "A page of revisions", body = Page<Revision>),
+        NoSuchDeployment,
     ))]
 pub async fn list_revisions(
     State(state): State<AppState>,
     actor: Actor,
-    Path((project, name)): Path<(String, String)>,
+    Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     Query(page): Query<PageParams>,
-) -> Result<Json<RevisionList>, ApiError> {
+) -> Result<Json<Page<Revision>>, ApiError> {
     let page = service::list_revisions(
         &state.ctx,
         &actor,
@@ -348,25 +313,22 @@ pub async fn list_revisions(
         page.cursor.as_deref(),
     )
     .await?;
-    Ok(Json(RevisionList {
-        items: page.items,
-        next_cursor: page.next_cursor,
-    }))
+    Ok(Json(page))
 }
 
 /// The timeline of a deployment, oldest first.
 #[utoipa::path(get, path = "/api/v1/projects/{project}/deployments/{name}/events", tag = "deployments",
-    params(("project" = String, Path, description = "Project name"), ("name" = String, Path, description = "Deployment name"), PageParams),
+    params(DeploymentPath, PageParams),
     responses(
-        (status = 200, description = "A page of events", body = EventList),
-        (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "A page of events", body = Page<TimelineEvent>),
+        NoSuchDeployment,
     ))]
 pub async fn list_deployment_events(
     State(state): State<AppState>,
     actor: Actor,
-    Path((project, name)): Path<(String, String)>,
+    Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     Query(page): Query<PageParams>,
-) -> Result<Json<EventList>, ApiError> {
+) -> Result<Json<Page<TimelineEvent>>, ApiError> {
     let page = service::list_events(
         &state.ctx,
         &actor,
@@ -376,26 +338,23 @@ pub async fn list_deployment_events(
         page.cursor.as_deref(),
     )
     .await?;
-    Ok(Json(EventList {
-        items: page.items,
-        next_cursor: page.next_cursor,
-    }))
+    Ok(Json(page))
 }
 
 /// The timeline of a deployment by id, also after it was deleted.
 #[utoipa::path(get, path = "/api/v1/projects/{project}/events", tag = "deployments",
-    params(("project" = String, Path, description = "Project name"), ProjectEventParams),
+    params(ProjectPath, ProjectEventParams),
     responses(
-        (status = 200, description = "A page of events (empty for an unknown id)", body = EventList),
-        (status = 404, description = "No such project", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid parameter", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "A page of events (empty for an unknown id)", body = Page<TimelineEvent>),
+        NoSuchProject,
+        InvalidParameter,
     ))]
 pub async fn list_project_events(
     State(state): State<AppState>,
     actor: Actor,
-    Path(project): Path<String>,
+    Path(ProjectPath { project }): Path<ProjectPath>,
     Query(params): Query<ProjectEventParams>,
-) -> Result<Json<EventList>, ApiError> {
+) -> Result<Json<Page<TimelineEvent>>, ApiError> {
     let page = service::list_events(
         &state.ctx,
         &actor,
@@ -405,8 +364,5 @@ pub async fn list_project_events(
         params.cursor.as_deref(),
     )
     .await?;
-    Ok(Json(EventList {
-        items: page.items,
-        next_cursor: page.next_cursor,
-    }))
+    Ok(Json(page))
 }

@@ -4,6 +4,8 @@ pub mod access;
 pub mod deployments;
 pub mod health;
 pub mod projects;
+pub mod responses;
+pub mod watch;
 
 use axum::http::{StatusCode, Uri};
 use axum::response::Response;

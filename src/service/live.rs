@@ -1,0 +1,385 @@
+//! Live status: one change feed per process, fanned out to every watcher.
+//!
+//! Each process holds one `LISTEN` connection. A notification only says "something is new":
+//! the hub reads the feed table after the last sequence number it has seen and broadcasts
+//! what it finds, so a missed notification (a reconnect) loses nothing. Watchers (SSE now,
+//! GraphQL subscriptions next) filter the broadcast, load what changed through the same
+//! reads REST uses, and resume from a sequence number out of the table.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use sqlx::PgPool;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::access::{Authorized, authorize, still_allowed};
+use super::{Actor, Context, ServiceError};
+use crate::domain::{Change, ChangeKind, Deployment, Role, TimelineEvent};
+use crate::store;
+
+/// How long feed rows are kept: a watcher that was away longer must re-read.
+pub const FEED_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// How often a watcher checks that its credential still holds (revoked, expired, unbound).
+const RECHECK: Duration = Duration::from_secs(2);
+const BATCH: i64 = 500;
+
+/// The process's view of the change feed.
+pub struct ChangeHub {
+    sender: broadcast::Sender<Change>,
+    /// The newest sequence number broadcast.
+    latest: AtomicI64,
+}
+
+impl ChangeHub {
+    /// Starts following the feed until `shutdown`.
+    pub async fn start(
+        pool: PgPool,
+        shutdown: CancellationToken,
+    ) -> Result<Arc<Self>, sqlx::Error> {
+        let (sender, _) = broadcast::channel(4096);
+        let (_, newest) = store::changes::feed_bounds(&pool).await?;
+        let hub = Arc::new(Self {
+            sender,
+            latest: AtomicI64::new(newest.unwrap_or(0)),
+        });
+        tokio::spawn(hub.clone().follow(pool.clone(), shutdown.clone()));
+        tokio::spawn(prune(pool, shutdown));
+        Ok(hub)
+    }
+
+    pub fn latest(&self) -> i64 {
+        self.latest.load(Ordering::Acquire)
+    }
+
+    async fn follow(self: Arc<Self>, pool: PgPool, shutdown: CancellationToken) {
+        loop {
+            let mut listener = match store::changes::listen(&pool).await {
+                Ok(listener) => listener,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot listen for changes; retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            };
+            // Whatever was committed while not listening.
+            self.catch_up(&pool).await;
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    notification = listener.recv() => match notification {
+                        Ok(_) => self.catch_up(&pool).await,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "change listener failed; reconnecting");
+                            break;
+                        }
+                    },
+                }
+            }
+        }
+    }
+
+    /// Broadcasts every change after the last one broadcast.
+    async fn catch_up(&self, pool: &PgPool) {
+        loop {
+            let after = self.latest();
+            let changes = match store::changes::changes_after(pool, after, None, None, BATCH).await
+            {
+                Ok(changes) => changes,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot read the change feed");
+                    return;
+                }
+            };
+            let full = changes.len() as i64 == BATCH;
+            for change in changes {
+                self.latest.store(change.seq, Ordering::Release);
+                // No receiver is not an error: nobody is watching.
+                let _ = self.sender.send(change);
+            }
+            if !full {
+                return;
+            }
+        }
+    }
+}
+
+async fn prune(pool: PgPool, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(600));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match store::changes::prune_changes(&pool, FEED_RETENTION).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(rows = n, "pruned the change feed"),
+            Err(err) => tracing::warn!(error = %err, "cannot prune the change feed"),
+        }
+    }
+}
+
+/// What a watcher receives.
+#[derive(Debug, Clone)]
+pub enum WatchEvent {
+    /// The deployment as it is now: first (`kind` `None`), and after every change but a
+    /// deletion.
+    Deployment {
+        seq: i64,
+        kind: Option<ChangeKind>,
+        deployment: Box<Deployment>,
+    },
+    /// A new timeline entry.
+    Timeline { seq: i64, event: TimelineEvent },
+    /// The record is gone.
+    Deleted { seq: i64, id: Uuid },
+    /// The resume point is older than the feed keeps ([`FEED_RETENTION`]): what follows is
+    /// the current state, and the watcher must treat it as a fresh start.
+    Reset { seq: i64 },
+}
+
+/// What to watch in a project.
+#[derive(Debug, Clone, Copy)]
+pub enum Watched<'a> {
+    Project,
+    Deployment(&'a str),
+}
+
+/// Starts a watch: the current state first (or, with `resume_after`, every change since),
+/// then every change, until the caller goes away or its credential stops holding.
+pub async fn watch(
+    ctx: &Context,
+    hub: &Arc<ChangeHub>,
+    actor: &Actor,
+    project: &str,
+    watched: Watched<'_>,
+    resume_after: Option<i64>,
+) -> Result<impl Stream<Item = WatchEvent> + Send + use<>, ServiceError> {
+    let project = authorize(ctx, actor, project, Role::Viewer).await?;
+    // Subscribed before reading anything: no change can fall between the two.
+    let receiver = hub.sender.subscribe();
+    let start = hub.latest();
+    let deployment = match watched {
+        Watched::Deployment(name) => {
+            Some(super::deployments::get_deployment_in(ctx, &project, name).await?)
+        }
+        Watched::Project => None,
+    };
+    let (sender, events) = mpsc::channel(64);
+    let watcher = Watcher {
+        ctx: ctx.clone(),
+        actor: actor.clone(),
+        project,
+        only: deployment.as_ref().map(|d| d.id),
+        sender,
+        cursor: start,
+        checked: Instant::now(),
+    };
+    tokio::spawn(watcher.run(receiver, deployment, resume_after));
+    Ok(futures::stream::unfold(events, |mut events| async {
+        events.recv().await.map(|event| (event, events))
+    }))
+}
+
+struct Watcher {
+    ctx: Context,
+    actor: Actor,
+    project: Authorized,
+    /// One deployment, or the whole project.
+    only: Option<Uuid>,
+    sender: mpsc::Sender<WatchEvent>,
+    /// The last sequence number delivered (or covered by a state sent).
+    cursor: i64,
+    checked: Instant,
+}
+
+impl Watcher {
+    async fn run(
+        mut self,
+        mut receiver: broadcast::Receiver<Change>,
+        deployment: Option<Deployment>,
+        resume_after: Option<i64>,
+    ) {
+        if self.begin(deployment, resume_after).await.is_err() {
+            return;
+        }
+        let mut recheck = tokio::time::interval(RECHECK);
+        loop {
+            let delivered = tokio::select! {
+                () = self.sender.closed() => return,
+                _ = recheck.tick() => self.still_allowed().await,
+                change = receiver.recv() => match change {
+                    Ok(change) => self.deliver(change).await,
+                    // Fell behind the broadcast: the table has every change.
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.replay(self.cursor).await,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            };
+            if delivered.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The first messages: the current state, or every change since `resume_after`.
+    async fn begin(
+        &mut self,
+        deployment: Option<Deployment>,
+        resume_after: Option<i64>,
+    ) -> Result<(), Ended> {
+        if let Some(after) = resume_after {
+            let (oldest, _) = store::changes::feed_bounds(&self.ctx.pool)
+                .await
+                .map_err(|_| Ended)?;
+            // Nothing older than the oldest row kept may be missing, else start afresh.
+            if oldest.is_none_or(|oldest| after >= oldest - 1) {
+                return self.replay(after).await;
+            }
+            self.send(WatchEvent::Reset { seq: self.cursor }).await?;
+        }
+        match deployment {
+            Some(deployment) => {
+                self.send(WatchEvent::Deployment {
+                    seq: self.cursor,
+                    kind: None,
+                    deployment: Box::new(deployment),
+                })
+                .await
+            }
+            None => self.send_project_state().await,
+        }
+    }
+
+    /// Every deployment of the project as it is now.
+    async fn send_project_state(&mut self) -> Result<(), Ended> {
+        let mut query = super::deployments::ListDeployments {
+            limit: Some(200),
+            ..Default::default()
+        };
+        loop {
+            let page = super::deployments::list_deployments_in(&self.ctx, &self.project, &query)
+                .await
+                .map_err(|_| Ended)?;
+            for deployment in page.items {
+                self.send(WatchEvent::Deployment {
+                    seq: self.cursor,
+                    kind: None,
+                    deployment: Box::new(deployment),
+                })
+                .await?;
+            }
+            match page.next_cursor {
+                Some(next) => query.cursor = Some(next),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Delivers every change after `after` from the table.
+    async fn replay(&mut self, after: i64) -> Result<(), Ended> {
+        let mut after = after;
+        loop {
+            let changes = store::changes::changes_after(
+                &self.ctx.pool,
+                after,
+                Some(self.project.id),
+                self.only,
+                BATCH,
+            )
+            .await
+            .map_err(|_| Ended)?;
+            let full = changes.len() as i64 == BATCH;
+            for change in changes {
+                after = change.seq;
+                // Delivered even when the watch began later than this change.
+                self.cursor = change.seq - 1;
+                self.deliver(change).await?;
+            }
+            if !full {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn deliver(&mut self, change: Change) -> Result<(), Ended> {
+        if change.seq <= self.cursor
+            || change.project_id != self.project.id
+            || self.only.is_some_and(|id| id != change.deployment_id)
+        {
+            return Ok(());
+        }
+        if self.checked.elapsed() >= RECHECK {
+            self.still_allowed().await?;
+        }
+        self.cursor = change.seq;
+        let event = match change.kind {
+            ChangeKind::Deleted => WatchEvent::Deleted {
+                seq: change.seq,
+                id: change.deployment_id,
+            },
+            ChangeKind::Event => {
+                let Some(id) = change.event_id else {
+                    return Ok(());
+                };
+                match store::events::find_event(&self.ctx.pool, self.project.id, id).await {
+                    Ok(Some(event)) => WatchEvent::Timeline {
+                        seq: change.seq,
+                        event,
+                    },
+                    Ok(None) => return Ok(()),
+                    Err(_) => return Err(Ended),
+                }
+            }
+            kind => {
+                let found = store::deployments::find_deployment_by_id(
+                    &self.ctx.pool,
+                    self.project.id,
+                    change.deployment_id,
+                )
+                .await
+                .map_err(|_| Ended)?;
+                // Gone meanwhile: its deletion follows.
+                let Some(row) = found else { return Ok(()) };
+                WatchEvent::Deployment {
+                    seq: change.seq,
+                    kind: Some(kind),
+                    deployment: Box::new(row.into_record(&self.project.name)),
+                }
+            }
+        };
+        let deleted = matches!(event, WatchEvent::Deleted { .. });
+        self.send(event).await?;
+        // A watched deployment that is gone ends its watch.
+        if deleted && self.only.is_some() {
+            return Err(Ended);
+        }
+        Ok(())
+    }
+
+    async fn still_allowed(&mut self) -> Result<(), Ended> {
+        self.checked = Instant::now();
+        match still_allowed(&self.ctx, &self.actor, &self.project).await {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                tracing::info!(actor = %self.actor.name, "a watch ended: the credential no longer holds");
+                Err(Ended)
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot recheck a watcher's access");
+                Ok(())
+            }
+        }
+    }
+
+    async fn send(&self, event: WatchEvent) -> Result<(), Ended> {
+        self.sender.send(event).await.map_err(|_| Ended)
+    }
+}
+
+/// The watch is over (the caller left, its credential lapsed, or the database failed).
+struct Ended;
