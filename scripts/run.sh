@@ -32,6 +32,9 @@ if [ -z "${MODELPLANE_BOOTSTRAP_TOKEN:-}" ]; then
   export MODELPLANE_BOOTSTRAP_TOKEN
 fi
 
+log "installing GraphiQL's files (npm, once)"
+scripts/graphiql.sh >/dev/null
+
 log "building modelplane"
 SQLX_OFFLINE=true cargo build --quiet --bin modelplane
 SQLX_OFFLINE=true cargo build --quiet -p modelplane-emulator --bin modelplane-emulator

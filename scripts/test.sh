@@ -27,6 +27,13 @@ log "OpenAPI document (openapi/openapi.json) matches the code"
 cargo run --quiet --bin modelplane -- openapi | diff -u openapi/openapi.json - \
   || die "openapi/openapi.json is stale: run 'cargo run --bin modelplane -- openapi > openapi/openapi.json'"
 
+log "GraphQL schema (openapi/schema.graphql) matches the code"
+cargo run --quiet --bin modelplane -- graphql-schema | diff -u openapi/schema.graphql - \
+  || die "openapi/schema.graphql is stale: run 'cargo run --bin modelplane -- graphql-schema > openapi/schema.graphql'"
+
+# GraphiQL's files, which the tests load from /graphql as a browser would.
+scripts/graphiql.sh >/dev/null
+
 if [ -x emulator/scripts/install-kubectl.sh ]; then
   KUBECTL=$(emulator/scripts/install-kubectl.sh)
   export KUBECTL

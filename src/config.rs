@@ -28,6 +28,8 @@ pub enum Command {
     Migrate(DatabaseConfig),
     /// Print the OpenAPI document generated from the handlers.
     Openapi,
+    /// Print the GraphQL schema (SDL).
+    GraphqlSchema,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -270,6 +272,16 @@ pub struct HttpConfig {
     /// Seconds a request may take before it is answered with 503.
     #[arg(long, env = "MODELPLANE_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
     pub request_timeout_secs: u64,
+    /// Where GraphiQL's npm packages are installed (`scripts/graphiql.sh` puts them here).
+    #[arg(
+        long,
+        env = "MODELPLANE_GRAPHIQL_DIR",
+        default_value = "web/graphiql/node_modules"
+    )]
+    pub graphiql_dir: std::path::PathBuf,
+    /// Answer GraphQL introspection queries (GraphiQL needs them).
+    #[arg(long, env = "MODELPLANE_GRAPHQL_INTROSPECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub graphql_introspection: bool,
 }
 
 impl Default for HttpConfig {
@@ -277,6 +289,8 @@ impl Default for HttpConfig {
         Self {
             cors_origins: Vec::new(),
             request_timeout_secs: 30,
+            graphiql_dir: "web/graphiql/node_modules".into(),
+            graphql_introspection: true,
         }
     }
 }

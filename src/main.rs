@@ -13,12 +13,16 @@ async fn main() -> ExitCode {
         print!("{}", api::openapi_document());
         return ExitCode::SUCCESS;
     }
+    if let Command::GraphqlSchema = cli.command {
+        print!("{}", api::graphql::sdl());
+        return ExitCode::SUCCESS;
+    }
     telemetry::init_tracing(&cli.log);
     modelplane::install_crypto_provider();
     let result = match cli.command {
         Command::Serve(config) => server::serve(*config, telemetry::init_metrics()).await,
         Command::Migrate(config) => server::migrate(&config).await,
-        Command::Openapi => unreachable!("handled above"),
+        Command::Openapi | Command::GraphqlSchema => unreachable!("handled above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -117,6 +117,11 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     let state = AppState {
         auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
         changes,
+        graphql: crate::api::graphql::schema(crate::api::graphql::GraphqlLimits {
+            introspection: config.http.graphql_introspection,
+            ..Default::default()
+        }),
+        graphiql_assets: config.http.graphiql_dir.clone(),
         ctx,
         metrics,
         limiter: Arc::new(RateLimiter::new(

@@ -40,6 +40,8 @@ pub fn init_metrics() -> PrometheusHandle {
 pub const HTTP_REQUESTS: &str = "modelplane_http_requests_total";
 /// Histogram: HTTP request latency in seconds, same labels.
 pub const HTTP_REQUEST_DURATION: &str = "modelplane_http_request_duration_seconds";
+/// Counter: GraphQL operations over HTTP by `outcome` (`ok`, `error`).
+pub const GRAPHQL_REQUESTS: &str = "modelplane_graphql_requests_total";
 /// Counter: Kubernetes API requests by `verb` and `kind`.
 pub const KUBERNETES_REQUESTS: &str = "modelplane_kubernetes_requests_total";
 /// Counter: reconciles by `outcome` (`ok`, `error`).

@@ -84,6 +84,10 @@ impl From<FieldErrors> for ApiError {
 }
 
 impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        self.parts().0
+    }
+
     fn parts(&self) -> (StatusCode, &'static str, &'static str) {
         match self {
             Self::MalformedBody(_) => (

@@ -3,6 +3,7 @@
 mod authn;
 pub mod error;
 pub mod extract;
+pub mod graphql;
 pub mod middleware;
 mod openapi;
 pub mod rate_limit;
@@ -38,6 +39,10 @@ pub struct AppState {
     pub metrics_require_auth: bool,
     /// The change feed, followed once per process, for watchers.
     pub changes: Arc<crate::service::live::ChangeHub>,
+    /// The GraphQL schema (the caller is added per request).
+    pub graphql: graphql::ModelplaneSchema,
+    /// Where GraphiQL's npm packages are.
+    pub graphiql_assets: std::path::PathBuf,
     /// What `/readyz` checks besides the database (the cluster, the worker).
     pub readiness: Vec<Arc<dyn crate::domain::ReadinessCheck>>,
 }
@@ -65,6 +70,15 @@ pub fn router(state: AppState, http: &HttpConfig) -> Router {
     let app = api
         .merge(SwaggerUi::new("/api/docs").url("/api/openapi.json", document))
         .route("/metrics", axum::routing::get(rest::health::metrics))
+        .route(
+            "/graphql",
+            axum::routing::get(graphql::graphql_get).post(graphql::graphql_http),
+        )
+        .route("/graphql/ws", axum::routing::get(graphql::graphql_ws))
+        .route(
+            "/graphql/assets/{file}",
+            axum::routing::get(graphql::graphiql_asset),
+        )
         .fallback(rest::not_found)
         .with_state(state)
         .layer(axum::middleware::from_fn(middleware::read_body_first))

@@ -15,6 +15,10 @@ pub struct Page<T> {
     pub items: Vec<T>,
     /// Pass as `cursor` (with the same filters) for the next page; absent on the last page.
     pub next_cursor: Option<String>,
+    /// For each item, the cursor that continues after it (GraphQL connections' edges).
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub cursors: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -56,14 +60,12 @@ pub fn decode(cursor: &str, filters: &str) -> Result<String, FieldErrors> {
 pub fn page<T>(mut rows: Vec<T>, limit: i64, filters: &str, key: impl Fn(&T) -> String) -> Page<T> {
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
-    let next_cursor = if more {
-        rows.last().map(|last| encode(&key(last), filters))
-    } else {
-        None
-    };
+    let cursors: Vec<String> = rows.iter().map(|row| encode(&key(row), filters)).collect();
+    let next_cursor = if more { cursors.last().cloned() } else { None };
     Page {
         items: rows,
         next_cursor,
+        cursors,
     }
 }
 

@@ -354,7 +354,99 @@ pub async fn list_deployments_in(
             .map(|row| row.into_record(&project.name))
             .collect(),
         next_cursor: page.next_cursor,
+        cursors: page.cursors,
     })
+}
+
+/// A deployment by its id, wherever it is, if the caller may read its project.
+pub async fn get_deployment_by_id(
+    ctx: &Context,
+    actor: &Actor,
+    id: Uuid,
+) -> Result<(Authorized, Deployment), ServiceError> {
+    let not_found = || ServiceError::not_found("deployment", id.to_string());
+    let (row, project) = store::deployments::find_deployment_anywhere(&ctx.pool, id)
+        .await?
+        .ok_or_else(not_found)?;
+    // Another project's id reads as missing, as a name would.
+    let project = authorize(ctx, actor, &project, Role::Viewer)
+        .await
+        .map_err(|_| not_found())?;
+    let deployment = row.into_record(&project.name);
+    Ok((project, deployment))
+}
+
+/// The newest `per` (at most 20) timeline entries of each deployment of an authorised
+/// project, newest first, in one read (GraphQL pages of deployments batch through this).
+pub async fn latest_events_in(
+    ctx: &Context,
+    project: &Authorized,
+    deployment_ids: &[Uuid],
+    per: i64,
+) -> Result<std::collections::HashMap<Uuid, Vec<TimelineEvent>>, ServiceError> {
+    project.require(Role::Viewer)?;
+    if !(1..=20).contains(&per) {
+        return Err(FieldErrors::single("count", "must be between 1 and 20").into());
+    }
+    let mut by_deployment: std::collections::HashMap<Uuid, Vec<TimelineEvent>> =
+        std::collections::HashMap::new();
+    for event in store::events::latest_events(&ctx.pool, project.id, deployment_ids, per).await? {
+        by_deployment
+            .entry(event.deployment_id)
+            .or_default()
+            .push(event);
+    }
+    Ok(by_deployment)
+}
+
+/// How many revisions each deployment of an authorised project has, in one read.
+pub async fn revision_counts_in(
+    ctx: &Context,
+    project: &Authorized,
+    deployment_ids: &[Uuid],
+) -> Result<std::collections::HashMap<Uuid, i64>, ServiceError> {
+    project.require(Role::Viewer)?;
+    Ok(
+        store::revisions::revision_counts(&ctx.pool, project.id, deployment_ids)
+            .await?
+            .into_iter()
+            .collect(),
+    )
+}
+
+/// How many deployments of the project are in each phase (phases with none are left out).
+pub async fn phase_counts(
+    ctx: &Context,
+    project: &Authorized,
+) -> Result<Vec<(Phase, i64)>, ServiceError> {
+    project.require(Role::Viewer)?;
+    let counts = store::deployments::phase_counts(&ctx.pool, project.id).await?;
+    Ok(counts
+        .into_iter()
+        .filter_map(|(phase, n)| Some((phase.parse::<Phase>().ok()?, n)))
+        .collect())
+}
+
+/// GPUs the project's deployments ask for (replicas × GPUs per pod) and hold in ready pods.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuUsage {
+    pub requested: i64,
+    pub in_use: i64,
+}
+
+pub async fn gpu_usage(ctx: &Context, project: &Authorized) -> Result<GpuUsage, ServiceError> {
+    project.require(Role::Viewer)?;
+    let mut usage = GpuUsage::default();
+    for (name, spec, status) in store::deployments::specs_of_project(&ctx.pool, project.id).await? {
+        // A stored spec that does not resolve asks for nothing the worker would apply.
+        let Ok(serving) = spec.serving(&name) else {
+            continue;
+        };
+        let per_pod = i64::from(serving.gpus);
+        usage.requested += i64::from(serving.replicas) * per_pod;
+        usage.in_use += status.replicas.ready * per_pod;
+    }
+    Ok(usage)
 }
 
 /// Applies a JSON merge patch (RFC 7386) to `{"spec": …}`.
@@ -789,6 +881,11 @@ fn check_precondition(
         Precondition::OneOf(tags) => Err(ServiceError::PreconditionFailed(format!(
             "If-Match {} does not match the current ETag {current}: the spec changed since you read it",
             tags.join(", ")
+        ))),
+        Precondition::Generation(expected) if *expected == row.generation => Ok(()),
+        Precondition::Generation(expected) => Err(ServiceError::PreconditionFailed(format!(
+            "expected generation {expected}, but the spec is at generation {}: it changed since you read it",
+            row.generation
         ))),
     }
 }

@@ -96,6 +96,8 @@ pub enum Precondition {
     Exists,
     /// The spec must still be one of these versions (entity tags, strongly compared).
     OneOf(Vec<String>),
+    /// The spec must still be at this generation (GraphQL's `expectedGeneration`).
+    Generation(i64),
 }
 
 /// Page sizes: the default when none is asked, and the most a caller may ask.

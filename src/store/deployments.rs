@@ -129,6 +129,76 @@ pub async fn find_deployment_by_id(
     .await
 }
 
+/// A deployment by id in any project, with its project's name.
+#[instrument(skip(db))]
+pub async fn find_deployment_anywhere(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> Result<Option<(DeploymentRow, String)>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"select d.id, d.project_id, d.name, d.generation,
+                  d.spec as "spec: Json<DeploymentSpec>", d.status as "status: Json<DeploymentStatus>",
+                  d.restarted_at, d.deletion_requested_at, d.created_at, d.updated_at,
+                  p.name as project
+           from model_deployment d join project p on p.id = d.project_id where d.id = $1"#,
+        id
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|r| {
+        (
+            DeploymentRow {
+                id: r.id,
+                project_id: r.project_id,
+                name: r.name,
+                generation: r.generation,
+                spec: r.spec,
+                status: r.status,
+                restarted_at: r.restarted_at,
+                deletion_requested_at: r.deletion_requested_at,
+                created_at: r.created_at,
+                updated_at: r.updated_at,
+            },
+            r.project,
+        )
+    }))
+}
+
+/// How many deployments of a project are in each phase.
+#[instrument(skip(db))]
+pub async fn phase_counts(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"select phase, count(*) as "count!" from model_deployment
+           where project_id = $1 group by phase order by phase"#,
+        project_id
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.phase, r.count)).collect())
+}
+
+/// Every deployment of a project: name, spec and status (for totals over the project).
+#[instrument(skip(db))]
+pub async fn specs_of_project(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+) -> Result<Vec<(String, DeploymentSpec, DeploymentStatus)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"select name, spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>"
+           from model_deployment where project_id = $1"#,
+        project_id
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.name, r.spec.0, r.status.0))
+        .collect())
+}
+
 /// Like [`find_deployment`], but locks the row until the transaction ends, so
 /// read-check-write sequences (If-Match, rollback) cannot interleave.
 #[instrument(skip(db))]

@@ -76,3 +76,29 @@ pub async fn find_event(
     .fetch_optional(db)
     .await
 }
+
+/// The newest `per` timeline entries of each of `deployment_ids` in `project_id`, newest
+/// first: one statement for a whole page of deployments.
+#[instrument(skip(db, deployment_ids), fields(deployments = deployment_ids.len()))]
+pub async fn latest_events(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+    deployment_ids: &[Uuid],
+    per: i64,
+) -> Result<Vec<TimelineEvent>, sqlx::Error> {
+    sqlx::query_as!(
+        TimelineEvent,
+        r#"select id as "id!", deployment_id as "deployment_id!", kind as "kind!: Text<EventKind>",
+                  message as "message!", actor as "actor!", created_at as "created_at!"
+           from (select e.*, row_number() over (partition by deployment_id order by id desc) as n
+                 from deployment_event e
+                 where project_id = $1 and deployment_id = any($2)) ranked
+           where n <= $3
+           order by deployment_id, id desc"#,
+        project_id,
+        deployment_ids,
+        per
+    )
+    .fetch_all(db)
+    .await
+}

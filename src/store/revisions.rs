@@ -80,3 +80,27 @@ impl From<Json<DeploymentSpec>> for DeploymentSpec {
         json.0
     }
 }
+
+/// How many revisions each of `deployment_ids` (of `project_id`) has: one statement.
+#[instrument(skip(db, deployment_ids), fields(deployments = deployment_ids.len()))]
+pub async fn revision_counts(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+    deployment_ids: &[Uuid],
+) -> Result<Vec<(Uuid, i64)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"select r.deployment_id, count(*) as "count!"
+           from deployment_revision r
+           join model_deployment d on d.id = r.deployment_id and d.project_id = $1
+           where r.deployment_id = any($2)
+           group by r.deployment_id"#,
+        project_id,
+        deployment_ids
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.deployment_id, r.count))
+        .collect())
+}

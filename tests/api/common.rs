@@ -87,6 +87,9 @@ impl TestApp {
             .unwrap();
         let state = AppState {
             changes,
+            graphql: api::graphql::schema(api::graphql::GraphqlLimits::default()),
+            graphiql_assets: std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("web/graphiql/node_modules"),
             auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
             ctx,
             metrics: PrometheusBuilder::new().build_recorder().handle(),
@@ -104,6 +107,7 @@ impl TestApp {
         let http = HttpConfig {
             cors_origins: options.cors_origins,
             request_timeout_secs: options.request_timeout_secs,
+            ..HttpConfig::default()
         };
         let app = api::router(state, &http);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -378,6 +382,66 @@ impl SseStream {
                 return (before, event);
             }
             before.push(event);
+        }
+    }
+}
+
+/// A `graphql-transport-ws` client, as graphql-ws and Apollo speak it.
+#[allow(dead_code)]
+pub struct WsClient {
+    socket: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+}
+
+#[allow(dead_code)]
+impl WsClient {
+    pub async fn connect(app: &TestApp, token: &str) -> Result<Self, Value> {
+        let url = format!("{}/graphql/ws", app.base.replace("http://", "ws://"));
+        let mut request =
+            tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url)
+                .unwrap();
+        request.headers_mut().insert(
+            "Sec-WebSocket-Protocol",
+            "graphql-transport-ws".parse().unwrap(),
+        );
+        let (socket, response) = tokio_tungstenite::connect_async(request).await.unwrap();
+        assert_eq!(
+            response.headers()["sec-websocket-protocol"],
+            "graphql-transport-ws"
+        );
+        let mut client = Self { socket };
+        client
+            .send(json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {token}")}}))
+            .await;
+        match client.next().await {
+            Some(message) if message["type"] == "connection_ack" => Ok(client),
+            Some(message) => Err(message),
+            None => Err(Value::Null),
+        }
+    }
+
+    pub async fn send(&mut self, message: Value) {
+        let text = tokio_tungstenite::tungstenite::Message::Text(message.to_string().into());
+        futures::SinkExt::send(&mut self.socket, text)
+            .await
+            .unwrap();
+    }
+
+    /// The next JSON message; `None` when the server closed the connection.
+    pub async fn next(&mut self) -> Option<Value> {
+        loop {
+            let next = futures::StreamExt::next(&mut self.socket);
+            let message = tokio::time::timeout(std::time::Duration::from_secs(20), next)
+                .await
+                .expect("a message in time")?;
+            match message.ok()? {
+                tokio_tungstenite::tungstenite::Message::Text(text) => {
+                    return Some(serde_json::from_str(&text).unwrap());
+                }
+                tokio_tungstenite::tungstenite::Message::Close(_) => return None,
+                _ => continue,
+            }
         }
     }
 }

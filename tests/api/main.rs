@@ -5,6 +5,7 @@ mod common;
 mod conformance;
 mod deployments;
 mod errors;
+mod graphql;
 mod hardening;
 mod openapi;
 mod paging;

@@ -471,3 +471,49 @@ async fn a_watcher_sees_the_rollout_the_scale_and_the_deletion_live(pool: PgPool
         "a deleted deployment's watch ends"
     );
 }
+
+/// The same over GraphQL: a `graphql-transport-ws` subscription sees the rollout go Ready
+/// on the emulator, then the scale.
+#[sqlx::test]
+async fn a_graphql_subscriber_sees_the_rollout_go_ready_live(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    let mut client = crate::common::WsClient::connect(&h.app, crate::common::ADMIN_TOKEN)
+        .await
+        .expect("connection_ack");
+    client
+        .send(json!({"id": "1", "type": "subscribe", "payload": {"query":
+            r#"subscription { deploymentChanged(project: "team-a", name: "qwen") {
+                 seq kind deployment { phase spec replicas { ready } } } }"#}}))
+        .await;
+    let mut phases: Vec<String> = Vec::new();
+    while phases.last().map(String::as_str) != Some("READY") {
+        let message = client.next().await.expect("the subscription stays open");
+        assert_eq!(message["type"], "next", "{message}");
+        let phase = message["payload"]["data"]["deploymentChanged"]["deployment"]["phase"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        if phases.last() != Some(&phase) {
+            phases.push(phase);
+        }
+    }
+    assert!(phases.contains(&"DEPLOYING".to_owned()), "{phases:?}");
+    let scaled = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/scale",
+            &json!({"replicas": 2}),
+        )
+        .await;
+    assert_eq!(scaled.status(), StatusCode::OK);
+    loop {
+        let message = client.next().await.unwrap();
+        let change = &message["payload"]["data"]["deploymentChanged"];
+        if change["kind"] == "SPEC" {
+            assert_eq!(change["deployment"]["spec"]["replicas"], 2);
+            break;
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! Mutations: the REST actions, through the same service functions and rules.
+//!
+//! `expectedGeneration` plays `If-Match`: the change is refused (`PRECONDITION_FAILED`) unless
+//! the spec is still at that generation. Input errors name the same field paths as REST.
+
+use async_graphql::{Context, Json, Object, Result};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::errors::{field_errors, service_error};
+use super::state;
+use super::types::{DeploymentNode, Project, Role, authorized};
+use crate::domain::from_json_value;
+use crate::service::deployments::{
+    self as deployments, CreateDeployment, ReplaceDeployment, RollbackDeployment, ScaleDeployment,
+};
+use crate::service::projects::{self, CreateProject};
+use crate::service::{Actor, Precondition};
+use crate::service::{role_bindings, tokens};
+
+pub struct Mutation;
+
+fn precondition(expected_generation: Option<i64>) -> Precondition {
+    expected_generation.map_or(Precondition::None, Precondition::Generation)
+}
+
+/// The deployment after a change, in its project as the caller sees it.
+async fn node(ctx: &Context<'_>, deployment: crate::domain::Deployment) -> Result<DeploymentNode> {
+    let project = authorized(ctx, &deployment.project).await?;
+    Ok(DeploymentNode {
+        deployment,
+        project,
+    })
+}
+
+fn caller<'a>(ctx: &Context<'a>) -> Result<(&'a crate::api::AppState, &'a Actor)> {
+    state(ctx)
+}
+
+#[Object]
+impl Mutation {
+    /// Creates a deployment. With an `idempotencyKey`, a retry returns the first result.
+    async fn create_deployment(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        spec: Json<Value>,
+        idempotency_key: Option<String>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let request: CreateDeployment =
+            from_json_value(json!({"name": name, "spec": spec.0})).map_err(field_errors)?;
+        let created = deployments::create_deployment(
+            &state.ctx,
+            actor,
+            &project,
+            request,
+            idempotency_key.as_deref(),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, created.deployment).await
+    }
+
+    /// Changes the spec with a JSON merge patch of the spec (`null` removes a field).
+    async fn update_deployment(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        patch: Json<Value>,
+        expected_generation: Option<i64>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let deployment = deployments::patch_deployment(
+            &state.ctx,
+            actor,
+            &project,
+            &name,
+            json!({"spec": patch.0}),
+            &precondition(expected_generation),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, deployment).await
+    }
+
+    /// Replaces the spec.
+    async fn replace_deployment(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        spec: Json<Value>,
+        expected_generation: Option<i64>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let request: ReplaceDeployment =
+            from_json_value(json!({"spec": spec.0})).map_err(field_errors)?;
+        let deployment = deployments::replace_deployment(
+            &state.ctx,
+            actor,
+            &project,
+            &name,
+            request,
+            &precondition(expected_generation),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, deployment).await
+    }
+
+    async fn scale_deployment(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        replicas: i64,
+        expected_generation: Option<i64>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let deployment = deployments::scale_deployment(
+            &state.ctx,
+            actor,
+            &project,
+            &name,
+            ScaleDeployment { replicas },
+            &precondition(expected_generation),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, deployment).await
+    }
+
+    /// Replaces every pod without changing the spec.
+    async fn restart_deployment(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        expected_generation: Option<i64>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let deployment = deployments::restart_deployment(
+            &state.ctx,
+            actor,
+            &project,
+            &name,
+            &precondition(expected_generation),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, deployment).await
+    }
+
+    /// Makes an earlier revision's spec current again (as a new generation).
+    async fn rollback_deployment(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        revision: i64,
+        replicas: Option<i64>,
+        expected_generation: Option<i64>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let deployment = deployments::rollback_deployment(
+            &state.ctx,
+            actor,
+            &project,
+            &name,
+            RollbackDeployment { revision, replicas },
+            &precondition(expected_generation),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, deployment).await
+    }
+
+    /// Asks for deletion: the worker removes every Kubernetes object, then the record.
+    async fn delete_deployment(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        expected_generation: Option<i64>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let deployment = deployments::delete_deployment(
+            &state.ctx,
+            actor,
+            &project,
+            &name,
+            &precondition(expected_generation),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, deployment).await
+    }
+
+    /// Creates a project (platform admins).
+    async fn create_project(
+        &self,
+        ctx: &Context<'_>,
+        name: String,
+        namespace: Option<String>,
+    ) -> Result<Project> {
+        let (state, actor) = caller(ctx)?;
+        let mut body = json!({"name": name});
+        if let Some(namespace) = namespace {
+            body["namespace"] = json!(namespace);
+        }
+        let request: CreateProject = from_json_value(body).map_err(field_errors)?;
+        let project = projects::create_project(&state.ctx, actor, request)
+            .await
+            .map_err(service_error)?;
+        Ok(project.into())
+    }
+
+    /// Deletes a project without deployments (platform admins). Returns its name.
+    async fn delete_project(&self, ctx: &Context<'_>, name: String) -> Result<String> {
+        let (state, actor) = caller(ctx)?;
+        projects::delete_project(&state.ctx, actor, &name)
+            .await
+            .map_err(service_error)?;
+        Ok(name)
+    }
+
+    /// Creates a project token (project admins). The secret is in the answer, once.
+    async fn create_token(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        role: Role,
+        expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<CreatedToken> {
+        let (state, actor) = caller(ctx)?;
+        let request: tokens::CreateToken = from_json_value(json!({
+            "name": name,
+            "role": crate::domain::Role::from(role).as_str(),
+            "expiresAt": expires_at,
+        }))
+        .map_err(field_errors)?;
+        let created = tokens::create_project_token(&state.ctx, actor, &project, request)
+            .await
+            .map_err(service_error)?;
+        Ok(CreatedToken {
+            id: created.token.id,
+            name: created.token.name,
+            secret: created.secret,
+            expires_at: created.token.expires_at,
+        })
+    }
+
+    /// Revokes a project token (project admins); its open streams end. Returns its id.
+    async fn revoke_token(&self, ctx: &Context<'_>, project: String, id: Uuid) -> Result<Uuid> {
+        let (state, actor) = caller(ctx)?;
+        let token = tokens::revoke_project_token(&state.ctx, actor, &project, id)
+            .await
+            .map_err(service_error)?;
+        Ok(token.id)
+    }
+
+    /// Grants an OIDC user or group a role on a project (project admins). Returns its id.
+    async fn create_role_binding(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        subject_kind: String,
+        subject: String,
+        role: Role,
+    ) -> Result<Uuid> {
+        let (state, actor) = caller(ctx)?;
+        let request: role_bindings::CreateRoleBinding = from_json_value(json!({
+            "subjectKind": subject_kind,
+            "subject": subject,
+            "role": crate::domain::Role::from(role).as_str(),
+        }))
+        .map_err(field_errors)?;
+        let binding = role_bindings::create_role_binding(&state.ctx, actor, &project, request)
+            .await
+            .map_err(service_error)?;
+        Ok(binding.id)
+    }
+
+    /// Removes a role binding (project admins). Returns its id.
+    async fn delete_role_binding(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        id: Uuid,
+    ) -> Result<Uuid> {
+        let (state, actor) = caller(ctx)?;
+        role_bindings::delete_role_binding(&state.ctx, actor, &project, id)
+            .await
+            .map_err(service_error)?;
+        Ok(id)
+    }
+}
+
+/// A new token: its secret is shown here once; only its hash is stored.
+#[derive(async_graphql::SimpleObject)]
+pub struct CreatedToken {
+    pub id: Uuid,
+    pub name: String,
+    /// Use as `Authorization: Bearer <secret>`.
+    pub secret: String,
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+}

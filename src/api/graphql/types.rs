@@ -1,0 +1,429 @@
+//! The GraphQL view of the domain: thin wrappers, so the domain needs no GraphQL derive.
+
+use std::sync::Arc;
+
+use async_graphql::connection::{Connection, Edge, EmptyFields};
+use async_graphql::{
+    ComplexObject, Context, Enum, ErrorExtensions, Json, Object, Result, SimpleObject,
+};
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::errors::service_error;
+use super::state;
+use crate::domain::{self, Deployment, Revision, TimelineEvent};
+use crate::service::access::Authorized;
+use crate::service::{self, Page};
+
+/// A connection over a service page: `first` and `after` are the REST `limit` and `cursor`.
+pub type Page_<T> = Connection<String, T, EmptyFields, EmptyFields>;
+
+pub fn connection<T, N>(page: Page<T>, had_cursor: bool, node: impl Fn(T) -> N) -> Page_<N>
+where
+    N: async_graphql::OutputType,
+{
+    let mut connection = Connection::new(had_cursor, page.next_cursor.is_some());
+    connection.edges.extend(
+        page.items
+            .into_iter()
+            .zip(page.cursors)
+            .map(|(item, cursor)| Edge::new(cursor, node(item))),
+    );
+    connection
+}
+
+#[derive(Enum, Copy, Clone, Eq, PartialEq)]
+#[graphql(remote = "crate::domain::Phase")]
+pub enum Phase {
+    Pending,
+    Deploying,
+    Ready,
+    Degraded,
+    Failed,
+    ScaledToZero,
+    Deleting,
+}
+
+#[derive(Enum, Copy, Clone, Eq, PartialEq)]
+#[graphql(remote = "crate::domain::Role")]
+pub enum Role {
+    Viewer,
+    Editor,
+    Admin,
+}
+
+#[derive(Enum, Copy, Clone, Eq, PartialEq)]
+#[graphql(remote = "crate::domain::ConditionStatus")]
+pub enum ConditionStatus {
+    #[graphql(name = "TRUE")]
+    True,
+    #[graphql(name = "FALSE")]
+    False,
+    #[graphql(name = "UNKNOWN")]
+    Unknown,
+}
+
+#[derive(Enum, Copy, Clone, Eq, PartialEq)]
+#[graphql(remote = "crate::domain::ChangeKind")]
+pub enum ChangeKind {
+    Created,
+    Spec,
+    Status,
+    Restart,
+    Deleting,
+    Deleted,
+    Event,
+}
+
+#[derive(SimpleObject)]
+pub struct ReplicaCounts {
+    pub desired: i64,
+    pub updated: i64,
+    pub ready: i64,
+    pub available: i64,
+}
+
+#[derive(SimpleObject)]
+pub struct Condition {
+    #[graphql(name = "type")]
+    pub type_: String,
+    pub status: ConditionStatus,
+    pub reason: String,
+    pub message: String,
+    pub last_transition_time: DateTime<Utc>,
+}
+
+#[derive(SimpleObject)]
+pub struct Endpoints {
+    /// The in-cluster URL of the Service.
+    pub cluster: Option<String>,
+    /// URLs through the Gateway.
+    pub external: Vec<String>,
+    /// Where an OpenAI client points (`…/v1`).
+    pub openai_base: Option<String>,
+    /// Why there is no external URL, when there is none.
+    pub reason: Option<String>,
+}
+
+/// A Kubernetes object a deployment owns.
+#[derive(SimpleObject)]
+pub struct OwnedObject {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(SimpleObject)]
+pub struct PhaseCount {
+    pub phase: Phase,
+    pub count: i64,
+}
+
+#[derive(SimpleObject)]
+pub struct GpuUsage {
+    /// Replicas × GPUs per pod, over every deployment.
+    pub requested: i64,
+    /// GPUs held by ready pods.
+    pub in_use: i64,
+}
+
+#[derive(SimpleObject)]
+pub struct ProjectRole {
+    pub project: String,
+    pub role: Role,
+}
+
+/// Who the credential is.
+#[derive(SimpleObject)]
+pub struct Viewer {
+    /// `token:<name>` or `user:<subject>`.
+    pub name: String,
+    pub platform_admin: bool,
+    /// The roles the caller holds, per project it can see.
+    pub roles: Vec<ProjectRole>,
+}
+
+#[derive(SimpleObject)]
+#[graphql(complex)]
+pub struct Project {
+    pub id: Uuid,
+    pub name: String,
+    pub namespace: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[ComplexObject]
+impl Project {
+    /// The deployments of the project in each phase.
+    async fn phase_counts(&self, ctx: &Context<'_>) -> Result<Vec<PhaseCount>> {
+        let project = authorized(ctx, &self.name).await?;
+        phase_counts(ctx, &project).await
+    }
+}
+
+impl From<domain::Project> for Project {
+    fn from(p: domain::Project) -> Self {
+        Self {
+            id: p.id,
+            name: p.name,
+            namespace: p.namespace,
+            created_at: p.created_at,
+        }
+    }
+}
+
+pub async fn authorized(ctx: &Context<'_>, project: &str) -> Result<Arc<Authorized>> {
+    let (state, actor) = state(ctx)?;
+    let project = service::access::authorize(&state.ctx, actor, project, domain::Role::Viewer)
+        .await
+        .map_err(service_error)?;
+    Ok(Arc::new(project))
+}
+
+pub async fn phase_counts(ctx: &Context<'_>, project: &Authorized) -> Result<Vec<PhaseCount>> {
+    let (state, _) = state(ctx)?;
+    let counts = service::deployments::phase_counts(&state.ctx, project)
+        .await
+        .map_err(service_error)?;
+    Ok(counts
+        .into_iter()
+        .map(|(phase, count)| PhaseCount {
+            phase: phase.into(),
+            count,
+        })
+        .collect())
+}
+
+/// A model deployment, read in a project authorised once for the whole query.
+pub struct DeploymentNode {
+    pub deployment: Deployment,
+    pub project: Arc<Authorized>,
+}
+
+#[Object(name = "Deployment")]
+impl DeploymentNode {
+    async fn id(&self) -> Uuid {
+        self.deployment.id
+    }
+    async fn project(&self) -> &str {
+        &self.deployment.project
+    }
+    async fn name(&self) -> &str {
+        &self.deployment.name
+    }
+    /// Bumped by every accepted spec change; pass as `expectedGeneration` to change safely.
+    async fn generation(&self) -> i64 {
+        self.deployment.generation
+    }
+    /// The spec as stored (the same JSON as REST's `spec`).
+    async fn spec(&self) -> Json<&domain::DeploymentSpec> {
+        Json(&self.deployment.spec)
+    }
+    async fn phase(&self) -> Phase {
+        self.deployment.status.phase.into()
+    }
+    /// One line: what is happening, or why not.
+    async fn message(&self) -> &str {
+        &self.deployment.status.message
+    }
+    async fn observed_generation(&self) -> i64 {
+        self.deployment.status.observed_generation
+    }
+    async fn replicas(&self) -> ReplicaCounts {
+        let r = &self.deployment.status.replicas;
+        ReplicaCounts {
+            desired: r.desired,
+            updated: r.updated,
+            ready: r.ready,
+            available: r.available,
+        }
+    }
+    async fn conditions(&self) -> Vec<Condition> {
+        self.deployment
+            .status
+            .conditions
+            .iter()
+            .map(|c| Condition {
+                type_: c.type_.clone(),
+                status: c.status.into(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                last_transition_time: c.last_transition_time,
+            })
+            .collect()
+    }
+    async fn endpoints(&self) -> Endpoints {
+        let e = &self.deployment.status.endpoints;
+        Endpoints {
+            cluster: e.cluster.clone(),
+            external: e.external.clone(),
+            openai_base: e.openai_base.clone(),
+            reason: e.reason.clone(),
+        }
+    }
+    async fn restarted_at(&self) -> Option<DateTime<Utc>> {
+        self.deployment.restarted_at
+    }
+    async fn deletion_requested_at(&self) -> Option<DateTime<Utc>> {
+        self.deployment.deletion_requested_at
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.deployment.created_at
+    }
+    async fn updated_at(&self) -> DateTime<Utc> {
+        self.deployment.updated_at
+    }
+    /// The Kubernetes objects modelplane keeps for it (each named after the deployment).
+    async fn objects(&self) -> Vec<OwnedObject> {
+        let namespace = self.project.namespace.clone();
+        let mut kinds = vec!["Deployment", "Service", "HTTPRoute"];
+        if self.deployment.status.replicas.desired > 1 {
+            kinds.push("PodDisruptionBudget");
+        }
+        kinds
+            .into_iter()
+            .map(|kind| OwnedObject {
+                kind: kind.into(),
+                namespace: namespace.clone(),
+                name: self.deployment.name.clone(),
+            })
+            .collect()
+    }
+    /// The newest `count` (1 to 20) timeline entries, newest first; a page of deployments
+    /// reads them for all its deployments at once.
+    async fn latest_events(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 5)] count: i64,
+    ) -> Result<Vec<TimelineEventNode>> {
+        let key = super::loaders::LatestEvents(self.key(count));
+        let events = loader(ctx)?
+            .load_one(key)
+            .await
+            .map_err(|e| service_error_shared(&e))?;
+        Ok(events
+            .map(|e| e.0)
+            .unwrap_or_default()
+            .into_iter()
+            .map(TimelineEventNode)
+            .collect())
+    }
+    /// How many spec revisions it has (read for a whole page at once).
+    async fn revision_count(&self, ctx: &Context<'_>) -> Result<i64> {
+        let key = super::loaders::RevisionCount(self.key(0));
+        Ok(loader(ctx)?
+            .load_one(key)
+            .await
+            .map_err(|e| service_error_shared(&e))?
+            .unwrap_or(0))
+    }
+    /// Spec revisions, newest first.
+    async fn revisions(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i64>,
+        after: Option<String>,
+    ) -> Result<Page_<RevisionNode>> {
+        let (state, _) = state(ctx)?;
+        let page = service::deployments::list_revisions_in(
+            &state.ctx,
+            &self.project,
+            self.deployment.id,
+            first,
+            after.as_deref(),
+        )
+        .await
+        .map_err(service_error)?;
+        Ok(connection(page, after.is_some(), RevisionNode))
+    }
+    /// The timeline, oldest first.
+    async fn events(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i64>,
+        after: Option<String>,
+    ) -> Result<Page_<TimelineEventNode>> {
+        let (state, _) = state(ctx)?;
+        let page = service::deployments::list_events_in(
+            &state.ctx,
+            &self.project,
+            self.deployment.id,
+            first,
+            after.as_deref(),
+        )
+        .await
+        .map_err(service_error)?;
+        Ok(connection(page, after.is_some(), TimelineEventNode))
+    }
+}
+
+impl DeploymentNode {
+    fn key(&self, per: i64) -> super::loaders::Key {
+        super::loaders::Key {
+            project: self.project.clone(),
+            deployment: self.deployment.id,
+            per,
+        }
+    }
+}
+
+fn loader<'a>(
+    ctx: &Context<'a>,
+) -> Result<&'a async_graphql::dataloader::DataLoader<super::loaders::Batch>> {
+    ctx.data::<async_graphql::dataloader::DataLoader<super::loaders::Batch>>()
+}
+
+/// A batch's error, shared by every key of the batch.
+fn service_error_shared(err: &service::ServiceError) -> async_graphql::Error {
+    match err {
+        service::ServiceError::Invalid(errors) => super::errors::field_errors(errors.clone()),
+        other => async_graphql::Error::new(other.to_string())
+            .extend_with(|_, e| e.set("code", "INTERNAL")),
+    }
+}
+
+pub struct RevisionNode(pub Revision);
+
+#[Object(name = "Revision")]
+impl RevisionNode {
+    async fn revision(&self) -> i64 {
+        self.0.revision
+    }
+    async fn spec(&self) -> Json<&domain::DeploymentSpec> {
+        Json(&self.0.spec)
+    }
+    async fn reason(&self) -> &str {
+        &self.0.reason
+    }
+    async fn actor(&self) -> &str {
+        &self.0.actor
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+}
+
+pub struct TimelineEventNode(pub TimelineEvent);
+
+#[Object(name = "TimelineEvent")]
+impl TimelineEventNode {
+    async fn id(&self) -> i64 {
+        self.0.id
+    }
+    async fn deployment_id(&self) -> Uuid {
+        self.0.deployment_id
+    }
+    /// `Created`, `SpecChanged`, `Scaled`, … (as REST reports them).
+    async fn kind(&self) -> &'static str {
+        self.0.kind.as_str()
+    }
+    async fn message(&self) -> &str {
+        &self.0.message
+    }
+    async fn actor(&self) -> &str {
+        &self.0.actor
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+}
