@@ -89,6 +89,8 @@ cat >&2 <<MSG
     REST API        $base/api/v1/projects
     API reference   $base/api/docs
     OpenAPI         $base/api/openapi.json
+    GraphQL         $base/graphql (GraphiQL in a browser; subscriptions at ${base/http/ws}/graphql/ws)
+    Live (SSE)      curl -N -H "\$AUTH" $base/api/v1/projects/<project>/watch
     Health          $base/healthz  $base/readyz   Metrics  $base/metrics
     Database        ${DATABASE_URL}
     Kubernetes      $cluster_note

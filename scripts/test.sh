@@ -31,8 +31,9 @@ log "GraphQL schema (openapi/schema.graphql) matches the code"
 cargo run --quiet --bin modelplane -- graphql-schema | diff -u openapi/schema.graphql - \
   || die "openapi/schema.graphql is stale: run 'cargo run --bin modelplane -- graphql-schema > openapi/schema.graphql'"
 
-# GraphiQL's files, which the tests load from /graphql as a browser would.
+# GraphiQL's files, which the tests load from /graphql, and the browser that loads them.
 scripts/graphiql.sh >/dev/null
+scripts/browser.sh >/dev/null
 
 if [ -x emulator/scripts/install-kubectl.sh ]; then
   KUBECTL=$(emulator/scripts/install-kubectl.sh)

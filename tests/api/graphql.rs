@@ -634,3 +634,33 @@ async fn admins_manage_tokens_and_role_bindings_through_graphql(pool: PgPool) {
         .unwrap();
     assert_eq!(after.status(), StatusCode::UNAUTHORIZED);
 }
+
+/// GraphiQL in Chromium (Debian's, driven by playwright-core) with every request outside
+/// this modelplane aborted: it loads, takes a token in its Headers tab and runs a query.
+#[sqlx::test]
+async fn graphiql_runs_a_query_in_a_browser_with_no_internet(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/graphiql.js");
+    let output = tokio::process::Command::new("node")
+        .arg(&script)
+        .arg(&app.base)
+        .arg(ADMIN_TOKEN)
+        .output()
+        .await
+        .expect("node runs (scripts/browser.sh installs what it needs)");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        report["outside"],
+        json!([]),
+        "nothing is fetched from elsewhere"
+    );
+    assert_eq!(report["errors"], json!([]), "no script error");
+    // The result pane as shown (CodeMirror's text, not strict JSON).
+    let result = report["result"].as_str().unwrap();
+    assert!(result.contains(r#""name": "token:bootstrap""#), "{result}");
+}
