@@ -30,6 +30,7 @@ const CHANGES: i64 = 20;
 
 #[tokio::main]
 async fn main() {
+    modelplane::install_crypto_provider();
     let watchers: usize = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
@@ -134,15 +135,22 @@ async fn main() {
                 buffer.push_str(std::str::from_utf8(&chunk).unwrap());
                 while let Some(end) = buffer.find("\n\n") {
                     let block: String = buffer.drain(..end + 2).collect();
-                    if block.contains("event: state") {
+                    let field = |name: &str| {
+                        block
+                            .lines()
+                            .find_map(|l| l.strip_prefix(name))
+                            .map(str::trim_start)
+                    };
+                    let event = field("event:");
+                    if std::env::var_os("BENCH_DEBUG").is_some() {
+                        eprintln!("{block:?}");
+                    }
+                    if event == Some("state") {
                         if let Some(tx) = tx.take() {
                             let _ = tx.send(());
                         }
-                    } else if block.contains("event: spec") {
-                        let data = block
-                            .lines()
-                            .find_map(|l| l.strip_prefix("data: "))
-                            .unwrap();
+                    } else if event == Some("spec") {
+                        let data = field("data:").unwrap();
                         let deployment: Value = serde_json::from_str(data).unwrap();
                         let generation = deployment["generation"].as_i64().unwrap();
                         received.lock().unwrap().push((generation, now));
@@ -163,13 +171,22 @@ async fn main() {
             &actor,
             "bench",
             "model-000",
+            // 2, 1, 2, …: each a real change (the same count again would be no generation).
             ScaleDeployment {
-                replicas: generation % 2 + 1,
+                replicas: 2 - generation % 2,
             },
             &Precondition::None,
         )
         .await
         .unwrap();
+        if std::env::var_os("BENCH_DEBUG").is_some() {
+            let rows: Vec<(i64, String)> =
+                sqlx::query_as("select seq, kind from deployment_change order by seq")
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+            eprintln!("feed after the change: {rows:?}");
+        }
         let limit = Instant::now() + Duration::from_secs(30);
         loop {
             let seen: Vec<Instant> = received

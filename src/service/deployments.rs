@@ -365,11 +365,12 @@ pub async fn get_deployment_by_id(
     id: Uuid,
 ) -> Result<(Authorized, Deployment), ServiceError> {
     let not_found = || ServiceError::not_found("deployment", id.to_string());
-    let (row, project) = store::deployments::find_deployment_anywhere(&ctx.pool, id)
+    let found = store::deployments::find_reconcile_target(&ctx.pool, id)
         .await?
         .ok_or_else(not_found)?;
+    let row = found.row;
     // Another project's id reads as missing, as a name would.
-    let project = authorize(ctx, actor, &project, Role::Viewer)
+    let project = authorize(ctx, actor, &found.project, Role::Viewer)
         .await
         .map_err(|_| not_found())?;
     let deployment = row.into_record(&project.name);

@@ -129,41 +129,6 @@ pub async fn find_deployment_by_id(
     .await
 }
 
-/// A deployment by id in any project, with its project's name.
-#[instrument(skip(db))]
-pub async fn find_deployment_anywhere(
-    db: impl PgExecutor<'_>,
-    id: Uuid,
-) -> Result<Option<(DeploymentRow, String)>, sqlx::Error> {
-    let row = sqlx::query!(
-        r#"select d.id, d.project_id, d.name, d.generation,
-                  d.spec as "spec: Json<DeploymentSpec>", d.status as "status: Json<DeploymentStatus>",
-                  d.restarted_at, d.deletion_requested_at, d.created_at, d.updated_at,
-                  p.name as project
-           from model_deployment d join project p on p.id = d.project_id where d.id = $1"#,
-        id
-    )
-    .fetch_optional(db)
-    .await?;
-    Ok(row.map(|r| {
-        (
-            DeploymentRow {
-                id: r.id,
-                project_id: r.project_id,
-                name: r.name,
-                generation: r.generation,
-                spec: r.spec,
-                status: r.status,
-                restarted_at: r.restarted_at,
-                deletion_requested_at: r.deletion_requested_at,
-                created_at: r.created_at,
-                updated_at: r.updated_at,
-            },
-            r.project,
-        )
-    }))
-}
-
 /// How many deployments of a project are in each phase.
 #[instrument(skip(db))]
 pub async fn phase_counts(

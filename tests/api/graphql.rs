@@ -664,3 +664,103 @@ async fn graphiql_runs_a_query_in_a_browser_with_no_internet(pool: PgPool) {
     let result = report["result"].as_str().unwrap();
     assert!(result.contains(r#""name": "token:bootstrap""#), "{result}");
 }
+
+/// A list's cost is its page size times its items': a document asking for 200 deployments
+/// with 200 revisions each is refused before anything runs; introspection can be turned off.
+#[sqlx::test]
+async fn documents_over_the_complexity_limit_are_refused_and_introspection_can_be_off(
+    pool: PgPool,
+) {
+    let app = TestApp::spawn(pool).await;
+    app.create_project("team-a").await;
+    let heavy = graphql(
+        &app,
+        r#"{ deployments(project: "team-a", first: 200) { edges { node {
+             revisions(first: 200) { edges { node { revision spec } } } } } } }"#,
+        json!({}),
+    )
+    .await;
+    assert!(heavy["data"].is_null(), "{heavy}");
+    assert!(
+        heavy["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too complex"),
+        "{heavy}"
+    );
+    let fine = graphql(
+        &app,
+        r#"{ deployments(project: "team-a", first: 100) { edges { node { name
+             latestEvents(count: 5) { kind } revisionCount } } } }"#,
+        json!({}),
+    )
+    .await;
+    assert!(fine["errors"].is_null(), "{fine}");
+
+    let introspection = "{ __schema { queryType { name } } }";
+    let open = graphql(&app, introspection, json!({})).await;
+    assert_eq!(open["data"]["__schema"]["queryType"]["name"], "Query");
+    let closed = modelplane::api::graphql::schema(modelplane::api::graphql::GraphqlLimits {
+        introspection: false,
+        ..Default::default()
+    });
+    // async-graphql answers a disabled introspection with `__schema: null`.
+    let refused = closed
+        .execute(introspection)
+        .await
+        .data
+        .into_json()
+        .unwrap();
+    assert_eq!(refused, json!({"__schema": null}));
+}
+
+/// `deploymentsChanged` watches a project through a filter, and `afterSeq` resumes a
+/// subscription without missing what changed while it was away.
+#[sqlx::test]
+async fn a_project_subscription_filters_and_resumes_after_a_sequence_number(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    app.create_project("team-a").await;
+    for name in ["chat-a", "embed-a"] {
+        assert_eq!(
+            app.create_deployment("team-a", name).await.status(),
+            StatusCode::CREATED
+        );
+    }
+    let subscribe = |after: Option<i64>| {
+        json!({"id": "1", "type": "subscribe", "payload": {
+            "query": r#"subscription($after: Int) { deploymentsChanged(project: "team-a",
+                          filter: {namePrefix: "chat-"}, afterSeq: $after) {
+                          seq kind deployment { name generation } } }"#,
+            "variables": {"after": after}}})
+    };
+    let mut client = WsClient::connect(&app, ADMIN_TOKEN).await.unwrap();
+    client.send(subscribe(None)).await;
+    let state = client.next().await.unwrap();
+    let change = &state["payload"]["data"]["deploymentsChanged"];
+    assert_eq!(
+        change["deployment"]["name"], "chat-a",
+        "only the filter's: {state}"
+    );
+    assert_eq!(change["kind"], Value::Null);
+    let seen = change["seq"].as_i64().unwrap();
+    drop(client);
+
+    // Away: both change; on resume only chat-a's change arrives, and nothing from before.
+    for name in ["embed-a", "chat-a"] {
+        let scaled = app
+            .post_json(
+                &format!("/api/v1/projects/team-a/deployments/{name}/scale"),
+                &json!({"replicas": 2}),
+            )
+            .await;
+        assert_eq!(scaled.status(), StatusCode::OK);
+    }
+    let mut client = WsClient::connect(&app, ADMIN_TOKEN).await.unwrap();
+    client.send(subscribe(Some(seen))).await;
+    let resumed = client.next().await.unwrap();
+    let change = &resumed["payload"]["data"]["deploymentsChanged"];
+    assert_eq!(change["kind"], "SPEC", "{resumed}");
+    assert_eq!(change["deployment"]["name"], "chat-a");
+    assert_eq!(change["deployment"]["generation"], 2);
+    assert!(change["seq"].as_i64().unwrap() > seen);
+}

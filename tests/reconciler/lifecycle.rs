@@ -485,7 +485,7 @@ async fn a_graphql_subscriber_sees_the_rollout_go_ready_live(pool: PgPool) {
     client
         .send(json!({"id": "1", "type": "subscribe", "payload": {"query":
             r#"subscription { deploymentChanged(project: "team-a", name: "qwen") {
-                 seq kind deployment { phase spec replicas { ready } } } }"#}}))
+                 seq kind deletedId deployment { phase spec replicas { ready } } } }"#}}))
         .await;
     let mut phases: Vec<String> = Vec::new();
     while phases.last().map(String::as_str) != Some("READY") {
@@ -513,6 +513,28 @@ async fn a_graphql_subscriber_sees_the_rollout_go_ready_live(pool: PgPool) {
         let change = &message["payload"]["data"]["deploymentChanged"];
         if change["kind"] == "SPEC" {
             assert_eq!(change["deployment"]["spec"]["replicas"], 2);
+            break;
+        }
+    }
+    // The deletion is the last message: then the server completes the subscription.
+    let deleted = h
+        .app
+        .request(Method::DELETE, "/api/v1/projects/team-a/deployments/qwen")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::ACCEPTED);
+    loop {
+        let message = client.next().await.expect("the subscription stays open");
+        assert_eq!(message["type"], "next", "before the deletion: {message}");
+        let change = &message["payload"]["data"]["deploymentChanged"];
+        if change["kind"] == "DELETED" {
+            assert!(change["deployment"].is_null());
+            assert_eq!(
+                client.next().await.unwrap()["type"],
+                "complete",
+                "nothing after the deletion"
+            );
             break;
         }
     }

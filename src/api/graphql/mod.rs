@@ -27,7 +27,8 @@ use crate::service::Actor;
 
 pub type ModelplaneSchema = Schema<query::Query, mutation::Mutation, subscription::Subscription>;
 
-/// Limits on one GraphQL document.
+/// Limits on one GraphQL document. A list field's complexity is its page size times its
+/// items' (so 200 deployments with 200 revisions each is refused before it runs).
 #[derive(Debug, Clone, Copy)]
 pub struct GraphqlLimits {
     pub max_depth: usize,

@@ -66,6 +66,7 @@ impl Query {
     }
 
     /// The projects the caller has a role on, oldest first.
+    #[graphql(complexity = "first.unwrap_or(50).clamp(1, 200) as usize * child_complexity + 1")]
     async fn projects(
         &self,
         ctx: &Context<'_>,
@@ -126,6 +127,7 @@ impl Query {
     }
 
     /// A project's deployments, oldest first.
+    #[graphql(complexity = "first.unwrap_or(50).clamp(1, 200) as usize * child_complexity + 1")]
     async fn deployments(
         &self,
         ctx: &Context<'_>,

@@ -291,6 +291,7 @@ impl DeploymentNode {
     }
     /// The newest `count` (1 to 20) timeline entries, newest first; a page of deployments
     /// reads them for all its deployments at once.
+    #[graphql(complexity = "count.clamp(1, 20) as usize * child_complexity + 1")]
     async fn latest_events(
         &self,
         ctx: &Context<'_>,
@@ -318,6 +319,7 @@ impl DeploymentNode {
             .unwrap_or(0))
     }
     /// Spec revisions, newest first.
+    #[graphql(complexity = "first.unwrap_or(50).clamp(1, 200) as usize * child_complexity + 1")]
     async fn revisions(
         &self,
         ctx: &Context<'_>,
@@ -337,6 +339,7 @@ impl DeploymentNode {
         Ok(connection(page, after.is_some(), RevisionNode))
     }
     /// The timeline, oldest first.
+    #[graphql(complexity = "first.unwrap_or(50).clamp(1, 200) as usize * child_complexity + 1")]
     async fn events(
         &self,
         ctx: &Context<'_>,
