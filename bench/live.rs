@@ -142,9 +142,6 @@ async fn main() {
                             .map(str::trim_start)
                     };
                     let event = field("event:");
-                    if std::env::var_os("BENCH_DEBUG").is_some() {
-                        eprintln!("{block:?}");
-                    }
                     if event == Some("state") {
                         if let Some(tx) = tx.take() {
                             let _ = tx.send(());
@@ -179,14 +176,6 @@ async fn main() {
         )
         .await
         .unwrap();
-        if std::env::var_os("BENCH_DEBUG").is_some() {
-            let rows: Vec<(i64, String)> =
-                sqlx::query_as("select seq, kind from deployment_change order by seq")
-                    .fetch_all(&pool)
-                    .await
-                    .unwrap();
-            eprintln!("feed after the change: {rows:?}");
-        }
         let limit = Instant::now() + Duration::from_secs(30);
         loop {
             let seen: Vec<Instant> = received

@@ -6,13 +6,14 @@
 //! GraphQL subscriptions next) filter the broadcast, load what changed through the same
 //! reads REST uses, and resume from a sequence number out of the table.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::Stream;
 use sqlx::PgPool;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{OnceCell, broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -32,7 +33,20 @@ pub struct ChangeHub {
     sender: broadcast::Sender<Change>,
     /// The newest sequence number broadcast.
     latest: AtomicI64,
+    /// What each recent change loaded, shared by every watcher it reaches: a thousand
+    /// watchers of one deployment cost one read, not a thousand.
+    loaded: Mutex<HashMap<i64, Arc<OnceCell<Loaded>>>>,
 }
+
+/// What a change's watchers send, read once.
+#[derive(Debug, Clone)]
+enum Loaded {
+    Deployment(Option<Box<Deployment>>),
+    Event(Option<TimelineEvent>),
+}
+
+/// Loads kept for changes this far behind the newest (a lagging watcher reads its own).
+const SHARED_LOADS: i64 = 1024;
 
 impl ChangeHub {
     /// Starts following the feed until `shutdown`.
@@ -45,6 +59,7 @@ impl ChangeHub {
         let hub = Arc::new(Self {
             sender,
             latest: AtomicI64::new(newest.unwrap_or(0)),
+            loaded: Mutex::default(),
         });
         tokio::spawn(hub.clone().follow(pool.clone(), shutdown.clone()));
         tokio::spawn(prune(pool, shutdown));
@@ -53,6 +68,49 @@ impl ChangeHub {
 
     pub fn latest(&self) -> i64 {
         self.latest.load(Ordering::Acquire)
+    }
+
+    /// The cell holding what `seq` loads, made on first use; old cells are dropped.
+    fn cell(&self, seq: i64) -> Arc<OnceCell<Loaded>> {
+        let mut loaded = self.loaded.lock().expect("not poisoned");
+        let floor = self.latest() - SHARED_LOADS;
+        if loaded.len() as i64 > SHARED_LOADS {
+            loaded.retain(|s, _| *s > floor);
+        }
+        loaded.entry(seq).or_default().clone()
+    }
+
+    /// What `change` loads (the deployment as it is now, or the timeline entry), read by
+    /// the first watcher that needs it and shared with the rest. The caller has checked the
+    /// change is in a project it may read.
+    async fn load(&self, ctx: &Context, change: &Change, project: &str) -> Result<Loaded, ()> {
+        let read = async {
+            let loaded = match change.event_id {
+                Some(id) if change.kind == ChangeKind::Event => Loaded::Event(
+                    store::events::find_event(&ctx.pool, change.project_id, id)
+                        .await
+                        .map_err(|_| ())?,
+                ),
+                _ => Loaded::Deployment(
+                    store::deployments::find_deployment_by_id(
+                        &ctx.pool,
+                        change.project_id,
+                        change.deployment_id,
+                    )
+                    .await
+                    .map_err(|_| ())?
+                    .map(|row| Box::new(row.into_record(project))),
+                ),
+            };
+            Ok::<_, ()>(loaded)
+        };
+        if change.seq <= self.latest() - SHARED_LOADS {
+            return read.await;
+        }
+        self.cell(change.seq)
+            .get_or_try_init(|| read)
+            .await
+            .cloned()
     }
 
     async fn follow(self: Arc<Self>, pool: PgPool, shutdown: CancellationToken) {
@@ -172,6 +230,7 @@ pub async fn watch(
     };
     let (sender, events) = mpsc::channel(64);
     let watcher = Watcher {
+        hub: hub.clone(),
         ctx: ctx.clone(),
         actor: actor.clone(),
         project,
@@ -187,6 +246,7 @@ pub async fn watch(
 }
 
 struct Watcher {
+    hub: Arc<ChangeHub>,
     ctx: Context,
     actor: Actor,
     project: Authorized,
@@ -322,35 +382,24 @@ impl Watcher {
                 seq: change.seq,
                 id: change.deployment_id,
             },
-            ChangeKind::Event => {
-                let Some(id) = change.event_id else {
-                    return Ok(());
-                };
-                match store::events::find_event(&self.ctx.pool, self.project.id, id).await {
-                    Ok(Some(event)) => WatchEvent::Timeline {
-                        seq: change.seq,
-                        event,
-                    },
-                    Ok(None) => return Ok(()),
-                    Err(_) => return Err(Ended),
-                }
-            }
-            kind => {
-                let found = store::deployments::find_deployment_by_id(
-                    &self.ctx.pool,
-                    self.project.id,
-                    change.deployment_id,
-                )
+            kind => match self
+                .hub
+                .load(&self.ctx, &change, &self.project.name)
                 .await
-                .map_err(|_| Ended)?;
-                // Gone meanwhile: its deletion follows.
-                let Some(row) = found else { return Ok(()) };
-                WatchEvent::Deployment {
+                .map_err(|()| Ended)?
+            {
+                Loaded::Event(Some(event)) => WatchEvent::Timeline {
+                    seq: change.seq,
+                    event,
+                },
+                Loaded::Deployment(Some(deployment)) => WatchEvent::Deployment {
                     seq: change.seq,
                     kind: Some(kind),
-                    deployment: Box::new(row.into_record(&self.project.name)),
-                }
-            }
+                    deployment,
+                },
+                // Gone meanwhile: its deletion follows.
+                Loaded::Event(None) | Loaded::Deployment(None) => return Ok(()),
+            },
         };
         let deleted = matches!(event, WatchEvent::Deleted { .. });
         self.send(event).await?;
