@@ -296,6 +296,24 @@ async fn mutations_follow_rests_rules_fields_and_codes(pool: PgPool) {
         .unwrap();
     let body: Value = get_mutation.json().await.unwrap();
     assert_eq!(code(&body), "INVALID_INPUT");
+    // Nor one a multi-operation document names with `operationName`.
+    let hidden = "query Q { viewer { name } } mutation M { deleteDeployment(project: \"team-a\", name: \"qwen\") { name } }";
+    let get_hidden = app
+        .request(
+            Method::GET,
+            &format!(
+                "/graphql?operationName=M&query={}",
+                form_urlencoded::byte_serialize(hidden.as_bytes()).collect::<String>()
+            ),
+        )
+        .send()
+        .await
+        .unwrap();
+    let body: Value = get_hidden.json().await.unwrap();
+    assert_eq!(code(&body), "INVALID_INPUT", "{body}");
+    let still_there = app.get("/api/v1/projects/team-a/deployments/qwen").await;
+    let still_there: Value = still_there.json().await.unwrap();
+    assert!(still_there["deletionRequestedAt"].is_null());
 }
 
 #[sqlx::test]

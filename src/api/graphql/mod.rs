@@ -126,8 +126,19 @@ async fn execute(
     response.into()
 }
 
+/// Whether the document holds a mutation (any of its operations: `operationName` may pick
+/// one that is not first). A document that does not parse is left to the executor to refuse.
 fn is_mutation(query: &str) -> bool {
-    query.trim_start().starts_with("mutation")
+    use async_graphql::parser::types::{DocumentOperations, OperationType};
+    let Ok(document) = async_graphql::parser::parse_query(query) else {
+        return false;
+    };
+    let is =
+        |op: &async_graphql::parser::types::OperationDefinition| op.ty == OperationType::Mutation;
+    match &document.operations {
+        DocumentOperations::Single(op) => is(&op.node),
+        DocumentOperations::Multiple(ops) => ops.values().any(|op| is(&op.node)),
+    }
 }
 
 /// `GET /graphql`: GraphiQL for a browser; a query for anything else.
