@@ -6,6 +6,9 @@
 //! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench --bench converge -- 1000`
 //! It creates (and drops) its own database.
 
+#[path = "support.rs"]
+mod support;
+
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -20,7 +23,6 @@ use modelplane::service::projects::{CreateProject, create_project};
 use modelplane::service::{Actor, Context};
 use modelplane_emulator::Emulator;
 use serde_json::json;
-use sqlx::{Connection, PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
@@ -29,21 +31,8 @@ async fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(1000);
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL names a Postgres server");
-    let server = base
-        .rsplit_once('/')
-        .map_or(base.as_str(), |(s, _)| s)
-        .to_owned();
-    let name = format!("modelplane_bench_{}", std::process::id());
-    let mut admin = PgConnection::connect(&format!("{server}/postgres"))
-        .await
-        .unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    let pool = PgPool::connect(&format!("{server}/{name}")).await.unwrap();
-    modelplane::store::migrate(&pool).await.unwrap();
+    let database = support::ScratchDatabase::create("modelplane_bench").await;
+    let (name, pool) = (database.name.clone(), database.pool.clone());
 
     let emulator = Emulator::builder().start().await.unwrap();
     let kubeconfig = std::env::temp_dir().join(format!("{name}.kubeconfig"));
@@ -210,13 +199,7 @@ async fn main() {
     );
 
     shutdown.cancel();
-    pool.close().await;
     emulator.shutdown().await;
     let _ = std::fs::remove_file(&kubeconfig);
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "drop database {name} with (force)"
-    )))
-    .execute(&mut admin)
-    .await
-    .unwrap();
+    database.drop().await;
 }

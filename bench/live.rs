@@ -7,6 +7,9 @@
 //! (the argument is N; each watcher is a TCP connection on both ends, so N needs twice as many
 //! file descriptors: `ulimit -n` must allow it). It creates (and drops) its own database.
 
+#[path = "support.rs"]
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,7 +25,6 @@ use modelplane::service::deployments::{
 use modelplane::service::projects::{CreateProject, create_project};
 use modelplane::service::{self, Actor, Context, Precondition};
 use serde_json::{Value, json};
-use sqlx::{Connection, PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 const TOKEN: &str = "mpt_bench-admin-token-0123456789abcdef0123456789";
@@ -35,21 +37,8 @@ async fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(1000);
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL names a Postgres server");
-    let server = base
-        .rsplit_once('/')
-        .map_or(base.as_str(), |(s, _)| s)
-        .to_owned();
-    let name = format!("modelplane_bench_live_{}", std::process::id());
-    let mut admin = PgConnection::connect(&format!("{server}/postgres"))
-        .await
-        .unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    let pool = PgPool::connect(&format!("{server}/{name}")).await.unwrap();
-    modelplane::store::migrate(&pool).await.unwrap();
+    let database = support::ScratchDatabase::create("modelplane_bench_live").await;
+    let pool = database.pool.clone();
 
     let ctx = Context {
         pool: pool.clone(),
@@ -265,13 +254,7 @@ async fn main() {
     );
 
     stop.cancel();
-    pool.close().await;
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "drop database {name} with (force)"
-    )))
-    .execute(&mut admin)
-    .await
-    .unwrap();
+    database.drop().await;
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
