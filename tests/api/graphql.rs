@@ -78,6 +78,15 @@ async fn queries_page_filter_and_read_deployments_as_rest_does(pool: PgPool) {
         alpha["objects"][0],
         json!({"kind": "Deployment", "namespace": "team-a", "name": "alpha"})
     );
+    // What the worker makes: a route (the test server has a default Gateway), no budget for
+    // one replica.
+    let kinds: Vec<&str> = alpha["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Deployment", "Service", "HTTPRoute"]);
     // The same as REST reports.
     let rest: Value = app
         .get("/api/v1/projects/team-a/deployments/alpha")

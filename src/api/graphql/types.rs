@@ -274,20 +274,29 @@ impl DeploymentNode {
         self.deployment.updated_at
     }
     /// The Kubernetes objects modelplane keeps for it (each named after the deployment).
-    async fn objects(&self) -> Vec<OwnedObject> {
-        let namespace = self.project.namespace.clone();
-        let mut kinds = vec!["Deployment", "Service", "HTTPRoute"];
-        if self.deployment.status.replicas.desired > 1 {
+    async fn objects(&self, ctx: &Context<'_>) -> Result<Vec<OwnedObject>> {
+        let (state, _) = state(ctx)?;
+        let spec = &self.deployment.spec;
+        let mut kinds = vec!["Deployment", "Service"];
+        // A route only when a Gateway is named (the spec's or the server's default), a
+        // budget only above one replica: as the worker builds them.
+        if spec.routing.gateway.is_some() || state.ctx.routing.default_gateway.is_some() {
+            kinds.push("HTTPRoute");
+        }
+        if spec
+            .serving(&self.deployment.name)
+            .is_ok_and(|serving| serving.replicas > 1)
+        {
             kinds.push("PodDisruptionBudget");
         }
-        kinds
+        Ok(kinds
             .into_iter()
             .map(|kind| OwnedObject {
                 kind: kind.into(),
-                namespace: namespace.clone(),
+                namespace: self.project.namespace.clone(),
                 name: self.deployment.name.clone(),
             })
-            .collect()
+            .collect())
     }
     /// The newest `count` (1 to 20) timeline entries, newest first; a page of deployments
     /// reads them for all its deployments at once.
