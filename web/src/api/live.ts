@@ -1,0 +1,103 @@
+// Live views built on the SSE watch streams (`GET …/watch`): the first events are the
+// current state, then every change arrives as it is committed. The results also refresh
+// the TanStack Query cache, so every screen showing a deployment follows it.
+import { useEffect, useState } from 'react';
+import { useQueryClient } from '@tanstack/react-query';
+import type { Deployment, TimelineEvent } from './client';
+import { follow } from './sse';
+
+export interface LiveStatus {
+  /** The stream is open. */
+  connected: boolean;
+  /** The first state has arrived. */
+  loaded: boolean;
+  error?: string;
+}
+
+const enc = encodeURIComponent;
+
+/** Every deployment of a project, live, by name. */
+export function useProjectDeployments(project: string | undefined) {
+  const client = useQueryClient();
+  const [items, setItems] = useState<Map<string, Deployment>>(new Map());
+  const [status, setStatus] = useState<LiveStatus>({ connected: false, loaded: false });
+
+  useEffect(() => {
+    if (!project) return;
+    const abort = new AbortController();
+    let current = new Map<string, Deployment>();
+    setItems(current);
+    setStatus({ connected: false, loaded: false });
+    // The initial `state` events come in a burst: publish them together.
+    let flush: ReturnType<typeof setTimeout> | undefined;
+    const publish = () => {
+      flush = undefined;
+      setItems(new Map(current));
+    };
+    void follow(`/api/v1/projects/${enc(project)}/watch`, {
+      signal: abort.signal,
+      onStatus: (connected, error) => setStatus((s) => ({ ...s, connected, error: connected ? undefined : error })),
+      onEvent: (event) => {
+        if (event.event === 'reset') {
+          current = new Map();
+        } else if (event.event === 'deleted') {
+          const { id } = JSON.parse(event.data) as { id: string };
+          for (const [name, d] of current) if (d.id === id) current.delete(name);
+        } else if (event.event !== 'event') {
+          const d = JSON.parse(event.data) as Deployment;
+          current.set(d.name, d);
+          client.setQueryData(['deployment', project, d.name], d);
+        }
+        setStatus((s) => (s.loaded ? s : { ...s, loaded: true }));
+        if (!flush) flush = setTimeout(publish, 50);
+      },
+    }).then(() => setStatus((s) => ({ ...s, loaded: true })));
+    // An empty project sends no `state` event: once connected, it is loaded.
+    const loadedWhenIdle = setTimeout(() => setStatus((s) => (s.connected ? { ...s, loaded: true } : s)), 400);
+    return () => {
+      abort.abort();
+      clearTimeout(loadedWhenIdle);
+      if (flush) clearTimeout(flush);
+    };
+  }, [project, client]);
+
+  return { items, status };
+}
+
+/** One deployment and its new timeline entries, live. `deleted` once it is gone. */
+export function useDeploymentWatch(project: string, name: string) {
+  const client = useQueryClient();
+  const [deployment, setDeployment] = useState<Deployment | undefined>();
+  const [events, setEvents] = useState<TimelineEvent[]>([]);
+  const [deleted, setDeleted] = useState(false);
+  const [status, setStatus] = useState<LiveStatus>({ connected: false, loaded: false });
+
+  useEffect(() => {
+    const abort = new AbortController();
+    setDeployment(undefined);
+    setEvents([]);
+    setDeleted(false);
+    void follow(`/api/v1/projects/${enc(project)}/deployments/${enc(name)}/watch`, {
+      signal: abort.signal,
+      onStatus: (connected, error) => setStatus((s) => ({ ...s, connected, error: connected ? undefined : error })),
+      onEvent: (event) => {
+        if (event.event === 'deleted') {
+          setDeleted(true);
+          client.removeQueries({ queryKey: ['deployment', project, name] });
+        } else if (event.event === 'event') {
+          const e = JSON.parse(event.data) as TimelineEvent;
+          setEvents((list) => (list.some((x) => x.id === e.id) ? list : [...list, e]));
+          void client.invalidateQueries({ queryKey: ['revisions', project, name] });
+        } else if (event.event !== 'reset') {
+          const d = JSON.parse(event.data) as Deployment;
+          setDeployment(d);
+          client.setQueryData(['deployment', project, name], d);
+        }
+        setStatus((s) => (s.loaded ? s : { ...s, loaded: true }));
+      },
+    });
+    return () => abort.abort();
+  }, [project, name, client]);
+
+  return { deployment, events, deleted, status };
+}

@@ -1,0 +1,4 @@
+// Placeholder: being built.
+export function ProjectSettings() {
+  return <p>ProjectSettings</p>;
+}
