@@ -55,6 +55,11 @@ async fn main() {
             .unwrap(),
         graphql: api::graphql::schema(api::graphql::GraphqlLimits::default()),
         graphiql_assets: "web/graphiql/node_modules".into(),
+        web_dir: "web/dist".into(),
+        models: service::chat::ModelClient::new(
+            service::chat::ChatVia::External,
+            std::time::Duration::from_secs(10),
+        ),
         auth: Arc::new(Authenticator::new(ctx.clone(), None)),
         ctx: ctx.clone(),
         metrics: PrometheusBuilder::new().build_recorder().handle(),

@@ -282,6 +282,25 @@ pub struct HttpConfig {
     /// Answer GraphQL introspection queries (GraphiQL needs them).
     #[arg(long, env = "MODELPLANE_GRAPHQL_INTROSPECTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub graphql_introspection: bool,
+    /// The built portal (`web/dist`, made by `scripts/portal.sh`), served at `/`.
+    #[arg(long, env = "MODELPLANE_WEB_DIR", default_value = "web/dist")]
+    pub web_dir: std::path::PathBuf,
+    /// Which URL of a deployment the portal's "try it" calls go to.
+    #[arg(long, env = "MODELPLANE_CHAT_VIA", value_enum, default_value_t = ChatVia::External)]
+    pub chat_via: ChatVia,
+    /// Seconds a "try it" call may wait for the model (less than the request timeout).
+    #[arg(long, env = "MODELPLANE_CHAT_TIMEOUT_SECS", default_value_t = 25)]
+    pub chat_timeout_secs: u64,
+}
+
+/// Which of a deployment's URLs modelplane calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChatVia {
+    /// The first external URL (through the Gateway): works wherever the Gateway is reachable,
+    /// e.g. modelplane on a laptop beside the emulator.
+    External,
+    /// The in-cluster Service URL: for modelplane running inside the cluster.
+    Cluster,
 }
 
 impl Default for HttpConfig {
@@ -291,6 +310,9 @@ impl Default for HttpConfig {
             request_timeout_secs: 30,
             graphiql_dir: "web/graphiql/node_modules".into(),
             graphql_introspection: true,
+            web_dir: "web/dist".into(),
+            chat_via: ChatVia::External,
+            chat_timeout_secs: 25,
         }
     }
 }

@@ -122,6 +122,11 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
             ..Default::default()
         }),
         graphiql_assets: config.http.graphiql_dir.clone(),
+        web_dir: config.http.web_dir.clone(),
+        models: crate::service::chat::ModelClient::new(
+            config.http.chat_via,
+            std::time::Duration::from_secs(config.http.chat_timeout_secs),
+        ),
         ctx,
         metrics,
         limiter: Arc::new(RateLimiter::new(

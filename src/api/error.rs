@@ -57,6 +57,9 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// A server modelplane forwarded to failed (the model server behind "try it").
+    #[error("{0}")]
+    BadGateway(String),
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -72,6 +75,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::IdempotencyKeyReused(_) => {
                 Self::Invalid(FieldErrors::single("Idempotency-Key", err.to_string()))
             }
+            ServiceError::ModelUnreachable { message } => Self::BadGateway(message),
             ServiceError::Database(db) => Self::Internal(Box::new(db)),
         }
     }
@@ -123,6 +127,11 @@ impl ApiError {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
                 "Unsupported media type",
+            ),
+            Self::BadGateway(_) => (
+                StatusCode::BAD_GATEWAY,
+                "bad-gateway",
+                "The model server did not answer",
             ),
             Self::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,

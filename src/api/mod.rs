@@ -6,6 +6,7 @@ pub mod extract;
 pub mod graphql;
 pub mod middleware;
 mod openapi;
+mod portal;
 pub mod rate_limit;
 pub mod rest;
 
@@ -43,6 +44,10 @@ pub struct AppState {
     pub graphql: graphql::ModelplaneSchema,
     /// Where GraphiQL's npm packages are.
     pub graphiql_assets: std::path::PathBuf,
+    /// Where the built portal is (served at `/`).
+    pub web_dir: std::path::PathBuf,
+    /// Forwards "try it" chat calls to model servers.
+    pub models: crate::service::chat::ModelClient,
     /// What `/readyz` checks besides the database (the cluster, the worker).
     pub readiness: Vec<Arc<dyn crate::domain::ReadinessCheck>>,
 }
@@ -79,7 +84,7 @@ pub fn router(state: AppState, http: &HttpConfig) -> Router {
             "/graphql/assets/{file}",
             axum::routing::get(graphql::graphiql_asset),
         )
-        .fallback(rest::not_found)
+        .fallback(portal::portal)
         .with_state(state)
         .layer(axum::middleware::from_fn(middleware::read_body_first))
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))

@@ -219,6 +219,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(deployments::restart_deployment))
         .routes(routes!(deployments::rollback_deployment))
         .routes(routes!(deployments::list_revisions))
+        .routes(routes!(deployments::chat_completion))
         .routes(routes!(deployments::list_deployment_events))
         .routes(routes!(deployments::list_project_events))
         .routes(routes!(watch::watch_deployment))

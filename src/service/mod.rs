@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod audit;
+pub mod chat;
 mod cursor;
 pub mod deployments;
 mod diff;
@@ -59,6 +60,9 @@ pub enum ServiceError {
     /// An `Idempotency-Key` was reused with a different request.
     #[error("the Idempotency-Key `{0}` was already used with a different request")]
     IdempotencyKeyReused(String),
+    /// A model server could not be reached or did not answer usefully ("try it").
+    #[error("{message}")]
+    ModelUnreachable { message: String },
     #[error("database error")]
     Database(#[from] sqlx::Error),
 }

@@ -31,6 +31,8 @@ pub struct Options {
     pub cluster: Option<(modelplane::reconciler::cluster::Cluster, bool)>,
     /// A worker whose health `/readyz` reports.
     pub worker: Option<Arc<modelplane::reconciler::health::WorkerHealth>>,
+    /// The built portal served at `/` (none: a directory with nothing in it).
+    pub web_dir: std::path::PathBuf,
 }
 
 impl Default for Options {
@@ -44,6 +46,7 @@ impl Default for Options {
             request_timeout_secs: 30,
             cluster: None,
             worker: None,
+            web_dir: "/nonexistent/modelplane-web".into(),
         }
     }
 }
@@ -90,6 +93,11 @@ impl TestApp {
             graphql: api::graphql::schema(api::graphql::GraphqlLimits::default()),
             graphiql_assets: std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .join("web/graphiql/node_modules"),
+            web_dir: options.web_dir.clone(),
+            models: service::chat::ModelClient::new(
+                service::chat::ChatVia::External,
+                std::time::Duration::from_secs(10),
+            ),
             auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
             ctx,
             metrics: PrometheusBuilder::new().build_recorder().handle(),

@@ -9,6 +9,7 @@ mod graphql;
 mod hardening;
 mod openapi;
 mod paging;
+mod portal;
 mod projects;
 mod routing;
 mod validation;

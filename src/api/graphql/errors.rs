@@ -18,6 +18,7 @@ pub fn code(err: &ApiError) -> &'static str {
         ApiError::Conflict { .. } => "CONFLICT",
         ApiError::PreconditionFailed(_) => "PRECONDITION_FAILED",
         ApiError::PayloadTooLarge(_) | ApiError::UnsupportedMediaType(_) => "INVALID_INPUT",
+        ApiError::BadGateway(_) => "BAD_GATEWAY",
         ApiError::Internal(_) => "INTERNAL",
     }
 }

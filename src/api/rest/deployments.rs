@@ -366,3 +366,37 @@ pub async fn list_project_events(
     .await?;
     Ok(Json(page))
 }
+
+/// Send one OpenAI chat completion to the deployment's model server and return its answer
+/// ("try it"). Needs the viewer role. The body is the OpenAI chat-completions request
+/// (`model` defaults to the served name; `stream` is refused); the answer is the model
+/// server's JSON, unchanged. modelplane calls the deployment's first external URL (or its
+/// in-cluster URL with `MODELPLANE_CHAT_VIA=cluster`), so a browser on modelplane's origin
+/// needs no CORS from the Gateway.
+#[utoipa::path(post, path = "/api/v1/projects/{project}/deployments/{name}/chat/completions", tag = "deployments",
+    params(DeploymentPath),
+    request_body(content = Object, description = "An OpenAI chat-completions request, e.g. `{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}`"),
+    responses(
+        (status = 200, description = "The model server's answer", body = Object),
+        NoSuchDeployment,
+        (status = 409, description = "The deployment has no endpoint yet", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "No `messages`, or `stream: true`", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The model server could not be reached or answered with an error", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn chat_completion(
+    State(state): State<AppState>,
+    Path(DeploymentPath { project, name }): Path<DeploymentPath>,
+    actor: Actor,
+    JsonBody(request): JsonBody<serde_json::Value>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let answer = crate::service::chat::chat_completion(
+        &state.ctx,
+        &state.models,
+        &actor,
+        &project,
+        &name,
+        request,
+    )
+    .await?;
+    Ok(Json(answer))
+}
