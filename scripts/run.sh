@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole system on this machine: Postgres (found or started), the Kubernetes
-# emulator (unless you name a cluster), and modelplane with its API and reconciler worker.
-# Ctrl-C stops everything it started.
+# emulator (unless you name a cluster), and modelplane with its API, reconciler worker and
+# portal. Ctrl-C stops everything it started.
 #
 #   ./scripts/run.sh                                  # emulator + API on http://127.0.0.1:8080
 #   ./scripts/run.sh --kubeconfig ~/.kube/config --context staging   # a real cluster
@@ -21,19 +21,40 @@ done
 ensure_postgres modelplane
 ensure_database "$DATABASE_URL"
 
-# A platform-admin token for this installation, kept in .dev (git-ignored) across runs.
+# A platform-admin token for this database. modelplane stores it on the first start of a
+# database with no live platform-admin token, so it belongs to the database, not to this
+# checkout: it is kept (mode 600) under ~/.local/state/modelplane, one file per database,
+# and every checkout using that database finds the same one. .dev/bootstrap-token is a copy.
 token_file=.dev/bootstrap-token
-if [ -z "${MODELPLANE_BOOTSTRAP_TOKEN:-}" ]; then
-  if [ ! -s "$token_file" ]; then
-    mkdir -p .dev
-    (umask 077; printf 'mpt_%s\n' "$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')" > "$token_file")
+if [ -n "${MODELPLANE_BOOTSTRAP_TOKEN:-}" ]; then
+  token_shown="(MODELPLANE_BOOTSTRAP_TOKEN, from your environment)"
+  token_check=$MODELPLANE_BOOTSTRAP_TOKEN
+else
+  state_dir=${XDG_STATE_HOME:-$HOME/.local/state}/modelplane
+  token_key=$(printf '%s' "${DATABASE_URL%%\?*}" | sha256sum | cut -c1-16)
+  shared_token="$state_dir/bootstrap-token-$token_key"
+  mkdir -p "$state_dir" .dev
+  chmod 700 "$state_dir"
+  if [ ! -s "$shared_token" ]; then
+    if [ -s .dev/bootstrap-token ]; then
+      # A token this checkout made before tokens were kept per database.
+      (umask 077; cp .dev/bootstrap-token "$shared_token")
+    else
+      (umask 077; printf 'mpt_%s\n' "$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')" > "$shared_token")
+    fi
   fi
-  MODELPLANE_BOOTSTRAP_TOKEN=$(cat "$token_file")
+  (umask 077; cp "$shared_token" .dev/bootstrap-token)
+  MODELPLANE_BOOTSTRAP_TOKEN=$(cat "$shared_token")
   export MODELPLANE_BOOTSTRAP_TOKEN
+  token_shown=$MODELPLANE_BOOTSTRAP_TOKEN
+  token_check=$MODELPLANE_BOOTSTRAP_TOKEN
 fi
 
 log "installing GraphiQL's files (npm, once)"
 scripts/graphiql.sh >/dev/null
+log "building the portal (npm; only when web/ changed)"
+MODELPLANE_WEB_DIR=${MODELPLANE_WEB_DIR:-$(scripts/portal.sh)}
+export MODELPLANE_WEB_DIR
 
 log "building modelplane"
 SQLX_OFFLINE=true cargo build --quiet --bin modelplane
@@ -49,19 +70,20 @@ trap cleanup EXIT INT TERM
 if [ -z "${MODELPLANE_KUBECONFIG:-}" ]; then
   emulator_listen=${MODELPLANE_EMULATOR_LISTEN:-127.0.0.1:6443}
   log "starting the Kubernetes emulator on $emulator_listen (no cluster named)"
-  mkdir -p .dev
-  rm -f .dev/kubeconfig
+  kubeconfig=${MODELPLANE_EMULATOR_KUBECONFIG:-.dev/kubeconfig}
+  mkdir -p "$(dirname "$kubeconfig")"
+  rm -f "$kubeconfig"
   gateway_listen=${MODELPLANE_EMULATOR_GATEWAY_LISTEN:-127.0.0.1:8081}
   # A simulated cluster: 3 nodes with 8 GPUs each, kubelets, and a Gateway whose data plane
   # listens on $gateway_listen (sim models answer OpenAI requests there).
-  ./target/debug/modelplane-emulator --listen "$emulator_listen" --kubeconfig-out .dev/kubeconfig \
+  ./target/debug/modelplane-emulator --listen "$emulator_listen" --kubeconfig-out "$kubeconfig" \
     --nodes 3 --gpus-per-node 8 --gateway gateway-system/inference --gateway-listen "$gateway_listen" &
   pids+=($!)
-  for _ in $(seq 1 100); do [ -s .dev/kubeconfig ] && break; sleep 0.1; done
-  [ -s .dev/kubeconfig ] || die "the emulator did not start (see the log above)"
-  export MODELPLANE_KUBECONFIG=.dev/kubeconfig
+  for _ in $(seq 1 100); do [ -s "$kubeconfig" ] && break; sleep 0.1; done
+  [ -s "$kubeconfig" ] || die "the emulator did not start (see the log above)"
+  export MODELPLANE_KUBECONFIG=$kubeconfig
   export MODELPLANE_GATEWAY=${MODELPLANE_GATEWAY:-gateway-system/inference}
-  cluster_note="the emulator: kubectl --kubeconfig .dev/kubeconfig get deploy,pods,svc,httproute -A
+  cluster_note="the emulator: kubectl --kubeconfig $kubeconfig get deploy,pods,svc,httproute -A
                     its Gateway serves http://$gateway_listen"
 else
   cluster_note="$MODELPLANE_KUBECONFIG${MODELPLANE_KUBE_CONTEXT:+ (context $MODELPLANE_KUBE_CONTEXT)}"
@@ -83,9 +105,14 @@ for _ in $(seq 1 100); do
 done
 curl -fsS "$base/readyz" >/dev/null || die "modelplane did not become ready at $base/readyz"
 
+if ! curl -fsS -o /dev/null -H "Authorization: Bearer $token_check" "$base/api/v1/whoami"; then
+  printf '\033[1;33mwarning:\033[0m %s\n' "the sign-in token is not known to this database: it already had a platform-admin token when this token was made. Sign in with that installation's token, or start on a fresh database: DATABASE_URL=postgres://postgres@127.0.0.1:5432/modelplane_fresh ./scripts/run.sh" >&2
+fi
+
 cat >&2 <<MSG
 
   modelplane is running.
+    Portal          $base/   (sign in with the token below)
     REST API        $base/api/v1/projects
     API reference   $base/api/docs
     OpenAPI         $base/api/openapi.json
@@ -95,10 +122,11 @@ cat >&2 <<MSG
     Database        ${DATABASE_URL}
     Kubernetes      $cluster_note
 
-  Every /api/v1 call needs a token. A platform-admin token is in $token_file:
+  Sign-in token (platform admin; also in $token_file):
+        $token_shown
+  Every /api/v1 call needs it:
         AUTH="Authorization: Bearer \$(cat $token_file)"
         curl -s -H "\$AUTH" $base/api/v1/whoami
-  (It is stored on the first start of a database with no live platform-admin token.)
   Stop: Ctrl-C
 
 MSG

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check and test: formatting, clippy, the sqlx offline data, the OpenAPI
-# document, and the whole test suite against a real Postgres (one database per test).
+# document, the whole test suite against a real Postgres (one database per test), the
+# portal's checks (API types, typecheck, Vitest) and its end-to-end tests in Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/postgres.sh
@@ -35,6 +36,9 @@ cargo run --quiet --bin modelplane -- graphql-schema | diff -u openapi/schema.gr
 scripts/graphiql.sh >/dev/null
 scripts/browser.sh >/dev/null
 
+log "portal: API types match openapi/openapi.json, typecheck, component tests, build"
+scripts/portal.sh --check >/dev/null
+
 if [ -x emulator/scripts/install-kubectl.sh ]; then
   KUBECTL=$(emulator/scripts/install-kubectl.sh)
   export KUBECTL
@@ -46,3 +50,6 @@ if command -v cargo-nextest >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast
 fi
+
+log "portal end-to-end tests"
+scripts/e2e.sh

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The portal's end-to-end tests: starts the whole system with the README's run command
+# (scripts/run.sh: the emulator, modelplane's API + worker + portal) on free ports and a
+# fresh database, then drives the portal in Debian's headless Chromium with playwright-core
+# (tests/browser/portal.js). Screenshots go to target/portal-screenshots/. Called by
+# scripts/test.sh; fails (never skips) when anything it needs is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/postgres.sh
+
+ensure_postgres modelplane_e2e
+e2e_db="${DATABASE_URL%/*}/modelplane_e2e"
+base_db="${DATABASE_URL%/*}/postgres"
+browser_dir=$(scripts/browser.sh)
+
+# A fresh database each run, so the bootstrap token below is the one stored.
+if command -v psql >/dev/null 2>&1; then
+  psql "$base_db" -qc 'drop database if exists modelplane_e2e with (force)' >/dev/null
+else
+  ensure_sqlx_cli
+  DATABASE_URL=$e2e_db sqlx database drop -y >/dev/null
+fi
+ensure_database "$e2e_db"
+
+free_port() {
+  local port=$1
+  while port_open "$port"; do port=$((port + 1)); done
+  echo "$port"
+}
+api_port=$(free_port 18080)
+emulator_port=$(free_port 16443)
+gateway_port=$(free_port $((api_port + 1)))
+state=target/e2e
+mkdir -p "$state" target/portal-screenshots
+token="mpt_e2e_$(head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+
+log "starting the whole system for the portal tests (API on 127.0.0.1:$api_port)"
+DATABASE_URL=$e2e_db MODELPLANE_BOOTSTRAP_TOKEN=$token \
+  MODELPLANE_LISTEN=127.0.0.1:$api_port MODELPLANE_EMULATOR_LISTEN=127.0.0.1:$emulator_port \
+  MODELPLANE_EMULATOR_GATEWAY_LISTEN=127.0.0.1:$gateway_port \
+  MODELPLANE_EMULATOR_KUBECONFIG=$state/kubeconfig MODELPLANE_LOG=warn \
+  setsid scripts/run.sh >"$state/run.log" 2>&1 &
+run_pid=$!
+stop() {
+  kill -TERM -- "-$run_pid" 2>/dev/null || true
+  wait "$run_pid" 2>/dev/null || true
+}
+trap stop EXIT
+
+base="http://127.0.0.1:$api_port"
+# run.sh builds what is missing first (cargo, npm): allow it up to ten minutes.
+deadline=$((SECONDS + 600))
+until curl -fsS "$base/readyz" >/dev/null 2>&1 && curl -fsS -o /dev/null "$base/"; do
+  if ! kill -0 "$run_pid" 2>/dev/null || [ $SECONDS -gt $deadline ]; then
+    cat "$state/run.log" >&2
+    die "the system did not start for the portal tests (log above)"
+  fi
+  sleep 0.5
+done
+
+log "portal end-to-end tests (headless Chromium)"
+if ! NODE_PATH="$browser_dir/node_modules" BASE="$base" TOKEN="$token" \
+  SCREENSHOTS="$PWD/target/portal-screenshots" node tests/browser/portal.js; then
+  echo "---- the system's log (target/e2e/run.log, last 80 lines) ----" >&2
+  tail -80 "$state/run.log" >&2
+  exit 1
+fi
