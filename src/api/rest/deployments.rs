@@ -375,9 +375,9 @@ pub async fn list_project_events(
 /// needs no CORS from the Gateway.
 #[utoipa::path(post, path = "/api/v1/projects/{project}/deployments/{name}/chat/completions", tag = "deployments",
     params(DeploymentPath),
-    request_body(content = Object, description = "An OpenAI chat-completions request, e.g. `{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}`"),
+    request_body(content = std::collections::HashMap<String, serde_json::Value>, description = "An OpenAI chat-completions request, e.g. `{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}`"),
     responses(
-        (status = 200, description = "The model server's answer", body = Object),
+        (status = 200, description = "The model server's answer (`choices[0].message.content`)", body = std::collections::HashMap<String, serde_json::Value>),
         NoSuchDeployment,
         (status = 409, description = "The deployment has no endpoint yet", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "No `messages`, or `stream: true`", body = Problem, content_type = "application/problem+json"),

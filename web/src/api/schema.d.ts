@@ -2322,17 +2322,21 @@ export interface operations {
         /** @description An OpenAI chat-completions request, e.g. `{"messages": [{"role": "user", "content": "Hello"}]}` */
         requestBody: {
             content: {
-                "application/json": Record<string, never>;
+                "application/json": {
+                    [key: string]: unknown;
+                };
             };
         };
         responses: {
-            /** @description The model server's answer */
+            /** @description The model server's answer (`choices[0].message.content`) */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
                 };
             };
             /** @description The body is not JSON, or repeats a key */

@@ -1,4 +1,219 @@
-// Placeholder: being built.
+import { useRef, useState, type FormEvent, type ReactNode } from 'react';
+import { Link, useNavigate, useParams } from 'react-router';
+import { useQueryClient } from '@tanstack/react-query';
+import { api, ApiError, call } from '../api/client';
+import { useAuth } from '../auth/AuthProvider';
+import { can } from '../auth/roles';
+import { Field } from '../components/Field';
+import { Empty } from '../components/States';
+import { useTitle } from '../components/Title';
+import { ADVANCED, applyPreset, buildBody, curlFor, EMPTY, fieldFor, PRESETS, type FormState } from './create/form';
+
+type Errors = Partial<Record<keyof FormState, string>>;
+
+/** The create form: engine presets, every common field, advanced ones folded away. */
 export function CreateDeployment() {
-  return <p>CreateDeployment</p>;
+  const { project = '' } = useParams();
+  useTitle(`Create deployment · ${project}`);
+  const { roleOn } = useAuth();
+  const navigate = useNavigate();
+  const client = useQueryClient();
+  const [state, setState] = useState<FormState>(() => applyPreset(EMPTY, PRESETS[3]!));
+  const [errors, setErrors] = useState<Errors>({});
+  const [unmatched, setUnmatched] = useState<{ field: string; message: string }[]>([]);
+  const [failure, setFailure] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const [advancedOpen, setAdvancedOpen] = useState(false);
+  const summary = useRef<HTMLDivElement>(null);
+  const list = `/projects/${encodeURIComponent(project)}/deployments`;
+
+  if (!can.edit(roleOn(project))) {
+    return (
+      <Empty title={`You need the editor role on ${project} to create deployments`}>
+        <p>
+          Ask an admin of {project} for an editor token, or go <Link to={list}>back to the deployments</Link>.
+        </p>
+      </Empty>
+    );
+  }
+
+  const set = (key: keyof FormState) => (value: string) => setState((s) => ({ ...s, [key]: value }));
+  const body = buildBody(state);
+
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    setBusy(true);
+    setErrors({});
+    setUnmatched([]);
+    setFailure(null);
+    try {
+      const created = await call(
+        api.POST('/api/v1/projects/{project}/deployments', { params: { path: { project } }, body }),
+      );
+      client.setQueryData(['deployment', project, created.name], created);
+      navigate(`${list}/${encodeURIComponent(created.name)}`);
+    } catch (err) {
+      if (err instanceof ApiError && err.problem.errors?.length) {
+        const next: Errors = {};
+        const rest: { field: string; message: string }[] = [];
+        for (const { field, message } of err.problem.errors) {
+          const key = fieldFor(field);
+          if (key) next[key] = next[key] ? `${next[key]}; ${message}` : message;
+          else rest.push({ field, message });
+        }
+        setErrors(next);
+        setUnmatched(rest);
+        if (ADVANCED.some((k) => next[k])) setAdvancedOpen(true);
+        setFailure(`${err.problem.errors.length === 1 ? 'One field needs' : `${err.problem.errors.length} fields need`} attention.`);
+      } else {
+        setFailure(err instanceof Error ? err.message : String(err));
+      }
+      requestAnimationFrame(() => summary.current?.focus());
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const text = (key: keyof FormState, label: string, hint: ReactNode, props: { placeholder?: string; inputMode?: 'numeric' } = {}) => (
+    <Field label={label} hint={hint} error={errors[key]}>
+      {(a) => <input {...a} {...props} name={key} value={state[key]} onChange={(e) => set(key)(e.target.value)} />}
+    </Field>
+  );
+  const area = (key: keyof FormState, label: string, hint: ReactNode, placeholder?: string) => (
+    <Field label={label} hint={hint} error={errors[key]}>
+      {(a) => (
+        <textarea {...a} name={key} rows={3} placeholder={placeholder} value={state[key]} onChange={(e) => set(key)(e.target.value)} />
+      )}
+    </Field>
+  );
+
+  return (
+    <>
+      <div className="page-head">
+        <h1>Create deployment</h1>
+        <div className="actions">
+          <Link className="btn" to={list}>
+            Cancel
+          </Link>
+        </div>
+      </div>
+      <form onSubmit={submit} noValidate aria-describedby="create-summary">
+        <div id="create-summary" ref={summary} tabIndex={-1}>
+          {failure && (
+            <div className="state state-error" role="alert">
+              <p>
+                <strong>The deployment was not created.</strong> {failure}
+              </p>
+              {unmatched.length > 0 && (
+                <ul>
+                  {unmatched.map((u) => (
+                    <li key={u.field}>
+                      <code>{u.field}</code>: {u.message}
+                    </li>
+                  ))}
+                </ul>
+              )}
+            </div>
+          )}
+        </div>
+
+        <fieldset>
+          <legend>Engine</legend>
+          <div className="presets" role="group" aria-label="Engine presets">
+            {PRESETS.map((p) => (
+              <button
+                key={p.engine}
+                type="button"
+                className={`preset${state.engine === p.engine ? ' preset-on' : ''}`}
+                aria-pressed={state.engine === p.engine}
+                onClick={() => setState((s) => applyPreset(s, p))}
+              >
+                <strong>{p.label}</strong>
+                <span className="muted">{p.description}</span>
+              </button>
+            ))}
+          </div>
+          {errors.engine && (
+            <p className="field-error" role="alert">
+              {errors.engine}
+            </p>
+          )}
+          {text('image', 'Image', 'Container image; leave empty for the server’s default image for this engine.', {
+            placeholder: 'vllm/vllm-openai:v0.11.0',
+          })}
+        </fieldset>
+
+        <fieldset>
+          <legend>Model</legend>
+          {text('name', 'Name', 'Lowercase letters, digits and dashes, starting with a letter (at most 45). Unique in the project.', {
+            placeholder: 'qwen-chat',
+          })}
+          {text(
+            'source',
+            'Model source',
+            <>
+              Where the weights come from: <code>hf://org/name</code> (Hugging Face, downloaded by the engine),{' '}
+              <code>pvc://claim/path</code> (a volume in the project’s namespace), <code>oci://registry/repo:tag</code>{' '}
+              (an image volume) or <code>s3://bucket/key</code> (copied in at start).
+            </>,
+            { placeholder: 'hf://Qwen/Qwen2.5-0.5B-Instruct' },
+          )}
+          {text('servedName', 'Served model name', 'The OpenAI `model` id clients send; defaults to the deployment’s name.')}
+        </fieldset>
+
+        <fieldset>
+          <legend>Resources</legend>
+          <div className="field-row">
+            {text('gpuCount', 'GPUs', 'GPUs per replica; empty for none (the simulator needs none).', { inputMode: 'numeric' })}
+            {text('gpuProduct', 'GPU product', 'Schedules onto nodes with this GPU, e.g. NVIDIA-L4.')}
+          </div>
+          <div className="field-row">
+            {text('cpu', 'CPU', 'Per replica, e.g. 4 or 500m.')}
+            {text('memory', 'Memory', 'Per replica, e.g. 16Gi.')}
+            {text('sharedMemory', 'Shared memory', 'Size of /dev/shm, e.g. 2Gi (tensor parallelism needs it).')}
+          </div>
+          {text('replicas', 'Replicas', 'How many copies serve; 0 keeps the deployment but stops every pod.', { inputMode: 'numeric' })}
+        </fieldset>
+
+        <fieldset>
+          <legend>Routing</legend>
+          <div className="field-row">
+            {text('gateway', 'Gateway', 'namespace/name[/section]; empty uses the server’s default Gateway.')}
+            {text('hostname', 'Hostname', 'Matched by the route, e.g. qwen.models.example.com.')}
+            {text('pathPrefix', 'Path prefix', `Under /${project}/ on a shared Gateway; rewritten to / for the engine.`)}
+          </div>
+          {area('labels', 'Labels', 'One key=value per line; put on the Kubernetes objects and used by the list’s filter.', 'team=nlp')}
+        </fieldset>
+
+        <details className="card" open={advancedOpen} onToggle={(e) => setAdvancedOpen((e.target as HTMLDetailsElement).open)}>
+          <summary>Advanced: arguments, environment, probes, scheduling</summary>
+          {area('args', 'Arguments', 'Extra engine arguments, one per line.', '--max-num-seqs=64')}
+          {area('env', 'Environment', 'NAME=value per line. Credentials belong in a Secret, not here.', 'VLLM_LOGGING_LEVEL=INFO')}
+          <div className="field-row">
+            {text('startupTimeout', 'Startup timeout (seconds)', 'How long the model may take to load before the pod is restarted.', {
+              inputMode: 'numeric',
+            })}
+            {text('healthPath', 'Health path', 'The engine’s health endpoint, e.g. /health.')}
+          </div>
+          {area('nodeSelector', 'Node selector', 'key=value per line; pods run only on matching nodes.', 'pool=gpu')}
+          {area('tolerations', 'Tolerations', 'key=value:Effect or key:Effect per line (or a JSON array).', 'nvidia.com/gpu:NoSchedule')}
+        </details>
+
+        <details className="card">
+          <summary>Show as curl</summary>
+          <p className="hint">The exact request this form sends; set TOKEN to your API token.</p>
+          <pre>{curlFor(window.location.origin, project, body)}</pre>
+        </details>
+
+        <div className="actions-row">
+          <button type="submit" className="btn btn-primary" disabled={busy}>
+            {busy ? 'Creating…' : 'Create'}
+          </button>
+          <Link className="btn" to={list}>
+            Cancel
+          </Link>
+        </div>
+      </form>
+    </>
+  );
 }

@@ -1,0 +1,238 @@
+// The deployment's state: conditions, replicas (with scale and restart), endpoints with a
+// ready-to-paste curl, and the Kubernetes objects it owns.
+import { useState, type FormEvent } from 'react';
+import { useMutation, useQuery } from '@tanstack/react-query';
+import { api, ApiError, call, type Deployment } from '../../api/client';
+import { graphql } from '../../api/graphql';
+import { CopyButton } from '../../components/CopyButton';
+import { ReplicaBar } from '../../components/ReplicaBar';
+import { ErrorState } from '../../components/States';
+import { Confirm } from './Confirm';
+
+
+/** When, relative and readable. */
+export function when(iso: string): string {
+  const d = new Date(iso);
+  return d.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
+}
+
+export function Conditions({ deployment }: { deployment: Deployment }) {
+  const conditions = deployment.status.conditions;
+  return (
+    <section className="card" aria-labelledby="conditions-title">
+      <h2 id="conditions-title">Conditions</h2>
+      {conditions.length === 0 ? (
+        <p className="muted">None reported yet: the worker has not looked at this deployment.</p>
+      ) : (
+        <div className="table-wrap">
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Condition</th>
+                <th scope="col">Holds</th>
+                <th scope="col">Why</th>
+                <th scope="col" className="hide-narrow">
+                  Since
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {conditions.map((c) => (
+                <tr key={c.type}>
+                  <td>{c.type}</td>
+                  <td>
+                    <span className={`badge badge-${c.status === 'True' ? 'ok' : c.status === 'False' ? 'bad' : 'neutral'}`}>
+                      {c.status === 'True' ? 'Yes' : c.status === 'False' ? 'No' : 'Unknown'}
+                    </span>
+                  </td>
+                  <td>
+                    <strong>{c.reason}</strong>
+                    {c.message && <div>{c.message}</div>}
+                  </td>
+                  <td className="hide-narrow">
+                    <time dateTime={c.lastTransitionTime}>{when(c.lastTransitionTime)}</time>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+    </section>
+  );
+}
+
+export function Replicas({ deployment, editable }: { deployment: Deployment; editable: boolean }) {
+  const { project, name } = deployment;
+  const r = deployment.status.replicas;
+  const [replicas, setReplicas] = useState(String(deployment.spec.replicas ?? r.desired));
+  const [confirmRestart, setConfirmRestart] = useState(false);
+  const scale = useMutation({
+    mutationFn: (n: number) =>
+      call(
+        api.POST('/api/v1/projects/{project}/deployments/{name}/scale', {
+          params: { path: { project, name } },
+          body: { replicas: n },
+        }),
+      ),
+  });
+  const restart = useMutation({
+    mutationFn: () =>
+      call(api.POST('/api/v1/projects/{project}/deployments/{name}/restart', { params: { path: { project, name } } })),
+  });
+  const submit = (e: FormEvent) => {
+    e.preventDefault();
+    scale.mutate(Number(replicas));
+  };
+  const scaleError = scale.error instanceof ApiError ? (scale.error.fields.replicas ?? scale.error.message) : scale.error?.message;
+  return (
+    <section className="card" aria-labelledby="replicas-title">
+      <h2 id="replicas-title">Replicas</h2>
+      <p>
+        <ReplicaBar replicas={r} /> ready of {r.desired} wanted · {r.updated} on the current spec · {r.available}{' '}
+        available
+      </p>
+      {editable && (
+        <form className="inline-form" onSubmit={submit}>
+          <div className={`field${scaleError ? ' field-invalid' : ''}`}>
+            <label htmlFor="scale-replicas">Replicas</label>
+            <input
+              id="scale-replicas"
+              type="number"
+              min={0}
+              value={replicas}
+              onChange={(e) => setReplicas(e.target.value)}
+              aria-invalid={scaleError ? true : undefined}
+              aria-describedby={scaleError ? 'scale-error' : undefined}
+            />
+            {scaleError && (
+              <p className="field-error" id="scale-error" role="alert">
+                {scaleError}
+              </p>
+            )}
+          </div>
+          <button type="submit" className="btn btn-primary" disabled={scale.isPending}>
+            Scale
+          </button>
+          <button type="button" className="btn" onClick={() => setConfirmRestart(true)} disabled={restart.isPending}>
+            Restart
+          </button>
+          {restart.isSuccess && <span role="status">Restart requested: pods are replaced one by one.</span>}
+          {restart.error && <ErrorState error={restart.error} />}
+        </form>
+      )}
+      {confirmRestart && (
+        <Confirm
+          title={`Restart ${name}?`}
+          confirm="Restart pods"
+          onCancel={() => setConfirmRestart(false)}
+          onConfirm={() => {
+            setConfirmRestart(false);
+            restart.mutate();
+          }}
+        >
+          <p>Every pod is replaced, following the rollout rules; the spec does not change.</p>
+        </Confirm>
+      )}
+    </section>
+  );
+}
+
+export function Endpoints({ deployment }: { deployment: Deployment }) {
+  const e = deployment.status.endpoints;
+  const model = deployment.spec.model.servedName ?? deployment.name;
+  const curl = e.openaiBase
+    ? [
+        `curl ${e.openaiBase}/chat/completions \\`,
+        `  -H 'Content-Type: application/json' \\`,
+        `  -d '${JSON.stringify({ model, messages: [{ role: 'user', content: 'Hello!' }] })}'`,
+      ].join('\n')
+    : null;
+  const row = (label: string, url: string | null | undefined) =>
+    url ? (
+      <tr key={label + url}>
+        <th scope="row">{label}</th>
+        <td>
+          <code>{url}</code>
+        </td>
+        <td>
+          <CopyButton text={url} label="Copy URL" />
+        </td>
+      </tr>
+    ) : null;
+  return (
+    <section className="card" aria-labelledby="endpoints-title">
+      <h2 id="endpoints-title">Endpoints</h2>
+      {e.reason && <p className="notice notice-warn">{e.reason}</p>}
+      {(e.external.length > 0 || e.cluster) && (
+        <table className="endpoints">
+          <tbody>
+            {e.external.map((url) => row('External', url))}
+            {row('In the cluster', e.cluster)}
+            {row('OpenAI base URL', e.openaiBase)}
+          </tbody>
+        </table>
+      )}
+      {curl && (
+        <>
+          <h3>Call it</h3>
+          <pre>{curl}</pre>
+          <CopyButton text={curl} label="Copy curl" />
+        </>
+      )}
+    </section>
+  );
+}
+
+interface OwnedObject {
+  kind: string;
+  namespace: string;
+  name: string;
+}
+
+export function KubernetesObjects({ deployment }: { deployment: Deployment }) {
+  const { project, name } = deployment;
+  const objects = useQuery({
+    queryKey: ['objects', project, name, deployment.generation],
+    queryFn: () =>
+      graphql<{ deployment: { objects: OwnedObject[] } | null }>(
+        'query Objects($project: String!, $name: String!) { deployment(project: $project, name: $name) { objects { kind namespace name } } }',
+        { project, name },
+      ),
+  });
+  return (
+    <section className="card" aria-labelledby="objects-title">
+      <h2 id="objects-title">Kubernetes objects</h2>
+      {objects.error ? (
+        <ErrorState error={objects.error} />
+      ) : !objects.data ? (
+        <p className="muted">Loading…</p>
+      ) : (
+        <>
+          <p className="hint">
+            Kept by modelplane with server-side apply (field manager <code>modelplane</code>); changes made to them by hand
+            are put back.
+          </p>
+          <ul className="objects">
+            {(objects.data.deployment?.objects ?? []).map((o) => (
+              <li key={`${o.kind}/${o.namespace}/${o.name}`}>
+                <code>
+                  {o.kind} {o.namespace}/{o.name}
+                </code>
+              </li>
+            ))}
+          </ul>
+          {objects.data.deployment?.objects.some((o) => o.kind === 'Deployment') && (
+            <p className="hint">
+              <code>
+                kubectl -n {objects.data.deployment.objects.find((o) => o.kind === 'Deployment')?.namespace} describe
+                deployment {name}
+              </code>
+            </p>
+          )}
+        </>
+      )}
+    </section>
+  );
+}
+
