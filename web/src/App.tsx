@@ -1,6 +1,7 @@
 import { Navigate, Route, Routes, useParams } from 'react-router';
 import { useSyncExternalStore } from 'react';
 import { session } from './auth/session';
+import { AuthGate } from './auth/AuthProvider';
 import { useProjects, Layout } from './components/Layout';
 import { Empty, ErrorState, Loading } from './components/States';
 import { useTitle } from './components/Title';
@@ -50,15 +51,17 @@ export function App() {
   const state = useSyncExternalStore(session.subscribe, session.state);
   if (state !== 'signed-in') return <SignIn expired={state === 'expired'} />;
   return (
-    <Routes>
-      <Route element={<Layout />}>
-        <Route index element={<Home />} />
-        <Route path="projects/:project/deployments" element={<Keyed>{(k) => <DeploymentList key={k} />}</Keyed>} />
-        <Route path="projects/:project/deployments/new" element={<Keyed>{(k) => <CreateDeployment key={k} />}</Keyed>} />
-        <Route path="projects/:project/deployments/:name" element={<Keyed>{(k) => <DeploymentPage key={k} />}</Keyed>} />
-        <Route path="projects/:project/settings" element={<Keyed>{(k) => <ProjectSettings key={k} />}</Keyed>} />
-        <Route path="*" element={<NotFound />} />
-      </Route>
-    </Routes>
+    <AuthGate>
+      <Routes>
+        <Route element={<Layout />}>
+          <Route index element={<Home />} />
+          <Route path="projects/:project/deployments" element={<Keyed>{(k) => <DeploymentList key={k} />}</Keyed>} />
+          <Route path="projects/:project/deployments/new" element={<Keyed>{(k) => <CreateDeployment key={k} />}</Keyed>} />
+          <Route path="projects/:project/deployments/:name" element={<Keyed>{(k) => <DeploymentPage key={k} />}</Keyed>} />
+          <Route path="projects/:project/settings" element={<Keyed>{(k) => <ProjectSettings key={k} />}</Keyed>} />
+          <Route path="*" element={<NotFound />} />
+        </Route>
+      </Routes>
+    </AuthGate>
   );
 }

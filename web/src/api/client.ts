@@ -47,7 +47,12 @@ const auth: Middleware = {
   },
 };
 
-export const api = createClient<paths>({ baseUrl: '' });
+// Absolute, so the same requests work in the browser and under Vitest's jsdom.
+export const api = createClient<paths>({
+  baseUrl: globalThis.location?.origin ?? '',
+  // Looked up per call (not captured once), so tests can stub fetch.
+  fetch: (request) => globalThis.fetch(request),
+});
 api.use(auth);
 
 /** Turns an openapi-fetch result into the data, or throws an ApiError. */

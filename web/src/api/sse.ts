@@ -21,6 +21,8 @@ export class SseParser {
     const out: SseEvent[] = [];
     let newline: number;
     while ((newline = this.buffer.search(/\r\n|\r|\n/)) >= 0) {
+      // A CR that ends the chunk may be the first half of a CRLF: wait for the next chunk.
+      if (this.buffer[newline] === '\r' && newline === this.buffer.length - 1) break;
       const line = this.buffer.slice(0, newline);
       const width = this.buffer.startsWith('\r\n', newline) ? 2 : 1;
       this.buffer = this.buffer.slice(newline + width);

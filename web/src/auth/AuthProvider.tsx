@@ -6,6 +6,8 @@ import { roleOn, type Role } from './roles';
 
 interface Auth {
   state: SessionState;
+  /** Who am I: pending until the first answer, so no page guesses the role. */
+  whoami: { isPending: boolean; error: unknown };
   me: WhoAmI | undefined;
   signOut: () => void;
   roleOn: (project: string | undefined) => Role;
@@ -24,6 +26,7 @@ export function AuthProvider({ children }: { children: ReactNode }) {
   });
   const value: Auth = {
     state,
+    whoami: { isPending: me.isPending, error: me.error },
     me: state === 'signed-in' ? me.data : undefined,
     signOut: () => {
       session.signOut();
@@ -32,6 +35,25 @@ export function AuthProvider({ children }: { children: ReactNode }) {
     roleOn: (project) => roleOn(state === 'signed-in' ? me.data : undefined, project),
   };
   return <AuthContext.Provider value={value}>{children}</AuthContext.Provider>;
+}
+
+/** Renders its children once the caller is known; roles decide what they show. */
+export function AuthGate({ children }: { children: ReactNode }) {
+  const { me, whoami } = useAuth();
+  if (me) return <>{children}</>;
+  if (whoami.error) {
+    return (
+      <p className="state state-error" role="alert">
+        modelplane could not say who you are ({whoami.error instanceof Error ? whoami.error.message : String(whoami.error)}).
+        Reload the page to try again.
+      </p>
+    );
+  }
+  return (
+    <p className="state" role="status">
+      Signing in…
+    </p>
+  );
 }
 
 export function useAuth(): Auth {

@@ -13,7 +13,7 @@ export function CopyButton({ text, label = 'Copy' }: { text: string; label?: str
     setTimeout(() => setCopied(null), 1500);
   };
   return (
-    <button type="button" className="btn btn-small" onClick={copy} aria-label={`${label}: ${text}`}>
+    <button type="button" className="btn btn-small" onClick={copy} aria-label={text.length <= 120 ? `${label}: ${text}` : label}>
       {copied === 'yes' ? 'Copied' : copied === 'failed' ? 'Copy failed' : label}
       <span className="visually-hidden" role="status">
         {copied === 'yes' ? 'Copied to the clipboard' : ''}

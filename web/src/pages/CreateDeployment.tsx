@@ -158,7 +158,7 @@ export function CreateDeployment() {
             </>,
             { placeholder: 'hf://Qwen/Qwen2.5-0.5B-Instruct' },
           )}
-          {text('servedName', 'Served model name', 'The OpenAI `model` id clients send; defaults to the deployment’s name.')}
+          {text('servedName', 'Served model name', <>The OpenAI <code>model</code> id clients send; defaults to the deployment’s name.</>)}
         </fieldset>
 
         <fieldset>

@@ -1,0 +1,211 @@
+// The portal end to end, in Debian's headless Chromium driven by playwright-core, against the
+// whole system started by scripts/e2e.sh (the emulator, the API, the worker, the built
+// portal). Every request that leaves modelplane's origin is aborted and fails the run.
+//
+//   BASE=http://127.0.0.1:PORT TOKEN=<platform-admin token> SCREENSHOTS=dir node tests/browser/portal.js
+//
+// What a person does: sign in; create a `sim` deployment through the form (after a value
+// only the API rejects shows its error next to the field) and watch it reach Ready without a
+// reload; copy its endpoint; chat with it; scale it to 2; edit it, roll back to revision 1 and
+// read the diff; check a viewer sees no edit controls; delete it and see it leave the list.
+const assert = require('node:assert/strict');
+const path = require('node:path');
+const { chromium } = require('playwright-core');
+
+const BASE = process.env.BASE;
+const TOKEN = process.env.TOKEN;
+const SHOTS = process.env.SCREENSHOTS || path.resolve('target/portal-screenshots');
+const PROJECT = process.env.PROJECT || 'e2e';
+const NAME = 'chat';
+const WAIT = { timeout: 60_000 };
+
+/** A REST call with the admin token, to set up what the portal does not (the project). */
+async function rest(method, url, body, token = TOKEN) {
+  const response = await fetch(BASE + url, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : null };
+}
+
+function step(name) {
+  console.error(`  - ${name}`);
+}
+
+async function signIn(page, token) {
+  await page.goto(BASE + '/');
+  await page.getByLabel('API token').fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('button', { name: 'Sign out' }).waitFor(WAIT);
+}
+
+(async () => {
+  assert.ok(BASE && TOKEN, 'BASE and TOKEN must be set');
+  const created = await rest('POST', '/api/v1/projects', { name: PROJECT });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const viewer = await rest('POST', `/api/v1/projects/${PROJECT}/tokens`, { name: `${PROJECT}-viewer`, role: 'viewer' });
+  assert.equal(viewer.status, 201, JSON.stringify(viewer.body));
+
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--no-sandbox'],
+  });
+  const outside = [];
+  const errors = [];
+  const newPage = async () => {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: BASE });
+    const page = await context.newPage();
+    page.on('pageerror', (e) => errors.push(String(e)));
+    await page.route(
+      (url) => !url.href.startsWith(BASE + '/'),
+      (route) => {
+        outside.push(route.request().url());
+        return route.abort();
+      },
+    );
+    return page;
+  };
+
+  try {
+    const page = await newPage();
+    step('sign in with the token');
+    await signIn(page, TOKEN);
+    await page.goto(`${BASE}/projects/${PROJECT}/deployments`);
+    await page.getByText('No deployments').first().waitFor(WAIT);
+    // A marker that a reload would wipe: everything after this must happen live.
+    await page.evaluate(() => {
+      window.__noReload = true;
+    });
+
+    step('create a sim deployment through the form; the API field error shows next to its field');
+    await page.getByRole('link', { name: 'Create deployment' }).first().click();
+    await page.getByRole('button', { name: /Simulator/ }).click();
+    await page.getByLabel('Name', { exact: true }).fill(NAME);
+    await page.getByLabel('Model source').fill('ftp://example.com/weights');
+    await page.getByRole('button', { name: 'Create', exact: true }).click();
+    const source = page.getByLabel('Model source');
+    await page.waitForFunction(
+      () => document.querySelector('[aria-invalid="true"]') !== null,
+      null,
+      WAIT,
+    );
+    const described = await source.evaluate((el) =>
+      (el.getAttribute('aria-describedby') || '')
+        .split(' ')
+        .map((id) => document.getElementById(id)?.textContent || '')
+        .join(' '),
+    );
+    // The very message the API gives for that value, shown with the field.
+    const probe = await rest('POST', `/api/v1/projects/${PROJECT}/deployments`, {
+      name: 'probe',
+      spec: { model: { source: 'ftp://example.com/weights' }, engine: { kind: 'sim' } },
+    });
+    assert.equal(probe.status, 422);
+    const apiMessage = probe.body.errors.find((e) => e.field === 'spec.model.source').message;
+    assert.ok(described.includes(apiMessage), `"${apiMessage}" is next to Model source (its description: ${described})`);
+    await page.screenshot({ path: path.join(SHOTS, 'create-form-with-error.png'), fullPage: true });
+
+    await source.fill('hf://Qwen/Qwen2.5-0.5B-Instruct');
+    await page.getByText('Show as curl').click();
+    const curl = await page.locator('pre', { hasText: 'curl -X POST' }).innerText();
+    assert.ok(curl.includes(`/api/v1/projects/${PROJECT}/deployments`), curl);
+    assert.ok(!curl.includes(TOKEN), 'the curl panel never shows the real token');
+    await page.getByRole('button', { name: 'Create', exact: true }).click();
+    await page.waitForURL(`**/projects/${PROJECT}/deployments/${NAME}`, WAIT);
+
+    step('the deployment page follows it to Ready without a reload');
+    await page.locator('[data-phase="Ready"]').first().waitFor(WAIT);
+    assert.equal(await page.evaluate(() => window.__noReload), true, 'the page was not reloaded');
+
+    step('copy the endpoint');
+    const api = await rest('GET', `/api/v1/projects/${PROJECT}/deployments/${NAME}`);
+    const external = api.body.status.endpoints.external[0];
+    assert.ok(external, 'the deployment has an external URL');
+    await page.getByRole('button', { name: `Copy URL: ${external}` }).first().click();
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), external);
+
+    step('try it: one chat message, and the model answers');
+    await page.getByLabel('Message', { exact: true }).fill('Hello from the portal');
+    await page.getByRole('button', { name: 'Send' }).click();
+    const answer = page.getByRole('region', { name: 'Answer' });
+    await answer.getByText(/\S/).first().waitFor(WAIT);
+    const answerText = await answer.innerText();
+    assert.ok(answerText.trim().length > 0, 'an answer is shown');
+    await page.screenshot({ path: path.join(SHOTS, 'deployment-page.png'), fullPage: true });
+
+    step('scale to 2 and see the replica bar follow');
+    await page.getByRole('spinbutton', { name: 'Replicas' }).fill('2');
+    await page.getByRole('button', { name: 'Scale', exact: true }).click();
+    await page.getByRole('meter', { name: '2 of 2 replicas ready' }).first().waitFor(WAIT);
+
+    step('edit it, then roll back to revision 1 and read the diff');
+    await page.getByRole('button', { name: 'Edit spec' }).click();
+    const editor = page.getByRole('textbox', { name: 'Spec (JSON)' });
+    const spec = JSON.parse(await editor.inputValue());
+    spec.labels = { ...(spec.labels || {}), team: 'portal' };
+    await editor.fill(JSON.stringify(spec, null, 2));
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.waitForFunction(
+      async ([p, n, t]) => {
+        const r = await fetch(`/api/v1/projects/${p}/deployments/${n}`, { headers: { Authorization: `Bearer ${t}` } });
+        return (await r.json()).spec.labels?.team === 'portal';
+      },
+      [PROJECT, NAME, TOKEN],
+      WAIT,
+    );
+    await page.getByRole('button', { name: 'Roll back to revision 1' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: /Roll back/ }).click();
+    await page.waitForFunction(
+      async ([p, n, t]) => {
+        const r = await fetch(`/api/v1/projects/${p}/deployments/${n}`, { headers: { Authorization: `Bearer ${t}` } });
+        const d = await r.json();
+        return d.generation >= 4 && !d.spec.labels?.team;
+      },
+      [PROJECT, NAME, TOKEN],
+      WAIT,
+    );
+    await page.getByLabel('From revision', { exact: true }).selectOption('1');
+    await page.getByLabel('To revision', { exact: true }).selectOption('3');
+    const diff = await page.locator('.diff').first().innerText();
+    assert.match(diff, /\+.*"team": "portal"/, `the diff shows the added label:\n${diff}`);
+
+    step('a viewer sees the deployment but no edit controls');
+    const viewerPage = await newPage();
+    await signIn(viewerPage, viewer.body.secret);
+    await viewerPage.goto(`${BASE}/projects/${PROJECT}/deployments/${NAME}`);
+    await viewerPage.locator('[data-phase]').first().waitFor(WAIT);
+    for (const name of ['Scale', 'Delete', 'Edit spec', 'Restart']) {
+      assert.equal(await viewerPage.getByRole('button', { name, exact: true }).count(), 0, `a viewer sees no ${name} button`);
+    }
+    assert.equal(await viewerPage.getByRole('button', { name: /Roll back/ }).count(), 0, 'a viewer sees no roll back button');
+    await viewerPage.goto(`${BASE}/projects/${PROJECT}/deployments`);
+    await viewerPage.getByRole('link', { name: NAME, exact: true }).waitFor(WAIT);
+    assert.equal(await viewerPage.getByRole('link', { name: 'Create deployment' }).count(), 0, 'a viewer cannot create');
+
+    step('the list shows it live; screenshot');
+    await page.goto(`${BASE}/projects/${PROJECT}/deployments`);
+    await page.getByRole('link', { name: NAME, exact: true }).waitFor(WAIT);
+    await page.screenshot({ path: path.join(SHOTS, 'deployment-list.png'), fullPage: true });
+
+    step('delete it with a typed confirmation and see it leave the list');
+    await page.getByRole('link', { name: NAME, exact: true }).click();
+    await page.getByRole('button', { name: 'Delete', exact: true }).click();
+    const dialog = page.getByRole('dialog');
+    await dialog.getByLabel('Deployment name').fill(NAME);
+    await dialog.getByRole('button', { name: 'Delete', exact: true }).click();
+    await page.waitForURL(`**/projects/${PROJECT}/deployments`, WAIT);
+    await page.getByRole('link', { name: NAME, exact: true }).waitFor({ state: 'detached', ...WAIT });
+
+    assert.deepEqual(outside, [], 'the portal asked nothing of any other origin');
+    assert.deepEqual(errors, [], 'no script error on any page');
+    console.error('portal end-to-end: all steps passed');
+  } finally {
+    await browser.close();
+  }
+})().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

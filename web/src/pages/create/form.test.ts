@@ -1,0 +1,55 @@
+import { describe, expect, it } from 'vitest';
+import { applyPreset, buildBody, curlFor, EMPTY, fieldFor, PRESETS } from './form';
+
+const preset = (engine: string) => PRESETS.find((p) => p.engine === engine)!;
+
+describe('buildBody', () => {
+  it('sends only what was filled, with numbers as numbers', () => {
+    const state = { ...applyPreset(EMPTY, preset('sim')), name: ' chat ', replicas: '2', labels: 'team=nlp\n\ntier = gold' };
+    expect(buildBody(state)).toEqual({
+      name: 'chat',
+      spec: {
+        model: { source: 'hf://Qwen/Qwen2.5-0.5B-Instruct' },
+        engine: { kind: 'sim' },
+        replicas: 2,
+        labels: { team: 'nlp', tier: 'gold' },
+      },
+    });
+  });
+
+  it('fills a GPU engine from its preset and keeps what the API must judge as typed', () => {
+    const state = { ...applyPreset(EMPTY, preset('vllm')), name: 'qwen', replicas: 'two', env: 'A=1', tolerations: 'nvidia.com/gpu:NoSchedule' };
+    const body = buildBody(state);
+    expect(body.spec.resources).toEqual({ cpu: '4', memory: '16Gi', sharedMemory: '2Gi', gpu: { count: 1 } });
+    expect(body.spec.engine).toEqual({ kind: 'vllm', args: ['--enable-prefix-caching'], env: [{ name: 'A', value: '1' }] });
+    expect(body.spec.replicas).toBe('two');
+    expect(body.spec.scheduling?.tolerations).toEqual([{ key: 'nvidia.com/gpu', operator: 'Exists', effect: 'NoSchedule' }]);
+  });
+
+  it('keeps an empty model source so the API names it', () => {
+    expect(buildBody({ ...EMPTY, name: 'x' }).spec.model).toEqual({ source: '' });
+  });
+});
+
+describe('curlFor', () => {
+  it('is the same body, with a placeholder for the token', () => {
+    const body = buildBody({ ...applyPreset(EMPTY, preset('sim')), name: "it's" });
+    const curl = curlFor('https://mp.example.com', 'team-a', body);
+    expect(curl).toContain('curl -X POST https://mp.example.com/api/v1/projects/team-a/deployments');
+    expect(curl).toContain('Authorization: Bearer $TOKEN');
+    // Shell-quoted: the JSON between the quotes parses back to the body.
+    const quoted = curl.slice(curl.indexOf("-d '") + 4, curl.lastIndexOf("'")).replace(/'\\''/g, "'");
+    expect(JSON.parse(quoted)).toEqual(body);
+  });
+});
+
+describe('fieldFor', () => {
+  it('maps the API’s field paths onto the form', () => {
+    expect(fieldFor('spec.model.source')).toBe('source');
+    expect(fieldFor('spec.engine.args[2]')).toBe('args');
+    expect(fieldFor('spec.resources.gpu.count')).toBe('gpuCount');
+    expect(fieldFor('spec.scheduling.tolerations[0].effect')).toBe('tolerations');
+    expect(fieldFor('name')).toBe('name');
+    expect(fieldFor('spec.storage.cache.sizeLimit')).toBeNull();
+  });
+});
