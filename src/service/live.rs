@@ -196,6 +196,11 @@ pub enum WatchEvent {
     Timeline { seq: i64, event: TimelineEvent },
     /// The record is gone.
     Deleted { seq: i64, id: Uuid },
+    /// Everything before this is the starting point (the current state, or the changes
+    /// replayed after a resume point); everything after is a live change. Sent once per
+    /// watch, like Kubernetes' `initial-events-end` bookmark, so a client can tell an empty
+    /// project from one still loading.
+    Synced { seq: i64 },
     /// The resume point is older than the feed keeps ([`FEED_RETENTION`]): what follows is
     /// the current state, and the watcher must treat it as a fresh start.
     Reset { seq: i64 },
@@ -288,6 +293,15 @@ impl Watcher {
 
     /// The first messages: the current state, or every change since `resume_after`.
     async fn begin(
+        &mut self,
+        deployment: Option<Deployment>,
+        resume_after: Option<i64>,
+    ) -> Result<(), Ended> {
+        self.send_start(deployment, resume_after).await?;
+        self.send(WatchEvent::Synced { seq: self.cursor }).await
+    }
+
+    async fn send_start(
         &mut self,
         deployment: Option<Deployment>,
         resume_after: Option<i64>,

@@ -166,3 +166,45 @@ async fn a_watch_needs_a_readable_project_and_ends_when_its_token_is_revoked(poo
         }
     }
 }
+
+#[sqlx::test]
+async fn a_watch_says_when_the_starting_state_is_complete(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    app.create_project("team-a").await;
+    // An empty project: `synced` at once, so a client can say "no deployments" with certainty.
+    let mut empty = watch(&app, "/api/v1/projects/team-a/watch", None).await;
+    let first = empty.next_within(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(first.event, "synced", "{first:?}");
+
+    for name in ["a", "b"] {
+        app.create_deployment("team-a", name).await;
+    }
+    let mut stream = watch(&app, "/api/v1/projects/team-a/watch", None).await;
+    let mut names = Vec::new();
+    let synced = loop {
+        let event = stream.next_within(Duration::from_secs(10)).await.unwrap();
+        if event.event != "state" {
+            break event;
+        }
+        names.push(event.data["name"].as_str().unwrap().to_owned());
+    };
+    assert_eq!(synced.event, "synced", "{synced:?}");
+    names.sort();
+    assert_eq!(names, ["a", "b"]);
+
+    // Live changes come after it, once.
+    scale_named(&app, "a", 2).await;
+    let (skipped, spec) = stream.until("spec").await;
+    assert_eq!(spec.data["name"], "a");
+    assert!(!skipped.iter().any(|e| e.event == "synced"), "{skipped:?}");
+}
+
+async fn scale_named(app: &TestApp, name: &str, replicas: i64) {
+    let response = app
+        .post_json(
+            &format!("/api/v1/projects/team-a/deployments/{name}/scale"),
+            &json!({"replicas": replicas}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+}

@@ -34,6 +34,12 @@ function step(name) {
   console.error(`  - ${name}`);
 }
 
+async function expectTitle(page, title) {
+  await page.waitForFunction((t) => document.title === t, title, WAIT).catch(async () => {
+    assert.equal(await page.title(), title);
+  });
+}
+
 async function signIn(page, token) {
   await page.goto(BASE + '/');
   await page.getByLabel('API token').fill(token);
@@ -115,6 +121,7 @@ async function signIn(page, token) {
     assert.ok(!curl.includes(TOKEN), 'the curl panel never shows the real token');
     await page.getByRole('button', { name: 'Create', exact: true }).click();
     await page.waitForURL(`**/projects/${PROJECT}/deployments/${NAME}`, WAIT);
+    await expectTitle(page, `${NAME} · ${PROJECT} · modelplane`);
 
     step('the deployment page follows it to Ready without a reload');
     await page.locator('[data-phase="Ready"]').first().waitFor(WAIT);
@@ -185,6 +192,15 @@ async function signIn(page, token) {
     await viewerPage.getByRole('link', { name: NAME, exact: true }).waitFor(WAIT);
     assert.equal(await viewerPage.getByRole('link', { name: 'Create deployment' }).count(), 0, 'a viewer cannot create');
 
+    step('a revoked token ends the session with a screen that says so');
+    const tokens = await rest('GET', `/api/v1/projects/${PROJECT}/tokens`);
+    const viewerId = tokens.body.items.find((t) => t.name === `${PROJECT}-viewer`).id;
+    assert.equal((await rest('DELETE', `/api/v1/projects/${PROJECT}/tokens/${viewerId}`)).status, 200);
+    // The open live stream notices (the server rechecks credentials every 2 s) and the page
+    // signs out on the 401 that follows, without anyone clicking.
+    await viewerPage.getByText('Your session ended').waitFor(WAIT);
+    assert.equal(await viewerPage.evaluate(() => sessionStorage.getItem('modelplane.token')), null);
+
     step('the list shows it live; screenshot');
     await page.goto(`${BASE}/projects/${PROJECT}/deployments`);
     await page.getByRole('link', { name: NAME, exact: true }).waitFor(WAIT);
@@ -197,7 +213,22 @@ async function signIn(page, token) {
     await dialog.getByLabel('Deployment name').fill(NAME);
     await dialog.getByRole('button', { name: 'Delete', exact: true }).click();
     await page.waitForURL(`**/projects/${PROJECT}/deployments`, WAIT);
-    await page.getByRole('link', { name: NAME, exact: true }).waitFor({ state: 'detached', ...WAIT });
+    // The list shows it (Deleting) until the worker has removed its objects, then drops it
+    // live; the empty state appears only once the list's starting state is complete.
+    await page.getByText('No deployments in this project yet').waitFor(WAIT);
+    assert.equal(await page.getByRole('link', { name: NAME, exact: true }).count(), 0);
+
+    step('each page has its own title; a narrow window still shows the list');
+    await expectTitle(page, `Deployments · ${PROJECT} · modelplane`);
+    await page.setViewportSize({ width: 420, height: 900 });
+    await page.getByRole('button', { name: 'Sign out' }).waitFor(WAIT);
+    await page.screenshot({ path: path.join(SHOTS, 'deployment-list-narrow.png'), fullPage: true });
+
+    step('sign out');
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel('API token').waitFor(WAIT);
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('modelplane.token')), null);
+    await expectTitle(page, 'Sign in · modelplane');
 
     assert.deepEqual(outside, [], 'the portal asked nothing of any other origin');
     assert.deepEqual(errors, [], 'no script error on any page');

@@ -184,6 +184,7 @@ fn change(
             deleted_id: None,
             reset: true,
         },
-        WatchEvent::Timeline { .. } => return None,
+        // Subscriptions mark the end of the starting state with `kind: null` messages alone.
+        WatchEvent::Timeline { .. } | WatchEvent::Synced { .. } => return None,
     })
 }

@@ -18,9 +18,9 @@ use crate::api::error::ApiError;
 use crate::service::Actor;
 use crate::service::live::{self, WatchEvent, Watched};
 
-/// Watch a deployment: `state` first (the deployment as it is now), then `created`, `spec`,
-/// `status`, `restart`, `deleting` (each with the deployment), `event` (a timeline entry),
-/// and `deleted`, which ends the stream. `reset` means the `Last-Event-ID` was older than the
+/// Watch a deployment: `state` first (the deployment as it is now), then `synced` (what
+/// follows is live), then `created`, `spec`, `status`, `restart`, `deleting` (each with the
+/// deployment), `event` (a timeline entry), and `deleted`, which ends the stream. `reset` means the `Last-Event-ID` was older than the
 /// feed keeps (24 hours): a `state` follows. A `: keep-alive` comment comes every 15 s.
 #[utoipa::path(get, path = "/api/v1/projects/{project}/deployments/{name}/watch", tag = "deployments",
     params(DeploymentPath,
@@ -48,8 +48,10 @@ pub async fn watch_deployment(
     Ok(sse(events))
 }
 
-/// Watch every deployment of a project: a `state` event per deployment first, then the
-/// changes of all of them (as for one deployment; `deleted` does not end this stream).
+/// Watch every deployment of a project: a `state` event per deployment first, then `synced`
+/// (sent at once for an empty project), then the changes of all of them (as for one
+/// deployment; `deleted` does not end this stream). After a resume, `synced` follows the
+/// replayed changes.
 #[utoipa::path(get, path = "/api/v1/projects/{project}/watch", tag = "deployments",
     params(ProjectPath,
         ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id: every change since is sent")),
@@ -116,6 +118,7 @@ fn sse(
                 serde_json::to_string(&serde_json::json!({ "id": id })),
             ),
             WatchEvent::Reset { seq } => (seq, "reset", Ok("{}".to_owned())),
+            WatchEvent::Synced { seq } => (seq, "synced", Ok("{}".to_owned())),
         };
         Ok(Event::default()
             .id(id.to_string())

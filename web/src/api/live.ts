@@ -38,7 +38,14 @@ export function useProjectDeployments(project: string | undefined) {
       signal: abort.signal,
       onStatus: (connected, error) => setStatus((s) => ({ ...s, connected, error: connected ? undefined : error })),
       onEvent: (event) => {
-        if (event.event === 'reset') {
+        if (event.event === 'synced') {
+          // The starting state is complete: show it at once; an empty map now means an
+          // empty project.
+          if (flush) clearTimeout(flush);
+          publish();
+          setStatus((s) => ({ ...s, loaded: true }));
+          return;
+        } else if (event.event === 'reset') {
           current = new Map();
         } else if (event.event === 'deleted') {
           const { id } = JSON.parse(event.data) as { id: string };
@@ -48,15 +55,11 @@ export function useProjectDeployments(project: string | undefined) {
           current.set(d.name, d);
           client.setQueryData(['deployment', project, d.name], d);
         }
-        setStatus((s) => (s.loaded ? s : { ...s, loaded: true }));
         if (!flush) flush = setTimeout(publish, 50);
       },
-    }).then(() => setStatus((s) => ({ ...s, loaded: true })));
-    // An empty project sends no `state` event: once connected, it is loaded.
-    const loadedWhenIdle = setTimeout(() => setStatus((s) => (s.connected ? { ...s, loaded: true } : s)), 400);
+    });
     return () => {
       abort.abort();
-      clearTimeout(loadedWhenIdle);
       if (flush) clearTimeout(flush);
     };
   }, [project, client]);
@@ -81,6 +84,7 @@ export function useDeploymentWatch(project: string, name: string) {
       signal: abort.signal,
       onStatus: (connected, error) => setStatus((s) => ({ ...s, connected, error: connected ? undefined : error })),
       onEvent: (event) => {
+        if (event.event === 'synced') return;
         if (event.event === 'deleted') {
           setDeleted(true);
           client.removeQueries({ queryKey: ['deployment', project, name] });

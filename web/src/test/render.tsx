@@ -16,9 +16,9 @@ export function json(body: unknown, status = 200, headers: Record<string, string
   });
 }
 
-/** An SSE response that sends `events` and stays open (as the real stream does). */
+/** An SSE response that sends `events`, then `synced`, and stays open (as the real stream does). */
 export function sse(events: { event: string; data: unknown; id?: number }[]): Response {
-  const text = events.map((e, i) => `id: ${e.id ?? i + 1}\nevent: ${e.event}\ndata: ${JSON.stringify(e.data)}\n\n`).join('');
+  const text = [...events, { event: 'synced', data: {} }].map((e, i) => `id: ${e.id ?? i + 1}\nevent: ${e.event}\ndata: ${JSON.stringify(e.data)}\n\n`).join('');
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
       controller.enqueue(new TextEncoder().encode(text));
