@@ -10,7 +10,11 @@
 // read the diff; check a viewer sees no edit controls; delete it and see it leave the list.
 const assert = require('node:assert/strict');
 const path = require('node:path');
+const fs = require('node:fs');
 const { chromium } = require('playwright-core');
+
+// axe-core (npm) checks each screen against WCAG 2 A and AA: labels, names, contrast, roles.
+const AXE = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
 
 const BASE = process.env.BASE;
 const TOKEN = process.env.TOKEN;
@@ -40,10 +44,24 @@ async function expectTitle(page, title) {
   });
 }
 
+/** No WCAG 2 A/AA violation on what the page shows now. */
+async function accessible(page, screen) {
+  // Evaluated through the DevTools protocol, which the page's CSP does not govern.
+  await page.evaluate(AXE);
+  const violations = await page.evaluate(async () => {
+    const result = await window.axe.run(document, { runOnly: ['wcag2a', 'wcag2aa', 'wcag21aa'] });
+    return result.violations.map((v) => `${v.id} (${v.impact}): ${v.help} — ${v.nodes.map((n) => n.target.join(' ')).slice(0, 3).join(', ')}`);
+  });
+  assert.deepEqual(violations, [], `${screen} has accessibility problems`);
+}
+
+/** Signs in with the keyboard only: the token field has the focus, Enter submits. */
 async function signIn(page, token) {
   await page.goto(BASE + '/');
-  await page.getByLabel('API token').fill(token);
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByLabel('API token').waitFor(WAIT);
+  assert.equal(await page.evaluate(() => document.activeElement?.id), 'token', 'the token field has the focus');
+  await page.keyboard.type(token);
+  await page.keyboard.press('Enter');
   await page.getByRole('button', { name: 'Sign out' }).waitFor(WAIT);
 }
 
@@ -78,6 +96,9 @@ async function signIn(page, token) {
   try {
     const page = await newPage();
     step('sign in with the token');
+    await page.goto(BASE + '/');
+    await page.getByLabel('API token').waitFor(WAIT);
+    await accessible(page, 'the sign-in screen');
     await signIn(page, TOKEN);
     await page.goto(`${BASE}/projects/${PROJECT}/deployments`);
     await page.getByText('No deployments').first().waitFor(WAIT);
@@ -113,6 +134,7 @@ async function signIn(page, token) {
     const apiMessage = probe.body.errors.find((e) => e.field === 'spec.model.source').message;
     assert.ok(described.includes(apiMessage), `"${apiMessage}" is next to Model source (its description: ${described})`);
     await page.screenshot({ path: path.join(SHOTS, 'create-form-with-error.png'), fullPage: true });
+    await accessible(page, 'the create form with an error');
 
     await source.fill('hf://Qwen/Qwen2.5-0.5B-Instruct');
     await page.getByText('Show as curl').click();
@@ -142,6 +164,7 @@ async function signIn(page, token) {
     const answerText = await answer.innerText();
     assert.ok(answerText.trim().length > 0, 'an answer is shown');
     await page.screenshot({ path: path.join(SHOTS, 'deployment-page.png'), fullPage: true });
+    await accessible(page, 'the deployment page');
 
     step('scale to 2 and see the replica bar follow');
     await page.getByRole('spinbutton', { name: 'Replicas' }).fill('2');
@@ -205,6 +228,7 @@ async function signIn(page, token) {
     await page.goto(`${BASE}/projects/${PROJECT}/deployments`);
     await page.getByRole('link', { name: NAME, exact: true }).waitFor(WAIT);
     await page.screenshot({ path: path.join(SHOTS, 'deployment-list.png'), fullPage: true });
+    await accessible(page, 'the deployment list');
     // A narrow window: the table scrolls inside its frame, the controls wrap.
     await page.setViewportSize({ width: 420, height: 900 });
     await page.getByRole('link', { name: NAME, exact: true }).waitFor(WAIT);
@@ -217,8 +241,10 @@ async function signIn(page, token) {
     await page.getByRole('link', { name: NAME, exact: true }).click();
     await page.getByRole('button', { name: 'Delete', exact: true }).click();
     const dialog = page.getByRole('dialog');
-    await dialog.getByLabel('Deployment name').fill(NAME);
-    await dialog.getByRole('button', { name: 'Delete', exact: true }).click();
+    // Keyboard: the dialog takes the focus; type the name, Enter confirms.
+    await dialog.getByLabel('Deployment name').click();
+    await page.keyboard.type(NAME);
+    await page.keyboard.press('Enter');
     await page.waitForURL(`**/projects/${PROJECT}/deployments`, WAIT);
     // The list shows it (Deleting) until the worker has removed its objects, then drops it
     // live; the empty state appears only once the list's starting state is complete.
