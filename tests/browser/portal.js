@@ -251,6 +251,25 @@ async function signIn(page, token) {
     await page.getByText('No deployments in this project yet').waitFor(WAIT);
     assert.equal(await page.getByRole('link', { name: NAME, exact: true }).count(), 0);
 
+    step('an admin creates a token (its secret shown once), sees it in the audit log, revokes it');
+    await page.getByRole('link', { name: 'Tokens & access' }).click();
+    await page.getByLabel('Token name').fill('ci-deployer');
+    await page.getByLabel('Role', { exact: true }).selectOption('editor');
+    await page.getByRole('button', { name: 'Create token' }).click();
+    const secret = (await page.locator('code.secret').innerText()).trim();
+    assert.match(secret, /^mpt_/);
+    const who = await rest('GET', '/api/v1/whoami', undefined, secret);
+    assert.equal(who.body.role, 'editor', 'the secret shown works as an editor token');
+    await accessible(page, 'the tokens and access page');
+    await page.getByRole('button', { name: 'Done' }).click();
+    assert.equal(await page.locator('code.secret').count(), 0, 'the secret is gone after Done');
+    await page.getByRole('cell', { name: 'token/ci-deployer' }).first().waitFor(WAIT);
+    await page.getByRole('button', { name: 'Revoke ci-deployer' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Revoke' }).click();
+    await page.getByText(/^revoked /).first().waitFor(WAIT);
+    assert.equal((await rest('GET', '/api/v1/whoami', undefined, secret)).status, 401);
+    await page.getByRole('link', { name: 'Deployments' }).click();
+
     step('each page has its own title');
     await expectTitle(page, `Deployments · ${PROJECT} · modelplane`);
 

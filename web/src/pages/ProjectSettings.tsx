@@ -81,12 +81,16 @@ function Tokens({ project }: { project: string }) {
       setName('');
       setExpires('');
       void client.invalidateQueries({ queryKey: ['tokens', project] });
+      void client.invalidateQueries({ queryKey: ['audit', project] });
     },
   });
   const revoke = useMutation({
     mutationFn: (id: string) =>
       call(api.DELETE('/api/v1/projects/{project}/tokens/{id}', { params: { path: { project, id } } })),
-    onSuccess: () => client.invalidateQueries({ queryKey: ['tokens', project] }),
+    onSuccess: () => {
+      void client.invalidateQueries({ queryKey: ['tokens', project] });
+      void client.invalidateQueries({ queryKey: ['audit', project] });
+    },
   });
   const fields = create.error instanceof ApiError ? create.error.fields : {};
   const submit = (e: FormEvent) => {
@@ -222,12 +226,16 @@ function RoleBindings({ project }: { project: string }) {
     onSuccess: () => {
       setSubject('');
       void client.invalidateQueries({ queryKey: ['role-bindings', project] });
+      void client.invalidateQueries({ queryKey: ['audit', project] });
     },
   });
   const remove = useMutation({
     mutationFn: (id: string) =>
       call(api.DELETE('/api/v1/projects/{project}/role-bindings/{id}', { params: { path: { project, id } } })),
-    onSuccess: () => client.invalidateQueries({ queryKey: ['role-bindings', project] }),
+    onSuccess: () => {
+      void client.invalidateQueries({ queryKey: ['role-bindings', project] });
+      void client.invalidateQueries({ queryKey: ['audit', project] });
+    },
   });
   const fields = create.error instanceof ApiError ? create.error.fields : {};
   const items = bindings.data?.pages.flatMap((p) => p.items) ?? [];
