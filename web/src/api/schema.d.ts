@@ -236,9 +236,9 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Watch a deployment: `state` first (the deployment as it is now), then `created`, `spec`,
-         *     `status`, `restart`, `deleting` (each with the deployment), `event` (a timeline entry),
-         *     and `deleted`, which ends the stream. `reset` means the `Last-Event-ID` was older than the
+         * Watch a deployment: `state` first (the deployment as it is now), then `synced` (what
+         *     follows is live), then `created`, `spec`, `status`, `restart`, `deleting` (each with the
+         *     deployment), `event` (a timeline entry), and `deleted`, which ends the stream. `reset` means the `Last-Event-ID` was older than the
          *     feed keeps (24 hours): a `state` follows. A `: keep-alive` comment comes every 15 s.
          */
         get: operations["watch_deployment"];
@@ -345,8 +345,10 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Watch every deployment of a project: a `state` event per deployment first, then the
-         *     changes of all of them (as for one deployment; `deleted` does not end this stream).
+         * Watch every deployment of a project: a `state` event per deployment first, then `synced`
+         *     (sent at once for an empty project), then the changes of all of them (as for one
+         *     deployment; `deleted` does not end this stream). After a resume, `synced` follows the
+         *     replayed changes.
          */
         get: operations["watch_project"];
         put?: never;
