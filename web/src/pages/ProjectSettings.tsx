@@ -24,6 +24,15 @@ function usePaged<T>(key: unknown[], load: (cursor?: string) => Promise<{ items:
   });
 }
 
+/** After a change to `list`: refetch it and the audit log, which records the change. */
+function useRefresh(list: string, project: string) {
+  const client = useQueryClient();
+  return () => {
+    void client.invalidateQueries({ queryKey: [list, project] });
+    void client.invalidateQueries({ queryKey: ['audit', project] });
+  };
+}
+
 function LoadMore({ query }: { query: { hasNextPage: boolean; isFetchingNextPage: boolean; fetchNextPage: () => unknown } }) {
   if (!query.hasNextPage) return null;
   return (
@@ -58,7 +67,7 @@ export function ProjectSettings() {
 }
 
 function Tokens({ project }: { project: string }) {
-  const client = useQueryClient();
+  const refresh = useRefresh('tokens', project);
   const tokens = usePaged(['tokens', project], (cursor) =>
     call(api.GET('/api/v1/projects/{project}/tokens', { params: { path: { project }, query: { limit: 50, cursor } } })),
   );
@@ -80,17 +89,13 @@ function Tokens({ project }: { project: string }) {
       setSecret({ name: created.name, value: created.secret });
       setName('');
       setExpires('');
-      void client.invalidateQueries({ queryKey: ['tokens', project] });
-      void client.invalidateQueries({ queryKey: ['audit', project] });
+      refresh();
     },
   });
   const revoke = useMutation({
     mutationFn: (id: string) =>
       call(api.DELETE('/api/v1/projects/{project}/tokens/{id}', { params: { path: { project, id } } })),
-    onSuccess: () => {
-      void client.invalidateQueries({ queryKey: ['tokens', project] });
-      void client.invalidateQueries({ queryKey: ['audit', project] });
-    },
+    onSuccess: refresh,
   });
   const fields = create.error instanceof ApiError ? create.error.fields : {};
   const submit = (e: FormEvent) => {
@@ -207,7 +212,7 @@ function Tokens({ project }: { project: string }) {
 }
 
 function RoleBindings({ project }: { project: string }) {
-  const client = useQueryClient();
+  const refresh = useRefresh('role-bindings', project);
   const bindings = usePaged(['role-bindings', project], (cursor) =>
     call(api.GET('/api/v1/projects/{project}/role-bindings', { params: { path: { project }, query: { limit: 50, cursor } } })),
   );
@@ -225,17 +230,13 @@ function RoleBindings({ project }: { project: string }) {
       ),
     onSuccess: () => {
       setSubject('');
-      void client.invalidateQueries({ queryKey: ['role-bindings', project] });
-      void client.invalidateQueries({ queryKey: ['audit', project] });
+      refresh();
     },
   });
   const remove = useMutation({
     mutationFn: (id: string) =>
       call(api.DELETE('/api/v1/projects/{project}/role-bindings/{id}', { params: { path: { project, id } } })),
-    onSuccess: () => {
-      void client.invalidateQueries({ queryKey: ['role-bindings', project] });
-      void client.invalidateQueries({ queryKey: ['audit', project] });
-    },
+    onSuccess: refresh,
   });
   const fields = create.error instanceof ApiError ? create.error.fields : {};
   const items = bindings.data?.pages.flatMap((p) => p.items) ?? [];

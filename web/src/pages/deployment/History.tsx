@@ -59,6 +59,27 @@ export function Timeline({ deployment, live }: { deployment: Deployment; live: T
   );
 }
 
+function RevisionSelect(props: {
+  id: string;
+  label: string;
+  list: Revision[];
+  value: number | undefined;
+  onChange: (revision: number) => void;
+}) {
+  return (
+    <div className="field">
+      <label htmlFor={props.id}>{props.label}</label>
+      <select id={props.id} value={props.value ?? ''} onChange={(e) => props.onChange(Number(e.target.value))}>
+        {props.list.map((r) => (
+          <option key={r.revision} value={r.revision}>
+            {r.revision} ({r.reason})
+          </option>
+        ))}
+      </select>
+    </div>
+  );
+}
+
 export function Revisions({ deployment, editable }: { deployment: Deployment; editable: boolean }) {
   const { project, name } = deployment;
   const client = useQueryClient();
@@ -148,26 +169,8 @@ export function Revisions({ deployment, editable }: { deployment: Deployment; ed
         <>
           <h3>Compare</h3>
           <div className="filters">
-            <div className="field">
-              <label htmlFor="diff-from">From revision</label>
-              <select id="diff-from" value={fromRev ?? ''} onChange={(e) => setFrom(Number(e.target.value))}>
-                {list.map((r) => (
-                  <option key={r.revision} value={r.revision}>
-                    {r.revision} ({r.reason})
-                  </option>
-                ))}
-              </select>
-            </div>
-            <div className="field">
-              <label htmlFor="diff-to">To revision</label>
-              <select id="diff-to" value={toRev ?? ''} onChange={(e) => setTo(Number(e.target.value))}>
-                {list.map((r) => (
-                  <option key={r.revision} value={r.revision}>
-                    {r.revision} ({r.reason})
-                  </option>
-                ))}
-              </select>
-            </div>
+            <RevisionSelect id="diff-from" label="From revision" list={list} value={fromRev} onChange={setFrom} />
+            <RevisionSelect id="diff-to" label="To revision" list={list} value={toRev} onChange={setTo} />
           </div>
           <p className="hint">{changed === 0 ? 'The two specs are the same.' : `${changed} changed line(s); + added, − removed.`}</p>
           <div className="diff" role="group" aria-label={`Differences from revision ${fromRev} to revision ${toRev}`}>
