@@ -266,7 +266,8 @@ async function signIn(page, token) {
     await page.getByRole('cell', { name: 'token/ci-deployer' }).first().waitFor(WAIT);
     await page.getByRole('button', { name: 'Revoke ci-deployer' }).click();
     await page.getByRole('dialog').getByRole('button', { name: 'Revoke' }).click();
-    await page.getByText(/^revoked /).first().waitFor(WAIT);
+    const tokenRow = page.getByRole('region', { name: 'API tokens' }).getByRole('row', { name: /ci-deployer/ });
+    await tokenRow.getByText(/^revoked /).waitFor(WAIT);
     assert.equal((await rest('GET', '/api/v1/whoami', undefined, secret)).status, 401);
     await page.getByRole('link', { name: 'Deployments' }).click();
 
