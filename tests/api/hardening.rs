@@ -369,7 +369,7 @@ async fn anonymous_traffic_is_limited_per_address(pool: PgPool) {
     let mut statuses = Vec::new();
     for i in 0..8 {
         let response = app
-            .request_as(None, Method::GET, &format!("/no/such/path/{i}"))
+            .request_as(None, Method::GET, &format!("/api/v1/no/such/path/{i}"))
             .send()
             .await
             .unwrap();

@@ -10,6 +10,13 @@ use sqlx::PgPool;
 use super::{Harness, create, create_with, harness_on, sim_spec, wait_for};
 
 /// A cluster of 2 nodes with 8 GPUs each, quick kubelets, a Gateway, and failing images.
+/// Pods that take long enough to start that the worker reports `Deploying` before `Ready`
+/// even on a loaded machine (at 100 ms, a slow first reconcile saw them ready already and
+/// went straight from Pending to Ready, which is right but not what these tests look at).
+fn slow_starting_cluster() -> modelplane_emulator::EmulatorBuilder {
+    cluster().start_delay(Duration::from_secs(1))
+}
+
 fn cluster() -> modelplane_emulator::EmulatorBuilder {
     Emulator::builder()
         .nodes(2)
@@ -31,7 +38,7 @@ async fn wait_phase(h: &Harness, name: &str, phase: &str, limit: Duration) -> Va
 
 #[sqlx::test]
 async fn a_sim_deployment_becomes_ready_and_answers_at_its_external_url(pool: PgPool) {
-    let h = harness_on(pool, cluster(), |_| {}).await;
+    let h = harness_on(pool, slow_starting_cluster(), |_| {}).await;
     h.app.create_project("team-a").await;
     create(&h, "qwen").await;
     let record = wait_phase(&h, "qwen", "Ready", Duration::from_secs(30)).await;
@@ -476,7 +483,7 @@ async fn a_watcher_sees_the_rollout_the_scale_and_the_deletion_live(pool: PgPool
 /// on the emulator, then the scale.
 #[sqlx::test]
 async fn a_graphql_subscriber_sees_the_rollout_go_ready_live(pool: PgPool) {
-    let h = harness_on(pool, cluster(), |_| {}).await;
+    let h = harness_on(pool, slow_starting_cluster(), |_| {}).await;
     h.app.create_project("team-a").await;
     create(&h, "qwen").await;
     let mut client = crate::common::WsClient::connect(&h.app, crate::common::ADMIN_TOKEN)
