@@ -4,7 +4,7 @@
 //
 //   BASE=http://127.0.0.1:PORT TOKEN=<platform-admin token> SCREENSHOTS=dir node tests/browser/portal.js
 //
-// What a person does: sign in; create a `sim` deployment through the form (after a value
+// What a person does: sign in; create the first project; create a `sim` deployment through the form (after a value
 // only the API rejects shows its error next to the field) and watch it reach Ready without a
 // reload; copy its endpoint; chat with it; scale it to 2; edit it, roll back to revision 1 and
 // read the diff; check a viewer sees no edit controls; delete it and see it leave the list.
@@ -67,10 +67,6 @@ async function signIn(page, token) {
 
 (async () => {
   assert.ok(BASE && TOKEN, 'BASE and TOKEN must be set');
-  const created = await rest('POST', '/api/v1/projects', { name: PROJECT });
-  assert.equal(created.status, 201, JSON.stringify(created.body));
-  const viewer = await rest('POST', `/api/v1/projects/${PROJECT}/tokens`, { name: `${PROJECT}-viewer`, role: 'viewer' });
-  assert.equal(viewer.status, 201, JSON.stringify(viewer.body));
 
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -100,8 +96,20 @@ async function signIn(page, token) {
     await page.getByLabel('API token').waitFor(WAIT);
     await accessible(page, 'the sign-in screen');
     await signIn(page, TOKEN);
-    await page.goto(`${BASE}/projects/${PROJECT}/deployments`);
+
+    step('a fresh installation: the first project is made in the portal');
+    if (process.env.FRESH === '0') {
+      await page.getByRole('link', { name: 'New project' }).click();
+    } else {
+      await page.getByRole('heading', { name: 'Create your first project' }).waitFor(WAIT);
+      await accessible(page, 'the first-project screen');
+    }
+    await page.getByLabel('Project name').fill(PROJECT);
+    await page.getByRole('button', { name: 'Create project' }).click();
+    await page.waitForURL(`**/projects/${PROJECT}/deployments`, WAIT);
     await page.getByText('No deployments').first().waitFor(WAIT);
+    const viewer = await rest('POST', `/api/v1/projects/${PROJECT}/tokens`, { name: `${PROJECT}-viewer`, role: 'viewer' });
+    assert.equal(viewer.status, 201, JSON.stringify(viewer.body));
     // A marker that a reload would wipe: everything after this must happen live.
     await page.evaluate(() => {
       window.__noReload = true;

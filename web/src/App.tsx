@@ -10,6 +10,7 @@ import { DeploymentList } from './pages/DeploymentList';
 import { CreateDeployment } from './pages/CreateDeployment';
 import { DeploymentPage } from './pages/DeploymentPage';
 import { ProjectSettings } from './pages/ProjectSettings';
+import { CreateProject } from './pages/CreateProject';
 
 /** `/`: the first project the caller can see. */
 function Home() {
@@ -18,15 +19,8 @@ function Home() {
   if (projects.isPending) return <Loading what="your projects" />;
   if (projects.error) return <ErrorState error={projects.error} />;
   const first = projects.data[0];
-  if (!first)
-    return (
-      <Empty title="No projects yet">
-        <p>
-          A platform admin creates projects: <code>POST /api/v1/projects</code> with{' '}
-          <code>{'{"name": "team-a"}'}</code>, or the GraphQL mutation <code>createProject</code>.
-        </p>
-      </Empty>
-    );
+  // A fresh installation: say what a project is and make the first one here.
+  if (!first) return <CreateProject first />;
   return <Navigate to={`/projects/${encodeURIComponent(first)}/deployments`} replace />;
 }
 
@@ -55,6 +49,7 @@ export function App() {
       <Routes>
         <Route element={<Layout />}>
           <Route index element={<Home />} />
+          <Route path="projects/new" element={<CreateProject />} />
           <Route path="projects/:project/deployments" element={<Keyed>{(k) => <DeploymentList key={k} />}</Keyed>} />
           <Route path="projects/:project/deployments/new" element={<Keyed>{(k) => <CreateDeployment key={k} />}</Keyed>} />
           <Route path="projects/:project/deployments/:name" element={<Keyed>{(k) => <DeploymentPage key={k} />}</Keyed>} />

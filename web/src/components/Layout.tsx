@@ -59,6 +59,11 @@ export function Layout() {
             )}
           </nav>
         )}
+        {me?.platformAdmin && (
+          <Link to="/projects/new" className="btn btn-small">
+            New project
+          </Link>
+        )}
         <div className="whoami">
           {me && (
             <span title={me.kind === 'token' ? 'Signed in with an API token' : 'Signed in as a user'}>
