@@ -17,6 +17,7 @@ pub struct TokenGrant {
     pub role: TokenRole,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
 }
 
 /// A new token's fields, for [`insert_token`].
@@ -86,7 +87,8 @@ pub async fn find_token_by_hash(
 ) -> Result<Option<TokenGrant>, sqlx::Error> {
     sqlx::query_as!(
         TokenGrant,
-        r#"select id, name, project_id, role as "role: Text<TokenRole>", expires_at, revoked_at
+        r#"select id, name, project_id, role as "role: Text<TokenRole>", expires_at, revoked_at,
+                  last_used_at
            from api_token where token_hash = $1"#,
         token_hash
     )

@@ -1117,3 +1117,59 @@ async fn whoami_names_a_project_tokens_project_and_role(pool: PgPool) {
     assert_eq!(admin["project"], Value::Null);
     assert_eq!(admin["role"], "platform-admin");
 }
+
+/// Use is recorded at most once a minute, so most requests make no write (and no round trip
+/// for one): the first use sets `lastUsedAt`, a second within the minute leaves it, and a use
+/// after a minute moves it on.
+#[sqlx::test]
+async fn token_use_is_recorded_at_most_once_a_minute(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.create_project("team-a").await;
+    let secret = app.token_for("team-a", "ci", "viewer").await;
+    let last_used = || async {
+        let tokens: Value = app
+            .get("/api/v1/projects/team-a/tokens")
+            .await
+            .json()
+            .await
+            .unwrap();
+        tokens["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "ci")
+            .unwrap()["lastUsedAt"]
+            .clone()
+    };
+    let call = || async {
+        let response = app
+            .request_as(Some(&secret), Method::GET, "/api/v1/whoami")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    };
+    assert_eq!(last_used().await, Value::Null);
+    call().await;
+    let first = last_used().await;
+    assert!(first.is_string(), "{first}");
+    call().await;
+    assert_eq!(
+        last_used().await,
+        first,
+        "a second use within the minute writes nothing"
+    );
+
+    sqlx::query(
+        "update api_token set last_used_at = now() - interval '2 minutes' where name = 'ci'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let moved_back = last_used().await;
+    call().await;
+    let after = last_used().await;
+    assert_ne!(after, moved_back, "a use after a minute is recorded");
+    let after: chrono::DateTime<Utc> = after.as_str().unwrap().parse().unwrap();
+    assert!(Utc::now() - after < Duration::seconds(30));
+}
