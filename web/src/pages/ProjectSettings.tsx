@@ -24,6 +24,22 @@ function usePaged<T>(key: unknown[], load: (cursor?: string) => Promise<{ items:
   });
 }
 
+function RoleField(props: { label: string; error?: string; value: Role; onChange: (role: Role) => void }) {
+  return (
+    <Field label={props.label} error={props.error}>
+      {(a) => (
+        <select {...a} value={props.value} onChange={(e) => props.onChange(e.target.value as Role)}>
+          {ROLES.map((r) => (
+            <option key={r} value={r}>
+              {r}
+            </option>
+          ))}
+        </select>
+      )}
+    </Field>
+  );
+}
+
 /** After a change to `list`: refetch it and the audit log, which records the change. */
 function useRefresh(list: string, project: string) {
   const client = useQueryClient();
@@ -124,17 +140,7 @@ function Tokens({ project }: { project: string }) {
         <Field label="Token name" error={fields.name} hint="Letters, digits, '.', '_' or '-'.">
           {(a) => <input {...a} value={name} onChange={(e) => setName(e.target.value)} />}
         </Field>
-        <Field label="Role" error={fields.role}>
-          {(a) => (
-            <select {...a} value={role} onChange={(e) => setRole(e.target.value as Role)}>
-              {ROLES.map((r) => (
-                <option key={r} value={r}>
-                  {r}
-                </option>
-              ))}
-            </select>
-          )}
-        </Field>
+        <RoleField label="Role" error={fields.role} value={role} onChange={setRole} />
         <Field label="Expires" error={fields.expiresAt} hint="Default: in 90 days.">
           {(a) => <input {...a} type="date" value={expires} onChange={(e) => setExpires(e.target.value)} />}
         </Field>
@@ -265,17 +271,7 @@ function RoleBindings({ project }: { project: string }) {
         <Field label="Subject" error={fields.subject}>
           {(a) => <input {...a} value={subject} onChange={(e) => setSubject(e.target.value)} />}
         </Field>
-        <Field label="Binding role" error={fields.role}>
-          {(a) => (
-            <select {...a} value={role} onChange={(e) => setRole(e.target.value as Role)}>
-              {ROLES.map((r) => (
-                <option key={r} value={r}>
-                  {r}
-                </option>
-              ))}
-            </select>
-          )}
-        </Field>
+        <RoleField label="Binding role" error={fields.role} value={role} onChange={setRole} />
         <button type="submit" className="btn btn-primary" disabled={create.isPending}>
           Add binding
         </button>
