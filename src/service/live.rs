@@ -226,7 +226,11 @@ pub async fn watch(
     let project = authorize(ctx, actor, project, Role::Viewer).await?;
     // Subscribed before reading anything: no change can fall between the two.
     let receiver = hub.sender.subscribe();
-    let start = hub.latest();
+    // The feed's newest row, read now (the hub may not have caught up with it yet): every
+    // change up to it is in the state read next, so the state's sequence number is a resume
+    // point that replays nothing the state already shows.
+    let (_, newest) = store::changes::feed_bounds(&ctx.pool).await?;
+    let start = hub.latest().max(newest.unwrap_or(0));
     let deployment = match watched {
         Watched::Deployment(name) => {
             Some(super::deployments::get_deployment_in(ctx, &project, name).await?)
