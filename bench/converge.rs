@@ -71,6 +71,7 @@ async fn main() {
 
     let ctx = Context {
         pool: pool.clone(),
+        access: Default::default(),
         limits: SpecLimits::default(),
         routing: Default::default(),
     };

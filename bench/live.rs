@@ -42,6 +42,7 @@ async fn main() {
 
     let ctx = Context {
         pool: pool.clone(),
+        access: Default::default(),
         limits: SpecLimits::default(),
         routing: Default::default(),
     };

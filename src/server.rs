@@ -59,8 +59,10 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     )
     .await?;
     store::migrate(&pool).await?;
+    let shutdown = tokio_util::sync::CancellationToken::new();
     let ctx = service::Context {
         pool: pool.clone(),
+        access: service::access_cache::AccessCache::start(pool.clone(), shutdown.clone()).await?,
         limits: SpecLimits {
             max_replicas: config.max_replicas,
             allow_plaintext_credentials: config.allow_plaintext_credentials,
@@ -101,7 +103,6 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     } else {
         None
     };
-    let shutdown = tokio_util::sync::CancellationToken::new();
     let (worker, worker_health) = match (&cluster, config.role.runs_worker()) {
         (Some(cluster), true) => {
             let worker = Worker::new(pool.clone(), cluster.clone(), worker_config);

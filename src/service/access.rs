@@ -108,10 +108,17 @@ pub async fn role_on(
         Identity::User {
             subject, groups, ..
         } => {
+            if let Some(role) = ctx.access.role(project.id, subject, groups) {
+                return Ok(role);
+            }
+            let ticket = ctx.access.ticket();
             let roles =
                 store::role_bindings::roles_of_subject(&ctx.pool, project.id, subject, groups)
                     .await?;
-            Ok(roles.into_iter().max())
+            let role = roles.into_iter().max();
+            ctx.access
+                .store_role(ticket, project.id, subject, groups, role);
+            Ok(role)
         }
         Identity::System => Ok(Some(Role::Admin)),
     }
@@ -170,9 +177,17 @@ pub async fn authorize(
     if !is_dns1123_label(project) {
         return Err(not_found());
     }
-    let found = store::projects::find_project_by_name(&ctx.pool, project)
-        .await?
-        .ok_or_else(not_found)?;
+    let found = match ctx.access.project(project) {
+        Some(found) => found,
+        None => {
+            let ticket = ctx.access.ticket();
+            let found = store::projects::find_project_by_name(&ctx.pool, project)
+                .await?
+                .ok_or_else(not_found)?;
+            ctx.access.store_project(ticket, &found);
+            found
+        }
+    };
     let Some(role) = role_on(ctx, actor, &found).await? else {
         return Err(not_found());
     };

@@ -2,6 +2,7 @@
 //! parse → transaction → store → enqueue → timeline. Handlers stay thin.
 
 pub mod access;
+pub mod access_cache;
 pub mod audit;
 pub mod chat;
 mod cursor;
@@ -24,6 +25,8 @@ pub use cursor::Page;
 #[derive(Clone)]
 pub struct Context {
     pub pool: PgPool,
+    /// Tokens, projects and roles read on every request (off unless started).
+    pub access: access_cache::AccessCache,
     pub limits: SpecLimits,
     pub routing: RoutingPolicy,
 }

@@ -151,6 +151,8 @@ pub async fn delete_project(ctx: &Context, actor: &Actor, name: &str) -> Result<
     // the project leaves in the cluster (its namespace) now rather than at the next resync.
     store::work_queue::enqueue_reconcile(&mut *tx, project.id).await?;
     tx.commit().await?;
+    // This process at once; the others through the access trigger's notification.
+    ctx.access.invalidate();
     tracing::info!(project_id = %project.id, "project deleted");
     Ok(())
 }

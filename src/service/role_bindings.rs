@@ -86,6 +86,8 @@ pub async fn create_role_binding(
     )
     .await?;
     tx.commit().await?;
+    // This process at once; the others through the access trigger's notification.
+    ctx.access.invalidate();
     Ok(binding)
 }
 
@@ -134,5 +136,7 @@ pub async fn delete_role_binding(
     )
     .await?;
     tx.commit().await?;
+    // This process at once; the others through the access trigger's notification.
+    ctx.access.invalidate();
     Ok(())
 }

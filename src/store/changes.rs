@@ -15,8 +15,13 @@ pub const CHANNEL: &str = "modelplane_changes";
 
 /// A `LISTEN` connection to [`CHANNEL`].
 pub async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    listen_on(pool, CHANNEL).await
+}
+
+/// A `LISTEN` connection to `channel`.
+pub async fn listen_on(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(CHANNEL).await?;
+    listener.listen(channel).await?;
     Ok(listener)
 }
 

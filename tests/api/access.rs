@@ -1160,6 +1160,8 @@ async fn token_use_is_recorded_at_most_once_a_minute(pool: PgPool) {
         "a second use within the minute writes nothing"
     );
 
+    // A minute passes (as the database sees it); the API's access cache, which remembers
+    // the last recorded use, is told to forget as any access change would tell it.
     sqlx::query(
         "update api_token set last_used_at = now() - interval '2 minutes' where name = 'ci'",
     )
@@ -1167,9 +1169,140 @@ async fn token_use_is_recorded_at_most_once_a_minute(pool: PgPool) {
     .await
     .unwrap();
     let moved_back = last_used().await;
-    call().await;
-    let after = last_used().await;
-    assert_ne!(after, moved_back, "a use after a minute is recorded");
+    sqlx::query("select pg_notify('modelplane_access', 'test')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let after = loop {
+        call().await;
+        let after = last_used().await;
+        if after != moved_back {
+            break after;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a use after a minute is recorded"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     let after: chrono::DateTime<Utc> = after.as_str().unwrap().parse().unwrap();
     assert!(Utc::now() - after < Duration::seconds(30));
+}
+
+/// Polls `request` until it answers `status`, for at most five seconds.
+async fn answers_within(
+    status: StatusCode,
+    request: impl Fn() -> reqwest::RequestBuilder,
+) -> Result<(), StatusCode> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let got = request().send().await.unwrap().status();
+        if got == status {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(got);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Each API process caches tokens and projects (src/service/access_cache.rs). A revoke or a
+/// project deletion takes effect on the next request of the process that made it, and on
+/// every other process as soon as the access trigger's notification reaches it.
+#[sqlx::test]
+async fn a_revoke_reaches_every_api_process_whatever_they_cached(pool: PgPool) {
+    let a = TestApp::spawn(pool.clone()).await;
+    let b = TestApp::spawn(pool.clone()).await;
+    a.create_project("team-a").await;
+    a.create_project("team-b").await;
+    let token = a.token_for("team-a", "ci", "viewer").await;
+    let path = "/api/v1/projects/team-a/deployments";
+    for app in [&a, &b] {
+        for _ in 0..3 {
+            let got = app.request_as(Some(&token), Method::GET, path).send().await;
+            assert_eq!(got.unwrap().status(), StatusCode::OK);
+        }
+    }
+    a.revoke_token("team-a", "ci").await;
+    let on_a = a.request_as(Some(&token), Method::GET, path).send().await;
+    assert_eq!(
+        on_a.unwrap().status(),
+        StatusCode::UNAUTHORIZED,
+        "the process that revoked refuses the very next request"
+    );
+    answers_within(StatusCode::UNAUTHORIZED, || {
+        b.request_as(Some(&token), Method::GET, path)
+    })
+    .await
+    .expect("the other process follows the revoke");
+
+    // A project both processes have cached, deleted through one of them.
+    for app in [&a, &b] {
+        assert_eq!(
+            app.get("/api/v1/projects/team-b/deployments")
+                .await
+                .status(),
+            StatusCode::OK
+        );
+    }
+    let deleted = a
+        .request(Method::DELETE, "/api/v1/projects/team-b")
+        .send()
+        .await;
+    assert_eq!(deleted.unwrap().status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        a.get("/api/v1/projects/team-b/deployments").await.status(),
+        StatusCode::NOT_FOUND
+    );
+    answers_within(StatusCode::NOT_FOUND, || {
+        b.request(Method::GET, "/api/v1/projects/team-b/deployments")
+    })
+    .await
+    .expect("the other process forgets the deleted project");
+}
+
+/// The same for an OIDC user's role: a binding removed through one process stops the
+/// user's next request there, and on the other process within moments.
+#[sqlx::test]
+async fn a_removed_role_binding_reaches_every_api_process_whatever_they_cached(pool: PgPool) {
+    let a = oidc_app(pool.clone(), fixture("jwks-key1.json")).await;
+    let b = oidc_app(pool.clone(), fixture("jwks-key1.json")).await;
+    a.create_project("team-a").await;
+    let created = a
+        .post_json(
+            "/api/v1/projects/team-a/role-bindings",
+            &json!({"subjectKind": "user", "subject": "alice", "role": "viewer"}),
+        )
+        .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let binding: Value = created.json().await.unwrap();
+    let alice = sign("key1", &claims("alice", &[]));
+    let path = "/api/v1/projects/team-a/deployments";
+    for app in [&a, &b] {
+        for _ in 0..3 {
+            let got = app.request_as(Some(&alice), Method::GET, path).send().await;
+            assert_eq!(got.unwrap().status(), StatusCode::OK);
+        }
+    }
+    let removed = a
+        .request(
+            Method::DELETE,
+            &format!(
+                "/api/v1/projects/team-a/role-bindings/{}",
+                binding["id"].as_str().unwrap()
+            ),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(removed.status(), StatusCode::NO_CONTENT);
+    let on_a = a.request_as(Some(&alice), Method::GET, path).send().await;
+    assert_eq!(on_a.unwrap().status(), StatusCode::NOT_FOUND);
+    answers_within(StatusCode::NOT_FOUND, || {
+        b.request_as(Some(&alice), Method::GET, path)
+    })
+    .await
+    .expect("the other process follows the removed binding");
 }

@@ -66,8 +66,12 @@ impl TestApp {
     }
 
     pub async fn spawn_with(pool: PgPool, options: Options) -> Self {
+        let stop = tokio_util::sync::CancellationToken::new();
         let ctx = service::Context {
             pool: pool.clone(),
+            access: service::access_cache::AccessCache::start(pool.clone(), stop.clone())
+                .await
+                .unwrap(),
             limits: SpecLimits {
                 max_replicas: 20,
                 ..SpecLimits::default()
@@ -84,7 +88,6 @@ impl TestApp {
             Some(config) => Some(OidcVerifier::new(config).await.unwrap()),
             None => None,
         };
-        let stop = tokio_util::sync::CancellationToken::new();
         let changes = service::live::ChangeHub::start(pool.clone(), stop.clone())
             .await
             .unwrap();
