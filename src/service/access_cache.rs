@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -70,45 +71,55 @@ impl AccessCache {
     /// Starts listening for access changes; the cache is on while the listener is connected.
     pub async fn start(pool: PgPool, shutdown: CancellationToken) -> Result<Self, sqlx::Error> {
         let cache = Self::default();
-        let mut listener = store::changes::listen_on(&pool, CHANNEL).await?;
-        cache.inner.enabled.store(true, Ordering::SeqCst);
-        let this = cache.clone();
-        tokio::spawn(async move {
-            loop {
-                let message = tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    message = listener.try_recv() => message,
-                };
-                match message {
-                    Ok(Some(_)) => this.invalidate(),
-                    // The connection was lost (and is being re-established): whatever changed
-                    // meanwhile went unannounced, so start empty once it is back.
-                    Ok(None) | Err(_) => {
-                        this.inner.enabled.store(false, Ordering::SeqCst);
-                        this.invalidate();
-                        tracing::warn!("access cache off: its notification connection was lost");
-                        loop {
-                            tokio::select! {
-                                _ = shutdown.cancelled() => return,
-                                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                            }
-                            match store::changes::listen_on(&pool, CHANNEL).await {
-                                Ok(fresh) => {
-                                    listener = fresh;
-                                    this.invalidate();
-                                    this.inner.enabled.store(true, Ordering::SeqCst);
-                                    tracing::info!("access cache back on");
-                                    break;
-                                }
-                                Err(err) => tracing::debug!(error = %err, "access listener"),
-                            }
+        let first = store::changes::listen_on(&pool, CHANNEL).await?;
+        tokio::spawn(cache.clone().follow(pool, first, shutdown));
+        Ok(cache)
+    }
+
+    async fn follow(self, pool: PgPool, first: PgListener, shutdown: CancellationToken) {
+        let mut connected = Some(first);
+        loop {
+            let mut listener = match connected.take() {
+                Some(listener) => listener,
+                None => match store::changes::listen_on(&pool, CHANNEL).await {
+                    Ok(listener) => listener,
+                    Err(err) => {
+                        tracing::debug!(error = %err, "access listener");
+                        tokio::select! {
+                            () = shutdown.cancelled() => return,
+                            () = tokio::time::sleep(Duration::from_secs(1)) => continue,
                         }
                     }
+                },
+            };
+            // Whatever changed while not listening went unannounced: start empty.
+            self.invalidate();
+            self.inner.enabled.store(true, Ordering::SeqCst);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => {
+                        self.inner.enabled.store(false, Ordering::SeqCst);
+                        return;
+                    }
+                    // `try_recv`, not `recv`: `recv` reconnects silently, and what was announced
+                    // meanwhile would be missed.
+                    message = listener.try_recv() => match message {
+                        Ok(Some(_)) => self.invalidate(),
+                        Ok(None) => {
+                            tracing::warn!("access cache off: its notification connection was lost");
+                            break;
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %err, "access cache off: its notification connection failed");
+                            break;
+                        }
+                    },
                 }
             }
-            this.inner.enabled.store(false, Ordering::SeqCst);
-        });
-        Ok(cache)
+            // Off, and the listener's connection given back, before trying again.
+            self.inner.enabled.store(false, Ordering::SeqCst);
+            self.invalidate();
+        }
     }
 
     /// Forgets everything; the next reads go to the database.

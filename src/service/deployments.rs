@@ -21,7 +21,7 @@ use crate::domain::{
     check_shared_gateway_rules, entity_tag, from_json_value,
 };
 use crate::store;
-use crate::store::deployments::{DeploymentFilter, DeploymentRow};
+use crate::store::deployments::{DeploymentFilter, DeploymentRow, NewDeployment};
 use crate::store::events::NewEvent;
 
 /// The body of `POST …/deployments`.
@@ -140,36 +140,44 @@ pub async fn create_deployment(
     let id = Uuid::now_v7();
     let route = route_claim(ctx, &project, name.as_str(), spec);
     let status = DeploymentStatus::pending(i64::from(serving.replicas));
-    let row = match store::deployments::insert_deployment(
-        &mut *tx,
-        id,
-        project.id,
-        name.as_str(),
-        spec,
-        &route,
-        &status,
-    )
-    .await
-    {
-        Ok(row) => row,
-        Err(err) if store::is_unique_violation(&err, "model_deployment_project_name_key") => {
-            tx.rollback().await?;
-            return Err(name_taken(ctx, &project, name.as_str()).await);
-        }
-        Err(err) => return Err(err.into()),
-    };
-    // After the insert, so a taken name is reported as such rather than as its own route.
-    check_route(ctx, &mut tx, &project, id, spec, &route).await?;
-    store::revisions::insert_revision(&mut *tx, id, row.generation, spec, "created", actor.name())
-        .await?;
     let message = format!(
         "created with {} replica(s) of {} serving {}",
         serving.replicas,
         spec.engine.kind.as_str(),
         spec.model.source
     );
-    record_event(&mut tx, &row, EventKind::Created, &message, actor).await?;
-    store::work_queue::enqueue_reconcile(&mut *tx, id).await?;
+    // The route checks ride on the insert, under the route space's lock.
+    store::deployments::lock_route_space(&mut *tx, &route_space(&project, &route)).await?;
+    let inserted = match store::deployments::insert_deployment(
+        &mut *tx,
+        NewDeployment {
+            id,
+            project_id: project.id,
+            name: name.as_str(),
+            spec,
+            route: &route,
+            status: &status,
+            message: &message,
+            actor: actor.name(),
+        },
+    )
+    .await
+    {
+        Ok(inserted) => inserted,
+        Err(err) if store::is_unique_violation(&err, "model_deployment_project_name_key") => {
+            tx.rollback().await?;
+            return Err(name_taken(ctx, &project, name.as_str()).await);
+        }
+        Err(err) => return Err(err.into()),
+    };
+    // A taken name is reported as such (above) rather than as its own route.
+    check_shared_gateway_rules(spec, &project, &route, &ctx.routing.reserved_hostnames)?;
+    route_conflict(
+        &route,
+        inserted.hostname_taken,
+        inserted.overlapping.as_ref(),
+    )?;
+    let row = inserted.row;
 
     let deployment = row.into_record(&project.name);
     if let Some(key) = idempotency_key {
@@ -657,25 +665,44 @@ async fn check_route(
     route: &RouteClaim,
 ) -> Result<(), ServiceError> {
     check_shared_gateway_rules(spec, project, route, &ctx.routing.reserved_hostnames)?;
-    // Writers of the same hostname (or of one project's host-less routes) take turns, so
-    // two concurrent requests cannot both find the space free.
-    let space = match &route.hostname {
+    store::deployments::lock_route_space(&mut **tx, &route_space(project, route)).await?;
+    let hostname_taken = match &route.hostname {
+        Some(host) => {
+            store::deployments::hostname_used_by_another_project(&mut **tx, host, project.id)
+                .await?
+        }
+        None => false,
+    };
+    let overlapping =
+        store::deployments::find_overlapping_route(&mut **tx, project.id, deployment_id, route)
+            .await?;
+    route_conflict(route, hostname_taken, overlapping.as_ref())
+}
+
+/// The part of the Gateways' request space a route lives in: writers of the same hostname
+/// (or of one project's host-less routes) take turns, so two concurrent requests cannot
+/// both find it free.
+fn route_space(project: &Project, route: &RouteClaim) -> String {
+    match &route.hostname {
         Some(host) => format!("host:{host}"),
         None => format!("project:{}", project.id),
-    };
-    store::deployments::lock_route_space(&mut **tx, &space).await?;
-    if let Some(host) = &route.hostname
-        && store::deployments::hostname_used_by_another_project(&mut **tx, host, project.id).await?
-    {
+    }
+}
+
+/// The 409 for a route whose hostname belongs to another project, or whose path overlaps
+/// another deployment's (`overlapping`: its name and path).
+fn route_conflict(
+    route: &RouteClaim,
+    hostname_taken: bool,
+    overlapping: Option<&(String, String)>,
+) -> Result<(), ServiceError> {
+    if let Some(host) = route.hostname.as_ref().filter(|_| hostname_taken) {
         return Err(ServiceError::conflict(
             Some("spec.routing.hostname"),
             format!("hostname `{host}` is already used by another project"),
         ));
     }
-    if let Some((other, path)) =
-        store::deployments::find_overlapping_route(&mut **tx, project.id, deployment_id, route)
-            .await?
-    {
+    if let Some((other, path)) = overlapping {
         return Err(ServiceError::conflict(
             Some("spec.routing.pathPrefix"),
             format!(

@@ -54,40 +54,114 @@ pub struct DeploymentFilter {
     pub limit: i64,
 }
 
-#[instrument(skip(db, spec, route, status))]
+/// A new deployment's row and what its creation writes beside it.
+pub struct NewDeployment<'a> {
+    pub id: Uuid,
+    pub project_id: Uuid,
+    pub name: &'a str,
+    pub spec: &'a DeploymentSpec,
+    pub route: &'a RouteClaim,
+    pub status: &'a DeploymentStatus,
+    /// The timeline entry's message and the actor of it and of the first revision.
+    pub message: &'a str,
+    pub actor: &'a str,
+}
+
+/// The stored row, and what another record's route claims of the new one's request space.
+pub struct InsertedDeployment {
+    pub row: DeploymentRow,
+    /// Another project's record routes the same hostname.
+    pub hostname_taken: bool,
+    /// A record of this project whose path overlaps on the same Gateway and hostname: its
+    /// name and path.
+    pub overlapping: Option<(String, String)>,
+}
+
+/// Creates a deployment in one statement: the row, revision 1, the `Created` timeline entry
+/// and its reconcile work item (waking the workers). The route checks are read in the same
+/// statement, so the caller must hold the route space's lock (see [`lock_route_space`])
+/// before, so that the snapshot includes every earlier holder's commit. A taken name fails
+/// the statement with `model_deployment_project_name_key`.
+#[instrument(skip(db, new), fields(deployment_id = %new.id))]
 pub async fn insert_deployment(
     db: impl PgExecutor<'_>,
-    id: Uuid,
-    project_id: Uuid,
-    name: &str,
-    spec: &DeploymentSpec,
-    route: &RouteClaim,
-    status: &DeploymentStatus,
-) -> Result<DeploymentRow, sqlx::Error> {
-    sqlx::query_as!(
-        DeploymentRow,
-        r#"insert into model_deployment
-               (id, project_id, name, spec, spec_version, labels, engine, phase, status,
-                route_gateway, route_hostname, route_path)
-           values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-           returning id, project_id, name, generation,
-                     spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
-                     restarted_at, deletion_requested_at, created_at, updated_at"#,
-        id,
-        project_id,
-        name,
-        Json(spec) as _,
-        spec.spec_version as i32,
-        Json(&spec.labels) as _,
-        spec.engine.kind.as_str(),
-        status.phase.as_str(),
-        Json(status) as _,
-        route.gateway,
-        route.hostname,
-        route.path_prefix,
+    new: NewDeployment<'_>,
+) -> Result<InsertedDeployment, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"with d as (
+               insert into model_deployment
+                   (id, project_id, name, spec, spec_version, labels, engine, phase, status,
+                    route_gateway, route_hostname, route_path)
+               values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+               returning id, project_id, name, generation, spec, status, restarted_at,
+                         deletion_requested_at, created_at, updated_at
+           ), revision as (
+               insert into deployment_revision (deployment_id, revision, spec, reason, actor)
+               select id, generation, spec, 'created', $14 from d
+           ), event as (
+               insert into deployment_event
+                   (deployment_id, project_id, deployment_name, kind, message, actor)
+               select id, project_id, name, 'Created', $13, $14 from d
+           ), queued as (
+               insert into reconcile_work (deployment_id) select id from d
+               returning deployment_id
+           )
+           select d.id as "id!", d.project_id as "project_id!", d.name as "name!",
+                  d.generation as "generation!",
+                  d.spec as "spec!: Json<DeploymentSpec>",
+                  d.status as "status!: Json<DeploymentStatus>",
+                  d.restarted_at, d.deletion_requested_at,
+                  d.created_at as "created_at!", d.updated_at as "updated_at!",
+                  (select count(pg_notify('modelplane_reconcile', deployment_id::text))
+                   from queued) as "queued!",
+                  ($11::text is not null and exists (
+                      select 1 from model_deployment o
+                      where o.route_hostname = $11 and o.project_id <> $2)) as "hostname_taken!",
+                  (select o.name || ' ' || o.route_path from model_deployment o
+                   where o.project_id = $2 and o.id <> $1 and o.route_gateway = $10
+                     and o.route_hostname is not distinct from $11
+                     and (o.route_path = $12 or o.route_path = '/' or $12 = '/'
+                          or starts_with(o.route_path, $12 || '/')
+                          or starts_with($12, o.route_path || '/'))
+                   order by o.name limit 1) as "overlapping"
+           from d"#,
+        new.id,
+        new.project_id,
+        new.name,
+        Json(new.spec) as _,
+        new.spec.spec_version as i32,
+        Json(&new.spec.labels) as _,
+        new.spec.engine.kind.as_str(),
+        new.status.phase.as_str(),
+        Json(new.status) as _,
+        new.route.gateway,
+        new.route.hostname,
+        new.route.path_prefix,
+        new.message,
+        new.actor,
     )
     .fetch_one(db)
-    .await
+    .await?;
+    debug_assert_eq!(row.queued, 1);
+    Ok(InsertedDeployment {
+        row: DeploymentRow {
+            id: row.id,
+            project_id: row.project_id,
+            name: row.name,
+            generation: row.generation,
+            spec: row.spec,
+            status: row.status,
+            restarted_at: row.restarted_at,
+            deletion_requested_at: row.deletion_requested_at,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        },
+        hostname_taken: row.hostname_taken,
+        overlapping: row.overlapping.and_then(|o| {
+            o.split_once(' ')
+                .map(|(name, path)| (name.to_owned(), path.to_owned()))
+        }),
+    })
 }
 
 #[instrument(skip(db))]

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# End-to-end convergence and the idle check, on release builds, in one run on this machine.
+#
+#   bench/converge.sh                  # N = 100 and 1,000
+#   bench/converge.sh 100 1000 10000   # any list of N
+#   CLIENTS=16 IDLE_SECONDS=10 bench/converge.sh 1000
+#
+# For each N, on a fresh emulator (simulated cluster, zero pod start delay, enough nodes for
+# N pods) and a fresh database: modelplane's API and worker run as two processes
+# (`--role api`, `--role worker`), N `sim` deployments are POSTed through the REST API by
+# wrk with CLIENTS connections, and the clock stops when every record's phase is Ready.
+# Printed per N: seconds, Kubernetes requests per record (the emulator's
+# `apiserver_request_total`, split into reads and writes), and the peak memory (VmHWM) of
+# the API, the worker and the emulator. Then the idle check: IDLE_SECONDS with nothing
+# changing, in which the worker must make no Kubernetes write and no database row may
+# change, with each process's CPU time over that window.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/postgres.sh
+
+CLIENTS=${CLIENTS:-16}
+IDLE_SECONDS=${IDLE_SECONDS:-10}
+TIMEOUT=${TIMEOUT:-600}
+sizes=("$@")
+[ ${#sizes[@]} -gt 0 ] || sizes=(100 1000)
+
+if ! command -v wrk >/dev/null; then
+  log "installing wrk (Debian package)"
+  sudo_=""; [ "$(id -u)" -ne 0 ] && sudo_=sudo
+  $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+fi
+ensure_postgres modelplane_bench_converge
+admin_url="${DATABASE_URL%/*}/postgres"
+
+log "building modelplane and the emulator (release)"
+SQLX_OFFLINE=true cargo build --quiet --release --bin modelplane --bin modelplane-emulator
+
+work=$(mktemp -d)
+pids=()
+stop_all() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+trap 'stop_all; rm -rf "$work"' EXIT
+
+free_port() { local p=$1; while port_open "$p"; do p=$((p + 1)); done; echo "$p"; }
+peak_kib() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Sum of apiserver_request_total, for reads (get, list, watch) or writes (everything else).
+k8s_requests() { # url reads|writes
+  curl -fsS "$1/metrics" | awk -v want="$2" '
+    /^apiserver_request_total\{/ {
+      match($0, /verb="[^"]*"/); verb = substr($0, RSTART + 6, RLENGTH - 7)
+      read = (verb == "GET" || verb == "LIST" || verb == "WATCH" || verb == "get" || verb == "list" || verb == "watch")
+      if ((want == "reads") == read) sum += $NF
+    }
+    END { printf "%d\n", sum }'
+}
+db_row_changes() { # database url
+  psql -tA "$1" -c "select coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) from pg_stat_user_tables"
+}
+
+printf '%8s %9s %14s %14s %10s %10s %10s\n' N seconds "k8s reads/rec" "k8s writes/rec" "api MiB" "worker MiB" "emu MiB" >"$work/table"
+printf '%8s %12s %14s %10s %10s %10s\n' N "k8s writes" "db row changes" "api cpu s" "worker cpu s" "emu cpu s" >"$work/idle"
+
+for n in "${sizes[@]}"; do
+  db="${DATABASE_URL%/*}/modelplane_bench_converge"
+  psql "$admin_url" -qc 'drop database if exists modelplane_bench_converge with (force)' >/dev/null
+  ensure_database "$db"
+
+  emu_port=$(free_port 16443)
+  nodes=$(( n / 100 + 3 ))
+  target/release/modelplane-emulator --listen "127.0.0.1:$emu_port" --kubeconfig-out "$work/kubeconfig" \
+    --nodes "$nodes" --start-delay 0s >"$work/emulator-$n.log" 2>&1 &
+  emu=$!; pids+=("$emu")
+  until curl -fsS "http://127.0.0.1:$emu_port/readyz" >/dev/null 2>&1; do
+    kill -0 "$emu" 2>/dev/null || { cat "$work/emulator-$n.log"; die "the emulator did not start"; }
+    sleep 0.1
+  done
+
+  api_port=$(free_port 18680)
+  token="mpt_bench_$(head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+  common=(env DATABASE_URL="$db" MODELPLANE_BOOTSTRAP_TOKEN="$token" MODELPLANE_LOG=warn
+          MODELPLANE_KUBECONFIG="$work/kubeconfig" MODELPLANE_INSTALLATION=bench
+          MODELPLANE_RATE_LIMIT_PER_MINUTE=100000000 MODELPLANE_RATE_LIMIT_BURST=10000000)
+  "${common[@]}" MODELPLANE_ROLE=api MODELPLANE_LISTEN="127.0.0.1:$api_port" \
+    MODELPLANE_DB_MAX_CONNECTIONS="$CLIENTS" target/release/modelplane serve >"$work/api-$n.log" 2>&1 &
+  api=$!; pids+=("$api")
+  base="http://127.0.0.1:$api_port"
+  until curl -fsS "$base/healthz" >/dev/null 2>&1; do
+    kill -0 "$api" 2>/dev/null || { cat "$work/api-$n.log"; die "modelplane (api) did not start"; }
+    sleep 0.1
+  done
+  worker_port=$(free_port $((api_port + 1)))
+  "${common[@]}" MODELPLANE_ROLE=worker MODELPLANE_LISTEN="127.0.0.1:$worker_port" \
+    target/release/modelplane serve >"$work/worker-$n.log" 2>&1 &
+  worker=$!; pids+=("$worker")
+  until curl -fsS "http://127.0.0.1:$worker_port/healthz" >/dev/null 2>&1; do
+    kill -0 "$worker" 2>/dev/null || { cat "$work/worker-$n.log"; die "modelplane (worker) did not start"; }
+    sleep 0.1
+  done
+
+  auth="Authorization: Bearer $token"
+  curl -fsS -o /dev/null -H "$auth" -H 'Content-Type: application/json' "$base/api/v1/projects" -d '{"name":"bench"}'
+  reads0=$(k8s_requests "http://127.0.0.1:$emu_port" reads)
+  writes0=$(k8s_requests "http://127.0.0.1:$emu_port" writes)
+
+  # wrk sends exactly N creates: each connection takes names from its own share and stops.
+  cat >"$work/create.lua" <<LUA
+wrk.headers["Authorization"] = "Bearer $token"
+wrk.headers["Content-Type"] = "application/json"
+local threads, count = {}, 0
+setup = function(thread)
+  count = count + 1
+  thread:set("tid", count)
+  table.insert(threads, thread)
+end
+init = function() sent = 0; errors = 0 end
+request = function()
+  local i = (sent * $CLIENTS) + tid
+  sent = sent + 1
+  local body = string.format('{"name":"d%d","spec":{"model":{"source":"hf://Qwen/Qwen2.5-0.5B-Instruct"},"engine":{"kind":"sim"},"replicas":1}}', i)
+  return wrk.format("POST", "/api/v1/projects/bench/deployments", nil, body)
+end
+response = function(status)
+  if status ~= 201 then errors = errors + 1 end
+  if sent * $CLIENTS + tid > $n then wrk.thread:stop() end
+end
+LUA
+  started=$(date +%s.%N)
+  # One thread per connection, so each thread's share of the names is exact.
+  wrk -t"$CLIENTS" -c"$CLIENTS" -d"${TIMEOUT}s" -s "$work/create.lua" "$base" >"$work/wrk-$n.log" 2>&1
+  grep -q "Non-2xx" "$work/wrk-$n.log" && { cat "$work/wrk-$n.log"; die "some creates failed"; }
+  created=$(psql -tA "$db" -c "select count(*) from model_deployment")
+  [ "$created" -eq "$n" ] || die "expected $n deployments, found $created"
+
+  while :; do
+    ready=$(psql -tA "$db" -c "select count(*) from model_deployment where phase = 'Ready'")
+    [ "$ready" -eq "$n" ] && break
+    elapsed=$(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN { print e - s }')
+    awk -v e="$elapsed" -v t="$TIMEOUT" 'BEGIN { exit !(e > t) }' && die "$n: only $ready Ready after ${TIMEOUT}s"
+    sleep 0.1
+  done
+  seconds=$(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+  reads=$(( $(k8s_requests "http://127.0.0.1:$emu_port" reads) - reads0 ))
+  writes=$(( $(k8s_requests "http://127.0.0.1:$emu_port" writes) - writes0 ))
+  printf '%8d %9s %14.1f %14.1f %10.0f %10.0f %10.0f\n' "$n" "$seconds" \
+    "$(awk -v a="$reads" -v n="$n" 'BEGIN { print a / n }')" \
+    "$(awk -v a="$writes" -v n="$n" 'BEGIN { print a / n }')" \
+    "$(awk -v k="$(peak_kib "$api")" 'BEGIN { print k / 1024 }')" \
+    "$(awk -v k="$(peak_kib "$worker")" 'BEGIN { print k / 1024 }')" \
+    "$(awk -v k="$(peak_kib "$emu")" 'BEGIN { print k / 1024 }')" >>"$work/table"
+  log "$n Ready in ${seconds}s"
+
+  # The idle check: let the last watch events settle, then watch a quiet window.
+  sleep 3
+  w0=$(k8s_requests "http://127.0.0.1:$emu_port" writes); r0=$(db_row_changes "$db")
+  a0=$(cpu_ticks "$api"); k0=$(cpu_ticks "$worker"); e0=$(cpu_ticks "$emu")
+  sleep "$IDLE_SECONDS"
+  w1=$(k8s_requests "http://127.0.0.1:$emu_port" writes); r1=$(db_row_changes "$db")
+  a1=$(cpu_ticks "$api"); k1=$(cpu_ticks "$worker"); e1=$(cpu_ticks "$emu")
+  hz=$(getconf CLK_TCK)
+  printf '%8d %12d %14d %10.2f %10.2f %10.2f\n' "$n" $((w1 - w0)) $((r1 - r0)) \
+    "$(awk -v t=$((a1 - a0)) -v h="$hz" 'BEGIN { print t / h }')" \
+    "$(awk -v t=$((k1 - k0)) -v h="$hz" 'BEGIN { print t / h }')" \
+    "$(awk -v t=$((e1 - e0)) -v h="$hz" 'BEGIN { print t / h }')" >>"$work/idle"
+  stop_all
+done
+
+echo
+echo "Convergence: N sim deployments POSTed with $CLIENTS connections until all Ready"
+cat "$work/table"
+echo
+echo "Idle: ${IDLE_SECONDS}s with nothing changing, after convergence"
+cat "$work/idle"
