@@ -183,19 +183,21 @@ impl Cluster {
         }
     }
 
-    /// Server-side applies the complete object, forcing ownership of its fields.
-    pub async fn apply<K: Object>(&self, object: &K) -> Result<(), ClusterError> {
+    /// Server-side applies the complete object, forcing ownership of its fields; returns
+    /// the object as the API server stored it.
+    pub async fn apply<K: Object>(&self, object: &K) -> Result<K, ClusterError> {
         let meta = object.meta();
         let name = meta.name.as_deref().unwrap_or_default();
         count("apply", kind_of::<K>());
-        self.api::<K>(meta.namespace.as_deref())
+        let applied = self
+            .api::<K>(meta.namespace.as_deref())
             .patch(
                 name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(object),
             )
             .await?;
-        Ok(())
+        decode(applied)
     }
 
     pub async fn get<K: Object>(

@@ -4,5 +4,6 @@
 pub mod cluster;
 pub mod desired;
 pub mod health;
+pub mod seen;
 pub mod status;
 pub mod worker;

@@ -24,6 +24,7 @@ use super::desired::{
     LABEL_NAMESPACE_ADOPTED, LABEL_PROJECT, Target, as_json, desired_objects,
 };
 use super::health::WorkerHealth;
+use super::seen::SeenKinds;
 use super::status::{Budgets, Observed, compute, invalid_spec, recheck_after};
 use crate::domain::{Condition, ConditionStatus, Deployment, DeploymentStatus, EventKind, Phase};
 use crate::store;
@@ -55,6 +56,8 @@ pub struct Worker {
     cluster: Cluster,
     config: WorkerConfig,
     health: Arc<WorkerHealth>,
+    /// What the watches have seen of the kinds read during reconciles.
+    seen: SeenKinds,
 }
 
 impl Worker {
@@ -64,6 +67,13 @@ impl Worker {
             cluster,
             config,
             health: Arc::default(),
+            seen: SeenKinds::default()
+                .with::<Namespace>()
+                .with::<K8sDeployment>()
+                .with::<Service>()
+                .with::<Pod>()
+                .with::<HttpRoute>()
+                .with::<PodDisruptionBudget>(),
         })
     }
 
@@ -318,6 +328,7 @@ impl Worker {
         let (drifted, live) = self.live_objects(&desired).await?;
         let unchanged = target.applied_digest.as_deref() == Some(digest.as_str());
         let wrote = !unchanged || !drifted.is_empty();
+        let mut applied_now = None;
         if wrote {
             if unchanged {
                 self.timeline(
@@ -331,13 +342,15 @@ impl Worker {
                 .await;
             }
             match self.apply_all(&desired, &mut observed).await {
-                Ok(())
+                Ok(applied)
                     if observed.route_rejected.is_some() || observed.budget_rejected.is_some() =>
                 {
+                    applied_now = Some(applied);
                     // Not applied as a whole: try again on the next pass.
                     store::deployments::set_applied_digest(&self.pool, id, None).await?;
                 }
-                Ok(()) => {
+                Ok(applied) => {
+                    applied_now = Some(applied);
                     store::deployments::set_applied_digest(&self.pool, id, Some(&digest)).await?;
                     if !unchanged {
                         self.timeline(
@@ -364,8 +377,13 @@ impl Worker {
                 Err(err) => return Err(err),
             }
         }
-        // What was just read is still current unless this pass wrote to the cluster.
-        let known = (!wrote).then_some(&live);
+        // What was just read is still current unless this pass wrote to the cluster; then
+        // what the writes returned is.
+        let known = if wrote {
+            applied_now.as_ref()
+        } else {
+            Some(&live)
+        };
         self.observe(&record, &target.namespace, &desired, known, &mut observed)
             .await?;
         let now = Utc::now();
@@ -419,6 +437,16 @@ impl Worker {
     ) -> Result<Option<Option<K>>, ClusterError> {
         let meta = desired.meta();
         let name = meta.name.as_deref().unwrap_or_default();
+        // As the watch saw it, when that still holds what is wanted: anything that looks
+        // like drift is read again, since the watch may not have caught up yet.
+        if let Some(Some(seen)) = self
+            .seen
+            .of::<K>()
+            .and_then(|seen| seen.get(meta.namespace.as_deref(), name))
+            && contains(&as_json(&seen), &as_json(desired))
+        {
+            return Ok(Some(Some(seen)));
+        }
         let live = match self.cluster.get::<K>(meta.namespace.as_deref(), name).await {
             Ok(live) => live,
             Err(err) if err.api_status().is_some_and(|s| s.code == 404) => return Ok(None),
@@ -448,43 +476,58 @@ impl Worker {
         }
     }
 
+    /// Applies every desired object; returns them as the API server stored them, so the
+    /// status of this pass need not read them again.
     async fn apply_all(
         &self,
         desired: &DesiredObjects,
         observed: &mut Observed,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<LiveObjects, ClusterError> {
         self.apply_required(&desired.namespace, observed).await?;
-        self.apply_required(&desired.deployment, observed).await?;
-        self.apply_required(&desired.service, observed).await?;
+        let deployment = self.apply_required(&desired.deployment, observed).await?;
+        let service = self.apply_required(&desired.service, observed).await?;
         if let Some(budget) = &desired.disruption_budget {
             // The model serves without it: a refusal is said, but decides no phase.
-            observed.budget_rejected = self.apply_unless_refused(budget).await?;
+            observed.budget_rejected = self.apply_unless_refused(budget).await?.err();
         }
         if desired.disruption_budget.is_none() {
             // One replica (or none) has no budget: remove one left from a larger scale.
             let meta = &desired.deployment.metadata;
             let name = meta.name.as_deref().unwrap_or_default();
-            match self
-                .cluster
-                .delete::<PodDisruptionBudget>(meta.namespace.as_deref(), name)
-                .await
-            {
-                Ok(_) => {}
-                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {}
-                Err(err) => return Err(err),
+            let seen = self
+                .seen
+                .of::<PodDisruptionBudget>()
+                .and_then(|seen| seen.get(meta.namespace.as_deref(), name));
+            // Known absent: nothing to delete (the common case, and no request for it).
+            if !matches!(seen, Some(None)) {
+                match self
+                    .cluster
+                    .delete::<PodDisruptionBudget>(meta.namespace.as_deref(), name)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {}
+                    Err(err) => return Err(err),
+                }
             }
         }
-        if let Some(route) = &desired.http_route {
-            match self.apply_unless_refused(route).await {
+        let mut route = None;
+        if let Some(desired_route) = &desired.http_route {
+            match self.apply_unless_refused(desired_route).await {
+                Ok(Ok(applied)) => route = Some(Some(applied)),
                 // The rest is applied and may serve in the cluster; status says what failed.
-                Ok(refused) => observed.route_rejected = refused,
+                Ok(Err(refused)) => observed.route_rejected = Some(refused),
                 Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
                     observed.route_problem = Some("the cluster does not serve the Gateway API (HTTPRoute CRD missing); no route was made".into());
                 }
                 Err(err) => return Err(err),
             }
         }
-        Ok(())
+        Ok(LiveObjects {
+            deployment: Some(Some(deployment)),
+            service: Some(Some(service)),
+            route,
+        })
     }
 
     /// Applies an object the deployment cannot serve without; a refusal (400/422) is noted
@@ -493,7 +536,7 @@ impl Worker {
         &self,
         object: &K,
         observed: &mut Observed,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<K, ClusterError> {
         let result = self.cluster.apply(object).await;
         if let Err(err) = &result
             && let Some(status) = err.api_status().filter(|s| s.code == 422 || s.code == 400)
@@ -504,13 +547,13 @@ impl Worker {
     }
 
     /// Applies `object`; when the API server refuses it (400/422), says so in the log and
-    /// the error metric and returns its message instead of failing the pass.
+    /// the error metric and returns its message (`Err`) instead of failing the pass.
     async fn apply_unless_refused<K: Object>(
         &self,
         object: &K,
-    ) -> Result<Option<String>, ClusterError> {
+    ) -> Result<Result<K, String>, ClusterError> {
         match self.cluster.apply(object).await {
-            Ok(()) => Ok(None),
+            Ok(applied) => Ok(Ok(applied)),
             Err(err)
                 if err
                     .api_status()
@@ -524,7 +567,7 @@ impl Worker {
                 tracing::warn!(%kind, %message, "the API server rejected an object");
                 metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "api_refused")
                     .increment(1);
-                Ok(Some(message))
+                Ok(Err(message))
             }
             Err(err) => Err(err),
         }
@@ -549,8 +592,17 @@ impl Worker {
             .current::<Service>(service, namespace, name)
             .await?
             .is_some();
-        let selector = format!("{LABEL_DEPLOYMENT_ID}={}", record.id);
-        observed.pods = self.cluster.list::<Pod>(Some(namespace), &selector).await?;
+        observed.pods = match self
+            .seen
+            .of::<Pod>()
+            .and_then(|seen| seen.of_record(record.id))
+        {
+            Some(pods) => pods,
+            None => {
+                let selector = format!("{LABEL_DEPLOYMENT_ID}={}", record.id);
+                self.cluster.list::<Pod>(Some(namespace), &selector).await?
+            }
+        };
         if desired.http_route.is_some() && observed.route_problem.is_none() {
             // Not read this pass (perhaps not served): ask, and hear why.
             match self.current::<HttpRoute>(route, namespace, name).await {
@@ -915,6 +967,9 @@ impl Worker {
                 event = stream.next() => event,
             };
             let Some(event) = event else { return };
+            if let (Ok(event), Some(seen)) = (&event, self.seen.of::<K>()) {
+                seen.observe(event);
+            }
             let object = match event {
                 Ok(
                     watcher::Event::Apply(o)
@@ -1008,8 +1063,17 @@ impl Worker {
             let (Some(namespace), Some(name)) = (&involved.namespace, &involved.name) else {
                 continue;
             };
-            let Ok(Some(pod)) = self.cluster.get::<Pod>(Some(namespace), name).await else {
-                continue;
+            let seen = self
+                .seen
+                .of::<Pod>()
+                .and_then(|seen| seen.get(Some(namespace), name))
+                .flatten();
+            let pod = match seen {
+                Some(pod) => pod,
+                None => match self.cluster.get::<Pod>(Some(namespace), name).await {
+                    Ok(Some(pod)) => pod,
+                    _ => continue,
+                },
             };
             let labels = pod.metadata.labels.as_ref();
             if labels.and_then(|l| l.get(LABEL_INSTALLATION))

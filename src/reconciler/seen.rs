@@ -1,0 +1,211 @@
+//! What the worker's watches have seen of each kind it manages, so a reconcile reads the
+//! cluster from memory instead of asking the API server again (kube's reflector idea, with
+//! an index by record id so a record's pods are found without a scan).
+//!
+//! A cache may lag the cluster by a watch event. It is used only where lagging is safe:
+//! a live object that still holds everything modelplane wants is not drift (a change
+//! after it arrives as a watch event and requeues the record), and anything that looks
+//! like drift is read again from the API server before it is acted on.
+
+use std::any::{Any, TypeId};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use kube::runtime::watcher;
+use uuid::Uuid;
+
+use super::cluster::Object;
+use super::desired::LABEL_DEPLOYMENT_ID;
+
+type Key = (Option<String>, String);
+
+/// The objects of one kind, as last seen by its watch.
+pub struct Seen<K> {
+    state: RwLock<State<K>>,
+}
+
+struct State<K> {
+    /// False until the first list has completed.
+    ready: bool,
+    objects: HashMap<Key, Arc<K>>,
+    by_record: HashMap<Uuid, HashSet<Key>>,
+    /// A relist in progress: the old view keeps serving until it is complete.
+    relisting: Option<Vec<K>>,
+}
+
+impl<K: Object> Default for Seen<K> {
+    fn default() -> Self {
+        Self {
+            state: RwLock::new(State {
+                ready: false,
+                objects: HashMap::new(),
+                by_record: HashMap::new(),
+                relisting: None,
+            }),
+        }
+    }
+}
+
+fn key_of<K: Object>(object: &K) -> Key {
+    let meta = object.meta();
+    (
+        meta.namespace.clone(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+fn record_of<K: Object>(object: &K) -> Option<Uuid> {
+    object
+        .meta()
+        .labels
+        .as_ref()?
+        .get(LABEL_DEPLOYMENT_ID)?
+        .parse()
+        .ok()
+}
+
+impl<K: Object> State<K> {
+    fn insert(&mut self, object: K) {
+        let key = key_of(&object);
+        self.remove(&key);
+        if let Some(id) = record_of(&object) {
+            self.by_record.entry(id).or_default().insert(key.clone());
+        }
+        self.objects.insert(key, Arc::new(object));
+    }
+
+    fn remove(&mut self, key: &Key) {
+        if let Some(old) = self.objects.remove(key)
+            && let Some(id) = record_of(old.as_ref())
+            && let Some(keys) = self.by_record.get_mut(&id)
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_record.remove(&id);
+            }
+        }
+    }
+}
+
+impl<K: Object> Seen<K> {
+    /// Takes one event of the kind's watch.
+    pub fn observe(&self, event: &watcher::Event<K>) {
+        let mut state = self.state.write().expect("seen lock");
+        match event {
+            watcher::Event::Apply(object) => state.insert(object.clone()),
+            watcher::Event::Delete(object) => state.remove(&key_of(object)),
+            watcher::Event::Init => state.relisting = Some(Vec::new()),
+            watcher::Event::InitApply(object) => {
+                state
+                    .relisting
+                    .get_or_insert_with(Vec::new)
+                    .push(object.clone());
+            }
+            watcher::Event::InitDone => {
+                let listed = state.relisting.take().unwrap_or_default();
+                state.objects.clear();
+                state.by_record.clear();
+                for object in listed {
+                    state.insert(object);
+                }
+                state.ready = true;
+            }
+        }
+    }
+
+    /// The object as last seen: `None` until the first list is complete, `Some(None)` when
+    /// it does not exist.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Option<K>> {
+        let state = self.state.read().expect("seen lock");
+        if !state.ready {
+            return None;
+        }
+        let key = (namespace.map(str::to_owned), name.to_owned());
+        Some(state.objects.get(&key).map(|o| o.as_ref().clone()))
+    }
+
+    /// The objects labelled with record `id`, or `None` until the first list is complete.
+    pub fn of_record(&self, id: Uuid) -> Option<Vec<K>> {
+        let state = self.state.read().expect("seen lock");
+        if !state.ready {
+            return None;
+        }
+        Some(
+            state
+                .by_record
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .filter_map(|key| state.objects.get(key))
+                .map(|o| o.as_ref().clone())
+                .collect(),
+        )
+    }
+}
+
+/// One [`Seen`] per watched kind, found by type.
+#[derive(Default)]
+pub struct SeenKinds {
+    kinds: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+}
+
+impl SeenKinds {
+    /// Adds a cache for `K`; its watch feeds it.
+    pub fn with<K: Object>(mut self) -> Self {
+        self.kinds
+            .insert(TypeId::of::<K>(), Arc::new(Seen::<K>::default()));
+        self
+    }
+
+    /// The cache of `K`, if the worker keeps one.
+    pub fn of<K: Object>(&self) -> Option<&Seen<K>> {
+        self.kinds
+            .get(&TypeId::of::<K>())?
+            .downcast_ref::<Seen<K>>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn pod(name: &str, record: Uuid) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("team-a".into()),
+                labels: Some([(LABEL_DEPLOYMENT_ID.to_owned(), record.to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn a_cache_answers_only_after_its_first_list_and_follows_events() {
+        let seen = Seen::<Pod>::default();
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        assert!(seen.get(Some("team-a"), "p1").is_none(), "not listed yet");
+        seen.observe(&watcher::Event::Init);
+        seen.observe(&watcher::Event::InitApply(pod("p1", a)));
+        assert!(seen.of_record(a).is_none(), "the list is not complete");
+        seen.observe(&watcher::Event::InitDone);
+        assert_eq!(seen.of_record(a).unwrap().len(), 1);
+        seen.observe(&watcher::Event::Apply(pod("p2", a)));
+        seen.observe(&watcher::Event::Apply(pod("p3", b)));
+        assert_eq!(seen.of_record(a).unwrap().len(), 2);
+        seen.observe(&watcher::Event::Delete(pod("p1", a)));
+        assert_eq!(seen.of_record(a).unwrap().len(), 1);
+        assert_eq!(seen.get(Some("team-a"), "p1"), Some(None));
+        // A relist replaces the view once complete; until then the old one serves.
+        seen.observe(&watcher::Event::Init);
+        seen.observe(&watcher::Event::InitApply(pod("p3", b)));
+        assert_eq!(seen.of_record(a).unwrap().len(), 1);
+        seen.observe(&watcher::Event::InitDone);
+        assert!(seen.of_record(a).unwrap().is_empty());
+        assert_eq!(seen.of_record(b).unwrap().len(), 1);
+    }
+}
