@@ -33,7 +33,8 @@ ensure_postgres modelplane_bench_converge
 admin_url="${DATABASE_URL%/*}/postgres"
 
 log "building modelplane and the emulator (release)"
-SQLX_OFFLINE=true cargo build --quiet --release --bin modelplane --bin modelplane-emulator
+SQLX_OFFLINE=true cargo build --quiet --release --bin modelplane
+SQLX_OFFLINE=true cargo build --quiet --release -p modelplane-emulator --bin modelplane-emulator
 
 work=$(mktemp -d)
 pids=()

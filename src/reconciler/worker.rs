@@ -58,11 +58,17 @@ pub struct Worker {
     health: Arc<WorkerHealth>,
     /// What the watches have seen of the kinds read during reconciles.
     seen: SeenKinds,
+    /// Records to requeue after cluster changes, written to the queue in batches.
+    requeue: tokio::sync::mpsc::UnboundedSender<Uuid>,
+    requeued: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>>>,
 }
 
 impl Worker {
     pub fn new(pool: PgPool, cluster: Cluster, config: WorkerConfig) -> Arc<Self> {
+        let (requeue, requeued) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(Self {
+            requeue,
+            requeued: std::sync::Mutex::new(Some(requeued)),
             pool,
             cluster,
             config,
@@ -134,6 +140,7 @@ impl Worker {
         tokio::spawn(self.clone().watch_gateways(shutdown.clone()));
         tokio::spawn(self.clone().watch_pod_events(shutdown.clone()));
         tokio::spawn(self.clone().resync_loop(shutdown.clone()));
+        tokio::spawn(self.clone().requeue_loop(shutdown.clone()));
         tokio::spawn(self.clone().probe_cluster(shutdown.clone()));
 
         // Each claimed record runs in its own task holding one of `concurrency` slots, and
@@ -1001,10 +1008,11 @@ impl Worker {
                         .map(|_| ())
                 }
                 Owner::Record => {
-                    let Some(id) = record_id(labels) else {
-                        continue;
-                    };
-                    store::work_queue::enqueue_reconcile(&self.pool, id).await
+                    if let Some(id) = record_id(labels) {
+                        // Batched by `requeue_loop`: a burst of events is a few statements.
+                        let _ = self.requeue.send(id);
+                    }
+                    Ok(())
                 }
             };
             if let Err(err) = requeued {
@@ -1015,6 +1023,48 @@ impl Worker {
 }
 
 impl Worker {
+    /// Writes the records the watches asked to requeue: everything waiting at once in one
+    /// statement, so a burst of cluster events costs a few round trips, not one each.
+    async fn requeue_loop(self: Arc<Self>, shutdown: CancellationToken) {
+        let Some(mut requeued) = self.requeued.lock().expect("not poisoned").take() else {
+            return;
+        };
+        let mut ids = Vec::new();
+        let mut failures = 0;
+        loop {
+            if ids.is_empty() {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    got = requeued.recv_many(&mut ids, 1000) => if got == 0 { return },
+                }
+            }
+            while let Ok(id) = requeued.try_recv() {
+                ids.push(id);
+                if ids.len() >= 5000 {
+                    break;
+                }
+            }
+            match store::work_queue::enqueue_reconciles(&self.pool, &ids).await {
+                Ok(()) => {
+                    failures = 0;
+                    ids.clear();
+                }
+                Err(err) => {
+                    // Kept, and tried again: a cluster change must not be lost to a blip.
+                    ids.sort_unstable();
+                    ids.dedup();
+                    failures += 1;
+                    let wait = backoff(failures).min(Duration::from_secs(5));
+                    tracing::warn!(error = %err, retry_in = ?wait, "cannot requeue after cluster changes");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+    }
+
     /// Watches Gateways: an address or listener change alters the external URLs of the
     /// records routed through it, so they are requeued (rare, so all of them).
     async fn watch_gateways(self: Arc<Self>, shutdown: CancellationToken) {
@@ -1081,10 +1131,8 @@ impl Worker {
             {
                 continue;
             }
-            if let Some(id) = record_id(labels)
-                && let Err(err) = store::work_queue::enqueue_reconcile(&self.pool, id).await
-            {
-                tracing::warn!(error = %err, "cannot requeue after a pod event");
+            if let Some(id) = record_id(labels) {
+                let _ = self.requeue.send(id);
             }
         }
     }

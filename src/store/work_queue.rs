@@ -35,6 +35,28 @@ pub async fn enqueue_reconcile(
     Ok(())
 }
 
+/// [`enqueue_reconcile`] for many records in one statement, waking the workers once.
+#[instrument(skip(db, deployment_ids), fields(count = deployment_ids.len()))]
+pub async fn enqueue_reconciles(
+    db: impl PgExecutor<'_>,
+    deployment_ids: &[Uuid],
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"with queued as (
+               insert into reconcile_work (deployment_id) select distinct unnest($1::uuid[])
+               on conflict (deployment_id) do update
+                   set run_after = now(), attempts = 0, enqueued_at = now(), claim_token = null
+               returning deployment_id
+           )
+           select pg_notify('modelplane_reconcile', 'batch') as "notified"
+           where exists (select 1 from queued)"#,
+        deployment_ids
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(())
+}
+
 /// Queues every record that is not queued yet (the periodic safety net), and wakes the workers.
 #[instrument(skip(db))]
 pub async fn enqueue_all(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
