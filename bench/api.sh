@@ -109,9 +109,9 @@ with p as (select id from project where name = 'bench'),
            select gen_random_uuid(), p.id, 'pa-' || gen_random_uuid(), '$spec'::jsonb, 1, 'sim', 'Pending', '{}'::jsonb, '', '/bench/x' from p
            returning id, project_id, name, generation, spec),
      r as (insert into deployment_revision (deployment_id, revision, spec, reason, actor)
-           select id, generation, spec, 'created', 'token:bench' from d),
+           select id, generation, spec, 'created', 'token-bench' from d),
      e as (insert into deployment_event (deployment_id, project_id, deployment_name, kind, message, actor)
-           select id, project_id, name, 'Created', 'created with 1 replica(s) of sim serving hf://Qwen/Qwen2.5-0.5B-Instruct', 'token:bench' from d),
+           select id, project_id, name, 'Created', 'created with 1 replica(s) of sim serving hf://Qwen/Qwen2.5-0.5B-Instruct', 'token-bench' from d),
      q as (insert into reconcile_work (deployment_id) select id from d returning deployment_id)
 select pg_notify('modelplane_reconcile', deployment_id::text) from q;
 SQL

@@ -8,7 +8,7 @@
 # For each N, on a fresh emulator (simulated cluster, zero pod start delay, enough nodes for
 # N pods) and a fresh database: modelplane's API and worker run as two processes
 # (`--role api`, `--role worker`), N `sim` deployments are POSTed through the REST API by
-# wrk with CLIENTS connections, and the clock stops when every record's phase is Ready.
+# one curl over CLIENTS parallel connections, and the clock stops when every record's phase is Ready.
 # Printed per N: seconds, Kubernetes requests per record (the emulator's
 # `apiserver_request_total`, split into reads and writes), and the peak memory (VmHWM) of
 # the API, the worker and the emulator. Then the idle check: IDLE_SECONDS with nothing
@@ -24,11 +24,6 @@ TIMEOUT=${TIMEOUT:-600}
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(100 1000)
 
-if ! command -v wrk >/dev/null; then
-  log "installing wrk (Debian package)"
-  sudo_=""; [ "$(id -u)" -ne 0 ] && sudo_=sudo
-  $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
-fi
 ensure_postgres modelplane_bench_converge
 admin_url="${DATABASE_URL%/*}/postgres"
 
@@ -58,12 +53,16 @@ k8s_requests() { # url reads|writes
     }
     END { printf "%d\n", sum }'
 }
-db_row_changes() { # database url
-  psql -tA "$1" -c "select coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) from pg_stat_user_tables"
+# A fingerprint of every row the worker could write: the records (their row versions),
+# timeline entries, queued work and the change feed. Equal before and after: nothing written.
+db_fingerprint() { # database url
+  psql -tA "$1" -c "select (select coalesce(sum(xmin::text::bigint), 0) from model_deployment)
+    || '/' || (select count(*) from deployment_event)
+    || '/' || (select count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) from reconcile_work)
+    || '/' || (select coalesce(max(seq), 0) from deployment_change)"
 }
-
 printf '%8s %9s %14s %14s %10s %10s %10s\n' N seconds "k8s reads/rec" "k8s writes/rec" "api MiB" "worker MiB" "emu MiB" >"$work/table"
-printf '%8s %12s %14s %10s %10s %10s\n' N "k8s writes" "db row changes" "api cpu s" "worker cpu s" "emu cpu s" >"$work/idle"
+printf '%8s %12s %12s %10s %12s %10s\n' N "k8s writes" "db changed" "api cpu s" "worker cpu s" "emu cpu s" >"$work/idle"
 
 for n in "${sizes[@]}"; do
   db="${DATABASE_URL%/*}/modelplane_bench_converge"
@@ -107,32 +106,21 @@ for n in "${sizes[@]}"; do
   reads0=$(k8s_requests "http://127.0.0.1:$emu_port" reads)
   writes0=$(k8s_requests "http://127.0.0.1:$emu_port" writes)
 
-  # wrk sends exactly N creates: each connection takes names from its own share and stops.
-  cat >"$work/create.lua" <<LUA
-wrk.headers["Authorization"] = "Bearer $token"
-wrk.headers["Content-Type"] = "application/json"
-local threads, count = {}, 0
-setup = function(thread)
-  count = count + 1
-  thread:set("tid", count)
-  table.insert(threads, thread)
-end
-init = function() sent = 0; errors = 0 end
-request = function()
-  local i = (sent * $CLIENTS) + tid
-  sent = sent + 1
-  local body = string.format('{"name":"d%d","spec":{"model":{"source":"hf://Qwen/Qwen2.5-0.5B-Instruct"},"engine":{"kind":"sim"},"replicas":1}}', i)
-  return wrk.format("POST", "/api/v1/projects/bench/deployments", nil, body)
-end
-response = function(status)
-  if status ~= 201 then errors = errors + 1 end
-  if sent * $CLIENTS + tid > $n then wrk.thread:stop() end
-end
-LUA
+  # One curl process sends the N creates over CLIENTS parallel connections (--parallel);
+  # each create is one operation of its config file.
+  for i in $(seq 1 "$n"); do
+    [ "$i" -eq 1 ] || echo next
+    echo "url = \"$base/api/v1/projects/bench/deployments\""
+    echo "header = \"$auth\""
+    echo 'header = "Content-Type: application/json"'
+    echo 'output = "/dev/null"'
+    echo 'write-out = "%{http_code}\n"'
+    echo "data = \"{\\\"name\\\":\\\"d$i\\\",\\\"spec\\\":{\\\"model\\\":{\\\"source\\\":\\\"hf://Qwen/Qwen2.5-0.5B-Instruct\\\"},\\\"engine\\\":{\\\"kind\\\":\\\"sim\\\"},\\\"replicas\\\":1}}\""
+  done >"$work/creates.curl"
   started=$(date +%s.%N)
-  # One thread per connection, so each thread's share of the names is exact.
-  wrk -t"$CLIENTS" -c"$CLIENTS" -d"${TIMEOUT}s" -s "$work/create.lua" "$base" >"$work/wrk-$n.log" 2>&1
-  grep -q "Non-2xx" "$work/wrk-$n.log" && { cat "$work/wrk-$n.log"; die "some creates failed"; }
+  curl -sS --no-progress-meter --parallel --parallel-max "$CLIENTS" --config "$work/creates.curl" >"$work/codes-$n.txt"
+  failed=$(grep -cv '^201$' "$work/codes-$n.txt" || true)
+  [ "$failed" -eq 0 ] || { sort "$work/codes-$n.txt" | uniq -c; die "$failed creates failed"; }
   created=$(psql -tA "$db" -c "select count(*) from model_deployment")
   [ "$created" -eq "$n" ] || die "expected $n deployments, found $created"
 
@@ -156,13 +144,14 @@ LUA
 
   # The idle check: let the last watch events settle, then watch a quiet window.
   sleep 3
-  w0=$(k8s_requests "http://127.0.0.1:$emu_port" writes); r0=$(db_row_changes "$db")
+  w0=$(k8s_requests "http://127.0.0.1:$emu_port" writes); r0=$(db_fingerprint "$db")
   a0=$(cpu_ticks "$api"); k0=$(cpu_ticks "$worker"); e0=$(cpu_ticks "$emu")
   sleep "$IDLE_SECONDS"
-  w1=$(k8s_requests "http://127.0.0.1:$emu_port" writes); r1=$(db_row_changes "$db")
+  w1=$(k8s_requests "http://127.0.0.1:$emu_port" writes); r1=$(db_fingerprint "$db")
   a1=$(cpu_ticks "$api"); k1=$(cpu_ticks "$worker"); e1=$(cpu_ticks "$emu")
   hz=$(getconf CLK_TCK)
-  printf '%8d %12d %14d %10.2f %10.2f %10.2f\n' "$n" $((w1 - w0)) $((r1 - r0)) \
+  changed=no; [ "$r0" = "$r1" ] || changed=yes
+  printf '%8d %12d %12s %10.2f %12.2f %10.2f\n' "$n" $((w1 - w0)) "$changed" \
     "$(awk -v t=$((a1 - a0)) -v h="$hz" 'BEGIN { print t / h }')" \
     "$(awk -v t=$((k1 - k0)) -v h="$hz" 'BEGIN { print t / h }')" \
     "$(awk -v t=$((e1 - e0)) -v h="$hz" 'BEGIN { print t / h }')" >>"$work/idle"

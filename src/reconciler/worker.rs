@@ -332,8 +332,13 @@ impl Worker {
             ..Observed::default()
         };
 
-        let (drifted, live) = self.live_objects(&desired).await?;
         let unchanged = target.applied_digest.as_deref() == Some(digest.as_str());
+        // A new digest is applied whatever the cluster holds: reading it first would buy nothing.
+        let (drifted, live) = if unchanged {
+            self.live_objects(&desired).await?
+        } else {
+            (Vec::new(), LiveObjects::default())
+        };
         let wrote = !unchanged || !drifted.is_empty();
         let mut applied_now = None;
         if wrote {
@@ -490,7 +495,17 @@ impl Worker {
         desired: &DesiredObjects,
         observed: &mut Observed,
     ) -> Result<LiveObjects, ClusterError> {
-        self.apply_required(&desired.namespace, observed).await?;
+        // The project's namespace serves all its records: unless the watch shows it lacks
+        // something, a record's change need not write it again.
+        let namespace_holds = self
+            .seen
+            .of::<Namespace>()
+            .and_then(|seen| seen.get(None, desired.namespace.metadata.name.as_deref()?))
+            .flatten()
+            .is_some_and(|live| contains(&as_json(&live), &as_json(&desired.namespace)));
+        if !namespace_holds {
+            self.apply_required(&desired.namespace, observed).await?;
+        }
         let deployment = self.apply_required(&desired.deployment, observed).await?;
         let service = self.apply_required(&desired.service, observed).await?;
         if let Some(budget) = &desired.disruption_budget {
@@ -1141,6 +1156,7 @@ impl Worker {
 /// The objects observation needs, as read during one reconcile. The outer `None`: not read
 /// this pass (the cluster does not serve the kind, or none is wanted); the inner: it does
 /// not exist.
+#[derive(Default)]
 struct LiveObjects {
     deployment: Option<Option<K8sDeployment>>,
     service: Option<Option<Service>>,
