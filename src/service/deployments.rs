@@ -147,7 +147,7 @@ pub async fn create_deployment(
         spec.model.source
     );
     // The route checks ride on the insert, under the route space's lock.
-    store::deployments::lock_route_space(&mut *tx, &route_space(&project, &route)).await?;
+    lock_route_space(&mut tx, &project, &route).await?;
     let inserted = match store::deployments::insert_deployment(
         &mut *tx,
         NewDeployment {
@@ -665,7 +665,7 @@ async fn check_route(
     route: &RouteClaim,
 ) -> Result<(), ServiceError> {
     check_shared_gateway_rules(spec, project, route, &ctx.routing.reserved_hostnames)?;
-    store::deployments::lock_route_space(&mut **tx, &route_space(project, route)).await?;
+    lock_route_space(tx, project, route).await?;
     let hostname_taken = match &route.hostname {
         Some(host) => {
             store::deployments::hostname_used_by_another_project(&mut **tx, host, project.id)
@@ -679,14 +679,42 @@ async fn check_route(
     route_conflict(route, hostname_taken, overlapping.as_ref())
 }
 
-/// The part of the Gateways' request space a route lives in: writers of the same hostname
-/// (or of one project's host-less routes) take turns, so two concurrent requests cannot
-/// both find it free.
-fn route_space(project: &Project, route: &RouteClaim) -> String {
+/// Takes the part of the Gateways' request space a route lives in, so two concurrent
+/// writers cannot both find it free. A hostname is one space for every project, locked
+/// whole (its owner is checked across projects). A project's host-less routes are locked
+/// by path, so writers of paths that cannot overlap do not wait for each other.
+async fn lock_route_space(
+    tx: &mut Transaction<'_, Postgres>,
+    project: &Project,
+    route: &RouteClaim,
+) -> Result<(), sqlx::Error> {
     match &route.hostname {
-        Some(host) => format!("host:{host}"),
-        None => format!("project:{}", project.id),
+        Some(host) => {
+            store::deployments::lock_route_space(&mut **tx, &format!("host:{host}"), &[]).await
+        }
+        None => {
+            let space = format!("project:{}", project.id);
+            store::deployments::lock_route_space(
+                &mut **tx,
+                &space,
+                &path_and_ancestors(&route.path_prefix),
+            )
+            .await
+        }
     }
+}
+
+/// `/`, then every ancestor of `path` by segment, then `path` itself: `/a/b` gives
+/// `["/", "/a", "/a/b"]`.
+fn path_and_ancestors(path: &str) -> Vec<String> {
+    let mut out = vec!["/".to_owned()];
+    let mut at = String::new();
+    for segment in path.split('/').filter(|s| !s.is_empty()) {
+        at.push('/');
+        at.push_str(segment);
+        out.push(at.clone());
+    }
+    out
 }
 
 /// The 409 for a route whose hostname belongs to another project, or whose path overlaps
@@ -948,4 +976,16 @@ fn hash_request(request: &CreateDeployment) -> String {
 fn parse_i64_cursor(key: &str) -> Result<i64, FieldErrors> {
     key.parse()
         .map_err(|_| FieldErrors::single("cursor", "is not a cursor returned by this list"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_and_ancestors;
+
+    #[test]
+    fn a_path_is_locked_under_the_root_and_each_ancestor() {
+        assert_eq!(path_and_ancestors("/"), ["/"]);
+        assert_eq!(path_and_ancestors("/a"), ["/", "/a"]);
+        assert_eq!(path_and_ancestors("/a/b/c"), ["/", "/a", "/a/b", "/a/b/c"]);
+    }
 }

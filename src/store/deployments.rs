@@ -304,17 +304,42 @@ pub async fn update_deployment_spec(
     .await
 }
 
-/// Holds a transaction-scoped lock on one part of the Gateways' request space (a hostname,
+/// Holds transaction-scoped locks on one part of the Gateways' request space (a hostname,
 /// or a project's host-less routes), so two writers cannot both find it free.
+///
+/// `paths` narrows it: writers take the space's path hierarchy from the root down, shared
+/// on every ancestor and exclusive on the path itself, so only writers whose paths overlap
+/// (one is a prefix of the other, or equal) take turns. Without `paths` the whole space is
+/// locked. Both orders run root first, so no two writers can deadlock.
 #[instrument(skip(db))]
-pub async fn lock_route_space(db: impl PgExecutor<'_>, key: &str) -> Result<(), sqlx::Error> {
+pub async fn lock_route_space(
+    db: impl PgExecutor<'_>,
+    space: &str,
+    paths: &[String],
+) -> Result<(), sqlx::Error> {
+    if paths.is_empty() {
+        sqlx::query!(
+            "select pg_advisory_xact_lock(hashtextextended('route:' || $1, 0))",
+            space
+        )
+        .fetch_one(db)
+        .await?;
+        return Ok(());
+    }
+    // Volatile functions in the select list run after the sort, so in the array's order.
     sqlx::query!(
-        "select pg_advisory_xact_lock(hashtextextended('route:' || $1, 0))",
-        key
+        r#"select case when t.i = cardinality($2::text[])
+                       then pg_advisory_xact_lock(hashtextextended('route:' || $1 || ':' || t.k, 0))::text
+                       else pg_advisory_xact_lock_shared(hashtextextended('route:' || $1 || ':' || t.k, 0))::text
+                  end as "locked"
+           from unnest($2::text[]) with ordinality as t(k, i)
+           order by t.i"#,
+        space,
+        paths
     )
-    .fetch_one(db)
-    .await
-    .map(|_| ())
+    .fetch_all(db)
+    .await?;
+    Ok(())
 }
 
 /// Whether a deployment of another project (being deleted or not) routes `hostname`.

@@ -183,6 +183,51 @@ async fn concurrent_claims_of_one_hostname_leave_it_with_one_project(pool: PgPoo
     assert_eq!(holders.len(), 1, "{holders:?} ({statuses:?})");
 }
 
+/// Writers of one project's host-less routes lock by path (shared on ancestors, exclusive
+/// on the path), so only overlapping paths take turns: of concurrent creates at nested
+/// paths, exactly one wins, while creates at unrelated paths all succeed together.
+#[sqlx::test]
+async fn concurrent_creates_of_nested_paths_leave_exactly_one(pool: PgPool) {
+    let app = two_projects(pool).await;
+    let app = &app;
+    for round in 0..5 {
+        let paths = [
+            format!("/team-a/r{round}"),
+            format!("/team-a/r{round}/v1"),
+            format!("/team-a/r{round}/v1/chat"),
+            format!("/team-a/r{round}/v1/chat/x"),
+        ];
+        let attempts = paths.iter().enumerate().map(|(i, path)| async move {
+            let routing = json!({"pathPrefix": path});
+            create(app, "team-a", &format!("n{round}-{i}"), routing)
+                .await
+                .status()
+        });
+        let unrelated = (0..4).map(|i| async move {
+            let routing = json!({"pathPrefix": format!("/team-a/u{round}-{i}")});
+            create(app, "team-a", &format!("u{round}-{i}"), routing)
+                .await
+                .status()
+        });
+        let (nested, unrelated): (Vec<StatusCode>, Vec<StatusCode>) = futures::join!(
+            futures::future::join_all(attempts),
+            futures::future::join_all(unrelated)
+        );
+        let created = nested.iter().filter(|s| **s == StatusCode::CREATED).count();
+        assert_eq!(created, 1, "round {round}: {nested:?}");
+        assert!(
+            nested
+                .iter()
+                .all(|s| *s == StatusCode::CREATED || *s == StatusCode::CONFLICT),
+            "{nested:?}"
+        );
+        assert!(
+            unrelated.iter().all(|s| *s == StatusCode::CREATED),
+            "{unrelated:?}"
+        );
+    }
+}
+
 #[sqlx::test]
 async fn wildcard_and_reserved_hostnames_are_refused_on_the_shared_gateway(pool: PgPool) {
     let app = two_projects(pool).await;
