@@ -82,6 +82,8 @@ pub struct AppState {
     pub watches: WatchSettings,
     /// Injected faults (of the simulated cluster), applied in `record`.
     pub faults: crate::cluster::Faults,
+    /// `apiserver_request_total`, counted in `record` and served at `/metrics`.
+    pub metrics: crate::metrics::Metrics,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -101,8 +103,25 @@ async fn record(State(state): State<AppState>, req: Request, next: Next) -> Resp
         .get("x-client-id")
         .and_then(|v| v.to_str().ok())
         .map(String::from);
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     let at = std::time::SystemTime::now();
-    let resp = if path.starts_with("/emulator/faults") {
+    let resp = if path == "/metrics" {
+        // Like the real server's /metrics: a non-resource path, not itself counted.
+        (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            state.metrics.render(),
+        )
+            .into_response()
+    } else if path.starts_with("/emulator/faults") {
         // The admin endpoint is never subject to the faults it sets.
         let m = req.method().clone();
         let body = axum::body::to_bytes(req.into_body(), 1 << 20)
@@ -128,6 +147,16 @@ async fn record(State(state): State<AppState>, req: Request, next: Next) -> Resp
             }
         }
     };
+    state.metrics.observe(
+        state.store.kinds(),
+        &crate::metrics::RequestInfo {
+            method: &method,
+            path: &percent_decode(&path),
+            query: &parse_query(&query),
+            content_type: &content_type,
+        },
+        resp.status().as_u16(),
+    );
     state.log.push(RecordedRequest {
         method,
         path,

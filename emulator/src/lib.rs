@@ -51,6 +51,7 @@ mod discovery;
 mod fields;
 mod gc;
 mod http;
+mod metrics;
 mod patch;
 mod protobuf;
 mod quantity;
@@ -153,6 +154,7 @@ impl EmulatorBuilder {
         let addr = listener.local_addr()?;
         let log = RequestLog::default();
         let faults = Faults::default();
+        let metrics = metrics::Metrics::default();
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let state = http::AppState {
             store: store.clone(),
@@ -163,6 +165,7 @@ impl EmulatorBuilder {
                 closing: stop_rx.clone(),
             },
             faults: faults.clone(),
+            metrics: metrics.clone(),
         };
         let app = http::router(state);
         let server_faults = faults.clone();

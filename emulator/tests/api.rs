@@ -2102,3 +2102,91 @@ async fn after_a_restart_versions_keep_growing_and_old_watches_expire() {
         other => panic!("expected 410 Expired, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn metrics_count_requests_like_kube_apiserver() {
+    let (emu, client) = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    cms.create(&PostParams::default(), &cm("m1", json!({})))
+        .await
+        .unwrap();
+    cms.get("m1").await.unwrap();
+    cms.get("m1").await.unwrap();
+    assert!(cms.get("missing").await.is_err());
+    cms.list(&ListParams::default()).await.unwrap();
+    let all: Api<ConfigMap> = Api::all(client.clone());
+    all.list(&ListParams::default()).await.unwrap();
+    let apply = PatchParams::apply("metrics-test");
+    cms.patch(
+        "m2",
+        &apply,
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m2"}})),
+    )
+    .await
+    .unwrap();
+    cms.patch(
+        "m1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"a": "b"}})),
+    )
+    .await
+    .unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    cms.create(&dry, &cm("m3", json!({}))).await.unwrap();
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.get("default").await.unwrap();
+    cms.delete("m1", &DeleteParams::default()).await.unwrap();
+    let mut w = cms
+        .watch(&WatchParams::default().timeout(1), "0")
+        .await
+        .unwrap()
+        .boxed();
+    while w.try_next().await.unwrap().is_some() {}
+
+    let text = http_get(&format!("{}/metrics", emu.url())).await;
+    let has = |line: &str| {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        )
+    };
+    assert!(text.contains("# TYPE apiserver_request_total counter"));
+    let series = |verb: &str, res: &str, scope: &str, code: u16, dry: &str, group: &str, n: u64| {
+        format!(
+            "apiserver_request_total{{code=\"{code}\",component=\"apiserver\",dry_run=\"{dry}\",group=\"{group}\",resource=\"{res}\",scope=\"{scope}\",subresource=\"\",verb=\"{verb}\",version=\"v1\"}} {n}"
+        )
+    };
+    has(&series("POST", "configmaps", "resource", 201, "", "", 1));
+    has(&series("POST", "configmaps", "resource", 201, "All", "", 1));
+    has(&series("GET", "configmaps", "resource", 200, "", "", 2));
+    has(&series("GET", "configmaps", "resource", 404, "", "", 1));
+    has(&series("LIST", "configmaps", "namespace", 200, "", "", 1));
+    has(&series("LIST", "configmaps", "cluster", 200, "", "", 1));
+    has(&series("APPLY", "configmaps", "resource", 201, "", "", 1));
+    has(&series("PATCH", "configmaps", "resource", 200, "", "", 1));
+    has(&series("DELETE", "configmaps", "resource", 200, "", "", 1));
+    has(&series("WATCH", "configmaps", "namespace", 200, "", "", 1));
+    has(&series("GET", "namespaces", "resource", 200, "", "", 1));
+    // Discovery and /metrics itself are non-resource requests: not counted.
+    assert!(!text.contains(",resource=\"\""), "{text}");
+}
+
+/// A plain GET over a raw TCP connection (the tests need no HTTP client crate).
+async fn http_get(url: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
+    s.write_all(
+        format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out.split_once("\r\n\r\n").unwrap().1.to_string()
+}
