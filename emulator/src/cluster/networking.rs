@@ -114,6 +114,21 @@ fn endpoint_slices(sim: &Sim) {
             .or_default()
             .push(p);
     }
+    // Pods by (namespace, label key, label value), for the Services' selectors.
+    let mut labels_index: HashMap<(&str, &str, &str), Vec<&Value>> = HashMap::new();
+    for p in &pods {
+        let ns = meta_str(p, "namespace").unwrap_or("");
+        for (k, v) in p
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(v) = v.as_str() {
+                labels_index.entry((ns, k, v)).or_default().push(p);
+            }
+        }
+    }
     let slices = sim.list(kind);
     let slice_of: HashMap<(&str, &str), &Value> = slices
         .iter()
@@ -131,7 +146,22 @@ fn endpoint_slices(sim: &Sim) {
         let ns = meta_str(&svc, "namespace").unwrap_or("");
         let name = meta_str(&svc, "name").unwrap_or("");
         let in_ns = pods_by_ns.get(ns).map(Vec::as_slice).unwrap_or(&[]);
-        let mut selected: Vec<&Value> = selected_pods(in_ns.iter().copied(), &svc)
+        // Only the pods carrying the selector's rarest label pair can match.
+        let candidates = svc
+            .pointer("/spec/selector")
+            .and_then(Value::as_object)
+            .and_then(|sel| {
+                sel.iter()
+                    .map(|(k, v)| {
+                        labels_index
+                            .get(&(ns, k.as_str(), v.as_str().unwrap_or("")))
+                            .map(Vec::as_slice)
+                            .unwrap_or(&[])
+                    })
+                    .min_by_key(|c| c.len())
+            })
+            .unwrap_or(in_ns);
+        let mut selected: Vec<&Value> = selected_pods(candidates.iter().copied(), &svc)
             .into_iter()
             .filter(|p| p.pointer("/status/podIP").is_some())
             .collect();
