@@ -138,6 +138,12 @@ async fn run(n: usize) -> Duration {
         if available == n {
             break;
         }
+        if std::env::var_os("SCALE_VERBOSE").is_some() {
+            eprintln!(
+                "  t={:.1}s available={available}",
+                t0.elapsed().as_secs_f64()
+            );
+        }
         assert!(
             Instant::now() < deadline,
             "n={n}: only {available} available after {:.1}s",

@@ -191,15 +191,35 @@ fn pod_available(p: &Value, min_ready: i64) -> bool {
 
 /// The deployment controller: one sync per Deployment.
 pub(super) fn deployments(sim: &mut Sim) {
-    let all_rs = sim.list(sim.k.replicaset);
-    let pods = sim.list(sim.k.pod);
-    let rs_index = by_controller(&all_rs);
-    let pod_index = by_controller(&pods);
-    for d in sim.list(sim.k.deployment) {
-        if !deleting(&d) {
-            let owned = rs_index.get(uid(&d)).map(Vec::as_slice).unwrap_or(&[]);
-            sync_deployment(sim, &d, owned, &pod_index);
+    if sim.full_pass {
+        let all_rs = sim.list(sim.k.replicaset);
+        let pods = sim.list(sim.k.pod);
+        let rs_index = by_controller(&all_rs);
+        let pod_index = by_controller(&pods);
+        for d in sim.list(sim.k.deployment) {
+            if !deleting(&d) {
+                let owned = rs_index.get(uid(&d)).map(Vec::as_slice).unwrap_or(&[]);
+                sync_deployment(sim, &d, owned, &pod_index);
+            }
         }
+        return;
+    }
+    // Only the Deployments whose own object, ReplicaSets or pods changed.
+    for d in sim.candidates(sim.k.deployment, &sim.dirty.deployments, false) {
+        if deleting(&d) {
+            continue;
+        }
+        let all_rs = sim.controlled(sim.k.replicaset, uid(&d));
+        let pods: Vec<(String, Vec<Arc<Value>>)> = all_rs
+            .iter()
+            .map(|rs| (uid(rs).to_string(), sim.controlled(sim.k.pod, uid(rs))))
+            .collect();
+        let pod_index: HashMap<&str, Vec<&Value>> = pods
+            .iter()
+            .map(|(u, ps)| (u.as_str(), ps.iter().map(|p| &**p).collect()))
+            .collect();
+        let owned: Vec<&Value> = all_rs.iter().map(|rs| &**rs).collect();
+        sync_deployment(sim, &d, &owned, &pod_index);
     }
 }
 
@@ -890,12 +910,23 @@ fn cleanup_history(sim: &Sim, d: &Value, owned: &[Value], olds: &[usize], sizes:
 /// The replicaset controller: creates and deletes pods to match spec.replicas and
 /// reports the counts.
 pub(super) fn replicasets(sim: &mut Sim) {
-    let pods = sim.list(sim.k.pod);
-    let index = by_controller(&pods);
-    for rs in sim.list(sim.k.replicaset) {
+    if sim.full_pass {
+        let pods = sim.list(sim.k.pod);
+        let index = by_controller(&pods);
+        for rs in sim.list(sim.k.replicaset) {
+            if !deleting(&rs) {
+                let owned = index.get(uid(&rs)).map(Vec::as_slice).unwrap_or(&[]);
+                sync_rs(sim, &rs, owned);
+            }
+        }
+        return;
+    }
+    // Only the ReplicaSets whose own object or pods changed.
+    for rs in sim.candidates(sim.k.replicaset, &sim.dirty.replicasets, false) {
         if !deleting(&rs) {
-            let owned = index.get(uid(&rs)).map(Vec::as_slice).unwrap_or(&[]);
-            sync_rs(sim, &rs, owned);
+            let pods = sim.controlled(sim.k.pod, uid(&rs));
+            let owned: Vec<&Value> = pods.iter().map(|p| &**p).collect();
+            sync_rs(sim, &rs, &owned);
         }
     }
 }

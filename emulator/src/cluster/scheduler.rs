@@ -202,7 +202,30 @@ fn filter(
 }
 
 pub(super) fn schedule(sim: &mut Sim) {
-    let mut pods = sim.list(sim.k.pod);
+    let pods = sim.list(sim.k.pod);
+    let unbound = |p: &Value| {
+        p.pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+    };
+    let terminal_pod = |p: &Value| {
+        matches!(
+            p.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        )
+    };
+    // Nothing to schedule: only forget the pods that are gone.
+    if !pods
+        .iter()
+        .any(|p| unbound(p) && !deleting(p) && !terminal_pod(p))
+    {
+        if !sim.unschedulable.is_empty() {
+            let live: std::collections::HashSet<&str> = pods.iter().map(|p| uid(p)).collect();
+            sim.unschedulable.retain(|u, _| live.contains(u.as_str()));
+        }
+        return;
+    }
     let nodes = sim.list(sim.k.node);
     let mut used: HashMap<String, BTreeMap<String, i128>> = HashMap::new();
     let mut counts: HashMap<String, usize> = HashMap::new();
@@ -218,26 +241,38 @@ pub(super) fn schedule(sim: &mut Sim) {
             Some("Succeeded" | "Failed")
         )
     };
+    // Pod requests never change (no in-place resize): computed once per pod.
+    let live: std::collections::HashSet<&str> = pods.iter().map(|p| uid(p)).collect();
+    sim.requests.retain(|u, _| live.contains(u.as_str()));
     for p in pods.iter().filter(|p| !bound(p).is_empty() && !terminal(p)) {
         let n = bound(p);
         *counts.entry(n.clone()).or_default() += 1;
         let u = used.entry(n).or_default();
-        for (k, v) in pod_requests(p) {
-            *u.entry(k).or_default() += v;
+        let reqs = sim
+            .requests
+            .entry(uid(p).to_string())
+            .or_insert_with(|| std::sync::Arc::new(pod_requests(p)));
+        for (k, v) in reqs.iter() {
+            *u.entry(k.clone()).or_default() += v;
         }
     }
-    // Higher priority first, then oldest (the scheduling queue's order).
-    pods.sort_by_key(|p| {
+    // Higher priority first, then oldest (the scheduling queue's order); only the pods
+    // still to schedule (a stable sort of them keeps the order a sort of all would give).
+    let mut pods: Vec<&std::sync::Arc<Value>> = pods
+        .iter()
+        .filter(|p| bound(p).is_empty() && !deleting(p) && !terminal(p))
+        .collect();
+    fn queue_key(p: &Value) -> (i64, &str) {
         (
             -p.pointer("/spec/priority")
                 .and_then(Value::as_i64)
                 .unwrap_or(0),
-            meta_str(p, "creationTimestamp").unwrap_or("").to_string(),
+            meta_str(p, "creationTimestamp").unwrap_or(""),
         )
-    });
-    let live: std::collections::HashSet<String> = pods.iter().map(|p| uid(p).to_string()).collect();
-    sim.unschedulable.retain(|u, _| live.contains(u));
-    for pod in &pods {
+    }
+    pods.sort_by(|a, b| queue_key(a).cmp(&queue_key(b)));
+    sim.unschedulable.retain(|u, _| live.contains(u.as_str()));
+    for pod in pods {
         if !bound(pod).is_empty() || deleting(pod) || terminal(pod) {
             continue;
         }
@@ -277,9 +312,10 @@ pub(super) fn schedule(sim: &mut Sim) {
             let (mut victims, mut hopeless) = (0, 0);
             for node in &nodes {
                 let nname = meta_str(node, "name").unwrap_or("").to_string();
-                let u = used.get(&nname).cloned().unwrap_or_default();
+                let empty = BTreeMap::new();
+                let u = used.get(&nname).unwrap_or(&empty);
                 let (reasons, preemptible) =
-                    filter(pod, node, &u, counts.get(&nname).copied().unwrap_or(0));
+                    filter(pod, node, u, counts.get(&nname).copied().unwrap_or(0));
                 if reasons.is_empty() {
                     // LeastAllocated: prefer the emptiest node.
                     let score: i128 = u.values().sum();
