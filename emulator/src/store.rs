@@ -59,6 +59,11 @@ pub struct State {
     compacted_rv: u64,
     history_limit: usize,
     tx: broadcast::Sender<Arc<Change>>,
+    /// Unbounded in-process change feeds (the simulated cluster: it must never miss a
+    /// change, however long one of its passes takes).
+    feeds: Vec<tokio::sync::mpsc::UnboundedSender<Arc<Change>>>,
+    /// Per-kind broadcasts for watches, so a watcher only lags behind its own kind.
+    kind_tx: HashMap<usize, broadcast::Sender<Arc<Change>>>,
     /// Dependents by the uid their ownerReferences name (also uids of absent owners).
     dependents: HashMap<String, BTreeSet<Key>>,
     /// Objects the garbage collector has to look at again (see `gc.rs`).
@@ -318,6 +323,15 @@ impl State {
                 self.compacted_rv = old.rv;
             }
         }
+        self.feeds.retain(|f| f.send(change.clone()).is_ok());
+        let kind_key = change.kind as *const ResourceKind as usize;
+        if let Some(tx) = self.kind_tx.get(&kind_key) {
+            if tx.receiver_count() == 0 {
+                self.kind_tx.remove(&kind_key);
+            } else {
+                let _ = tx.send(change.clone());
+            }
+        }
         // No receivers is fine: nobody is watching.
         let _ = self.tx.send(change);
     }
@@ -423,6 +437,26 @@ impl State {
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
         self.tx.subscribe()
     }
+
+    /// Subscribes to the future changes of one kind (what a watch needs): its ring only
+    /// fills with that kind's changes, so traffic on other kinds never makes it lag.
+    pub fn subscribe_kind(
+        &mut self,
+        kind: &'static ResourceKind,
+    ) -> broadcast::Receiver<Arc<Change>> {
+        let cap = self.history_limit.max(1024);
+        self.kind_tx
+            .entry(kind as *const ResourceKind as usize)
+            .or_insert_with(|| broadcast::channel(cap).0)
+            .subscribe()
+    }
+
+    /// An unbounded feed of every future change.
+    pub(crate) fn feed(&mut self) -> tokio::sync::mpsc::UnboundedReceiver<Arc<Change>> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.feeds.push(tx);
+        rx
+    }
 }
 
 struct Inner {
@@ -457,6 +491,8 @@ impl Store {
             compacted_rv: base,
             history_limit: history_limit.max(1),
             tx,
+            feeds: Vec::new(),
+            kind_tx: HashMap::new(),
             dependents: HashMap::new(),
             gc_queue: BTreeSet::new(),
             cluster_ips: HashMap::new(),

@@ -189,6 +189,54 @@ fn pod_available(p: &Value, min_ready: i64) -> bool {
     })
 }
 
+/// The key of an object in the dirty sets.
+fn ns_name(o: &Value) -> super::NsName {
+    (
+        meta_str(o, "namespace").unwrap_or("").to_string(),
+        meta_str(o, "name").unwrap_or("").to_string(),
+    )
+}
+
+/// A Deployment no timer can change (in a timer pass): nothing of it changed since its
+/// last sync, and that sync left it complete (every replica updated and available, the
+/// Progressing condition at NewReplicaSetAvailable, so no deadline runs).
+fn deployment_settled(sim: &Sim, d: &Value) -> bool {
+    if sim.dirty.deployments.contains(&ns_name(d))
+        || d.pointer("/spec/paused").and_then(Value::as_bool) == Some(true)
+    {
+        return false;
+    }
+    let want = spec_replicas(d);
+    let progressing = condition(d, "Progressing")
+        .and_then(|c| c.get("reason"))
+        .and_then(Value::as_str);
+    int(d, "/status/observedGeneration") == int(d, "/metadata/generation")
+        && [
+            "replicas",
+            "updatedReplicas",
+            "readyReplicas",
+            "availableReplicas",
+        ]
+        .iter()
+        .all(|f| int(d, &format!("/status/{f}")) == want)
+        && int(d, "/status/unavailableReplicas") == 0
+        && is_true(d, "Available")
+        && progressing == Some("NewReplicaSetAvailable")
+}
+
+/// A ReplicaSet no timer can change: nothing of it changed since its last sync, which
+/// left every replica ready and available (no minReadySeconds wait) and no failure.
+fn rs_settled(sim: &Sim, rs: &Value) -> bool {
+    if sim.dirty.replicasets.contains(&ns_name(rs)) || condition(rs, "ReplicaFailure").is_some() {
+        return false;
+    }
+    let want = spec_replicas(rs);
+    int(rs, "/status/observedGeneration") == int(rs, "/metadata/generation")
+        && ["replicas", "readyReplicas", "availableReplicas"]
+            .iter()
+            .all(|f| int(rs, &format!("/status/{f}")) == want)
+}
+
 /// The deployment controller: one sync per Deployment.
 pub(super) fn deployments(sim: &mut Sim) {
     if sim.full_pass {
@@ -197,7 +245,7 @@ pub(super) fn deployments(sim: &mut Sim) {
         let rs_index = by_controller(&all_rs);
         let pod_index = by_controller(&pods);
         for d in sim.list(sim.k.deployment) {
-            if !deleting(&d) {
+            if !deleting(&d) && !deployment_settled(sim, &d) {
                 let owned = rs_index.get(uid(&d)).map(Vec::as_slice).unwrap_or(&[]);
                 sync_deployment(sim, &d, owned, &pod_index);
             }
@@ -914,7 +962,7 @@ pub(super) fn replicasets(sim: &mut Sim) {
         let pods = sim.list(sim.k.pod);
         let index = by_controller(&pods);
         for rs in sim.list(sim.k.replicaset) {
-            if !deleting(&rs) {
+            if !deleting(&rs) && !rs_settled(sim, &rs) {
                 let owned = index.get(uid(&rs)).map(Vec::as_slice).unwrap_or(&[]);
                 sync_rs(sim, &rs, owned);
             }

@@ -458,7 +458,7 @@ pub(crate) async fn start(store: Store, config: ClusterConfig) -> std::io::Resul
 
 impl Sim {
     async fn run(&mut self) {
-        let mut rx = self.store.subscribe();
+        let mut rx = self.store.lock().feed();
         let mut changed = true;
         loop {
             // Without changes only time moved: only timers need a look (the kubelet's
@@ -471,20 +471,14 @@ impl Sim {
             self.pass(changed || self.busy);
             changed = tokio::select! {
                 r = rx.recv() => {
-                    let mut changes = Vec::new();
-                    match r {
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => self.dirty.all = true,
-                        Ok(c) => changes.push(c),
-                    }
+                    let Some(c) = r else {
+                        return;
+                    };
+                    let mut changes = vec![c];
                     // Coalesce bursts of changes (API writes come in flurries) into one pass.
                     tokio::time::sleep(DEBOUNCE).await;
-                    loop {
-                        match rx.try_recv() {
-                            Ok(c) => changes.push(c),
-                            Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => self.dirty.all = true,
-                            Err(_) => break,
-                        }
+                    while let Ok(c) = rx.try_recv() {
+                        changes.push(c);
                     }
                     self.note_changes(&changes);
                     true
