@@ -198,43 +198,71 @@ fn ns_name(o: &Value) -> super::NsName {
 }
 
 /// A Deployment no timer can change (in a timer pass): nothing of it changed since its
-/// last sync, and that sync left it complete (every replica updated and available, the
-/// Progressing condition at NewReplicaSetAvailable, so no deadline runs).
+/// last sync, which saw its current generation, and time cannot move its status: no
+/// minReadySeconds wait, and no progress deadline that could expire soon (complete,
+/// already exceeded, none, or more than two seconds away). Whatever else it waits for
+/// (its ReplicaSets, its pods) comes as a change that marks it dirty.
 fn deployment_settled(sim: &Sim, d: &Value) -> bool {
     if sim.dirty.deployments.contains(&ns_name(d))
         || d.pointer("/spec/paused").and_then(Value::as_bool) == Some(true)
+        || int(d, "/status/observedGeneration") != int(d, "/metadata/generation")
     {
         return false;
     }
     let want = spec_replicas(d);
-    let progressing = condition(d, "Progressing")
-        .and_then(|c| c.get("reason"))
-        .and_then(Value::as_str);
-    int(d, "/status/observedGeneration") == int(d, "/metadata/generation")
-        && [
-            "replicas",
-            "updatedReplicas",
-            "readyReplicas",
-            "availableReplicas",
-        ]
-        .iter()
-        .all(|f| int(d, &format!("/status/{f}")) == want)
+    let complete = [
+        "replicas",
+        "updatedReplicas",
+        "readyReplicas",
+        "availableReplicas",
+    ]
+    .iter()
+    .all(|f| int(d, &format!("/status/{f}")) == want)
         && int(d, "/status/unavailableReplicas") == 0
-        && is_true(d, "Available")
-        && progressing == Some("NewReplicaSetAvailable")
+        && is_true(d, "Available");
+    if int(d, "/spec/minReadySeconds") > 0 && !complete {
+        return false;
+    }
+    let Some(progressing) = condition(d, "Progressing") else {
+        return true;
+    };
+    let reason = progressing.get("reason").and_then(Value::as_str);
+    if complete && reason == Some("NewReplicaSetAvailable") {
+        return true;
+    }
+    let deadline = d
+        .pointer("/spec/progressDeadlineSeconds")
+        .and_then(Value::as_i64)
+        .filter(|s| *s != i32::MAX as i64);
+    let Some(deadline) = deadline else {
+        return true;
+    };
+    if matches!(
+        reason,
+        Some("NewReplicaSetAvailable" | "ProgressDeadlineExceeded")
+    ) {
+        return true;
+    }
+    progressing
+        .get("lastUpdateTime")
+        .and_then(Value::as_str)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .is_some_and(|t| {
+            (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds() < deadline - 2
+        })
 }
 
-/// A ReplicaSet no timer can change: nothing of it changed since its last sync, which
-/// left every replica ready and available (no minReadySeconds wait) and no failure.
+/// A ReplicaSet no timer can change: nothing of it changed since its last sync, which saw
+/// its generation, created all its pods without a failure, and no pod waits out
+/// minReadySeconds (what else it waits for, its pods, comes as changes).
 fn rs_settled(sim: &Sim, rs: &Value) -> bool {
     if sim.dirty.replicasets.contains(&ns_name(rs)) || condition(rs, "ReplicaFailure").is_some() {
         return false;
     }
-    let want = spec_replicas(rs);
     int(rs, "/status/observedGeneration") == int(rs, "/metadata/generation")
-        && ["replicas", "readyReplicas", "availableReplicas"]
-            .iter()
-            .all(|f| int(rs, &format!("/status/{f}")) == want)
+        && int(rs, "/status/replicas") == spec_replicas(rs)
+        && (int(rs, "/spec/minReadySeconds") == 0
+            || int(rs, "/status/readyReplicas") == int(rs, "/status/availableReplicas"))
 }
 
 /// The deployment controller: one sync per Deployment.
@@ -398,7 +426,20 @@ impl<'a> DeploymentSync<'a> {
         let template = d.pointer("/spec/template").cloned().unwrap_or(json!({}));
         // The new ReplicaSet has the template's hash in its name (robust to defaulting
         // differences) or, like the real EqualIgnoreHash, the same template.
-        let new_name = format!("{name}-{}", template_hash(&template));
+        // The hash only changes with the template, so with the generation.
+        let generation = int(d, "/metadata/generation");
+        let hash = {
+            let mut cache = sim.template_hashes.borrow_mut();
+            match cache.get(uid(d)) {
+                Some((g, h)) if *g == generation => h.clone(),
+                _ => {
+                    let h = template_hash(&template);
+                    cache.insert(uid(d).to_string(), (generation, h.clone()));
+                    h
+                }
+            }
+        };
+        let new_name = format!("{name}-{hash}");
         let new_idx = owned.iter().position(|rs| {
             meta_str(rs, "name") == Some(new_name.as_str())
                 || without_hash(&rs["spec"]["template"]) == template

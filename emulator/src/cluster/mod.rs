@@ -409,6 +409,8 @@ pub(crate) struct Sim {
     pub service_selectors: LabelIndex,
     /// Summed requests of each pod by uid (pod requests do not change).
     pub requests: HashMap<String, std::sync::Arc<BTreeMap<String, i128>>>,
+    /// pod-template-hash of each Deployment by uid, with the generation it was computed at.
+    pub template_hashes: std::cell::RefCell<HashMap<String, (i64, String)>>,
 }
 
 /// What `start` hands back to the emulator.
@@ -444,6 +446,7 @@ pub(crate) async fn start(store: Store, config: ClusterConfig) -> std::io::Resul
         pod_labels: LabelIndex::default(),
         service_selectors: LabelIndex::default(),
         requests: HashMap::new(),
+        template_hashes: Default::default(),
     };
     sim.create_nodes();
     networking::create_gateway(&sim);
@@ -574,6 +577,7 @@ impl Sim {
         self.busy = false;
         self.resync = self.dirty.all;
         if self.resync {
+            self.template_hashes.borrow_mut().clear();
             // Indexes kept from the change feed start over from the store.
             self.pod_labels = LabelIndex::default();
             for p in self.list(self.k.pod) {
