@@ -75,7 +75,7 @@ pub(crate) fn prepare_create(
                         .unwrap_or("")
                         .is_empty()
                     {
-                        let ip = allocate_cluster_ip(st, store);
+                        let ip = allocate_cluster_ip(st);
                         spec.insert("clusterIP".into(), json!(ip));
                     }
                     let ip = spec["clusterIP"].clone();
@@ -87,11 +87,13 @@ pub(crate) fn prepare_create(
                 if (ty == "NodePort" || ty == "LoadBalancer")
                     && let Some(Value::Array(ports)) = spec.get_mut("ports")
                 {
-                    let mut used = used_node_ports(st, store);
+                    let mut used: Vec<i64> = Vec::new();
                     for p in ports.iter_mut() {
                         if p.get("nodePort").is_none() {
                             // The lowest free port of the default 30000-32767 range.
-                            if let Some(free) = (30000..=32767).find(|n| !used.contains(n)) {
+                            if let Some(free) = (30000..=32767)
+                                .find(|n| !st.node_port_used(*n) && !used.contains(n))
+                            {
                                 used.push(free);
                                 p["nodePort"] = json!(free);
                             }
@@ -145,41 +147,10 @@ pub(crate) fn prepare_create(
     Ok(())
 }
 
-fn used_node_ports(st: &State, store: &Store) -> Vec<i64> {
-    let svc = store
-        .kinds()
-        .by_resource("", "v1", "services")
-        .expect("services are served");
-    st.list(svc, None)
-        .iter()
-        .filter_map(|s| s.pointer("/spec/ports").and_then(Value::as_array).cloned())
-        .flatten()
-        .filter_map(|p| p.get("nodePort").and_then(Value::as_i64))
-        .collect()
-}
-
-fn allocate_cluster_ip(st: &State, store: &Store) -> String {
-    let svc = store
-        .kinds()
-        .by_resource("", "v1", "services")
-        .expect("services are served");
-    let used: Vec<String> = st
-        .list(svc, None)
-        .iter()
-        .filter_map(|s| {
-            s.pointer("/spec/clusterIP")
-                .and_then(Value::as_str)
-                .map(String::from)
-        })
-        .collect();
-    // 10.96.0.0/12 like kubeadm; .1 is the kubernetes service.
-    for n in 1u32..(1 << 20) {
-        let ip = format!("10.{}.{}.{}", 96 + (n >> 16), (n >> 8) & 0xff, n & 0xff);
-        if n & 0xff != 0 && !used.contains(&ip) {
-            return ip;
-        }
-    }
-    "10.96.0.254".into()
+fn allocate_cluster_ip(st: &State) -> String {
+    // 10.96.0.0/12 like kubeadm; .1 is the kubernetes service. The lowest free address,
+    // from the store's index of allocated ones.
+    st.free_cluster_ip().unwrap_or_else(|| "10.96.0.254".into())
 }
 
 /// Service updates keep allocated values the client did not send (patchAllocatedValues).

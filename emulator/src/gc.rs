@@ -4,9 +4,14 @@
 //! (a `default` ServiceAccount per namespace) and pod GC (force-deleting terminating pods
 //! bound to nodes that do not exist).
 //!
-//! Runs as a background task woken after every write; each pass works under the store lock.
+//! Runs as a background task woken after every write that changed something; each pass
+//! works under the store lock and looks only at what the store queued for it (`State::
+//! reindex`): written objects, the owners of written or removed objects, the dependents of
+//! removed ones, the namespaces of namespaced changes, and pods after a node removal. An
+//! object not queued has had none of the things its collection depends on change since it
+//! was last looked at, so a full scan would find nothing to do for it either.
 
-use std::collections::HashSet;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -60,13 +65,30 @@ fn deleting(obj: &Value) -> bool {
     obj.pointer("/metadata/deletionTimestamp").is_some()
 }
 
-/// One collection pass; returns whether anything was written.
+/// One collection pass over the queued objects; returns whether anything was written
+/// (then the queued objects are looked at again by the next pass, as cascades span
+/// several passes).
 pub fn pass(store: &Store) -> bool {
     let mut st = store.lock();
-    let all = st.all();
+    let batch = st.take_gc_queue();
+    if batch.is_empty() {
+        return false;
+    }
+    let objs: Vec<(&'static ResourceKind, Arc<Value>)> =
+        batch.iter().filter_map(|k| st.by_key(k)).collect();
+    let wrote = pass_over(&mut st, store, &objs);
+    if wrote {
+        st.requeue_gc(batch);
+    }
+    wrote
+}
+
+type Objects = [(&'static ResourceKind, Arc<Value>)];
+
+fn pass_over(st: &mut State, store: &Store, all: &Objects) -> bool {
     let mut changed = false;
 
-    for (kind, obj) in &all {
+    for (kind, obj) in all {
         let Some(refs) = obj
             .pointer("/metadata/ownerReferences")
             .and_then(Value::as_array)
@@ -77,16 +99,9 @@ pub fn pass(store: &Store) -> bool {
             continue;
         }
         let ns = meta_str(obj, "namespace").unwrap_or("");
-        if !deleting(obj) && refs.iter().all(|r| owner_absent(store, &st, ns, r)) {
+        if !deleting(obj) && refs.iter().all(|r| owner_absent(store, st, ns, r)) {
             // Every owner is gone: the dependent goes too (its own dependents cascade later).
-            delete_locked(
-                &mut st,
-                kind,
-                obj,
-                Some(Propagation::Background),
-                None,
-                false,
-            );
+            delete_locked(st, kind, obj, Some(Propagation::Background), None, false);
             changed = true;
         }
     }
@@ -94,31 +109,28 @@ pub fn pass(store: &Store) -> bool {
         return true;
     }
 
-    if service_accounts(&mut st, store, &all) || pod_gc(&mut st, &all) {
+    if service_accounts(st, store, all) || pod_gc(st, all) {
         return true;
     }
 
-    for (kind, obj) in &all {
+    for (kind, obj) in all {
         if !deleting(obj) {
             continue;
         }
         let uid = meta_str(obj, "uid").unwrap_or("").to_string();
         let fins = finalizers(obj);
         if fins.iter().any(|f| f == "orphan") {
-            orphan_dependents(&mut st, &all, &uid);
+            orphan_dependents(st, &uid);
             let rest: Vec<String> = fins.iter().filter(|f| *f != "orphan").cloned().collect();
-            set_finalizers(&mut st, kind, obj, rest);
+            set_finalizers(st, kind, obj, rest);
             return true;
         }
         if fins.iter().any(|f| f == "foregroundDeletion") {
-            let dependents: Vec<&(&'static ResourceKind, std::sync::Arc<Value>)> = all
-                .iter()
-                .filter(|(_, d)| owner_uids(d).iter().any(|(u, _)| *u == uid))
-                .collect();
+            let dependents = st.dependents(&uid);
             let mut wrote = false;
             for (dk, d) in &dependents {
                 if !deleting(d) {
-                    delete_locked(&mut st, dk, d, Some(Propagation::Foreground), None, false);
+                    delete_locked(st, dk, d, Some(Propagation::Foreground), None, false);
                     wrote = true;
                 }
             }
@@ -132,26 +144,22 @@ pub fn pass(store: &Store) -> bool {
                     .filter(|f| *f != "foregroundDeletion")
                     .cloned()
                     .collect();
-                set_finalizers(&mut st, kind, obj, rest);
+                set_finalizers(st, kind, obj, rest);
                 wrote = true;
             }
             if wrote {
                 return true;
             }
         }
-        if kind.kind == "Namespace" && finalize_namespace(&mut st, store, &all, obj) {
+        if kind.kind == "Namespace" && finalize_namespace(st, store, obj) {
             return true;
         }
     }
     false
 }
 
-fn orphan_dependents(
-    st: &mut State,
-    all: &[(&'static ResourceKind, std::sync::Arc<Value>)],
-    uid: &str,
-) {
-    for (kind, d) in all {
+fn orphan_dependents(st: &mut State, uid: &str) {
+    for (kind, d) in st.dependents(uid) {
         let Some(refs) = d
             .pointer("/metadata/ownerReferences")
             .and_then(Value::as_array)
@@ -169,7 +177,7 @@ fn orphan_dependents(
             .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid))
             .cloned()
             .collect();
-        let mut new = (**d).clone();
+        let mut new = (*d).clone();
         let meta = crate::resources::meta_mut(&mut new);
         if kept.is_empty() {
             meta.remove("ownerReferences");
@@ -180,18 +188,30 @@ fn orphan_dependents(
     }
 }
 
-/// The namespace controller: delete everything in a terminating namespace, then finalize it.
-fn finalize_namespace(
-    st: &mut State,
+/// Everything in one namespace, in store key order.
+fn namespace_contents(
+    st: &State,
     store: &Store,
-    all: &[(&'static ResourceKind, std::sync::Arc<Value>)],
-    ns_obj: &Value,
-) -> bool {
-    let ns = meta_str(ns_obj, "name").unwrap_or("").to_string();
-    let contents: Vec<&(&'static ResourceKind, std::sync::Arc<Value>)> = all
+    ns: &str,
+) -> Vec<(&'static ResourceKind, Arc<Value>)> {
+    let mut kinds: Vec<&'static ResourceKind> = store
+        .kinds()
+        .all()
         .iter()
-        .filter(|(k, o)| k.namespaced && meta_str(o, "namespace") == Some(ns.as_str()))
+        .copied()
+        .filter(|k| k.namespaced)
         .collect();
+    kinds.sort_by_key(|k| (k.group, k.plural));
+    kinds
+        .into_iter()
+        .flat_map(|k| st.list(k, Some(ns)).into_iter().map(move |o| (k, o)))
+        .collect()
+}
+
+/// The namespace controller: delete everything in a terminating namespace, then finalize it.
+fn finalize_namespace(st: &mut State, store: &Store, ns_obj: &Value) -> bool {
+    let ns = meta_str(ns_obj, "name").unwrap_or("").to_string();
+    let contents = namespace_contents(st, store, &ns);
     let mut wrote = false;
     for (k, o) in &contents {
         if !deleting(o) {
@@ -230,11 +250,7 @@ fn finalize_namespace(
 }
 
 /// The service account controller: every active namespace gets a `default` ServiceAccount.
-fn service_accounts(
-    st: &mut State,
-    store: &Store,
-    all: &[(&'static ResourceKind, std::sync::Arc<Value>)],
-) -> bool {
+fn service_accounts(st: &mut State, store: &Store, all: &Objects) -> bool {
     let kinds = store.kinds();
     let Some(sa) = kinds.by_resource("", "v1", "serviceaccounts") else {
         return false;
@@ -257,12 +273,10 @@ fn service_accounts(
 
 /// Pod GC: terminating pods bound to a node that does not exist are force-deleted
 /// (there is no kubelet to finish them).
-fn pod_gc(st: &mut State, all: &[(&'static ResourceKind, std::sync::Arc<Value>)]) -> bool {
-    let nodes: HashSet<&str> = all
+fn pod_gc(st: &mut State, all: &Objects) -> bool {
+    let node_kind = crate::resources::KINDS
         .iter()
-        .filter(|(k, _)| k.kind == "Node" && k.group.is_empty())
-        .filter_map(|(_, o)| meta_str(o, "name"))
-        .collect();
+        .find(|k| k.kind == "Node" && k.group.is_empty());
     let mut wrote = false;
     for (kind, pod) in all
         .iter()
@@ -276,7 +290,7 @@ fn pod_gc(st: &mut State, all: &[(&'static ResourceKind, std::sync::Arc<Value>)]
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
             .unwrap_or("");
-        if grace > 0 && !nodes.contains(node) {
+        if grace > 0 && node_kind.is_none_or(|k| st.get(k, "", node).is_none()) {
             delete_locked(st, kind, pod, None, Some(0), false);
             wrote = true;
         }

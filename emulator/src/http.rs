@@ -707,7 +707,8 @@ fn list(
             meta_str(o, "name").unwrap_or("")
         )
     };
-    let matching: Vec<Value> = items
+    // Only the returned page is converted; the rest is only counted (remainingItemCount).
+    let matching: Vec<&Arc<Value>> = items
         .iter()
         .filter(|o| {
             start_after
@@ -715,17 +716,19 @@ fn list(
                 .is_none_or(|s| key(o).as_str() > s.as_str())
         })
         .filter(|o| labels.matches(o) && fields.matches(o))
-        .map(|o| (served.out)(o))
         .collect();
-    let (page, cont, remaining) = if limit > 0 && matching.len() > limit {
-        let page: Vec<Value> = matching[..limit].to_vec();
+    let total = matching.len();
+    let take = if limit > 0 { limit.min(total) } else { total };
+    let matching: Vec<Value> = matching[..take].iter().map(|o| (served.out)(o)).collect();
+    let (page, cont, remaining) = if limit > 0 && total > limit {
+        let page: Vec<Value> = matching;
         let last = page.last().expect("limit > 0");
         let token = encode_continue(
             list_rv,
             meta_str(last, "namespace").unwrap_or(""),
             meta_str(last, "name").unwrap_or(""),
         );
-        (page, Some(token), Some(matching.len() - limit))
+        (page, Some(token), Some(total - limit))
     } else {
         (matching, None, None)
     };

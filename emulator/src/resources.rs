@@ -225,6 +225,8 @@ pub static KINDS: &[ResourceKind] = &[
 #[derive(Debug, Clone)]
 pub struct Kinds {
     enabled: Vec<&'static ResourceKind>,
+    /// The enabled kinds by `kind` (the garbage collector looks owners up by it).
+    by_kind: std::collections::HashMap<&'static str, Vec<&'static ResourceKind>>,
 }
 
 impl Kinds {
@@ -236,8 +238,13 @@ impl Kinds {
                 GatewayApi => gateway_api,
                 Inference => inference,
             })
-            .collect();
-        Kinds { enabled }
+            .collect::<Vec<_>>();
+        let mut by_kind: std::collections::HashMap<&'static str, Vec<&'static ResourceKind>> =
+            std::collections::HashMap::new();
+        for k in &enabled {
+            by_kind.entry(k.kind).or_default().push(k);
+        }
+        Kinds { enabled, by_kind }
     }
 
     pub fn all(&self) -> &[&'static ResourceKind] {
@@ -259,10 +266,12 @@ impl Kinds {
 
     /// Looks a kind up by apiVersion and kind (as found in object bodies).
     pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<&'static ResourceKind> {
-        self.enabled
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        self.by_kind
+            .get(kind)?
             .iter()
             .copied()
-            .find(|k| k.api_version() == api_version && k.kind == kind)
+            .find(|k| k.group == group && k.version == version)
     }
 
     /// Groups served (excluding the legacy core group), in discovery order.

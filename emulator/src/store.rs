@@ -1,7 +1,7 @@
 //! The in-memory object store: objects as JSON, one global monotonic resourceVersion,
 //! a bounded change history for watch resumption, and a broadcast of every change.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -41,7 +41,7 @@ pub struct Change {
 }
 
 /// Store key: (group, plural, namespace, name). Ordered like etcd keys.
-type Key = (&'static str, &'static str, String, String);
+pub type Key = (&'static str, &'static str, String, String);
 
 struct Entry {
     kind: &'static ResourceKind,
@@ -59,6 +59,64 @@ pub struct State {
     compacted_rv: u64,
     history_limit: usize,
     tx: broadcast::Sender<Arc<Change>>,
+    /// Unbounded in-process change feeds (the simulated cluster: it must never miss a
+    /// change, however long one of its passes takes).
+    feeds: Vec<tokio::sync::mpsc::UnboundedSender<Arc<Change>>>,
+    /// Per-kind broadcasts for watches, so a watcher only lags behind its own kind.
+    kind_tx: HashMap<usize, broadcast::Sender<Arc<Change>>>,
+    /// Dependents by the uid their ownerReferences name (also uids of absent owners).
+    dependents: HashMap<String, BTreeSet<Key>>,
+    /// Objects the garbage collector has to look at again (see `gc.rs`).
+    gc_queue: BTreeSet<Key>,
+    /// Service clusterIPs in use (with how many Services claim each).
+    cluster_ips: HashMap<String, usize>,
+    /// Service nodePorts in use.
+    node_ports: HashMap<i64, usize>,
+    /// Every Service-range offset below this one is allocated (see `cluster_ip_offset`),
+    /// so the lowest free clusterIP is searched from here.
+    ip_floor: std::cell::Cell<u32>,
+}
+
+/// The offset of a clusterIP in 10.96.0.0/12 (what the allocator counts in).
+fn cluster_ip_offset(ip: &str) -> Option<u32> {
+    let mut parts = ip.split('.').map(|p| p.parse::<u32>().ok());
+    let (a, b, c, d) = (
+        parts.next()??,
+        parts.next()??,
+        parts.next()??,
+        parts.next()??,
+    );
+    if a != 10 || !(96..112).contains(&b) || c > 255 || d > 255 || parts.next().is_some() {
+        return None;
+    }
+    Some(((b - 96) << 16) | (c << 8) | d)
+}
+
+/// The uids an object's ownerReferences name.
+fn owner_refs(obj: &Value) -> impl Iterator<Item = &str> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get("uid").and_then(Value::as_str))
+}
+
+fn is_service(kind: &ResourceKind) -> bool {
+    kind.group.is_empty() && kind.kind == "Service"
+}
+
+fn cluster_ip(obj: &Value) -> Option<&str> {
+    obj.pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .filter(|ip| !ip.is_empty())
+}
+
+fn node_ports(obj: &Value) -> impl Iterator<Item = i64> {
+    obj.pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("nodePort").and_then(Value::as_i64))
 }
 
 fn key_of(kind: &'static ResourceKind, ns: &str, name: &str) -> Key {
@@ -113,6 +171,145 @@ impl State {
         self.objects.get(key).map(|e| (e.kind, e.obj.clone()))
     }
 
+    /// The objects whose ownerReferences name `owner_uid`, in key order.
+    pub fn dependents(&self, owner_uid: &str) -> Vec<(&'static ResourceKind, Arc<Value>)> {
+        self.dependents
+            .get(owner_uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.objects.get(k).map(|e| (e.kind, e.obj.clone())))
+            .collect()
+    }
+
+    /// The lowest free clusterIP of 10.96.0.0/12 (skipping .0 addresses), or None when
+    /// the range is full.
+    pub fn free_cluster_ip(&self) -> Option<String> {
+        for n in self.ip_floor.get().max(1)..(1 << 20) {
+            if n & 0xff == 0 {
+                continue;
+            }
+            let ip = format!("10.{}.{}.{}", 96 + (n >> 16), (n >> 8) & 0xff, n & 0xff);
+            if !self.cluster_ips.contains_key(&ip) {
+                self.ip_floor.set(n);
+                return Some(ip);
+            }
+        }
+        None
+    }
+
+    /// Whether some Service has this nodePort.
+    pub fn node_port_used(&self, port: i64) -> bool {
+        self.node_ports.contains_key(&port)
+    }
+
+    /// Takes the keys queued for the garbage collector.
+    pub(crate) fn take_gc_queue(&mut self) -> BTreeSet<Key> {
+        std::mem::take(&mut self.gc_queue)
+    }
+
+    /// Queues keys for the garbage collector again.
+    pub(crate) fn requeue_gc(&mut self, keys: impl IntoIterator<Item = Key>) {
+        self.gc_queue.extend(keys);
+    }
+
+    /// The kind and object stored under a key.
+    pub(crate) fn by_key(&self, key: &Key) -> Option<(&'static ResourceKind, Arc<Value>)> {
+        self.objects.get(key).map(|e| (e.kind, e.obj.clone()))
+    }
+
+    /// Keeps the secondary indexes and the collector's queue in step with one write
+    /// (`old` before, `new` after; `None` for a create or a removal).
+    fn reindex(
+        &mut self,
+        kind: &'static ResourceKind,
+        key: &Key,
+        old: Option<&Value>,
+        new: Option<&Value>,
+    ) {
+        let old_owners: HashSet<&str> = old.map(|o| owner_refs(o).collect()).unwrap_or_default();
+        let new_owners: HashSet<&str> = new.map(|o| owner_refs(o).collect()).unwrap_or_default();
+        for u in old_owners.difference(&new_owners) {
+            if let Some(set) = self.dependents.get_mut(*u) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.dependents.remove(*u);
+                }
+            }
+        }
+        for u in new_owners.difference(&old_owners) {
+            self.dependents
+                .entry((*u).to_string())
+                .or_default()
+                .insert(key.clone());
+        }
+        if is_service(kind) {
+            if let Some(ip) = old.and_then(cluster_ip)
+                && let Some(n) = self.cluster_ips.get_mut(ip)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    self.cluster_ips.remove(ip);
+                    if let Some(off) = cluster_ip_offset(ip)
+                        && off < self.ip_floor.get()
+                    {
+                        self.ip_floor.set(off);
+                    }
+                }
+            }
+            if let Some(ip) = new.and_then(cluster_ip) {
+                *self.cluster_ips.entry(ip.to_string()).or_default() += 1;
+            }
+            for p in old.into_iter().flat_map(node_ports) {
+                if let Some(n) = self.node_ports.get_mut(&p) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.node_ports.remove(&p);
+                    }
+                }
+            }
+            for p in new.into_iter().flat_map(node_ports) {
+                *self.node_ports.entry(p).or_default() += 1;
+            }
+        }
+        // What the collector must look at again: the object itself, its owners (old and
+        // new: a foreground deletion waits for its dependents), its namespace (the
+        // namespace controller waits for the contents; the service account controller
+        // keeps the default ServiceAccount), and after a removal its dependents.
+        let mut queue: Vec<Key> = Vec::new();
+        if new.is_some() {
+            queue.push(key.clone());
+        }
+        for u in old_owners.union(&new_owners) {
+            if let Some(k) = self.uids.get(*u) {
+                queue.push(k.clone());
+            }
+        }
+        if kind.namespaced {
+            queue.push(("", "namespaces", String::new(), key.2.clone()));
+        }
+        if new.is_none() {
+            if let Some(uid) = old.and_then(|o| meta_str(o, "uid"))
+                && let Some(deps) = self.dependents.get(uid)
+            {
+                queue.extend(deps.iter().cloned());
+            }
+            // Pods bound to a removed node are for pod GC to finish.
+            if kind.group.is_empty() && kind.kind == "Node" {
+                let pods: Vec<Key> = self
+                    .objects
+                    .range(("", "pods", String::new(), String::new())..)
+                    .take_while(|(k, _)| k.0.is_empty() && k.1 == "pods")
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                queue.extend(pods);
+            }
+        }
+        if kind.group.is_empty() && kind.kind == "Namespace" {
+            queue.push(key.clone());
+        }
+        self.gc_queue.extend(queue);
+    }
+
     fn next_rv(&mut self) -> u64 {
         self.rv += 1;
         self.rv
@@ -124,6 +321,15 @@ impl State {
         while self.history.len() > self.history_limit {
             if let Some(old) = self.history.pop_front() {
                 self.compacted_rv = old.rv;
+            }
+        }
+        self.feeds.retain(|f| f.send(change.clone()).is_ok());
+        let kind_key = change.kind as *const ResourceKind as usize;
+        if let Some(tx) = self.kind_tx.get(&kind_key) {
+            if tx.receiver_count() == 0 {
+                self.kind_tx.remove(&kind_key);
+            } else {
+                let _ = tx.send(change.clone());
             }
         }
         // No receivers is fine: nobody is watching.
@@ -140,6 +346,7 @@ impl State {
         let obj = Arc::new(obj);
         let key = key_of(kind, &ns, &name);
         self.uids.insert(uid, key.clone());
+        self.reindex(kind, &key, None, Some(&*obj));
         self.objects.insert(
             key,
             Entry {
@@ -170,13 +377,14 @@ impl State {
         let old = self
             .objects
             .insert(
-                key,
+                key.clone(),
                 Entry {
                     kind,
                     obj: obj.clone(),
                 },
             )
             .map(|e| e.obj);
+        self.reindex(kind, &key, old.as_deref(), Some(&*obj));
         self.record(Change {
             rv,
             kind,
@@ -201,6 +409,7 @@ impl State {
         if let Some(uid) = meta_str(&entry.obj, "uid") {
             self.uids.remove(uid);
         }
+        self.reindex(kind, &key, Some(&entry.obj), None);
         let rv = self.next_rv();
         let mut obj = (*entry.obj).clone();
         meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(rv.to_string()));
@@ -227,6 +436,26 @@ impl State {
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
         self.tx.subscribe()
+    }
+
+    /// Subscribes to the future changes of one kind (what a watch needs): its ring only
+    /// fills with that kind's changes, so traffic on other kinds never makes it lag.
+    pub fn subscribe_kind(
+        &mut self,
+        kind: &'static ResourceKind,
+    ) -> broadcast::Receiver<Arc<Change>> {
+        let cap = self.history_limit.max(1024);
+        self.kind_tx
+            .entry(kind as *const ResourceKind as usize)
+            .or_insert_with(|| broadcast::channel(cap).0)
+            .subscribe()
+    }
+
+    /// An unbounded feed of every future change.
+    pub(crate) fn feed(&mut self) -> tokio::sync::mpsc::UnboundedReceiver<Arc<Change>> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.feeds.push(tx);
+        rx
     }
 }
 
@@ -262,6 +491,13 @@ impl Store {
             compacted_rv: base,
             history_limit: history_limit.max(1),
             tx,
+            feeds: Vec::new(),
+            kind_tx: HashMap::new(),
+            dependents: HashMap::new(),
+            gc_queue: BTreeSet::new(),
+            cluster_ips: HashMap::new(),
+            node_ports: HashMap::new(),
+            ip_floor: std::cell::Cell::new(1),
         };
         Store {
             inner: Arc::new(Inner {
@@ -284,8 +520,17 @@ impl Store {
 
     /// Runs `f` under the lock, then wakes background workers (garbage collection).
     pub fn write<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        let out = f(&mut self.lock());
-        self.inner.changed.notify_one();
+        let (out, wrote) = {
+            let mut st = self.lock();
+            let before = st.rv;
+            let out = f(&mut st);
+            (out, st.rv != before || !st.gc_queue.is_empty())
+        };
+        // A write that changed nothing (a no-op update, a failed precondition) does not
+        // wake the collector.
+        if wrote {
+            self.inner.changed.notify_one();
+        }
         out
     }
 

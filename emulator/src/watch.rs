@@ -29,8 +29,16 @@ pub(crate) struct WatchSettings {
 
 /// A watch event line (newline-delimited JSON).
 fn event_line(ty: &str, obj: &Value) -> Bytes {
-    let mut s = serde_json::to_vec(&json!({"type": ty, "object": obj})).unwrap_or_default();
-    s.push(b'\n');
+    // `{"object":...,"type":"..."}` (serde_json's key order), written without building
+    // (and deep-copying the object into) a wrapper value.
+    let mut s = Vec::with_capacity(1024);
+    s.extend_from_slice(b"{\"object\":");
+    if serde_json::to_writer(&mut s, obj).is_err() {
+        return Bytes::new();
+    }
+    s.extend_from_slice(b",\"type\":");
+    let _ = serde_json::to_writer(&mut s, ty);
+    s.extend_from_slice(b"}\n");
     Bytes::from(s)
 }
 
@@ -52,29 +60,29 @@ impl WatchFilter {
         self.labels.matches(o) && self.fields.matches(o)
     }
     /// Turns a change into the event this watcher sees (selector transitions become ADDED/DELETED).
-    fn event(&self, c: &Change) -> Option<(&'static str, Value)> {
+    fn event(&self, c: &Change) -> Option<(&'static str, Arc<Value>)> {
         if !self.scope(c) {
             return None;
         }
         let new_m = self.matches(&c.object);
         match c.event {
-            EventType::Added => new_m.then(|| ("ADDED", (*c.object).clone())),
+            EventType::Added => new_m.then(|| ("ADDED", c.object.clone())),
             EventType::Deleted => {
                 let old_m = c.old.as_ref().is_none_or(|o| self.matches(o));
-                old_m.then(|| ("DELETED", (*c.object).clone()))
+                old_m.then(|| ("DELETED", c.object.clone()))
             }
             EventType::Modified => {
                 let old_m = c.old.as_ref().is_some_and(|o| self.matches(o));
                 match (old_m, new_m) {
-                    (true, true) => Some(("MODIFIED", (*c.object).clone())),
+                    (true, true) => Some(("MODIFIED", c.object.clone())),
                     // Like the watch cache: the previous content, at the change's resourceVersion.
                     (true, false) => {
                         let mut old = c.old.as_deref().cloned().unwrap_or_default();
                         crate::resources::meta_mut(&mut old)
                             .insert("resourceVersion".into(), json!(c.rv.to_string()));
-                        Some(("DELETED", old))
+                        Some(("DELETED", Arc::new(old)))
                     }
-                    (false, true) => Some(("ADDED", (*c.object).clone())),
+                    (false, true) => Some(("ADDED", c.object.clone())),
                     (false, false) => None,
                 }
             }
@@ -162,8 +170,8 @@ pub(crate) async fn watch_response(
         Expired(u64),
     }
     let (start, mut rx, start_rv) = {
-        let st = store.lock();
-        let rx = st.subscribe();
+        let mut st = store.lock();
+        let rx = st.subscribe_kind(kind);
         let cur = st.current_rv();
         let start = if send_initial || rv_param.is_empty() || rv_param == "0" {
             Start::Initial(
@@ -189,6 +197,7 @@ pub(crate) async fn watch_response(
     let interval = settings.bookmark_interval;
     let mut closing = settings.closing.clone();
     let query = query.clone();
+    let store_for_bookmarks = store.clone();
     tokio::spawn(async move {
         let render = |obj: &Value| {
             let obj = (served.out)(obj);
@@ -261,6 +270,13 @@ pub(crate) async fn watch_response(
                 // The only change ever sent is "closing".
                 _ = closing.changed() => return,
                 _ = ticker.tick(), if bookmarks => {
+                    // The watch's ring carries only its kind: when nothing is pending in
+                    // it, every change up to the store's current version has been seen
+                    // (changes are sent under the lock that hands out versions).
+                    let current = store_for_bookmarks.lock().current_rv();
+                    if rx.is_empty() {
+                        last_rv = last_rv.max(current);
+                    }
                     if tx.send(Ok(event_line("BOOKMARK", &bookmark(served.kind, last_rv, false)))).await.is_err() {
                         return;
                     }

@@ -189,17 +189,113 @@ fn pod_available(p: &Value, min_ready: i64) -> bool {
     })
 }
 
+/// The key of an object in the dirty sets.
+fn ns_name(o: &Value) -> super::NsName {
+    (
+        meta_str(o, "namespace").unwrap_or("").to_string(),
+        meta_str(o, "name").unwrap_or("").to_string(),
+    )
+}
+
+/// A Deployment no timer can change (in a timer pass): nothing of it changed since its
+/// last sync, which saw its current generation, and time cannot move its status: no
+/// minReadySeconds wait, and no progress deadline that could expire soon (complete,
+/// already exceeded, none, or more than two seconds away). Whatever else it waits for
+/// (its ReplicaSets, its pods) comes as a change that marks it dirty.
+fn deployment_settled(sim: &Sim, d: &Value) -> bool {
+    if sim.dirty.deployments.contains(&ns_name(d))
+        || d.pointer("/spec/paused").and_then(Value::as_bool) == Some(true)
+        || int(d, "/status/observedGeneration") != int(d, "/metadata/generation")
+    {
+        return false;
+    }
+    let want = spec_replicas(d);
+    let complete = [
+        "replicas",
+        "updatedReplicas",
+        "readyReplicas",
+        "availableReplicas",
+    ]
+    .iter()
+    .all(|f| int(d, &format!("/status/{f}")) == want)
+        && int(d, "/status/unavailableReplicas") == 0
+        && is_true(d, "Available");
+    if int(d, "/spec/minReadySeconds") > 0 && !complete {
+        return false;
+    }
+    let Some(progressing) = condition(d, "Progressing") else {
+        return true;
+    };
+    let reason = progressing.get("reason").and_then(Value::as_str);
+    if complete && reason == Some("NewReplicaSetAvailable") {
+        return true;
+    }
+    let deadline = d
+        .pointer("/spec/progressDeadlineSeconds")
+        .and_then(Value::as_i64)
+        .filter(|s| *s != i32::MAX as i64);
+    let Some(deadline) = deadline else {
+        return true;
+    };
+    if matches!(
+        reason,
+        Some("NewReplicaSetAvailable" | "ProgressDeadlineExceeded")
+    ) {
+        return true;
+    }
+    progressing
+        .get("lastUpdateTime")
+        .and_then(Value::as_str)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .is_some_and(|t| {
+            (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds() < deadline - 2
+        })
+}
+
+/// A ReplicaSet no timer can change: nothing of it changed since its last sync, which saw
+/// its generation, created all its pods without a failure, and no pod waits out
+/// minReadySeconds (what else it waits for, its pods, comes as changes).
+fn rs_settled(sim: &Sim, rs: &Value) -> bool {
+    if sim.dirty.replicasets.contains(&ns_name(rs)) || condition(rs, "ReplicaFailure").is_some() {
+        return false;
+    }
+    int(rs, "/status/observedGeneration") == int(rs, "/metadata/generation")
+        && int(rs, "/status/replicas") == spec_replicas(rs)
+        && (int(rs, "/spec/minReadySeconds") == 0
+            || int(rs, "/status/readyReplicas") == int(rs, "/status/availableReplicas"))
+}
+
 /// The deployment controller: one sync per Deployment.
 pub(super) fn deployments(sim: &mut Sim) {
-    let all_rs = sim.list(sim.k.replicaset);
-    let pods = sim.list(sim.k.pod);
-    let rs_index = by_controller(&all_rs);
-    let pod_index = by_controller(&pods);
-    for d in sim.list(sim.k.deployment) {
-        if !deleting(&d) {
-            let owned = rs_index.get(uid(&d)).map(Vec::as_slice).unwrap_or(&[]);
-            sync_deployment(sim, &d, owned, &pod_index);
+    if sim.full_pass {
+        let all_rs = sim.list(sim.k.replicaset);
+        let pods = sim.list(sim.k.pod);
+        let rs_index = by_controller(&all_rs);
+        let pod_index = by_controller(&pods);
+        for d in sim.list(sim.k.deployment) {
+            if !deleting(&d) && !deployment_settled(sim, &d) {
+                let owned = rs_index.get(uid(&d)).map(Vec::as_slice).unwrap_or(&[]);
+                sync_deployment(sim, &d, owned, &pod_index);
+            }
         }
+        return;
+    }
+    // Only the Deployments whose own object, ReplicaSets or pods changed.
+    for d in sim.candidates(sim.k.deployment, &sim.dirty.deployments, false) {
+        if deleting(&d) {
+            continue;
+        }
+        let all_rs = sim.controlled(sim.k.replicaset, uid(&d));
+        let pods: Vec<(String, Vec<Arc<Value>>)> = all_rs
+            .iter()
+            .map(|rs| (uid(rs).to_string(), sim.controlled(sim.k.pod, uid(rs))))
+            .collect();
+        let pod_index: HashMap<&str, Vec<&Value>> = pods
+            .iter()
+            .map(|(u, ps)| (u.as_str(), ps.iter().map(|p| &**p).collect()))
+            .collect();
+        let owned: Vec<&Value> = all_rs.iter().map(|rs| &**rs).collect();
+        sync_deployment(sim, &d, &owned, &pod_index);
     }
 }
 
@@ -330,7 +426,20 @@ impl<'a> DeploymentSync<'a> {
         let template = d.pointer("/spec/template").cloned().unwrap_or(json!({}));
         // The new ReplicaSet has the template's hash in its name (robust to defaulting
         // differences) or, like the real EqualIgnoreHash, the same template.
-        let new_name = format!("{name}-{}", template_hash(&template));
+        // The hash only changes with the template, so with the generation.
+        let generation = int(d, "/metadata/generation");
+        let hash = {
+            let mut cache = sim.template_hashes.borrow_mut();
+            match cache.get(uid(d)) {
+                Some((g, h)) if *g == generation => h.clone(),
+                _ => {
+                    let h = template_hash(&template);
+                    cache.insert(uid(d).to_string(), (generation, h.clone()));
+                    h
+                }
+            }
+        };
+        let new_name = format!("{name}-{hash}");
         let new_idx = owned.iter().position(|rs| {
             meta_str(rs, "name") == Some(new_name.as_str())
                 || without_hash(&rs["spec"]["template"]) == template
@@ -890,12 +999,23 @@ fn cleanup_history(sim: &Sim, d: &Value, owned: &[Value], olds: &[usize], sizes:
 /// The replicaset controller: creates and deletes pods to match spec.replicas and
 /// reports the counts.
 pub(super) fn replicasets(sim: &mut Sim) {
-    let pods = sim.list(sim.k.pod);
-    let index = by_controller(&pods);
-    for rs in sim.list(sim.k.replicaset) {
+    if sim.full_pass {
+        let pods = sim.list(sim.k.pod);
+        let index = by_controller(&pods);
+        for rs in sim.list(sim.k.replicaset) {
+            if !deleting(&rs) && !rs_settled(sim, &rs) {
+                let owned = index.get(uid(&rs)).map(Vec::as_slice).unwrap_or(&[]);
+                sync_rs(sim, &rs, owned);
+            }
+        }
+        return;
+    }
+    // Only the ReplicaSets whose own object or pods changed.
+    for rs in sim.candidates(sim.k.replicaset, &sim.dirty.replicasets, false) {
         if !deleting(&rs) {
-            let owned = index.get(uid(&rs)).map(Vec::as_slice).unwrap_or(&[]);
-            sync_rs(sim, &rs, owned);
+            let pods = sim.controlled(sim.k.pod, uid(&rs));
+            let owned: Vec<&Value> = pods.iter().map(|p| &**p).collect();
+            sync_rs(sim, &rs, &owned);
         }
     }
 }

@@ -152,9 +152,22 @@ fn probe_delay(pod: &Value) -> Duration {
 }
 
 pub(super) fn run(sim: &mut Sim) {
-    let pods = sim.list(sim.k.pod);
-    let live: HashSet<String> = pods.iter().map(|p| uid(p).to_string()).collect();
-    sim.pods.retain(|u, _| live.contains(u));
+    let pods = if sim.resync {
+        let pods = sim.list(sim.k.pod);
+        let live: HashSet<String> = pods.iter().map(|p| uid(p).to_string()).collect();
+        sim.pods.retain(|u, _| live.contains(u));
+        sim.busy_pods.clear();
+        pods
+    } else {
+        // The pods that changed and those with timers running.
+        for u in std::mem::take(&mut sim.dirty.removed_pods) {
+            sim.pods.remove(&u);
+        }
+        let mut keys = std::mem::take(&mut sim.busy_pods);
+        keys.extend(sim.dirty.pods.iter().cloned());
+        sim.candidates(sim.k.pod, &keys, false)
+    };
+    sim.pod_ips = sim.pods.values().map(|r| r.ip.clone()).collect();
     for pod in &pods {
         let node = pod
             .pointer("/spec/nodeName")
@@ -182,11 +195,11 @@ pub(super) fn run(sim: &mut Sim) {
             continue;
         }
         if !sim.pods.contains_key(uid(pod)) {
-            let used: HashSet<String> = sim.pods.values().map(|r| r.ip.clone()).collect();
             let ip = (2..255)
                 .map(|i| format!("10.244.{node_idx}.{i}"))
-                .find(|ip| !used.contains(ip))
+                .find(|ip| !sim.pod_ips.contains(ip))
                 .unwrap_or_else(|| format!("10.244.{node_idx}.254"));
+            sim.pod_ips.insert(ip.clone());
             sim.pods.insert(
                 uid(pod).to_string(),
                 PodRuntime {
@@ -277,10 +290,12 @@ impl PodSpecView {
 
 /// Advances one pod and writes its status.
 fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
-    let cfg = sim.config.clone();
     let spec = PodSpecView::read(sim, pod, ns, name);
     let mut events: Vec<PendingEvent> = Vec::new();
-    let rt = sim.pods.get_mut(uid(pod)).expect("inserted by run");
+    // Taken out of the map while it changes, so the config is borrowed, not cloned.
+    let mut runtime = sim.pods.remove(uid(pod)).expect("inserted by run");
+    let rt = &mut runtime;
+    let cfg = &sim.config;
     let elapsed = since(rt.bound);
 
     // One waiting reason for every container, or running.
@@ -288,11 +303,11 @@ fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
         events.push(("Warning", "FailedMount", m.clone(), format!("mount:{m}")));
         container_creating()
     } else if let Some(image) = &spec.failing {
-        pull_failure(image, elapsed, &cfg, &mut events)
+        pull_failure(image, elapsed, cfg, &mut events)
     } else if let Some(m) = &spec.config_err {
-        config_failure(m, elapsed, &cfg, &mut events)
+        config_failure(m, elapsed, cfg, &mut events)
     } else if elapsed >= cfg.start_delay {
-        run_containers(rt, &spec, &cfg, &mut events)
+        run_containers(rt, &spec, cfg, &mut events)
     } else {
         container_creating()
     };
@@ -325,7 +340,11 @@ fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
         .filter(|(_, _, _, key)| rt.sent.insert(key.clone()))
         .map(|(t, r, m, _)| (t, r, m))
         .collect();
+    sim.pods.insert(uid(pod).to_string(), runtime);
     sim.busy |= busy;
+    if busy {
+        sim.busy_pods.insert((ns.to_string(), name.to_string()));
+    }
     write_status(&sim.store, sim.k.pod, pod, status, KUBELET);
     for (ty, reason, msg) in fresh {
         sim.event(pod, sim.k.pod, ty, reason, &msg, KUBELET);

@@ -4,8 +4,10 @@
 //!
 //! Every simulated component reads the store and writes through [`crate::ops`] with its
 //! real field manager, so clients and watches see each step a real cluster would make.
-//! The components run as one level-triggered loop: a pass over all objects after every
-//! change and on a short tick (for timers such as start delays and back-offs).
+//! The components run as one level-triggered loop. A pass after changes syncs only what
+//! the changes touch (a pod's ReplicaSet and Deployment, the Services selecting it, ...:
+//! see [`Dirty`]); a full pass over all objects runs on the timer tick (start delays,
+//! back-offs, deadlines) and at least every `IDLE_TICK` under a steady stream of changes.
 
 mod controllers;
 pub(crate) mod dataplane;
@@ -14,7 +16,7 @@ mod kubelet;
 mod networking;
 mod scheduler;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -316,6 +318,64 @@ const DEBOUNCE: Duration = Duration::from_millis(5);
 /// How often an idle cluster re-checks its timers (progress deadlines have second precision).
 const IDLE_TICK: Duration = Duration::from_millis(500);
 
+/// (namespace, name) of an object.
+pub(crate) type NsName = (String, String);
+
+/// What changed since the last pass, as far as the components care: the objects each
+/// has to sync again. `all` asks for a full pass (a change the loop cannot narrow down,
+/// e.g. to a Node, a Secret or a PriorityClass, or a lagging change feed).
+#[derive(Default)]
+pub(crate) struct Dirty {
+    pub all: bool,
+    pub deployments: BTreeSet<NsName>,
+    pub replicasets: BTreeSet<NsName>,
+    pub pods: BTreeSet<NsName>,
+    pub services: BTreeSet<NsName>,
+    /// Uids of removed pods (the kubelet forgets them).
+    pub removed_pods: HashSet<String>,
+}
+
+/// Objects by (namespace, label key, label value), kept from the change feed.
+#[derive(Default)]
+pub(crate) struct LabelIndex(HashMap<(String, String, String), BTreeSet<String>>);
+
+impl LabelIndex {
+    fn labels(obj: &Value, ptr: &str) -> Vec<(String, String)> {
+        obj.pointer(ptr)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect()
+    }
+
+    fn update(&mut self, ptr: &str, old: Option<&Value>, new: Option<&Value>) {
+        let any = new.or(old).expect("an old or a new object");
+        let ns = meta_str(any, "namespace").unwrap_or("").to_string();
+        let name = meta_str(any, "name").unwrap_or("").to_string();
+        for (k, v) in old.map(|o| Self::labels(o, ptr)).unwrap_or_default() {
+            let key = (ns.clone(), k, v);
+            if let Some(set) = self.0.get_mut(&key) {
+                set.remove(&name);
+                if set.is_empty() {
+                    self.0.remove(&key);
+                }
+            }
+        }
+        for (k, v) in new.map(|o| Self::labels(o, ptr)).unwrap_or_default() {
+            self.0
+                .entry((ns.clone(), k, v))
+                .or_default()
+                .insert(name.clone());
+        }
+    }
+
+    /// Names carrying label `k=v` in `ns`.
+    pub fn get(&self, ns: &str, k: &str, v: &str) -> Option<&BTreeSet<String>> {
+        self.0.get(&(ns.to_string(), k.to_string(), v.to_string()))
+    }
+}
+
 /// Shared state of the simulation loop.
 pub(crate) struct Sim {
     pub store: Store,
@@ -331,6 +391,26 @@ pub(crate) struct Sim {
     /// Set by a pass when some timer is running (start delays, probes, back-offs), so the
     /// next pass comes after `tick` instead of the idle interval.
     pub busy: bool,
+    /// What the next pass has to sync (when it is not a full pass).
+    pub dirty: Dirty,
+    /// Whether this pass syncs every Deployment and ReplicaSet (their timers: progress
+    /// deadlines, minReadySeconds).
+    pub full_pass: bool,
+    /// Whether this pass syncs every object of every component (`dirty.all` was set).
+    pub resync: bool,
+    /// When the last full pass ran.
+    last_full: Instant,
+    /// Pods with kubelet timers running (synced on every pass).
+    pub busy_pods: BTreeSet<NsName>,
+    /// Pod IPs handed out by the kubelets (of `pods`).
+    pub pod_ips: HashSet<String>,
+    /// Pods by label, and Services by selector pair, for the endpoints controller.
+    pub pod_labels: LabelIndex,
+    pub service_selectors: LabelIndex,
+    /// Summed requests of each pod by uid (pod requests do not change).
+    pub requests: HashMap<String, std::sync::Arc<BTreeMap<String, i128>>>,
+    /// pod-template-hash of each Deployment by uid, with the generation it was computed at.
+    pub template_hashes: std::cell::RefCell<HashMap<String, (i64, String)>>,
 }
 
 /// What `start` hands back to the emulator.
@@ -354,6 +434,19 @@ pub(crate) async fn start(store: Store, config: ClusterConfig) -> std::io::Resul
         pods: HashMap::new(),
         unschedulable: HashMap::new(),
         busy: false,
+        dirty: Dirty {
+            all: true,
+            ..Default::default()
+        },
+        full_pass: true,
+        resync: true,
+        last_full: Instant::now(),
+        busy_pods: BTreeSet::new(),
+        pod_ips: HashSet::new(),
+        pod_labels: LabelIndex::default(),
+        service_selectors: LabelIndex::default(),
+        requests: HashMap::new(),
+        template_hashes: Default::default(),
     };
     sim.create_nodes();
     networking::create_gateway(&sim);
@@ -368,20 +461,29 @@ pub(crate) async fn start(store: Store, config: ClusterConfig) -> std::io::Resul
 
 impl Sim {
     async fn run(&mut self) {
-        let mut rx = self.store.subscribe();
+        let mut rx = self.store.lock().feed();
         let mut changed = true;
         loop {
             // Without changes only time moved: only timers need a look (the kubelet's
-            // while busy; deadlines and minReadySeconds in the controllers).
+            // while busy; deadlines and minReadySeconds in the controllers): a full pass.
+            // Under a steady stream of changes a full pass still runs every IDLE_TICK.
+            self.full_pass = !changed || self.dirty.all || since(self.last_full) >= IDLE_TICK;
+            if self.full_pass {
+                self.last_full = Instant::now();
+            }
             self.pass(changed || self.busy);
             changed = tokio::select! {
                 r = rx.recv() => {
-                    if let Err(tokio::sync::broadcast::error::RecvError::Closed) = r {
+                    let Some(c) = r else {
                         return;
-                    }
+                    };
+                    let mut changes = vec![c];
                     // Coalesce bursts of changes (API writes come in flurries) into one pass.
                     tokio::time::sleep(DEBOUNCE).await;
-                    while rx.try_recv().is_ok() {}
+                    while let Ok(c) = rx.try_recv() {
+                        changes.push(c);
+                    }
+                    self.note_changes(&changes);
                     true
                 }
                 _ = tokio::time::sleep(if self.busy { self.config.tick } else { IDLE_TICK }) => false,
@@ -389,9 +491,104 @@ impl Sim {
         }
     }
 
+    /// Turns changes into what the next pass has to sync.
+    fn note_changes(&mut self, changes: &[std::sync::Arc<crate::store::Change>]) {
+        let k = self.k;
+        let st = self.store.lock();
+        let key = |c: &crate::store::Change| (c.namespace.clone(), c.name.clone());
+        // The (namespace, name) and controller uid of the object with this uid.
+        let owner = |u: &str| {
+            st.by_uid(u).map(|(_, o)| {
+                let ns = meta_str(&o, "namespace").unwrap_or("").to_string();
+                let name = meta_str(&o, "name").unwrap_or("").to_string();
+                ((ns, name), controller_uid(&o).map(String::from))
+            })
+        };
+        for c in changes {
+            let objs = [Some(&*c.object), c.old.as_deref()];
+            let controllers: BTreeSet<&str> = objs
+                .iter()
+                .flatten()
+                .filter_map(|o| controller_uid(o))
+                .collect();
+            if std::ptr::eq(c.kind, k.pod) {
+                self.dirty.pods.insert(key(c));
+                if c.event == crate::store::EventType::Deleted {
+                    self.dirty.removed_pods.insert(uid(&c.object).to_string());
+                }
+                for u in controllers {
+                    if let Some((rs, d)) = owner(u) {
+                        self.dirty.replicasets.insert(rs);
+                        if let Some((d, _)) = d.and_then(|d| owner(&d)) {
+                            self.dirty.deployments.insert(d);
+                        }
+                    }
+                }
+                let new = (c.event != crate::store::EventType::Deleted).then_some(&*c.object);
+                self.pod_labels
+                    .update("/metadata/labels", c.old.as_deref(), new);
+                // The Services whose selector shares a label with the pod, before or after.
+                for o in objs.iter().flatten() {
+                    for (lk, lv) in LabelIndex::labels(o, "/metadata/labels") {
+                        if let Some(svcs) = self.service_selectors.get(&c.namespace, &lk, &lv) {
+                            for s in svcs {
+                                self.dirty.services.insert((c.namespace.clone(), s.clone()));
+                            }
+                        }
+                    }
+                }
+            } else if std::ptr::eq(c.kind, k.replicaset) {
+                self.dirty.replicasets.insert(key(c));
+                for u in controllers {
+                    if let Some((d, _)) = owner(u) {
+                        self.dirty.deployments.insert(d);
+                    }
+                }
+            } else if std::ptr::eq(c.kind, k.deployment) {
+                self.dirty.deployments.insert(key(c));
+            } else if std::ptr::eq(c.kind, k.service) {
+                self.dirty.services.insert(key(c));
+                let new = (c.event != crate::store::EventType::Deleted).then_some(&*c.object);
+                self.service_selectors
+                    .update("/spec/selector", c.old.as_deref(), new);
+            } else if k.endpointslice.is_some_and(|e| std::ptr::eq(c.kind, e)) {
+                for o in objs.iter().flatten() {
+                    if let Some(svc) = o
+                        .pointer("/metadata/labels/kubernetes.io~1service-name")
+                        .and_then(Value::as_str)
+                    {
+                        self.dirty
+                            .services
+                            .insert((c.namespace.clone(), svc.to_string()));
+                    }
+                }
+            } else if !matches!(
+                c.kind.kind,
+                // Kinds no simulated component reads.
+                "Event" | "Lease" | "PodDisruptionBudget" | "ServiceAccount"
+            ) {
+                self.dirty.all = true;
+            }
+        }
+    }
+
     /// One pass of every component; each is level-triggered and idempotent.
     fn pass(&mut self, full: bool) {
         self.busy = false;
+        self.resync = self.dirty.all;
+        if self.resync {
+            self.template_hashes.borrow_mut().clear();
+            // Indexes kept from the change feed start over from the store.
+            self.pod_labels = LabelIndex::default();
+            for p in self.list(self.k.pod) {
+                self.pod_labels.update("/metadata/labels", None, Some(&p));
+            }
+            self.service_selectors = LabelIndex::default();
+            for s in self.list(self.k.service) {
+                self.service_selectors
+                    .update("/spec/selector", None, Some(&s));
+            }
+        }
         controllers::deployments(self);
         controllers::replicasets(self);
         if full {
@@ -400,6 +597,48 @@ impl Sim {
             kubelet::run(self);
             networking::reconcile(self);
         }
+        // Only the components that ran have consumed their part.
+        let removed = std::mem::take(&mut self.dirty.removed_pods);
+        if full {
+            self.dirty = Dirty::default();
+        } else {
+            self.dirty.deployments.clear();
+            self.dirty.replicasets.clear();
+            self.dirty.removed_pods = removed;
+        }
+    }
+
+    /// The objects of `kind` a pass syncs: all of them when `all`, else the dirty ones
+    /// (that still exist), in key order.
+    pub fn candidates(
+        &self,
+        kind: &'static ResourceKind,
+        dirty: &BTreeSet<NsName>,
+        all: bool,
+    ) -> Vec<std::sync::Arc<Value>> {
+        if all {
+            return self.list(kind);
+        }
+        let st = self.store.lock();
+        dirty
+            .iter()
+            .filter_map(|(ns, name)| st.get(kind, ns, name))
+            .collect()
+    }
+
+    /// The objects whose controller ownerReference names `owner_uid`, of one kind.
+    pub fn controlled(
+        &self,
+        kind: &'static ResourceKind,
+        owner_uid: &str,
+    ) -> Vec<std::sync::Arc<Value>> {
+        self.store
+            .lock()
+            .dependents(owner_uid)
+            .into_iter()
+            .filter(|(k, o)| std::ptr::eq(*k, kind) && controller_uid(o) == Some(owner_uid))
+            .map(|(_, o)| o)
+            .collect()
     }
 
     fn create_nodes(&self) {

@@ -106,7 +106,10 @@ fn endpoint_slices(sim: &Sim) {
     let Some(kind) = sim.k.endpointslice else {
         return;
     };
-    let pods = sim.list(sim.k.pod);
+    // A full resync reads every pod and slice; otherwise only the dirty Services are
+    // synced, their pods found through the label index kept from the change feed.
+    let all = sim.resync;
+    let pods = if all { sim.list(sim.k.pod) } else { Vec::new() };
     let mut pods_by_ns: HashMap<&str, Vec<&Value>> = HashMap::new();
     for p in &pods {
         pods_by_ns
@@ -114,7 +117,22 @@ fn endpoint_slices(sim: &Sim) {
             .or_default()
             .push(p);
     }
-    let slices = sim.list(kind);
+    // Pods by (namespace, label key, label value), for the Services' selectors.
+    let mut labels_index: HashMap<(&str, &str, &str), Vec<&Value>> = HashMap::new();
+    for p in &pods {
+        let ns = meta_str(p, "namespace").unwrap_or("");
+        for (k, v) in p
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(v) = v.as_str() {
+                labels_index.entry((ns, k, v)).or_default().push(p);
+            }
+        }
+    }
+    let slices = if all { sim.list(kind) } else { Vec::new() };
     let slice_of: HashMap<(&str, &str), &Value> = slices
         .iter()
         .filter_map(|s| {
@@ -124,14 +142,69 @@ fn endpoint_slices(sim: &Sim) {
             Some(((meta_str(s, "namespace").unwrap_or(""), svc), &**s))
         })
         .collect();
-    for svc in sim.list(sim.k.service) {
+    for svc in sim.candidates(sim.k.service, &sim.dirty.services, all) {
         if deleting(&svc) || svc.pointer("/spec/selector").is_none() {
             continue;
         }
         let ns = meta_str(&svc, "namespace").unwrap_or("");
         let name = meta_str(&svc, "name").unwrap_or("");
-        let in_ns = pods_by_ns.get(ns).map(Vec::as_slice).unwrap_or(&[]);
-        let mut selected: Vec<&Value> = selected_pods(in_ns.iter().copied(), &svc)
+        let sel = svc
+            .pointer("/spec/selector")
+            .and_then(Value::as_object)
+            .filter(|s| !s.is_empty());
+        let fetched: Vec<std::sync::Arc<Value>>;
+        let candidates: Vec<&Value> = if all {
+            let in_ns = pods_by_ns.get(ns).map(Vec::as_slice).unwrap_or(&[]);
+            // Only the pods carrying the selector's rarest label pair can match.
+            sel.and_then(|sel| {
+                sel.iter()
+                    .map(|(k, v)| {
+                        labels_index
+                            .get(&(ns, k.as_str(), v.as_str().unwrap_or("")))
+                            .map(Vec::as_slice)
+                            .unwrap_or(&[])
+                    })
+                    .min_by_key(|c| c.len())
+            })
+            .unwrap_or(in_ns)
+            .to_vec()
+        } else {
+            let names = sel.and_then(|sel| {
+                sel.iter()
+                    .map(|(k, v)| {
+                        sim.pod_labels
+                            .get(ns, k, v.as_str().unwrap_or(""))
+                            .map(|s| s.iter().collect::<Vec<_>>())
+                            .unwrap_or_default()
+                    })
+                    .min_by_key(Vec::len)
+            });
+            let st = sim.store.lock();
+            fetched = names
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|n| st.get(sim.k.pod, ns, n))
+                .collect();
+            fetched.iter().map(|p| &**p).collect()
+        };
+        let existing_slice: Option<std::sync::Arc<Value>> = if all {
+            None
+        } else {
+            // The Service's slice: among its dependents, else any slice labelled for it.
+            let st = sim.store.lock();
+            let labelled = |s: &Value| {
+                s.pointer("/metadata/labels/kubernetes.io~1service-name")
+                    .and_then(Value::as_str)
+                    == Some(name)
+            };
+            st.dependents(meta_str(&svc, "uid").unwrap_or(""))
+                .into_iter()
+                .filter(|(k, s)| std::ptr::eq(*k, kind) && labelled(s))
+                .map(|(_, s)| s)
+                .next_back()
+                .or_else(|| st.list(kind, Some(ns)).into_iter().rfind(|s| labelled(s)))
+        };
+        let mut selected: Vec<&Value> = selected_pods(candidates.iter().copied(), &svc)
             .into_iter()
             .filter(|p| p.pointer("/status/podIP").is_some())
             .collect();
@@ -166,7 +239,11 @@ fn endpoint_slices(sim: &Sim) {
                 p
             })
             .collect();
-        let existing = slice_of.get(&(ns, name)).copied();
+        let existing = if all {
+            slice_of.get(&(ns, name)).copied()
+        } else {
+            existing_slice.as_deref()
+        };
         match existing {
             None => {
                 let mut slice = json!({

@@ -146,6 +146,8 @@ fn filter(
     node: &Value,
     used: &BTreeMap<String, i128>,
     pods_on_node: usize,
+    requests: &BTreeMap<String, i128>,
+    allocatable: &BTreeMap<String, i128>,
 ) -> (Vec<String>, bool) {
     if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true)
         && !tolerates(
@@ -177,24 +179,17 @@ fn filter(
             false,
         );
     }
-    let alloc = node
-        .pointer("/status/allocatable")
-        .and_then(Value::as_object);
     let mut reasons = Vec::new();
-    let max_pods = alloc
-        .and_then(|a| a.get("pods"))
-        .map(milli)
-        .unwrap_or(110_000)
-        / 1000;
+    let max_pods = allocatable.get("pods").copied().unwrap_or(110_000) / 1000;
     if pods_on_node as i128 + 1 > max_pods {
         reasons.push("Too many pods".to_string());
     }
-    for (res, want) in pod_requests(pod) {
+    for (res, &want) in requests {
         if want == 0 {
             continue;
         }
-        let have = alloc.and_then(|a| a.get(&res)).map(milli).unwrap_or(0);
-        if used.get(&res).copied().unwrap_or(0) + want > have {
+        let have = allocatable.get(res).copied().unwrap_or(0);
+        if used.get(res).copied().unwrap_or(0) + want > have {
             reasons.push(format!("Insufficient {res}"));
         }
     }
@@ -202,8 +197,43 @@ fn filter(
 }
 
 pub(super) fn schedule(sim: &mut Sim) {
-    let mut pods = sim.list(sim.k.pod);
+    let pods = sim.list(sim.k.pod);
+    let unbound = |p: &Value| {
+        p.pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+    };
+    let terminal_pod = |p: &Value| {
+        matches!(
+            p.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        )
+    };
+    // Nothing to schedule: only forget the pods that are gone.
+    if !pods
+        .iter()
+        .any(|p| unbound(p) && !deleting(p) && !terminal_pod(p))
+    {
+        if !sim.unschedulable.is_empty() {
+            let live: std::collections::HashSet<&str> = pods.iter().map(|p| uid(p)).collect();
+            sim.unschedulable.retain(|u, _| live.contains(u.as_str()));
+        }
+        return;
+    }
     let nodes = sim.list(sim.k.node);
+    // Node allocatable, parsed once per pass.
+    let allocatable: Vec<BTreeMap<String, i128>> = nodes
+        .iter()
+        .map(|n| {
+            n.pointer("/status/allocatable")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), milli(v)))
+                .collect()
+        })
+        .collect();
     let mut used: HashMap<String, BTreeMap<String, i128>> = HashMap::new();
     let mut counts: HashMap<String, usize> = HashMap::new();
     let bound = |p: &Value| {
@@ -218,26 +248,38 @@ pub(super) fn schedule(sim: &mut Sim) {
             Some("Succeeded" | "Failed")
         )
     };
+    // Pod requests never change (no in-place resize): computed once per pod.
+    let live: std::collections::HashSet<&str> = pods.iter().map(|p| uid(p)).collect();
+    sim.requests.retain(|u, _| live.contains(u.as_str()));
     for p in pods.iter().filter(|p| !bound(p).is_empty() && !terminal(p)) {
         let n = bound(p);
         *counts.entry(n.clone()).or_default() += 1;
         let u = used.entry(n).or_default();
-        for (k, v) in pod_requests(p) {
-            *u.entry(k).or_default() += v;
+        let reqs = sim
+            .requests
+            .entry(uid(p).to_string())
+            .or_insert_with(|| std::sync::Arc::new(pod_requests(p)));
+        for (k, v) in reqs.iter() {
+            *u.entry(k.clone()).or_default() += v;
         }
     }
-    // Higher priority first, then oldest (the scheduling queue's order).
-    pods.sort_by_key(|p| {
+    // Higher priority first, then oldest (the scheduling queue's order); only the pods
+    // still to schedule (a stable sort of them keeps the order a sort of all would give).
+    let mut pods: Vec<&std::sync::Arc<Value>> = pods
+        .iter()
+        .filter(|p| bound(p).is_empty() && !deleting(p) && !terminal(p))
+        .collect();
+    fn queue_key(p: &Value) -> (i64, &str) {
         (
             -p.pointer("/spec/priority")
                 .and_then(Value::as_i64)
                 .unwrap_or(0),
-            meta_str(p, "creationTimestamp").unwrap_or("").to_string(),
+            meta_str(p, "creationTimestamp").unwrap_or(""),
         )
-    });
-    let live: std::collections::HashSet<String> = pods.iter().map(|p| uid(p).to_string()).collect();
-    sim.unschedulable.retain(|u, _| live.contains(u));
-    for pod in &pods {
+    }
+    pods.sort_by(|a, b| queue_key(a).cmp(&queue_key(b)));
+    sim.unschedulable.retain(|u, _| live.contains(u.as_str()));
+    for pod in pods {
         if !bound(pod).is_empty() || deleting(pod) || terminal(pod) {
             continue;
         }
@@ -256,6 +298,11 @@ pub(super) fn schedule(sim: &mut Sim) {
         let ns = meta_str(pod, "namespace").unwrap_or("");
         let name = meta_str(pod, "name").unwrap_or("");
         let total = nodes.len();
+        let requests = sim
+            .requests
+            .entry(uid(pod).to_string())
+            .or_insert_with(|| std::sync::Arc::new(pod_requests(pod)))
+            .clone();
         // PreFilter (VolumeBinding): claims must exist.
         let missing_claim = pod
             .pointer("/spec/volumes")
@@ -275,11 +322,18 @@ pub(super) fn schedule(sim: &mut Sim) {
             let mut best: Option<(i128, String)> = None;
             let mut hist: BTreeMap<String, usize> = BTreeMap::new();
             let (mut victims, mut hopeless) = (0, 0);
-            for node in &nodes {
+            for (node_i, node) in nodes.iter().enumerate() {
                 let nname = meta_str(node, "name").unwrap_or("").to_string();
-                let u = used.get(&nname).cloned().unwrap_or_default();
-                let (reasons, preemptible) =
-                    filter(pod, node, &u, counts.get(&nname).copied().unwrap_or(0));
+                let empty = BTreeMap::new();
+                let u = used.get(&nname).unwrap_or(&empty);
+                let (reasons, preemptible) = filter(
+                    pod,
+                    node,
+                    u,
+                    counts.get(&nname).copied().unwrap_or(0),
+                    requests.as_ref(),
+                    &allocatable[node_i],
+                );
                 if reasons.is_empty() {
                     // LeastAllocated: prefer the emptiest node.
                     let score: i128 = u.values().sum();
@@ -312,8 +366,8 @@ pub(super) fn schedule(sim: &mut Sim) {
                     sim.event(pod, sim.k.pod, "Normal", "Scheduled", &msg, SCHEDULER);
                     *counts.entry(node.clone()).or_default() += 1;
                     let u = used.entry(node).or_default();
-                    for (k, v) in pod_requests(pod) {
-                        *u.entry(k).or_default() += v;
+                    for (k, v) in requests.iter() {
+                        *u.entry(k.clone()).or_default() += v;
                     }
                 }
                 sim.unschedulable.remove(uid(pod));
