@@ -65,7 +65,9 @@ fn record_of<K: Object>(object: &K) -> Option<Uuid> {
 }
 
 impl<K: Object> State<K> {
-    fn insert(&mut self, object: K) {
+    fn insert(&mut self, mut object: K) {
+        // Nothing reads who manages which field, and it is often most of an object's size.
+        object.meta_mut().managed_fields = None;
         let key = key_of(&object);
         self.remove(&key);
         if let Some(id) = record_of(&object) {

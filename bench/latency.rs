@@ -1,9 +1,11 @@
-//! Reconciler design targets, measured on this machine (not asserted by the tests):
+//! Reconciler latency targets, measured on this machine (not asserted by the tests):
 //! - an idle system applies a new record within 100 ms of its creation;
 //! - a cluster status change reaches the record within a second;
-//! - 1,000 records converge on the emulator in seconds, not minutes.
+//! - N records are applied (not run: the emulator here simulates no cluster) in seconds.
 //!
-//! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench --bench converge -- 1000`
+//! End-to-end convergence (pods running, records Ready) is `bench/converge.sh`.
+//!
+//! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench --bench latency -- 1000`
 //! It creates (and drops) its own database.
 
 #[path = "support.rs"]
