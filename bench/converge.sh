@@ -10,7 +10,8 @@
 # (`--role api`, `--role worker`), N `sim` deployments are POSTed through the REST API by
 # one curl over CLIENTS parallel connections, and the clock stops when every record's phase is Ready.
 # Printed per N: seconds, Kubernetes requests per record (the emulator's
-# `apiserver_request_total`, split into reads and writes), and the peak memory (VmHWM) of
+# `apiserver_request_total`, split into reads and writes), reconciles per record (the
+# worker's `modelplane_reconcile_total`), and the peak memory (VmHWM) of
 # the API, the worker and the emulator. Then the idle check: IDLE_SECONDS with nothing
 # changing, in which the worker must make no Kubernetes write and no database row may
 # change, with each process's CPU time over that window.
@@ -61,7 +62,7 @@ db_fingerprint() { # database url
     || '/' || (select count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) from reconcile_work)
     || '/' || (select coalesce(max(seq), 0) from deployment_change)"
 }
-printf '%8s %9s %14s %14s %10s %10s %10s\n' N seconds "k8s reads/rec" "k8s writes/rec" "api MiB" "worker MiB" "emu MiB" >"$work/table"
+printf '%8s %9s %14s %14s %15s %10s %10s %10s\n' N seconds "k8s reads/rec" "k8s writes/rec" "reconciles/rec" "api MiB" "worker MiB" "emu MiB" >"$work/table"
 printf '%8s %12s %12s %10s %12s %10s\n' N "k8s writes" "db changed" "api cpu s" "worker cpu s" "emu cpu s" >"$work/idle"
 
 for n in "${sizes[@]}"; do
@@ -134,9 +135,12 @@ for n in "${sizes[@]}"; do
   seconds=$(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
   reads=$(( $(k8s_requests "http://127.0.0.1:$emu_port" reads) - reads0 ))
   writes=$(( $(k8s_requests "http://127.0.0.1:$emu_port" writes) - writes0 ))
-  printf '%8d %9s %14.1f %14.1f %10.0f %10.0f %10.0f\n' "$n" "$seconds" \
+  reconciles=$(curl -fsS "http://127.0.0.1:$worker_port/metrics" |
+    awk '/^modelplane_reconcile_total\{/ { sum += $NF } END { printf "%d\n", sum }')
+  printf '%8d %9s %14.1f %14.1f %15.1f %10.0f %10.0f %10.0f\n' "$n" "$seconds" \
     "$(awk -v a="$reads" -v n="$n" 'BEGIN { print a / n }')" \
     "$(awk -v a="$writes" -v n="$n" 'BEGIN { print a / n }')" \
+    "$(awk -v a="$reconciles" -v n="$n" 'BEGIN { print a / n }')" \
     "$(awk -v k="$(peak_kib "$api")" 'BEGIN { print k / 1024 }')" \
     "$(awk -v k="$(peak_kib "$worker")" 'BEGIN { print k / 1024 }')" \
     "$(awk -v k="$(peak_kib "$emu")" 'BEGIN { print k / 1024 }')" >>"$work/table"

@@ -35,39 +35,50 @@ pub async fn enqueue_reconcile(
     Ok(())
 }
 
-/// [`enqueue_reconcile`] for many records in one statement, waking the workers once.
+/// [`enqueue_reconcile`] for many records in one statement, due `delay` from now (or
+/// sooner if already due sooner), waking the workers once. The delay lets a burst of cluster
+/// events about one record become one reconcile.
 #[instrument(skip(db, deployment_ids), fields(count = deployment_ids.len()))]
 pub async fn enqueue_reconciles(
     db: impl PgExecutor<'_>,
     deployment_ids: &[Uuid],
+    delay: Duration,
 ) -> Result<(), sqlx::Error> {
+    let delay = delay.as_secs_f64();
     sqlx::query!(
         r#"with queued as (
-               insert into reconcile_work (deployment_id) select distinct unnest($1::uuid[])
+               insert into reconcile_work (deployment_id, run_after)
+               select distinct id, now() + make_interval(secs => $2) from unnest($1::uuid[]) as t(id)
                on conflict (deployment_id) do update
-                   set run_after = now(), attempts = 0, enqueued_at = now(), claim_token = null
+                   set run_after = least(reconcile_work.run_after, excluded.run_after),
+                       attempts = 0, enqueued_at = now(), claim_token = null
                returning deployment_id
            )
            select pg_notify('modelplane_reconcile', 'batch') as "notified"
            where exists (select 1 from queued)"#,
-        deployment_ids
+        deployment_ids,
+        delay
     )
     .fetch_optional(db)
     .await?;
     Ok(())
 }
 
-/// Queues every record that is not queued yet (the periodic safety net), and wakes the workers.
+/// Makes every record due now (the periodic safety net, a relist, the cluster back after an
+/// outage), and wakes the workers. A record already queued keeps its attempt count but is
+/// due now too: one backing off from an outage must not wait out its backoff once the
+/// cluster answers. Returns how many records were not queued before.
 #[instrument(skip(db))]
 pub async fn enqueue_all(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
     let queued = sqlx::query_scalar!(
         r#"with queued as (
                insert into reconcile_work (deployment_id)
                select id from model_deployment
-               on conflict (deployment_id) do nothing
-               returning 1
+               on conflict (deployment_id) do update
+                   set run_after = least(reconcile_work.run_after, now())
+               returning (xmax = 0) as inserted
            )
-           select (select count(*) from queued) as "count!"
+           select (select count(*) from queued where inserted) as "count!"
            from pg_notify('modelplane_reconcile', 'all')"#
     )
     .fetch_one(db)

@@ -577,7 +577,7 @@ async fn a_cluster_outage_is_reported_and_then_converges(pool: PgPool) {
         .await;
     wait_for(
         "ClusterReachable=False",
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         || async {
             let record = h.deployment("qwen").await;
             record["status"]["conditions"]
@@ -615,7 +615,7 @@ async fn a_cluster_outage_is_reported_and_then_converges(pool: PgPool) {
     // A record with no work pending learns of the outage too, its last status kept.
     wait_for(
         "the idle record to say so",
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         || async {
             let record = h.deployment("idle").await;
             record["status"]["phase"] == "Deploying"
@@ -632,7 +632,7 @@ async fn a_cluster_outage_is_reported_and_then_converges(pool: PgPool) {
     let record = h.wait_applied("qwen", 2).await;
     wait_for(
         "the idle record's condition gone",
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         || async {
             h.deployment("idle").await["status"]["conditions"]
                 .as_array()
