@@ -45,11 +45,6 @@ pub struct WorkerConfig {
     pub concurrency: usize,
 }
 
-/// How long a record requeued by a cluster change waits, so the burst of events one rollout
-/// makes (objects created, a pod scheduled, started, ready; the Deployment's status) is a
-/// few reconciles rather than one each. Well inside the second a status change may take.
-const WATCH_COALESCE: Duration = Duration::from_millis(100);
-
 /// Where a record stands after a reconcile, and when to look again.
 enum Outcome {
     Done,
@@ -1064,7 +1059,7 @@ impl Worker {
                     break;
                 }
             }
-            match store::work_queue::enqueue_reconciles(&self.pool, &ids, WATCH_COALESCE).await {
+            match store::work_queue::enqueue_reconciles(&self.pool, &ids).await {
                 Ok(()) => {
                     failures = 0;
                     ids.clear();

@@ -35,29 +35,22 @@ pub async fn enqueue_reconcile(
     Ok(())
 }
 
-/// [`enqueue_reconcile`] for many records in one statement, due `delay` from now (or
-/// sooner if already due sooner), waking the workers once. The delay lets a burst of cluster
-/// events about one record become one reconcile.
+/// [`enqueue_reconcile`] for many records in one statement, waking the workers once.
 #[instrument(skip(db, deployment_ids), fields(count = deployment_ids.len()))]
 pub async fn enqueue_reconciles(
     db: impl PgExecutor<'_>,
     deployment_ids: &[Uuid],
-    delay: Duration,
 ) -> Result<(), sqlx::Error> {
-    let delay = delay.as_secs_f64();
     sqlx::query!(
         r#"with queued as (
-               insert into reconcile_work (deployment_id, run_after)
-               select distinct id, now() + make_interval(secs => $2) from unnest($1::uuid[]) as t(id)
+               insert into reconcile_work (deployment_id) select distinct unnest($1::uuid[])
                on conflict (deployment_id) do update
-                   set run_after = least(reconcile_work.run_after, excluded.run_after),
-                       attempts = 0, enqueued_at = now(), claim_token = null
+                   set run_after = now(), attempts = 0, enqueued_at = now(), claim_token = null
                returning deployment_id
            )
            select pg_notify('modelplane_reconcile', 'batch') as "notified"
            where exists (select 1 from queued)"#,
-        deployment_ids,
-        delay
+        deployment_ids
     )
     .fetch_optional(db)
     .await?;
