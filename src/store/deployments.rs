@@ -120,9 +120,7 @@ pub async fn insert_deployment(
                   (select o.name || ' ' || o.route_path from model_deployment o
                    where o.project_id = $2 and o.id <> $1 and o.route_gateway = $10
                      and o.route_hostname is not distinct from $11
-                     and (o.route_path = $12 or o.route_path = '/' or $12 = '/'
-                          or starts_with(o.route_path, $12 || '/')
-                          or starts_with($12, o.route_path || '/'))
+                     and route_paths_overlap(o.route_path, $12)
                    order by o.name limit 1) as "overlapping"
            from d"#,
         new.id,
@@ -373,8 +371,7 @@ pub async fn find_overlapping_route(
         r#"select name, route_path from model_deployment
            where project_id = $1 and id <> $2 and route_gateway = $3
              and route_hostname is not distinct from $4
-             and (route_path = $5 or route_path = '/' or $5 = '/'
-                  or starts_with(route_path, $5 || '/') or starts_with($5, route_path || '/'))
+             and route_paths_overlap(route_path, $5)
            order by name limit 1"#,
         project_id,
         except,
