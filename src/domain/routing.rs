@@ -59,6 +59,20 @@ impl RouteClaim {
         is_path_prefix(&self.path_prefix, &other.path_prefix)
             || is_path_prefix(&other.path_prefix, &self.path_prefix)
     }
+
+    /// `/`, then every ancestor of the path prefix by segment, then the prefix itself:
+    /// `/a/b` gives `["/", "/a", "/a/b"]`. The route-space lock takes these, and the
+    /// overlap check looks them up (with the paths below the prefix).
+    pub fn path_and_ancestors(&self) -> Vec<String> {
+        let mut out = vec!["/".to_owned()];
+        let mut at = String::new();
+        for segment in self.path_prefix.split('/').filter(|s| !s.is_empty()) {
+            at.push('/');
+            at.push_str(segment);
+            out.push(at.clone());
+        }
+        out
+    }
 }
 
 /// The route's path prefix: the spec's, else `/{project}/{name}` unless a hostname is set.
@@ -194,6 +208,21 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
+
+    #[test]
+    fn a_path_comes_after_the_root_and_each_ancestor() {
+        let claim = |path: &str| RouteClaim {
+            gateway: String::new(),
+            hostname: None,
+            path_prefix: path.to_owned(),
+        };
+        assert_eq!(claim("/").path_and_ancestors(), ["/"]);
+        assert_eq!(claim("/a").path_and_ancestors(), ["/", "/a"]);
+        assert_eq!(
+            claim("/a/b/c").path_and_ancestors(),
+            ["/", "/a", "/a/b", "/a/b/c"]
+        );
+    }
     use crate::domain::SpecLimits;
 
     fn spec(routing: serde_json::Value) -> DeploymentSpec {

@@ -694,27 +694,10 @@ async fn lock_route_space(
         }
         None => {
             let space = format!("project:{}", project.id);
-            store::deployments::lock_route_space(
-                &mut **tx,
-                &space,
-                &path_and_ancestors(&route.path_prefix),
-            )
-            .await
+            store::deployments::lock_route_space(&mut **tx, &space, &route.path_and_ancestors())
+                .await
         }
     }
-}
-
-/// `/`, then every ancestor of `path` by segment, then `path` itself: `/a/b` gives
-/// `["/", "/a", "/a/b"]`.
-fn path_and_ancestors(path: &str) -> Vec<String> {
-    let mut out = vec!["/".to_owned()];
-    let mut at = String::new();
-    for segment in path.split('/').filter(|s| !s.is_empty()) {
-        at.push('/');
-        at.push_str(segment);
-        out.push(at.clone());
-    }
-    out
 }
 
 /// The 409 for a route whose hostname belongs to another project, or whose path overlaps
@@ -976,16 +959,4 @@ fn hash_request(request: &CreateDeployment) -> String {
 fn parse_i64_cursor(key: &str) -> Result<i64, FieldErrors> {
     key.parse()
         .map_err(|_| FieldErrors::single("cursor", "is not a cursor returned by this list"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::path_and_ancestors;
-
-    #[test]
-    fn a_path_is_locked_under_the_root_and_each_ancestor() {
-        assert_eq!(path_and_ancestors("/"), ["/"]);
-        assert_eq!(path_and_ancestors("/a"), ["/", "/a"]);
-        assert_eq!(path_and_ancestors("/a/b/c"), ["/", "/a", "/a/b", "/a/b/c"]);
-    }
 }

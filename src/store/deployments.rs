@@ -120,7 +120,7 @@ pub async fn insert_deployment(
                   (select o.name || ' ' || o.route_path from model_deployment o
                    where o.project_id = $2 and o.id <> $1 and o.route_gateway = $10
                      and o.route_hostname is not distinct from $11
-                     and route_paths_overlap(o.route_path, $12)
+                     and route_paths_overlap(o.route_path, $12, $15)
                    order by o.name limit 1) as "overlapping"
            from d"#,
         new.id,
@@ -137,6 +137,7 @@ pub async fn insert_deployment(
         new.route.path_prefix,
         new.message,
         new.actor,
+        &new.route.path_and_ancestors() as &[String],
     )
     .fetch_one(db)
     .await?;
@@ -371,13 +372,14 @@ pub async fn find_overlapping_route(
         r#"select name, route_path from model_deployment
            where project_id = $1 and id <> $2 and route_gateway = $3
              and route_hostname is not distinct from $4
-             and route_paths_overlap(route_path, $5)
+             and route_paths_overlap(route_path, $5, $6)
            order by name limit 1"#,
         project_id,
         except,
         route.gateway,
         route.hostname,
         route.path_prefix,
+        &route.path_and_ancestors() as &[String],
     )
     .fetch_optional(db)
     .await?;

@@ -33,6 +33,18 @@ pub async fn connect(database_url: &str, max_connections: u32) -> Result<PgPool,
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(5))
+        // sqlx pings every connection it hands out by default: a second round trip for
+        // each request (a get was ping + query). Only a connection that sat idle for a
+        // while can have been cut without us seeing it; a busy one is proven by its last use.
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= Duration::from_secs(1) {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
         .connect_with(options)
         .await
 }
