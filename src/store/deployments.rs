@@ -117,11 +117,8 @@ pub async fn insert_deployment(
                   ($11::text is not null and exists (
                       select 1 from model_deployment o
                       where o.route_hostname = $11 and o.project_id <> $2)) as "hostname_taken!",
-                  (select o.name || ' ' || o.route_path from model_deployment o
-                   where o.project_id = $2 and o.id <> $1 and o.route_gateway = $10
-                     and o.route_hostname is not distinct from $11
-                     and route_paths_overlap(o.route_path, $12, $15)
-                   order by o.name limit 1) as "overlapping"
+                  (select o.name || ' ' || o.route_path
+                   from first_overlapping_route($2, $1, $10, $11, $12, $15) o) as "overlapping"
            from d"#,
         new.id,
         new.project_id,
@@ -369,11 +366,8 @@ pub async fn find_overlapping_route(
     route: &RouteClaim,
 ) -> Result<Option<(String, String)>, sqlx::Error> {
     let row = sqlx::query!(
-        r#"select name, route_path from model_deployment
-           where project_id = $1 and id <> $2 and route_gateway = $3
-             and route_hostname is not distinct from $4
-             and route_paths_overlap(route_path, $5, $6)
-           order by name limit 1"#,
+        r#"select name as "name!", route_path as "route_path!"
+           from first_overlapping_route($1, $2, $3, $4, $5, $6)"#,
         project_id,
         except,
         route.gateway,
