@@ -646,13 +646,9 @@ pub fn patch(
     body: &[u8],
     opts: &WriteOptions,
 ) -> ApiResult<WriteResult> {
+    validate_patch_options(pt, opts)?;
     if pt == PatchType::Apply {
         return server_side_apply(store, kind, ns, name, subresource, body, opts);
-    }
-    if opts.force.is_some() {
-        return Err(ApiError::bad_request(
-            "force may not be specified for non-apply patch",
-        ));
     }
     store.write(|st| {
         let old = get_locked(st, kind, ns, name)?;
@@ -672,6 +668,31 @@ pub fn patch(
         let warnings = field_validation(kind, &mut new, opts)?;
         commit_update(st, kind, &old, new, subresource, opts, false, warnings)
     })
+}
+
+/// `ValidatePatchOptions` (apimachinery `pkg/apis/meta/v1/validation/validation.go`):
+/// `force` only with apply, and apply needs a `fieldManager`; a 422 on `PatchOptions`.
+fn validate_patch_options(pt: PatchType, opts: &WriteOptions) -> ApiResult<()> {
+    let mut causes = Vec::new();
+    if pt != PatchType::Apply {
+        if opts.force.is_some() {
+            causes.push(Cause::forbidden(
+                "force",
+                "may not be specified for non-apply patch",
+            ));
+        }
+    } else if opts.field_manager.as_deref().unwrap_or("").is_empty() {
+        causes.push(Cause::new(
+            "FieldValueRequired",
+            "fieldManager",
+            "Required value: is required for apply patch",
+        ));
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_options("PatchOptions", causes))
+    }
 }
 
 fn server_side_apply(
@@ -713,11 +734,7 @@ fn server_side_apply(
     {
         return Err(ApiError::bad_request("metadata.managedFields must be nil"));
     }
-    let Some(manager) = opts.field_manager.clone().filter(|m| !m.is_empty()) else {
-        return Err(ApiError::bad_request(
-            "PATCH, application/apply-patch+yaml requires fieldManager parameter",
-        ));
-    };
+    let manager = opts.field_manager.clone().unwrap_or_default();
     let warnings = field_validation(kind, &mut config, opts)?;
     let force = opts.force.unwrap_or(false);
     let av = kind.api_version();
@@ -764,24 +781,25 @@ pub fn delete(
         if kind.kind == "Namespace" && ["default", "kube-system", "kube-public"].contains(&name) {
             return Err(ApiError::forbidden(kind, name, "this namespace may not be deleted"));
         }
+        // rest.BeforeDelete (apiserver pkg/registry/rest/delete.go): a Conflict on the Kind.
         if let Some(uid) = &opts.precondition_uid {
             let actual = meta_str(&obj, "uid").unwrap_or("");
             if uid != actual {
-                return Err(ApiError::conflict(
+                return Err(ApiError::precondition_failed(
                     kind,
                     name,
-                    &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
+                    &format!("the UID in the precondition ({uid}) does not match the UID in record ({actual}). The object might have been deleted and then recreated"),
                 ));
             }
         }
         if let Some(rv) = &opts.precondition_rv {
             let actual = meta_str(&obj, "resourceVersion").unwrap_or("");
             if rv != actual {
-                return Err(ApiError::conflict(
+                return Err(ApiError::precondition_failed(
                     kind,
                     name,
                     &format!(
-                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+                        "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({actual}). The object might have been modified"
                     ),
                 ));
             }

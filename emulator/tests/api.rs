@@ -599,10 +599,11 @@ async fn validation_errors_name_the_field() {
             .any(|c| c.field == "spec.selector" && c.message.contains("field is immutable"))
     );
 
-    // Service names must be DNS-1035 labels; ports in range; port names unique.
+    // Service names must be DNS-1123 labels (a leading digit is fine since the relaxed
+    // Service name validation, see tests/fidelity.rs); ports in range; port names unique.
     let svcs: Api<Service> = Api::default_namespaced(client.clone());
     let err = api_err(
-        svcs.create(&PostParams::default(), &service("1web"))
+        svcs.create(&PostParams::default(), &service("web-"))
             .await
             .unwrap_err(),
     );
