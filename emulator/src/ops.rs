@@ -90,7 +90,7 @@ pub fn now() -> String {
 
 const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
-fn generate_suffix() -> String {
+pub(crate) fn generate_suffix() -> String {
     let bytes = uuid::Uuid::new_v4().into_bytes();
     bytes[..5]
         .iter()
@@ -149,13 +149,25 @@ fn check_namespace(
         .expect("namespaces are always served");
     match st.get(ns_kind, "", ns) {
         None => Err(ApiError::namespace_not_found(ns)),
-        Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => Err(ApiError::forbidden(
-            kind,
-            name,
-            &format!(
-                "unable to create new content in namespace {ns} because it is being terminated"
-            ),
-        )),
+        Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => {
+            // The NamespaceLifecycle admission plugin: Forbidden with a NamespaceTerminating
+            // cause on metadata.namespace (plugin/pkg/admission/namespace/lifecycle).
+            let mut e = ApiError::forbidden(
+                kind,
+                name,
+                &format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
+            );
+            if let Some(d) = e.details.as_mut() {
+                d["causes"] = json!([{
+                    "reason": "NamespaceTerminating",
+                    "message": format!("namespace {ns} is being terminated"),
+                    "field": "metadata.namespace",
+                }]);
+            }
+            Err(e)
+        }
         Some(_) => Ok(()),
     }
 }
@@ -187,7 +199,35 @@ fn field_validation(
 
 /// Fields the main endpoint may not change (owned by the status subresource) and vice versa.
 fn isolate_subresource(kind: &ResourceKind, old: &Value, new: &mut Value, subresource: &str) {
-    if subresource == "status" {
+    if subresource == "status" && !kind.custom {
+        // The built-in status strategies' PrepareForUpdate reset the spec (and a few more
+        // fields) and keep the rest of the new object, metadata included: a `/status`
+        // write may change annotations. Deployments also reset labels (pkg/registry/apps/
+        // deployment/strategy.go deploymentStatusStrategy); pods keep their
+        // ownerReferences (pkg/registry/core/pod/strategy.go podStatusStrategy).
+        match old.get("spec") {
+            Some(s) => new["spec"] = s.clone(),
+            None => {
+                new.as_object_mut().map(|o| o.remove("spec"));
+            }
+        }
+        let reset: &[&str] = match (kind.group, kind.kind) {
+            ("apps", "Deployment") => &["labels"],
+            ("", "Pod") => &["ownerReferences"],
+            _ => &[],
+        };
+        for f in reset {
+            match old.pointer(&format!("/metadata/{f}")) {
+                Some(v) => {
+                    meta_mut(new).insert((*f).into(), v.clone());
+                }
+                None => {
+                    meta_mut(new).remove(*f);
+                }
+            }
+        }
+    } else if subresource == "status" {
+        // Custom resources (apiextensions status_strategy.go): only status changes.
         let status = new.get("status").cloned();
         let mut merged = old.clone();
         match status {
@@ -383,7 +423,12 @@ fn commit_update(
         };
         apply::record_update(kind, Some(old), &mut new, &w);
     }
-    if kind.generation != Generation::None && spec_part(kind, old) != spec_part(kind, &new) {
+    // Only the main endpoint's strategies bump the generation (a `/status` write that
+    // changes a Deployment's annotations does not).
+    if kind.generation != Generation::None
+        && subresource != "status"
+        && spec_part(kind, old) != spec_part(kind, &new)
+    {
         let g = old
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
@@ -565,6 +610,19 @@ fn create_locked(
                 sa,
                 &name,
                 json!({"metadata": {"name": "default"}}),
+                "kube-controller-manager",
+            );
+        }
+        // The root CA publisher (pkg/controller/certificates/rootcacertpublisher) gives
+        // every namespace the kube-root-ca.crt ConfigMap that projected service-account
+        // volumes read.
+        if let Some(cm) = store.kinds().by_resource("", "v1", "configmaps") {
+            let _ = system_create(
+                st,
+                store,
+                cm,
+                &name,
+                crate::admission::root_ca_config_map(),
                 "kube-controller-manager",
             );
         }
@@ -857,8 +915,24 @@ pub fn delete_locked(
     let pending = !finalizers.is_empty() || kind.kind == "Namespace" || grace > 0;
     if !pending {
         if dry_run {
+            // A pod's deletion is always graceful (the pod strategy's CheckGracefulDelete),
+            // even with a grace period of 0: rest.BeforeDelete sets deletionTimestamp and
+            // deletionGracePeriodSeconds and bumps the generation, and a dry run answers
+            // with that object (registry/generic/registry/store.go Delete). Other kinds
+            // answer with the stored object.
+            let mut out = obj.clone();
+            if kind.kind == "Pod" && kind.group.is_empty() {
+                let meta = meta_mut(&mut out);
+                if !meta.contains_key("deletionTimestamp") {
+                    meta.insert("deletionTimestamp".into(), json!(now()));
+                    meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+                    if let Some(g) = meta.get("generation").and_then(Value::as_i64) {
+                        meta.insert("generation".into(), json!(g + 1));
+                    }
+                }
+            }
             return DeleteResult {
-                object: obj.clone(),
+                object: out,
                 deleted: true,
             };
         }

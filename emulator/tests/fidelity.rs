@@ -792,3 +792,294 @@ async fn discovery_lists_the_real_verbs_and_categories() {
         ])
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Class 7: controllers and defaults.
+
+/// Polls `path` until `cond` holds on its JSON (bounded).
+async fn wait_for(
+    emu: &RunningEmulator,
+    path: &str,
+    what: &str,
+    cond: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = request(emu, "GET", path, None, "").await;
+        if r.status == 200 {
+            let v = r.json();
+            if cond(&v) {
+                return v;
+            }
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn start_cluster() -> RunningEmulator {
+    Emulator::builder()
+        .nodes(1)
+        .start_delay(Duration::from_millis(50))
+        .start()
+        .await
+        .expect("emulator starts")
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    k.sort();
+    k
+}
+
+/// pkg/controller/deployment/sync.go calculateStatus and replicaset/replica_set_utils.go
+/// calculateStatus set terminatingReplicas (DeploymentReplicaSetTerminatingReplicas), 0
+/// included; the pods a ReplicaSet makes carry the defaults of SetDefaults_PodSpec, the
+/// ServiceAccount admission plugin (serviceAccount(Name), the kube-api-access projected
+/// volume and its mount), the Priority plugin (priority, preemptionPolicy), the
+/// DefaultTolerationSeconds plugin and the scheduler's nodeName — the real key set.
+#[tokio::test]
+async fn replica_set_pods_and_deployment_status_have_the_real_fields() {
+    let emu = start_cluster().await;
+    let labels = json!({"app": "web"});
+    let d = deployment("web", Some(json!({"matchLabels": labels})), labels.clone());
+    assert_eq!(post(&emu, DEPLOYS, d).await.status, 201);
+    let d = wait_for(
+        &emu,
+        &format!("{DEPLOYS}/web"),
+        "an available deployment",
+        |d| d["status"]["availableReplicas"] == 1,
+    )
+    .await;
+    assert_eq!(d["status"]["terminatingReplicas"], 0, "{}", d["status"]);
+    let rs = request(
+        &emu,
+        "GET",
+        "/apis/apps/v1/namespaces/default/replicasets",
+        None,
+        "",
+    )
+    .await
+    .json();
+    assert_eq!(rs["items"][0]["status"]["terminatingReplicas"], 0);
+    let pods = request(&emu, "GET", "/api/v1/namespaces/default/pods", None, "")
+        .await
+        .json();
+    let spec = &pods["items"][0]["spec"];
+    assert_eq!(
+        keys(spec),
+        [
+            "containers",
+            "dnsPolicy",
+            "enableServiceLinks",
+            "nodeName",
+            "preemptionPolicy",
+            "priority",
+            "restartPolicy",
+            "schedulerName",
+            "securityContext",
+            "serviceAccount",
+            "serviceAccountName",
+            "terminationGracePeriodSeconds",
+            "tolerations",
+            "volumes",
+        ]
+    );
+    assert_eq!(spec["priority"], 0);
+    assert_eq!(spec["preemptionPolicy"], "PreemptLowerPriority");
+    let volume = &spec["volumes"][0];
+    assert!(
+        volume["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("kube-api-access-")
+    );
+    assert_eq!(
+        volume["projected"]["sources"][1]["configMap"]["name"],
+        "kube-root-ca.crt"
+    );
+    assert_eq!(
+        spec["containers"][0]["volumeMounts"],
+        json!([{"name": volume["name"], "readOnly": true,
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}])
+    );
+}
+
+/// pkg/controller/certificates/rootcacertpublisher/publisher.go: every namespace gets the
+/// kube-root-ca.crt ConfigMap, written by kube-controller-manager.
+#[tokio::test]
+async fn every_namespace_gets_kube_root_ca_crt() {
+    let emu = start().await;
+    assert_eq!(
+        post(
+            &emu,
+            "/api/v1/namespaces",
+            json!({"metadata": {"name": "team"}})
+        )
+        .await
+        .status,
+        201
+    );
+    let cm = wait_for(
+        &emu,
+        "/api/v1/namespaces/team/configmaps/kube-root-ca.crt",
+        "kube-root-ca.crt",
+        |_| true,
+    )
+    .await;
+    assert!(
+        cm["data"]["ca.crt"]
+            .as_str()
+            .unwrap()
+            .starts_with("-----BEGIN CERTIFICATE-----\n")
+    );
+    assert_eq!(
+        cm["metadata"]["annotations"]["kubernetes.io/description"],
+        "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."
+    );
+    assert_eq!(
+        cm["metadata"]["managedFields"][0]["manager"],
+        "kube-controller-manager"
+    );
+}
+
+/// pkg/controller/namespace/deletion/status_condition_utils.go: a terminating namespace
+/// whose content has finalizers reports NamespaceFinalizersRemaining True
+/// (SomeFinalizersRemain) and NamespaceContentRemaining True (SomeResourcesRemain); the
+/// NamespaceLifecycle admission plugin refuses creates there with a NamespaceTerminating
+/// cause on `metadata.namespace`.
+#[tokio::test]
+async fn terminating_namespaces_report_finalizers_and_refuse_creates() {
+    let emu = start().await;
+    assert_eq!(
+        post(
+            &emu,
+            "/api/v1/namespaces",
+            json!({"metadata": {"name": "gone"}})
+        )
+        .await
+        .status,
+        201
+    );
+    let cms = "/api/v1/namespaces/gone/configmaps";
+    let held = json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}});
+    assert_eq!(post(&emu, cms, held).await.status, 201);
+    let r = request(&emu, "DELETE", "/api/v1/namespaces/gone", None, "").await;
+    assert_eq!(r.status, 200);
+    let ns = wait_for(
+        &emu,
+        "/api/v1/namespaces/gone",
+        "finalizer conditions",
+        |ns| {
+            ns["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "NamespaceFinalizersRemaining")
+            })
+        },
+    )
+    .await;
+    let cond = |ty: &str| {
+        ns["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == ty)
+            .cloned()
+            .unwrap()
+    };
+    let f = cond("NamespaceFinalizersRemaining");
+    assert_eq!(f["status"], "True");
+    assert_eq!(f["reason"], "SomeFinalizersRemain");
+    assert_eq!(
+        f["message"],
+        "Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances"
+    );
+    let c = cond("NamespaceContentRemaining");
+    assert_eq!(c["reason"], "SomeResourcesRemain");
+    assert_eq!(
+        c["message"],
+        "Some resources are remaining: configmaps. has 1 resource instances"
+    );
+    assert_eq!(cond("NamespaceDeletionDiscoveryFailure")["status"], "False");
+
+    let r = post(&emu, cms, json!({"metadata": {"name": "late"}})).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    let s = r.json();
+    assert_eq!(
+        s["details"]["causes"],
+        json!([{"reason": "NamespaceTerminating", "message": "namespace gone is being terminated",
+            "field": "metadata.namespace"}])
+    );
+
+    // Releasing the finalizer lets the namespace go.
+    let r = request(
+        &emu,
+        "PATCH",
+        &format!("{cms}/held"),
+        Some("application/merge-patch+json"),
+        r#"{"metadata":{"finalizers":null}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while request(&emu, "GET", "/api/v1/namespaces/gone", None, "")
+        .await
+        .status
+        != 404
+    {
+        assert!(Instant::now() < deadline, "the namespace is removed");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// registry/generic/registry/store.go Delete: a dry run answers with the object as the
+/// delete would leave it; a pod's deletion is always graceful (pod strategy
+/// CheckGracefulDelete), so even an unscheduled pod comes back with deletionTimestamp and
+/// deletionGracePeriodSeconds 0, and stays.
+#[tokio::test]
+async fn dry_run_deletes_answer_with_the_object_as_it_would_be() {
+    let emu = start().await;
+    let pods = "/api/v1/namespaces/default/pods";
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "img:1"}]}});
+    assert_eq!(post(&emu, pods, pod).await.status, 201);
+    let r = request(&emu, "DELETE", &format!("{pods}/p?dryRun=All"), None, "").await;
+    assert_eq!(r.status, 200);
+    let o = r.json();
+    assert_eq!(o["kind"], "Pod");
+    assert!(o["metadata"]["deletionTimestamp"].is_string(), "{o}");
+    assert_eq!(o["metadata"]["deletionGracePeriodSeconds"], 0);
+    let still = request(&emu, "GET", &format!("{pods}/p"), None, "").await;
+    assert_eq!(still.status, 200);
+    assert!(still.json()["metadata"].get("deletionTimestamp").is_none());
+}
+
+/// pkg/registry/apps/deployment/strategy.go deploymentStatusStrategy.PrepareForUpdate
+/// resets only the spec and the labels: a `/status` write keeps annotation changes, and
+/// the generation (bumped by the main endpoint's strategy only) stays.
+#[tokio::test]
+async fn deployment_status_writes_keep_annotation_changes() {
+    let emu = start().await;
+    let labels = json!({"app": "web"});
+    let d = deployment("web", Some(json!({"matchLabels": labels})), labels.clone());
+    let created = post(&emu, DEPLOYS, d).await.json();
+    let mut new = created.clone();
+    new["metadata"]["annotations"] = json!({"example.com/note": "kept"});
+    new["metadata"]["labels"] = json!({"dropped": "yes"});
+    new["spec"]["replicas"] = json!(5);
+    new["status"] = json!({"observedGeneration": 1, "replicas": 0});
+    let r = request(
+        &emu,
+        "PUT",
+        &format!("{DEPLOYS}/web/status"),
+        Some("application/json"),
+        &new.to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let got = r.json();
+    assert_eq!(got["metadata"]["annotations"]["example.com/note"], "kept");
+    assert!(got["metadata"].get("labels").is_none(), "{got}");
+    assert_eq!(got["spec"]["replicas"], 1);
+    assert_eq!(got["metadata"]["generation"], 1);
+    assert_eq!(got["status"]["observedGeneration"], 1);
+}
