@@ -114,7 +114,8 @@ pub(crate) fn prepare_create(
                     .unwrap_or("default")
                     .to_string();
                 let sa_kind = store.kinds().by_resource("", "v1", "serviceaccounts");
-                if sa_kind.is_some_and(|k| st.get(k, &ns, &sa).is_none()) {
+                let account = sa_kind.and_then(|k| st.get(k, &ns, &sa));
+                if sa_kind.is_some() && account.is_none() {
                     return Err(ApiError::forbidden(
                         kind,
                         &name,
@@ -125,6 +126,19 @@ pub(crate) fn prepare_create(
                 }
                 spec.insert("serviceAccountName".into(), json!(sa));
                 spec.insert("serviceAccount".into(), json!(sa));
+                let automount = spec
+                    .get("automountServiceAccountToken")
+                    .and_then(Value::as_bool)
+                    .or_else(|| {
+                        account
+                            .as_ref()
+                            .and_then(|a| a.get("automountServiceAccountToken"))
+                            .and_then(Value::as_bool)
+                    })
+                    .unwrap_or(true);
+                if automount {
+                    mount_service_account_token(spec);
+                }
                 pod_priority(st, store, kind, &name, spec)?;
                 let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
                 if let Some(t) = tolerations.as_array_mut() {
@@ -232,4 +246,77 @@ fn pod_priority(
         .unwrap_or(json!("PreemptLowerPriority"));
     spec.entry("preemptionPolicy").or_insert(policy);
     Ok(())
+}
+
+/// The CA bundle of `kube-root-ca.crt`: a self-signed `CN=kubernetes` CA made for the
+/// emulator (which serves plain HTTP, so nothing is ever verified with it).
+const ROOT_CA_CRT: &str = "-----BEGIN CERTIFICATE-----\nMIIBjzCCATWgAwIBAgIUTSbdEfajduUqrgA0UZcH6gqHolwwCgYIKoZIzj0EAwIw\nFTETMBEGA1UEAwwKa3ViZXJuZXRlczAeFw0yNjExMjQyMjA2MDVaFw0zNjExMjEy\nMjA2MDVaMBUxEzARBgNVBAMMCmt1YmVybmV0ZXMwWTATBgcqhkjOPQIBBggqhkjO\nPQMBBwNCAASIJ24MEzajA5J7Y4TDFYdk9C39uT+Oy6jL1DqzQ+cFoOEcg0nJ1AmY\nvXJulUKpeohON6oUfDwqE/9rq4+qdgNko2MwYTAdBgNVHQ4EFgQUFcWF0p7ZDPtT\nKsfKvUSDTX5FnJcwHwYDVR0jBBgwFoAUFcWF0p7ZDPtTKsfKvUSDTX5FnJcwDwYD\nVR0TAQH/BAUwAwEB/zAOBgNVHQ8BAf8EBAMCAqQwCgYIKoZIzj0EAwIDSAAwRQIh\nAIv6b/qbP+vDYh03De5zUfD7X3DXt2ejpcTPJsMbT4fiAiBwjR0iJ4kDWiXUpHL6\ndolNZupbki4mJTAvi93ywX75Jg==\n-----END CERTIFICATE-----\n";
+
+/// `kube-root-ca.crt` as the root CA publisher writes it
+/// (pkg/controller/certificates/rootcacertpublisher/publisher.go).
+pub(crate) fn root_ca_config_map() -> Value {
+    json!({
+        "metadata": {
+            "name": "kube-root-ca.crt",
+            "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."},
+        },
+        "data": {"ca.crt": ROOT_CA_CRT},
+    })
+}
+
+/// The ServiceAccount admission plugin's `mountServiceAccountToken`
+/// (plugin/pkg/admission/serviceaccount/admission.go): every container and init container
+/// without a mount at the token path mounts a `kube-api-access-xxxxx` projected volume
+/// (`TokenVolumeSource`: the bound token, kube-root-ca.crt's ca.crt and the namespace).
+fn mount_service_account_token(spec: &mut serde_json::Map<String, Value>) {
+    const MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let existing = spec
+        .get("volumes")
+        .and_then(Value::as_array)
+        .and_then(|vs| {
+            vs.iter()
+                .filter_map(|v| v.get("name").and_then(Value::as_str))
+                .find(|n| n.starts_with("kube-api-access-"))
+                .map(String::from)
+        });
+    let volume_name = existing
+        .clone()
+        .unwrap_or_else(|| format!("kube-api-access-{}", crate::ops::generate_suffix()));
+    let mut needs_volume = false;
+    for list in ["initContainers", "containers"] {
+        for c in spec
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let mounts = c
+                .as_object_mut()
+                .map(|c| c.entry("volumeMounts").or_insert_with(|| json!([])));
+            if let Some(Value::Array(mounts)) = mounts {
+                if mounts
+                    .iter()
+                    .any(|m| m.get("mountPath").and_then(Value::as_str) == Some(MOUNT_PATH))
+                {
+                    continue;
+                }
+                mounts
+                    .push(json!({"name": volume_name, "readOnly": true, "mountPath": MOUNT_PATH}));
+                needs_volume = true;
+            }
+        }
+    }
+    if existing.is_none() && needs_volume {
+        let volumes = spec.entry("volumes").or_insert_with(|| json!([]));
+        if let Some(vs) = volumes.as_array_mut() {
+            vs.push(json!({"name": volume_name, "projected": {
+                "defaultMode": 420,
+                "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+                ],
+            }}));
+        }
+    }
 }

@@ -70,16 +70,48 @@ pub fn api_group(kinds: &Kinds, group: &str) -> Option<Value> {
     Some(doc)
 }
 
-const VERBS: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
+/// The verbs discovery lists for a resource. Built-in resources list the verbs their
+/// REST storage implements, sorted (apiserver `endpoints/installer.go`); namespaces have no
+/// DeleteCollection (pkg/registry/core/namespace/storage). Custom resources list the fixed
+/// set of apiextensions-apiserver's `customresource_discovery_controller.go`, in its order.
+fn verbs(k: &ResourceKind) -> &'static [&'static str] {
+    if k.custom {
+        return &[
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "create",
+            "update",
+            "watch",
+        ];
+    }
+    match (k.group, k.plural) {
+        ("", "namespaces") => &[
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ],
+        _ => &[
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ],
+    }
+}
+
+/// `discovery.StorageVersionHash` (apiserver `endpoints/discovery/storageversionhash.go`):
+/// base64 of the first 8 bytes of the SHA-256 of `group/version/kind`.
+fn storage_version_hash(k: &ResourceKind) -> String {
+    use base64::Engine;
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{}/{}/{}", k.group, k.version, k.kind));
+    base64::engine::general_purpose::STANDARD.encode(&digest[..8])
+}
 
 pub fn resource_list(kinds: &Kinds, group: &str, version: &str) -> Option<Value> {
     if !kinds.has_group_version(group, version) {
@@ -87,15 +119,28 @@ pub fn resource_list(kinds: &Kinds, group: &str, version: &str) -> Option<Value>
     }
     let mut resources = Vec::new();
     for k in kinds.in_group_version(group, version) {
-        resources.push(json!({
+        // events.k8s.io/v1 is served from core/v1 storage, whose version the hash names.
+        let storage = if k.group == "events.k8s.io" {
+            kinds.by_kind("v1", "Event").unwrap_or(k)
+        } else {
+            k
+        };
+        let mut entry = json!({
             "name": k.plural,
             "singularName": k.singular,
             "namespaced": k.namespaced,
             "kind": k.kind,
-            "verbs": VERBS,
-            "shortNames": k.short_names,
-            "categories": k.categories,
-        }));
+            "verbs": verbs(k),
+            "storageVersionHash": storage_version_hash(storage),
+        });
+        // `shortNames` and `categories` are omitempty in metav1.APIResource.
+        if !k.short_names.is_empty() {
+            entry["shortNames"] = json!(k.short_names);
+        }
+        if !k.categories.is_empty() {
+            entry["categories"] = json!(k.categories);
+        }
+        resources.push(entry);
         if k.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", k.plural),

@@ -219,7 +219,24 @@ fn finalize_namespace(st: &mut State, store: &Store, ns_obj: &Value) -> bool {
             wrote = true;
         }
     }
+    let contents = if wrote {
+        namespace_contents(st, store, &ns)
+    } else {
+        contents
+    };
+    wrote |= namespace_conditions(st, store, ns_obj, &contents);
     if contents.is_empty() {
+        let ns_obj = &st
+            .get(
+                store
+                    .kinds()
+                    .by_resource("", "v1", "namespaces")
+                    .expect("namespaces are served"),
+                "",
+                &ns,
+            )
+            .map(|o| (*o).clone())
+            .unwrap_or_else(|| ns_obj.clone());
         let spec_fins = ns_obj
             .pointer("/spec/finalizers")
             .and_then(Value::as_array)
@@ -249,6 +266,133 @@ fn finalize_namespace(st: &mut State, store: &Store, ns_obj: &Value) -> bool {
     wrote
 }
 
+/// The deletion conditions the namespace controller keeps on a terminating namespace
+/// (pkg/controller/namespace/deletion/status_condition_utils.go): the five types, each
+/// True with the remaining resources or finalizers, or False with its "ok" reason.
+fn namespace_conditions(
+    st: &mut State,
+    store: &Store,
+    ns_obj: &Value,
+    remaining: &[(&'static ResourceKind, Arc<Value>)],
+) -> bool {
+    use std::collections::BTreeMap;
+    let mut by_resource: BTreeMap<String, usize> = BTreeMap::new();
+    let mut by_finalizer: BTreeMap<String, usize> = BTreeMap::new();
+    for (k, o) in remaining {
+        *by_resource
+            .entry(format!("{}.{}", k.plural, k.group))
+            .or_default() += 1;
+        for f in crate::ops::finalizers(o) {
+            *by_finalizer.entry(f).or_default() += 1;
+        }
+    }
+    let join = |m: &BTreeMap<String, usize>, f: &dyn Fn(&String, &usize) -> String| {
+        let mut parts: Vec<String> = m.iter().map(|(k, n)| f(k, n)).collect();
+        parts.sort();
+        parts.join(", ")
+    };
+    let mut wanted: Vec<(&str, &str, String, String)> = vec![
+        (
+            "NamespaceDeletionDiscoveryFailure",
+            "False",
+            "ResourcesDiscovered".into(),
+            "All resources successfully discovered".into(),
+        ),
+        (
+            "NamespaceDeletionGroupVersionParsingFailure",
+            "False",
+            "ParsedGroupVersions".into(),
+            "All legacy kube types successfully parsed".into(),
+        ),
+        (
+            "NamespaceDeletionContentFailure",
+            "False",
+            "ContentDeleted".into(),
+            "All content successfully deleted, may be waiting on finalization".into(),
+        ),
+    ];
+    if by_resource.is_empty() {
+        wanted.push((
+            "NamespaceContentRemaining",
+            "False",
+            "ContentRemoved".into(),
+            "All content successfully removed".into(),
+        ));
+    } else {
+        wanted.push((
+            "NamespaceContentRemaining",
+            "True",
+            "SomeResourcesRemain".into(),
+            format!(
+                "Some resources are remaining: {}",
+                join(&by_resource, &|r, n| format!(
+                    "{r} has {n} resource instances"
+                ))
+            ),
+        ));
+    }
+    if by_finalizer.is_empty() {
+        wanted.push((
+            "NamespaceFinalizersRemaining",
+            "False",
+            "ContentHasNoFinalizers".into(),
+            "All content-preserving finalizers finished".into(),
+        ));
+    } else {
+        wanted.push((
+            "NamespaceFinalizersRemaining",
+            "True",
+            "SomeFinalizersRemain".into(),
+            format!(
+                "Some content in the namespace has finalizers remaining: {}",
+                join(&by_finalizer, &|f, n| format!(
+                    "{f} in {n} resource instances"
+                ))
+            ),
+        ));
+    }
+    let mut conditions: Vec<Value> = ns_obj
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut changed = false;
+    let now = crate::ops::now();
+    for (ty, status, reason, message) in wanted {
+        match conditions.iter_mut().find(|c| c["type"] == ty) {
+            None => {
+                conditions.push(serde_json::json!({"type": ty, "status": status,
+                    "lastTransitionTime": now, "reason": reason, "message": message}));
+                changed = true;
+            }
+            Some(c)
+                if c["status"] != status
+                    || c["reason"] != reason.as_str()
+                    || c["message"] != message.as_str() =>
+            {
+                if c["status"] != status {
+                    c["lastTransitionTime"] = serde_json::json!(now);
+                }
+                c["status"] = serde_json::json!(status);
+                c["reason"] = serde_json::json!(reason);
+                c["message"] = serde_json::json!(message);
+                changed = true;
+            }
+            Some(_) => {}
+        }
+    }
+    if changed {
+        let kind = store
+            .kinds()
+            .by_resource("", "v1", "namespaces")
+            .expect("namespaces are served");
+        let mut new = ns_obj.clone();
+        new["status"]["conditions"] = Value::Array(conditions);
+        st.replace(kind, new);
+    }
+    changed
+}
+
 /// The service account controller: every active namespace gets a `default` ServiceAccount.
 fn service_accounts(st: &mut State, store: &Store, all: &Objects) -> bool {
     let kinds = store.kinds();
@@ -265,6 +409,14 @@ fn service_accounts(st: &mut State, store: &Store, all: &Objects) -> bool {
         if st.get(sa, name, "default").is_none() {
             let obj = serde_json::json!({"metadata": {"name": "default"}});
             wrote |= crate::ops::system_create(st, store, sa, name, obj, "kube-controller-manager")
+                .is_ok();
+        }
+        // The root CA publisher recreates a deleted kube-root-ca.crt.
+        if let Some(cm) = kinds.by_resource("", "v1", "configmaps")
+            && st.get(cm, name, "kube-root-ca.crt").is_none()
+        {
+            let obj = crate::admission::root_ca_config_map();
+            wrote |= crate::ops::system_create(st, store, cm, name, obj, "kube-controller-manager")
                 .is_ok();
         }
     }

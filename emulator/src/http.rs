@@ -24,7 +24,7 @@ use crate::ops::{self, DeleteOptions, Propagation, WriteOptions, WriteResult};
 use crate::patch::PatchType;
 use crate::resources::{ResourceKind, meta_str};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::status::{ApiError, ApiResult, success_status};
+use crate::status::{ApiError, ApiResult, Cause, success_status};
 use crate::store::Store;
 use crate::subresources::{bind_pod, scale};
 use crate::table::{Repr, partial, representation, to_table};
@@ -251,19 +251,19 @@ async fn route(
         ["api"] => return ok(discovery::api_versions(&state.server_address)),
         ["apis"] => return ok(discovery::api_group_list(kinds)),
         ["api", v] => {
-            return discovery::resource_list(kinds, "", v)
-                .map(ok)
-                .unwrap_or_else(|| Err(ApiError::page_not_found()));
+            return Ok(discovery::resource_list(kinds, "", v)
+                .map(|d| json_response(StatusCode::OK, &d, &[]))
+                .unwrap_or_else(mux_not_found));
         }
         ["apis", g] => {
-            return discovery::api_group(kinds, g)
-                .map(ok)
-                .unwrap_or_else(|| Err(ApiError::page_not_found()));
+            return Ok(discovery::api_group(kinds, g)
+                .map(|d| json_response(StatusCode::OK, &d, &[]))
+                .unwrap_or_else(mux_not_found));
         }
         ["apis", g, v] => {
-            return discovery::resource_list(kinds, g, v)
-                .map(ok)
-                .unwrap_or_else(|| Err(ApiError::page_not_found()));
+            return Ok(discovery::resource_list(kinds, g, v)
+                .map(|d| json_response(StatusCode::OK, &d, &[]))
+                .unwrap_or_else(mux_not_found));
         }
         ["openapi", "v3"] => return ok(discovery::openapi_v3_index(kinds)),
         ["openapi", "v3", rest @ ..] => {
@@ -276,8 +276,13 @@ async fn route(
     let (group, version, rest) = match segs.as_slice() {
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return Err(ApiError::page_not_found()),
+        _ => return Ok(mux_not_found()),
     };
+    // Only served group-versions have a go-restful WebService; any other path falls
+    // through to the mux's NotFound handler (a plain-text 404, not a Status).
+    if !kinds.has_group_version(group, version) {
+        return Ok(mux_not_found());
+    }
     let (legacy_watch, rest) = match rest {
         ["watch", r @ ..] => (true, r),
         r => (false, r),
@@ -357,6 +362,44 @@ async fn route(
     }
     let watch = legacy_watch || query.get("watch").is_some_and(|w| w == "true" || w == "1");
     handle_resource(state, method, target, watch, query, headers, body).await
+}
+
+/// Go's `http.NotFound`, which the apiserver's mux answers for paths no API group serves.
+fn mux_not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        "404 page not found\n",
+    )
+        .into_response()
+}
+
+/// The media types a create or update body may have (`negotiation.NegotiateInputSerializer`
+/// over the serializers of the kind): built-in kinds also take protobuf, custom resources
+/// only JSON and YAML. A request without a Content-Type is read as JSON.
+fn check_body_media_type(kind: &ResourceKind, headers: &HeaderMap) -> ApiResult<()> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let base = ct.split(';').next().unwrap_or("").trim();
+    let accepted: &[&str] = if kind.custom {
+        &["application/json", "application/yaml"]
+    } else {
+        &[
+            "application/json",
+            "application/yaml",
+            "application/vnd.kubernetes.protobuf",
+        ]
+    };
+    if base.is_empty() || accepted.contains(&base) {
+        Ok(())
+    } else {
+        Err(ApiError::unsupported_media_type(accepted))
+    }
 }
 
 fn write_response(r: WriteResult, with_created: bool) -> Response {
@@ -444,7 +487,8 @@ async fn handle_resource(
             Ok(json_response(StatusCode::OK, &body, &[]))
         }
         (Method::POST, None) => {
-            let opts = write_options(query, headers)?;
+            check_body_media_type(served.kind, headers)?;
+            let opts = write_options(query, headers, "CreateOptions")?;
             let r = ops::create(store, kind, &ns, body_in(&body)?, &opts)?;
             Ok(write_response(served.result(r), true))
         }
@@ -452,7 +496,8 @@ async fn handle_resource(
             bind_pod(store, kind, &ns, name, &body, query, headers)
         }
         (Method::PUT, Some(name)) => {
-            let opts = write_options(query, headers)?;
+            check_body_media_type(served.kind, headers)?;
+            let opts = write_options(query, headers, "UpdateOptions")?;
             // `finalize` writes the whole namespace, spec.finalizers included.
             let sub = if sub == "finalize" {
                 String::new()
@@ -468,8 +513,8 @@ async fn handle_resource(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
             let pt = PatchType::from_content_type(ct)
-                .ok_or_else(|| ApiError::unsupported_media_type(ct))?;
-            let opts = write_options(query, headers)?;
+                .ok_or_else(ApiError::route_unsupported_media_type)?;
+            let opts = write_options(query, headers, "PatchOptions")?;
             if served.is_view() {
                 return patch_view(store, served, &ns, name, &sub, pt, &body, &opts);
             }
@@ -536,6 +581,8 @@ fn patch_view(
     Ok(write_response(served.result(r), false))
 }
 
+/// DeleteOptions from the query and the body, validated like `ValidateDeleteOptions`
+/// (apimachinery `pkg/apis/meta/v1/validation/validation.go`): 422 on `DeleteOptions`.
 fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> ApiResult<DeleteOptions> {
     let b: Value = if body.is_empty() {
         json!({})
@@ -547,28 +594,56 @@ fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> ApiResult<De
             .and_then(Value::as_str)
             .map(String::from)
     });
-    let mut propagation = match policy.as_deref() {
-        None | Some("") => None,
-        Some("Background") => Some(Propagation::Background),
-        Some("Foreground") => Some(Propagation::Foreground),
-        Some("Orphan") => Some(Propagation::Orphan),
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "propagationPolicy: Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
-            )));
-        }
-    };
     let orphan = query
         .get("orphanDependents")
         .map(|v| v == "true")
         .or_else(|| b.get("orphanDependents").and_then(Value::as_bool));
+    let mut causes = Vec::new();
+    if orphan.is_some() && policy.is_some() {
+        causes.push(Cause::invalid(
+            "propagationPolicy",
+            &json!(policy),
+            "orphanDependents and deletionPropagation cannot be both set",
+        ));
+    }
+    let mut propagation = match policy.as_deref() {
+        None => None,
+        Some("Background") => Some(Propagation::Background),
+        Some("Foreground") => Some(Propagation::Foreground),
+        Some("Orphan") => Some(Propagation::Orphan),
+        Some(other) => {
+            causes.push(Cause::not_supported(
+                "propagationPolicy",
+                &json!(other),
+                &["Foreground", "Background", "Orphan", "nil"],
+            ));
+            None
+        }
+    };
     if propagation.is_none() && orphan == Some(true) {
         propagation = Some(Propagation::Orphan);
     }
-    let dry_run = query.get("dryRun").is_some_and(|d| d == "All")
-        || b.get("dryRun")
-            .and_then(Value::as_array)
-            .is_some_and(|a| a.iter().any(|x| x == "All"));
+    let body_dry_run: Vec<String> = b
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut dry_run = crate::wire::dry_run(query, &mut causes);
+    match body_dry_run.iter().find(|d| *d != "All") {
+        Some(bad) => causes.push(Cause::new(
+            "FieldValueNotSupported",
+            "dryRun",
+            format!("Unsupported value: []string{{{bad:?}}}: supported values: \"All\""),
+        )),
+        None => dry_run |= !body_dry_run.is_empty(),
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid_options("DeleteOptions", causes));
+    }
     let pre = b.get("preconditions");
     let grace_period_seconds = query
         .get("gracePeriodSeconds")
@@ -728,7 +803,10 @@ fn list(
             meta_str(last, "namespace").unwrap_or(""),
             meta_str(last, "name").unwrap_or(""),
         );
-        (page, Some(token), Some(total - limit))
+        // etcd3 store's GetList counts the remaining items only for an empty predicate:
+        // with a label or field selector, remainingItemCount is absent.
+        let remaining = (labels.is_empty() && fields.is_empty()).then_some(total - limit);
+        (page, Some(token), remaining)
     } else {
         (matching, None, None)
     };

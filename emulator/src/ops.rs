@@ -90,7 +90,7 @@ pub fn now() -> String {
 
 const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
-fn generate_suffix() -> String {
+pub(crate) fn generate_suffix() -> String {
     let bytes = uuid::Uuid::new_v4().into_bytes();
     bytes[..5]
         .iter()
@@ -149,13 +149,25 @@ fn check_namespace(
         .expect("namespaces are always served");
     match st.get(ns_kind, "", ns) {
         None => Err(ApiError::namespace_not_found(ns)),
-        Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => Err(ApiError::forbidden(
-            kind,
-            name,
-            &format!(
-                "unable to create new content in namespace {ns} because it is being terminated"
-            ),
-        )),
+        Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => {
+            // The NamespaceLifecycle admission plugin: Forbidden with a NamespaceTerminating
+            // cause on metadata.namespace (plugin/pkg/admission/namespace/lifecycle).
+            let mut e = ApiError::forbidden(
+                kind,
+                name,
+                &format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
+            );
+            if let Some(d) = e.details.as_mut() {
+                d["causes"] = json!([{
+                    "reason": "NamespaceTerminating",
+                    "message": format!("namespace {ns} is being terminated"),
+                    "field": "metadata.namespace",
+                }]);
+            }
+            Err(e)
+        }
         Some(_) => Ok(()),
     }
 }
@@ -187,7 +199,35 @@ fn field_validation(
 
 /// Fields the main endpoint may not change (owned by the status subresource) and vice versa.
 fn isolate_subresource(kind: &ResourceKind, old: &Value, new: &mut Value, subresource: &str) {
-    if subresource == "status" {
+    if subresource == "status" && !kind.custom {
+        // The built-in status strategies' PrepareForUpdate reset the spec (and a few more
+        // fields) and keep the rest of the new object, metadata included: a `/status`
+        // write may change annotations. Deployments also reset labels (pkg/registry/apps/
+        // deployment/strategy.go deploymentStatusStrategy); pods keep their
+        // ownerReferences (pkg/registry/core/pod/strategy.go podStatusStrategy).
+        match old.get("spec") {
+            Some(s) => new["spec"] = s.clone(),
+            None => {
+                new.as_object_mut().map(|o| o.remove("spec"));
+            }
+        }
+        let reset: &[&str] = match (kind.group, kind.kind) {
+            ("apps", "Deployment") => &["labels"],
+            ("", "Pod") => &["ownerReferences"],
+            _ => &[],
+        };
+        for f in reset {
+            match old.pointer(&format!("/metadata/{f}")) {
+                Some(v) => {
+                    meta_mut(new).insert((*f).into(), v.clone());
+                }
+                None => {
+                    meta_mut(new).remove(*f);
+                }
+            }
+        }
+    } else if subresource == "status" {
+        // Custom resources (apiextensions status_strategy.go): only status changes.
         let status = new.get("status").cloned();
         let mut merged = old.clone();
         match status {
@@ -383,7 +423,12 @@ fn commit_update(
         };
         apply::record_update(kind, Some(old), &mut new, &w);
     }
-    if kind.generation != Generation::None && spec_part(kind, old) != spec_part(kind, &new) {
+    // Only the main endpoint's strategies bump the generation (a `/status` write that
+    // changes a Deployment's annotations does not).
+    if kind.generation != Generation::None
+        && subresource != "status"
+        && spec_part(kind, old) != spec_part(kind, &new)
+    {
         let g = old
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
@@ -568,6 +613,19 @@ fn create_locked(
                 "kube-controller-manager",
             );
         }
+        // The root CA publisher (pkg/controller/certificates/rootcacertpublisher) gives
+        // every namespace the kube-root-ca.crt ConfigMap that projected service-account
+        // volumes read.
+        if let Some(cm) = store.kinds().by_resource("", "v1", "configmaps") {
+            let _ = system_create(
+                st,
+                store,
+                cm,
+                &name,
+                crate::admission::root_ca_config_map(),
+                "kube-controller-manager",
+            );
+        }
     }
     Ok(WriteResult {
         object: (*stored).clone(),
@@ -646,13 +704,9 @@ pub fn patch(
     body: &[u8],
     opts: &WriteOptions,
 ) -> ApiResult<WriteResult> {
+    validate_patch_options(pt, opts)?;
     if pt == PatchType::Apply {
         return server_side_apply(store, kind, ns, name, subresource, body, opts);
-    }
-    if opts.force.is_some() {
-        return Err(ApiError::bad_request(
-            "force may not be specified for non-apply patch",
-        ));
     }
     store.write(|st| {
         let old = get_locked(st, kind, ns, name)?;
@@ -672,6 +726,31 @@ pub fn patch(
         let warnings = field_validation(kind, &mut new, opts)?;
         commit_update(st, kind, &old, new, subresource, opts, false, warnings)
     })
+}
+
+/// `ValidatePatchOptions` (apimachinery `pkg/apis/meta/v1/validation/validation.go`):
+/// `force` only with apply, and apply needs a `fieldManager`; a 422 on `PatchOptions`.
+fn validate_patch_options(pt: PatchType, opts: &WriteOptions) -> ApiResult<()> {
+    let mut causes = Vec::new();
+    if pt != PatchType::Apply {
+        if opts.force.is_some() {
+            causes.push(Cause::forbidden(
+                "force",
+                "may not be specified for non-apply patch",
+            ));
+        }
+    } else if opts.field_manager.as_deref().unwrap_or("").is_empty() {
+        causes.push(Cause::new(
+            "FieldValueRequired",
+            "fieldManager",
+            "Required value: is required for apply patch",
+        ));
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_options("PatchOptions", causes))
+    }
 }
 
 fn server_side_apply(
@@ -713,11 +792,7 @@ fn server_side_apply(
     {
         return Err(ApiError::bad_request("metadata.managedFields must be nil"));
     }
-    let Some(manager) = opts.field_manager.clone().filter(|m| !m.is_empty()) else {
-        return Err(ApiError::bad_request(
-            "PATCH, application/apply-patch+yaml requires fieldManager parameter",
-        ));
-    };
+    let manager = opts.field_manager.clone().unwrap_or_default();
     let warnings = field_validation(kind, &mut config, opts)?;
     let force = opts.force.unwrap_or(false);
     let av = kind.api_version();
@@ -764,24 +839,25 @@ pub fn delete(
         if kind.kind == "Namespace" && ["default", "kube-system", "kube-public"].contains(&name) {
             return Err(ApiError::forbidden(kind, name, "this namespace may not be deleted"));
         }
+        // rest.BeforeDelete (apiserver pkg/registry/rest/delete.go): a Conflict on the Kind.
         if let Some(uid) = &opts.precondition_uid {
             let actual = meta_str(&obj, "uid").unwrap_or("");
             if uid != actual {
-                return Err(ApiError::conflict(
+                return Err(ApiError::precondition_failed(
                     kind,
                     name,
-                    &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
+                    &format!("the UID in the precondition ({uid}) does not match the UID in record ({actual}). The object might have been deleted and then recreated"),
                 ));
             }
         }
         if let Some(rv) = &opts.precondition_rv {
             let actual = meta_str(&obj, "resourceVersion").unwrap_or("");
             if rv != actual {
-                return Err(ApiError::conflict(
+                return Err(ApiError::precondition_failed(
                     kind,
                     name,
                     &format!(
-                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+                        "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({actual}). The object might have been modified"
                     ),
                 ));
             }
@@ -839,8 +915,24 @@ pub fn delete_locked(
     let pending = !finalizers.is_empty() || kind.kind == "Namespace" || grace > 0;
     if !pending {
         if dry_run {
+            // A pod's deletion is always graceful (the pod strategy's CheckGracefulDelete),
+            // even with a grace period of 0: rest.BeforeDelete sets deletionTimestamp and
+            // deletionGracePeriodSeconds and bumps the generation, and a dry run answers
+            // with that object (registry/generic/registry/store.go Delete). Other kinds
+            // answer with the stored object.
+            let mut out = obj.clone();
+            if kind.kind == "Pod" && kind.group.is_empty() {
+                let meta = meta_mut(&mut out);
+                if !meta.contains_key("deletionTimestamp") {
+                    meta.insert("deletionTimestamp".into(), json!(now()));
+                    meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+                    if let Some(g) = meta.get("generation").and_then(Value::as_i64) {
+                        meta.insert("generation".into(), json!(g + 1));
+                    }
+                }
+            }
             return DeleteResult {
-                object: obj.clone(),
+                object: out,
                 deleted: true,
             };
         }

@@ -41,15 +41,25 @@ pub fn apply_patch(
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     match pt {
         PatchType::Json => {
-            let p: json_patch::Patch = serde_json::from_value(patch)
-                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            json_patch::patch(target, &p).map_err(|e| {
-                ApiError::new(
-                    422,
-                    "Invalid",
-                    format!("the server rejected our request due to an error in our request: {e}"),
-                )
-            })?;
+            // jsonpatch.DecodePatch only needs a list of objects (400 otherwise); an
+            // operation it cannot apply, an unknown `op` included, fails in Apply, which
+            // the handler answers with NewGenericServerResponse(422) (handlers/patch.go).
+            let Some(ops) = patch.as_array().filter(|a| a.iter().all(Value::is_object)) else {
+                return Err(ApiError::bad_request(
+                    "json: cannot unmarshal object into Go value of type jsonpatch.Patch",
+                ));
+            };
+            const OPS: &[&str] = &["add", "remove", "replace", "move", "copy", "test"];
+            if ops.iter().any(|o| {
+                !o.get("op")
+                    .and_then(Value::as_str)
+                    .is_some_and(|op| OPS.contains(&op))
+            }) {
+                return Err(ApiError::patch_not_applicable());
+            }
+            let p: json_patch::Patch =
+                serde_json::from_value(patch).map_err(|_| ApiError::patch_not_applicable())?;
+            json_patch::patch(target, &p).map_err(|_| ApiError::patch_not_applicable())?;
         }
         PatchType::Merge => {
             if !patch.is_object() {
@@ -61,9 +71,8 @@ pub fn apply_patch(
         }
         PatchType::Strategic => {
             if kind.custom {
-                return Err(ApiError::unsupported_media_type(
-                    "application/strategic-merge-patch+json",
-                ));
+                // The PATCH route of a custom resource does not consume strategic merge.
+                return Err(ApiError::route_unsupported_media_type());
             }
             if !patch.is_object() {
                 return Err(ApiError::bad_request(

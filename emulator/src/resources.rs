@@ -33,10 +33,9 @@ pub enum Generation {
 pub enum NameRule {
     /// RFC 1123 subdomain (most kinds).
     Subdomain,
-    /// RFC 1123 label (namespaces).
+    /// RFC 1123 label (namespaces; Services too, since the RelaxedServiceNameValidation
+    /// feature (KEP-5311) let their names start with a digit).
     Label1123,
-    /// RFC 1035 label: must start with a letter (services).
-    Label1035,
     /// Path segment: anything without '/' and not '.' or '..' (events).
     PathSegment,
 }
@@ -183,7 +182,7 @@ pub static KINDS: &[ResourceKind] = &[
     kind!("", "v1", "Pod", "pods", "pod", namespaced: true, status: true, custom: false,
           generation: G::Spec, names: N::Subdomain, family: Builtin, short: &["po"], categories: &["all"], fields: POD_FIELDS),
     kind!("", "v1", "Service", "services", "service", namespaced: true, status: true, custom: false,
-          generation: G::None, names: N::Label1035, family: Builtin, short: &["svc"], categories: &["all"], fields: &[]),
+          generation: G::None, names: N::Label1123, family: Builtin, short: &["svc"], categories: &["all"], fields: &[]),
     kind!("", "v1", "Event", "events", "event", namespaced: true, status: false, custom: false,
           generation: G::None, names: N::PathSegment, family: Builtin, short: &["ev"], categories: &[], fields: EVENT_FIELDS),
     kind!("", "v1", "Secret", "secrets", "secret", namespaced: true, status: false, custom: false,
@@ -218,7 +217,7 @@ pub static KINDS: &[ResourceKind] = &[
     kind!("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes", "httproute", namespaced: true, status: true, custom: true,
           generation: G::AllButMetadataStatus, names: N::Subdomain, family: GatewayApi, short: &[], categories: &["gateway-api"], fields: &[]),
     kind!("inference.networking.k8s.io", "v1", "InferencePool", "inferencepools", "inferencepool", namespaced: true, status: true, custom: true,
-          generation: G::AllButMetadataStatus, names: N::Subdomain, family: Inference, short: &["infpool"], categories: &["gateway-api"], fields: &[]),
+          generation: G::AllButMetadataStatus, names: N::Subdomain, family: Inference, short: &["infpool"], categories: &[], fields: &[]),
 ];
 
 /// The set of kinds one emulator serves (optional families may be switched off).

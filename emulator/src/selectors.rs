@@ -57,6 +57,47 @@ fn parse_set(rest: &str, whole: &str) -> Result<Vec<String>, ApiError> {
         .collect())
 }
 
+/// `labels.NewRequirement`'s checks (apimachinery `pkg/labels/selector.go`): the key is a
+/// qualified name (path `key`), every value a label value (path `values[i][key]`, values
+/// in sorted order); the list and watch handlers answer the parse error as 400 BadRequest.
+fn validate_requirement(key: &str, op: &LabelOp) -> Result<(), ApiError> {
+    let mut errs = Vec::new();
+    let key_msgs = crate::validation::qualified_name_messages(key);
+    if !key_msgs.is_empty() {
+        errs.push(format!(
+            "key: Invalid value: {key:?}: {}",
+            key_msgs.join("; ")
+        ));
+    }
+    let mut values: Vec<&String> = match op {
+        LabelOp::Eq(v) | LabelOp::NotEq(v) => vec![v],
+        LabelOp::In(vs) | LabelOp::NotIn(vs) => vs.iter().collect(),
+        LabelOp::Exists | LabelOp::NotExists => Vec::new(),
+    };
+    values.sort();
+    values.dedup();
+    for (i, v) in values.iter().enumerate() {
+        let msgs = crate::validation::label_value_messages(v);
+        if !msgs.is_empty() {
+            errs.push(format!(
+                "values[{i}][{key}]: Invalid value: {v:?}: {}",
+                msgs.join("; ")
+            ));
+        }
+    }
+    match errs.len() {
+        0 => Ok(()),
+        1 => Err(ApiError::bad_request(format!(
+            "unable to parse requirement: {}",
+            errs[0]
+        ))),
+        _ => Err(ApiError::bad_request(format!(
+            "unable to parse requirement: [{}]",
+            errs.join(", ")
+        ))),
+    }
+}
+
 impl LabelSelector {
     pub fn parse(s: &str) -> Result<Self, ApiError> {
         let mut reqs = Vec::new();
@@ -91,6 +132,7 @@ impl LabelSelector {
                     req.0
                 )));
             }
+            validate_requirement(&req.0, &req.1)?;
             reqs.push(req);
         }
         Ok(LabelSelector { reqs })

@@ -99,12 +99,42 @@ impl std::error::Error for ApiError {}
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+/// `metav1.StatusDetails`: its `name`, `group` and `kind` are `omitempty`, so the core
+/// group and an empty name are left out.
+fn details_of(group: &str, kind: &str, name: &str) -> Value {
+    let mut d = serde_json::Map::new();
+    for (k, v) in [("name", name), ("group", group), ("kind", kind)] {
+        if !v.is_empty() {
+            d.insert(k.into(), json!(v));
+        }
+    }
+    Value::Object(d)
+}
+
+/// Details naming the resource (`configmaps`: NotFound, AlreadyExists, Conflict,
+/// Forbidden) or the Kind (`ConfigMap`: Invalid, failed delete preconditions).
 fn details(kind: &ResourceKind, name: &str, use_kind: bool) -> Value {
-    json!({
-        "name": name,
-        "group": kind.group,
-        "kind": if use_kind { kind.kind } else { kind.plural },
-    })
+    details_of(
+        kind.group,
+        if use_kind { kind.kind } else { kind.plural },
+        name,
+    )
+}
+
+/// Joins causes into the Status message as `errs.ToAggregate()` prints them.
+fn aggregate(causes: &[Cause]) -> String {
+    if causes.len() == 1 {
+        causes[0].summary()
+    } else {
+        format!(
+            "[{}]",
+            causes
+                .iter()
+                .map(Cause::summary)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
 }
 
 impl ApiError {
@@ -128,10 +158,23 @@ impl ApiError {
         }
     }
 
+    /// 404 on a group and resource given as strings (e.g. `deployments/scale` in `apps`).
+    pub fn not_found_resource(group: &str, resource: &str, name: &str) -> Self {
+        let qualified = if group.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}.{group}")
+        };
+        ApiError {
+            details: Some(details_of(group, resource, name)),
+            ..Self::new(404, "NotFound", format!("{qualified} {name:?} not found"))
+        }
+    }
+
     /// 404 for a namespace that does not exist.
     pub fn namespace_not_found(ns: &str) -> Self {
         ApiError {
-            details: Some(json!({"name": ns, "kind": "namespaces"})),
+            details: Some(details_of("", "namespaces", ns)),
             ..Self::new(404, "NotFound", format!("namespaces {ns:?} not found"))
         }
     }
@@ -184,26 +227,64 @@ impl ApiError {
 
     /// 422 Invalid with one cause per offending field.
     pub fn invalid(kind: &ResourceKind, name: &str, causes: Vec<Cause>) -> Self {
-        let summary = if causes.len() == 1 {
-            causes[0].summary()
+        Self::invalid_kind(kind.group, kind.kind, name, causes)
+    }
+
+    /// 422 Invalid for any group and Kind (`errors.NewInvalid`): e.g. `Scale` in
+    /// `autoscaling`, or `CreateOptions` in `meta.k8s.io` for bad query options.
+    pub fn invalid_kind(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
+        let qualified = if group.is_empty() {
+            kind.to_string()
         } else {
-            format!(
-                "[{}]",
-                causes
-                    .iter()
-                    .map(Cause::summary)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+            format!("{kind}.{group}")
         };
-        let mut d = details(kind, name, true);
+        let mut d = details_of(group, kind, name);
         d["causes"] = Value::Array(causes.iter().map(Cause::to_json).collect());
         ApiError {
             details: Some(d),
             ..Self::new(
                 422,
                 "Invalid",
-                format!("{} {name:?} is invalid: {summary}", kind.qualified_kind()),
+                format!("{qualified} {name:?} is invalid: {}", aggregate(&causes)),
+            )
+        }
+    }
+
+    /// A request option that fails validation (`metav1.CreateOptions`, `UpdateOptions`,
+    /// `PatchOptions`, `DeleteOptions`): handlers answer `errors.NewInvalid` on the
+    /// options kind in group `meta.k8s.io`, with the option as the field.
+    pub fn invalid_options(options_kind: &str, causes: Vec<Cause>) -> Self {
+        Self::invalid_kind("meta.k8s.io", options_kind, "", causes)
+    }
+
+    /// A failed delete precondition: `rest.BeforeDelete` answers `errors.NewConflict` with
+    /// the Kind (not the resource) as the qualified resource.
+    pub fn precondition_failed(kind: &ResourceKind, name: &str, detail: &str) -> Self {
+        let qualified = if kind.group.is_empty() {
+            kind.kind.to_string()
+        } else {
+            format!("{}.{}", kind.kind, kind.group)
+        };
+        ApiError {
+            details: Some(details(kind, name, true)),
+            ..Self::new(
+                409,
+                "Conflict",
+                format!("Operation cannot be fulfilled on {qualified} {name:?}: {detail}"),
+            )
+        }
+    }
+
+    /// 422 from a JSON patch that cannot be applied: the handler answers
+    /// `errors.NewGenericServerResponse(422, ...)`, whose message is the generic one and
+    /// whose details are empty.
+    pub fn patch_not_applicable() -> Self {
+        ApiError {
+            details: Some(json!({})),
+            ..Self::new(
+                422,
+                "Invalid",
+                "the server rejected our request due to an error in our request",
             )
         }
     }
@@ -235,10 +316,10 @@ impl ApiError {
                 lines.join("\n")
             )
         };
-        let mut d = details(kind, name, false);
-        d["causes"] = Value::Array(causes);
+        // errors.NewApplyConflict: the details carry only the causes.
+        let _ = (kind, name);
         ApiError {
-            details: Some(d),
+            details: Some(json!({"causes": causes})),
             ..Self::new(409, "Conflict", message)
         }
     }
@@ -258,14 +339,26 @@ impl ApiError {
         }
     }
 
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    /// `negotiation.NewUnsupportedMediaTypeError`: the media types the endpoint accepts, no details.
+    pub fn unsupported_media_type(accepted: &[&str]) -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                accepted.join(", ")
             ),
         )
+    }
+
+    /// A PATCH whose Content-Type the route does not consume: go-restful refuses it
+    /// before the handler runs ("415: Unsupported Media Type"), and the apiserver's
+    /// `serviceErrorHandler` wraps that in `NewGenericServerResponse` (empty details).
+    pub fn route_unsupported_media_type() -> Self {
+        ApiError {
+            details: Some(json!({})),
+            ..Self::new(415, "UnsupportedMediaType", "415: Unsupported Media Type")
+        }
     }
 
     pub fn expired(message: impl Into<String>) -> Self {
@@ -340,11 +433,15 @@ impl IntoResponse for ApiError {
 
 /// The success Status returned by some deletes.
 pub fn success_status(kind: &ResourceKind, name: &str, uid: &str) -> Value {
+    let mut d = details(kind, name, false);
+    if !uid.is_empty() {
+        d["uid"] = json!(uid);
+    }
     json!({
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Success",
-        "details": {"name": name, "group": kind.group, "kind": kind.plural, "uid": uid},
+        "details": d,
     })
 }

@@ -56,37 +56,65 @@ pub(crate) fn scale(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> ApiResult<Response> {
-    let current = ops::get(store, kind, ns, name)?;
-    let mut scale_obj = to_scale(&current);
-    match method {
-        Method::GET => return Ok(json_response(StatusCode::OK, &scale_obj, &[])),
-        Method::PUT => scale_obj = parse_body(body)?,
-        Method::PATCH => {
-            let ct = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let pt = PatchType::from_content_type(ct)
-                .filter(|p| *p != PatchType::Apply)
-                .ok_or_else(|| ApiError::unsupported_media_type(ct))?;
-            // Scale is a built-in type: strategic merge behaves like a merge patch here.
-            crate::patch::apply_patch(
-                kind,
-                if pt == PatchType::Strategic {
-                    PatchType::Merge
-                } else {
-                    pt
-                },
-                &mut scale_obj,
-                body,
-            )?;
-        }
+    if method == Method::GET {
+        let current = ops::get(store, kind, ns, name)?;
+        return Ok(json_response(StatusCode::OK, &to_scale(&current), &[]));
+    }
+    let opts = match method {
+        Method::PUT => write_options(query, headers, "UpdateOptions")?,
+        Method::PATCH => write_options(query, headers, "PatchOptions")?,
         _ => return Err(ApiError::method_not_allowed()),
+    };
+    // scaleUpdatedObjectInfo (pkg/registry/apps/deployment/storage/storage.go): a missing
+    // object is NotFound on `deployments/scale`; an invalid Scale is Invalid on
+    // `Scale.autoscaling`.
+    let current = ops::get(store, kind, ns, name).map_err(|e| {
+        if e.code == 404 {
+            ApiError::not_found_resource(kind.group, &format!("{}/scale", kind.plural), name)
+        } else {
+            e
+        }
+    })?;
+    let mut scale_obj = to_scale(&current);
+    if method == Method::PUT {
+        scale_obj = parse_body(body)?;
+    } else {
+        let ct = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let pt = PatchType::from_content_type(ct)
+            .filter(|p| *p != PatchType::Apply)
+            .ok_or_else(ApiError::route_unsupported_media_type)?;
+        // Scale is a built-in type: strategic merge behaves like a merge patch here.
+        crate::patch::apply_patch(
+            kind,
+            if pt == PatchType::Strategic {
+                PatchType::Merge
+            } else {
+                pt
+            },
+            &mut scale_obj,
+            body,
+        )?;
     }
     let replicas = scale_obj
         .pointer("/spec/replicas")
         .cloned()
         .unwrap_or(json!(0));
+    // ValidateScale (pkg/apis/autoscaling/validation/validation.go).
+    if let Some(r) = replicas.as_i64().filter(|r| *r < 0) {
+        return Err(ApiError::invalid_kind(
+            "autoscaling",
+            "Scale",
+            name,
+            vec![crate::status::Cause::invalid(
+                "spec.replicas",
+                &json!(r),
+                "must be greater than or equal to 0",
+            )],
+        ));
+    }
     let mut patch = json!({"spec": {"replicas": replicas}});
     if let Some(rv) = scale_obj
         .pointer("/metadata/resourceVersion")
@@ -95,7 +123,6 @@ pub(crate) fn scale(
     {
         patch["metadata"] = json!({"resourceVersion": rv});
     }
-    let opts = write_options(query, headers)?;
     let r = ops::patch(
         store,
         kind,
@@ -136,7 +163,7 @@ pub(crate) fn bind_pod(
             vec![crate::status::Cause::required("target.name")],
         ));
     }
-    let opts = write_options(query, headers)?;
+    let opts = write_options(query, headers, "CreateOptions")?;
     ops::bind(store, kind, ns, name, &node, &opts)?;
     Ok(json_response(
         StatusCode::CREATED,

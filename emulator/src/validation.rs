@@ -8,84 +8,121 @@ use crate::status::Cause;
 
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
-const DNS1035_LABEL_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
 const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
 const NAME_PART_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
 const PORT_RANGE_MSG: &str = "must be between 1 and 65535, inclusive";
 
-pub fn is_dns1123_label(s: &str) -> bool {
+/// The DNS-1123 label regex `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, without the length limit.
+fn matches_dns1123_label(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= 63
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
 
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
-}
-
-pub fn is_dns1035_label(s: &str) -> bool {
-    is_dns1123_label(s) && s.as_bytes()[0].is_ascii_lowercase()
+pub fn is_dns1123_label(s: &str) -> bool {
+    s.len() <= 63 && matches_dns1123_label(s)
 }
 
 fn is_name_part(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
         && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
-/// Validates `metadata.name` for the kind; returns the message of the failed rule.
-pub fn name_error(rule: NameRule, name: &str) -> Option<String> {
-    let (ok, msg) = match rule {
-        NameRule::Subdomain => (is_dns1123_subdomain(name), DNS1123_SUBDOMAIN_MSG),
-        NameRule::Label1123 => (is_dns1123_label(name), DNS1123_LABEL_MSG),
-        NameRule::Label1035 => (is_dns1035_label(name), DNS1035_LABEL_MSG),
-        NameRule::PathSegment => (
-            !name.contains('/') && !name.contains('%') && name != "." && name != "..",
-            "may not contain '/'",
+/// The messages of apimachinery's `IsDNS1123Subdomain` / `IsDNS1123Label`
+/// (`pkg/util/validation/validation.go`): the length message, then the regex message.
+fn dns_messages(rule: NameRule, name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let (max, ok, msg) = match rule {
+        NameRule::Subdomain => (
+            253,
+            name.split('.').all(matches_dns1123_label),
+            DNS1123_SUBDOMAIN_MSG,
         ),
+        NameRule::Label1123 => (63, matches_dns1123_label(name), DNS1123_LABEL_MSG),
+        NameRule::PathSegment => {
+            // path.ValidatePathSegmentName
+            if name == "." || name == ".." {
+                return vec![format!("may not be '{name}'")];
+            }
+            for bad in ["/", "%"] {
+                if name.contains(bad) {
+                    out.push(format!("may not contain '{bad}'"));
+                }
+            }
+            return out;
+        }
     };
-    if ok {
-        return None;
+    if name.len() > max {
+        out.push(format!("must be no more than {max} characters"));
     }
-    if matches!(rule, NameRule::Label1123 | NameRule::Label1035) && name.len() > 63 {
-        return Some("must be no more than 63 characters".into());
+    if !ok {
+        out.push(msg.into());
     }
-    Some(msg.into())
+    out
+}
+
+/// Validates `metadata.name` for the kind; returns the messages of the failed rules.
+pub fn name_errors(rule: NameRule, name: &str) -> Vec<String> {
+    dns_messages(rule, name)
+}
+
+/// apimachinery `IsQualifiedName` (label and annotation keys), its messages in order.
+pub fn qualified_name_messages(key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let parts: Vec<&str> = key.split('/').collect();
+    let name = match parts.as_slice() {
+        [n] => *n,
+        [prefix, n] => {
+            if prefix.is_empty() {
+                out.push("prefix part must be non-empty".to_string());
+            } else {
+                out.extend(
+                    dns_messages(NameRule::Subdomain, prefix)
+                        .into_iter()
+                        .map(|m| format!("prefix part {m}")),
+                );
+            }
+            n
+        }
+        _ => {
+            return vec![format!(
+                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                NAME_PART_MSG.replacen("name part ", "", 1)
+            )];
+        }
+    };
+    if name.is_empty() {
+        out.push("name part must be non-empty".into());
+    } else if name.len() > 63 {
+        out.push("name part must be no more than 63 characters".into());
+    }
+    if !is_name_part(name) {
+        out.push(NAME_PART_MSG.into());
+    }
+    out
+}
+
+/// apimachinery `IsValidLabelValue`, its messages in order.
+pub fn label_value_messages(v: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if v.len() > 63 {
+        out.push("must be no more than 63 characters".into());
+    }
+    if !v.is_empty() && !is_name_part(v) {
+        out.push(LABEL_VALUE_MSG.into());
+    }
+    out
 }
 
 fn qualified_name_errors(key: &str, field: &str, out: &mut Vec<Cause>) {
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    if let Some(p) = prefix
-        && !is_dns1123_subdomain(p)
-    {
-        out.push(Cause::invalid(
-            field,
-            &Value::String(key.into()),
-            &format!("prefix part {DNS1123_SUBDOMAIN_MSG}"),
-        ));
-    }
-    if name.len() > 63 {
-        out.push(Cause::invalid(
-            field,
-            &Value::String(key.into()),
-            "name part must be no more than 63 characters",
-        ));
-    } else if !is_name_part(name) {
-        out.push(Cause::invalid(
-            field,
-            &Value::String(key.into()),
-            NAME_PART_MSG,
-        ));
+    for m in qualified_name_messages(key) {
+        out.push(Cause::invalid(field, &Value::String(key.into()), &m));
     }
 }
 
@@ -96,16 +133,47 @@ pub fn validate_labels(labels: Option<&Value>, path: &str, out: &mut Vec<Cause>)
     };
     for (k, v) in m {
         qualified_name_errors(k, path, out);
-        let s = v.as_str().unwrap_or("");
-        if s.len() > 63 {
-            out.push(Cause::invalid(
-                path,
-                v,
-                "must be no more than 63 characters",
-            ));
-        } else if !s.is_empty() && !is_name_part(s) {
-            out.push(Cause::invalid(path, v, LABEL_VALUE_MSG));
+        for msg in label_value_messages(v.as_str().unwrap_or("")) {
+            out.push(Cause::invalid(path, v, &msg));
         }
+    }
+}
+
+/// `ValidateLabelSelector` (apimachinery `pkg/apis/meta/v1/validation`): matchLabels at
+/// `<path>.matchLabels`, each expression's operator, values and key.
+fn label_selector(sel: &Value, path: &str, out: &mut Vec<Cause>) {
+    validate_labels(sel.get("matchLabels"), &format!("{path}.matchLabels"), out);
+    for (i, e) in sel
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let ep = format!("{path}.matchExpressions[{i}]");
+        let values = e
+            .get("values")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        match e.get("operator").and_then(Value::as_str).unwrap_or("") {
+            "In" | "NotIn" if values == 0 => out.push(Cause::new(
+                "FieldValueRequired",
+                format!("{ep}.values"),
+                "Required value: must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if values > 0 => out.push(Cause::forbidden(
+                format!("{ep}.values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => out.push(Cause::invalid(
+                format!("{ep}.operator"),
+                &Value::String(other.into()),
+                "not a valid selector operator",
+            )),
+        }
+        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
+        qualified_name_errors(key, &format!("{ep}.key"), out);
     }
 }
 
@@ -159,13 +227,19 @@ pub fn validate(kind: &ResourceKind, obj: &Value, old: Option<&Value>) -> Vec<Ca
         .and_then(Value::as_str)
         .unwrap_or("");
     if name.is_empty() {
-        out.push(Cause::required("metadata.name"));
-    } else if let Some(msg) = name_error(kind.name_rule, name) {
-        out.push(Cause::invalid(
+        out.push(Cause::new(
+            "FieldValueRequired",
             "metadata.name",
-            &Value::String(name.into()),
-            &msg,
+            "Required value: name or generateName is required",
         ));
+    } else {
+        for msg in name_errors(kind.name_rule, name) {
+            out.push(Cause::invalid(
+                "metadata.name",
+                &Value::String(name.into()),
+                &msg,
+            ));
+        }
     }
     validate_labels(obj.pointer("/metadata/labels"), "metadata.labels", &mut out);
     owner_references(obj.pointer("/metadata/ownerReferences"), &mut out);
@@ -355,6 +429,15 @@ fn expand<'a>(root: &'a Value, pattern: &str) -> Vec<(String, &'a Value)> {
     current
 }
 
+/// Go's `%#v` of a `[]string`.
+fn go_string_slice(items: &[&Value]) -> String {
+    let parts: Vec<String> = items
+        .iter()
+        .map(|v| format!("{:?}", v.as_str().unwrap_or("")))
+        .collect();
+    format!("[]string{{{}}}", parts.join(", "))
+}
+
 /// Go's `%#v` of a string map, as printed in selector-mismatch messages.
 fn go_map(v: Option<&Value>) -> String {
     let entries: Vec<String> = v
@@ -372,130 +455,247 @@ fn go_map(v: Option<&Value>) -> String {
     }
 }
 
-fn workload(kind: &ResourceKind, obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
-    let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
-    if let Some(r) = int(spec.get("replicas"))
-        && r < 0
-    {
+/// Go's `%v` of a `*metav1.LabelSelector` (its generated `String()`).
+fn selector_repr(sel: &Value) -> String {
+    let labels: Vec<String> = sel
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}: {},", v.as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    let exprs = sel
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    format!(
+        "&LabelSelector{{MatchLabels:map[string]string{{{}}},MatchExpressions:[]LabelSelectorRequirement{{{}}},}}",
+        labels.join(""),
+        if exprs == 0 { "" } else { "..." }
+    )
+}
+
+fn nonnegative(spec: &Value, f: &str, out: &mut Vec<Cause>) {
+    if let Some(n) = int(spec.get(f)).filter(|n| *n < 0) {
         out.push(Cause::invalid(
-            "spec.replicas",
-            &Value::from(r),
+            format!("spec.{f}"),
+            &Value::from(n),
             "must be greater than or equal to 0",
         ));
     }
-    for f in ["revisionHistoryLimit", "minReadySeconds"] {
-        if let Some(n) = int(spec.get(f)).filter(|n| *n < 0) {
-            out.push(Cause::invalid(
-                format!("spec.{f}"),
-                &Value::from(n),
-                "must be greater than or equal to 0",
-            ));
+}
+
+/// Deployments and ReplicaSets, in the order of `ValidateDeploymentSpec` and
+/// `ValidateReplicaSetSpec` (pkg/apis/apps/validation/validation.go), then the selector
+/// immutability of the registry strategies' ValidateUpdate.
+fn workload(kind: &ResourceKind, obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
+    let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
+    nonnegative(&spec, "replicas", out);
+    if kind.kind == "ReplicaSet" {
+        nonnegative(&spec, "minReadySeconds", out);
+    }
+    let selector = spec.get("selector").filter(|s| !s.is_null());
+    match selector {
+        None => out.push(Cause::required("spec.selector")),
+        Some(sel) => {
+            label_selector(sel, "spec.selector", out);
+            if LabelSelector::from_object(sel).is_empty() {
+                out.push(Cause::new(
+                    "FieldValueInvalid",
+                    "spec.selector",
+                    format!(
+                        "Invalid value: {}: empty selector is invalid for {}",
+                        selector_repr(sel),
+                        kind.singular
+                    ),
+                ));
+            }
         }
     }
-    if kind.kind == "Deployment" {
-        deployment_strategy(&spec, out);
-    }
-    let selector = spec.get("selector");
-    match selector {
-        None | Some(Value::Null) => out.push(Cause::required("spec.selector")),
+    // ValidatePodTemplateSpecForReplicaSet: a missing selector is labels.Nothing(), which
+    // matches no labels; an empty one is labels.Everything(), which is not checked.
+    let labels = spec.pointer("/template/metadata/labels");
+    let matches = match selector {
+        None => false,
         Some(sel) => {
             let parsed = LabelSelector::from_object(sel);
-            if parsed.is_empty() {
-                out.push(Cause::invalid(
-                    "spec.selector",
-                    sel,
-                    &format!("empty selector is invalid for {}", kind.singular),
-                ));
-            } else {
-                let labels = spec.pointer("/template/metadata/labels");
-                if !parsed.matches_labels(labels) {
-                    out.push(Cause::new(
-                        "FieldValueInvalid",
-                        "spec.template.metadata.labels",
-                        format!(
-                            "Invalid value: {}: `selector` does not match template `labels`",
-                            go_map(labels)
-                        ),
-                    ));
-                }
-            }
-            if let Some(old_sel) = old.and_then(|o| o.pointer("/spec/selector"))
-                && old_sel != sel
-            {
-                out.push(Cause::invalid("spec.selector", sel, "field is immutable"));
-            }
+            parsed.is_empty() || parsed.matches_labels(labels)
         }
+    };
+    if !matches {
+        out.push(Cause::new(
+            "FieldValueInvalid",
+            "spec.template.metadata.labels",
+            format!(
+                "Invalid value: {}: `selector` does not match template `labels`",
+                go_map(labels)
+            ),
+        ));
     }
-    validate_labels(
-        spec.pointer("/template/metadata/labels"),
-        "spec.template.metadata.labels",
-        out,
-    );
+    validate_labels(labels, "spec.template.metadata.labels", out);
     match spec.pointer("/template/spec") {
         Some(ps) => {
             pod_spec(ps, "spec.template.spec", out);
-            if let Some(rp) = ps.get("restartPolicy").and_then(Value::as_str)
-                && rp != "Always"
-            {
+            let rp = ps
+                .get("restartPolicy")
+                .and_then(Value::as_str)
+                .unwrap_or("Always");
+            if rp != "Always" {
                 out.push(Cause::not_supported(
                     "spec.template.spec.restartPolicy",
                     &Value::String(rp.into()),
                     &["Always"],
                 ));
             }
+            if ps
+                .get("activeDeadlineSeconds")
+                .is_some_and(|v| !v.is_null())
+            {
+                out.push(Cause::forbidden(
+                    "spec.template.spec.activeDeadlineSeconds",
+                    &format!("activeDeadlineSeconds in {} is not Supported", kind.kind),
+                ));
+            }
         }
         None => out.push(Cause::required("spec.template.spec.containers")),
     }
-}
-
-/// An int-or-percent is zero when it is 0 or "0%".
-fn is_zero_int_or_percent(v: Option<&Value>) -> bool {
-    match v {
-        Some(Value::Number(n)) => n.as_i64() == Some(0),
-        Some(Value::String(s)) => s.trim_end_matches('%').parse::<i64>() == Ok(0),
-        _ => false,
+    if kind.kind == "Deployment" {
+        deployment_strategy(&spec, out);
+        nonnegative(&spec, "minReadySeconds", out);
+        nonnegative(&spec, "revisionHistoryLimit", out);
+        if let Some(pd) = int(spec.get("progressDeadlineSeconds")) {
+            nonnegative(&spec, "progressDeadlineSeconds", out);
+            if pd <= int(spec.get("minReadySeconds")).unwrap_or(0) {
+                out.push(Cause::invalid(
+                    "spec.progressDeadlineSeconds",
+                    &Value::from(pd),
+                    "must be greater than minReadySeconds",
+                ));
+            }
+        }
+    }
+    if let (Some(sel), Some(old_sel)) = (selector, old.and_then(|o| o.pointer("/spec/selector")))
+        && old_sel != sel
+    {
+        out.push(Cause::new(
+            "FieldValueInvalid",
+            "spec.selector",
+            format!("Invalid value: {}: field is immutable", selector_repr(sel)),
+        ));
     }
 }
 
+/// An int-or-percent as `intstr.IntOrString.String()` prints it.
+fn int_or_string_repr(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The integer an int-or-percent stands for in the zero check (`getIntOrPercentValue`).
+fn int_or_percent_value(v: Option<&Value>) -> i64 {
+    match v {
+        Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
+        Some(Value::String(s)) => s
+            .strip_suffix('%')
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// `ValidatePositiveIntOrPercent`.
+fn positive_int_or_percent(v: Option<&Value>, path: &str, out: &mut Vec<Cause>) {
+    match v {
+        Some(Value::String(s)) => {
+            let digits = s.strip_suffix('%').unwrap_or("");
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                out.push(Cause::new(
+                    "FieldValueInvalid",
+                    path,
+                    format!("Invalid value: {s}: a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')"),
+                ));
+            }
+        }
+        Some(Value::Number(n)) if n.as_i64().unwrap_or(0) < 0 => out.push(Cause::new(
+            "FieldValueInvalid",
+            path,
+            format!("Invalid value: {n}: must be greater than or equal to 0"),
+        )),
+        _ => {}
+    }
+}
+
+/// `ValidateDeploymentStrategy`.
 fn deployment_strategy(spec: &Value, out: &mut Vec<Cause>) {
     let ty = spec
         .pointer("/strategy/type")
         .and_then(Value::as_str)
         .unwrap_or("RollingUpdate");
-    if !["Recreate", "RollingUpdate"].contains(&ty) {
-        out.push(Cause::not_supported(
-            "spec.strategy.type",
-            &Value::String(ty.into()),
-            &["Recreate", "RollingUpdate"],
-        ));
-    }
-    let ru = spec.pointer("/strategy/rollingUpdate");
-    if ty == "Recreate" && ru.is_some() {
-        out.push(Cause::forbidden(
-            "spec.strategy.rollingUpdate",
-            "may not be specified when strategy `type` is 'Recreate'",
-        ));
-    }
-    if let Some(ru) = ru
-        && is_zero_int_or_percent(ru.get("maxUnavailable"))
-        && is_zero_int_or_percent(ru.get("maxSurge"))
-    {
-        out.push(Cause::invalid(
-            "spec.strategy.rollingUpdate.maxUnavailable",
-            ru.get("maxUnavailable").unwrap_or(&Value::Null),
-            "may not be 0 when `maxSurge` is 0",
-        ));
-    }
-    if let (Some(pd), Some(mr)) = (
-        int(spec.get("progressDeadlineSeconds")),
-        int(spec.get("minReadySeconds")),
-    ) && pd <= mr
-    {
-        out.push(Cause::invalid(
-            "spec.progressDeadlineSeconds",
-            &Value::from(pd),
-            "must be greater than minReadySeconds",
-        ));
+    let ru = spec
+        .pointer("/strategy/rollingUpdate")
+        .filter(|v| !v.is_null());
+    match ty {
+        "Recreate" => {
+            if ru.is_some() {
+                out.push(Cause::forbidden(
+                    "spec.strategy.rollingUpdate",
+                    "may not be specified when strategy `type` is 'Recreate'",
+                ));
+            }
+        }
+        "RollingUpdate" => {
+            let Some(ru) = ru else {
+                out.push(Cause::new(
+                    "FieldValueRequired",
+                    "spec.strategy.rollingUpdate",
+                    "Required value: this should be defaulted and never be nil",
+                ));
+                return;
+            };
+            let mu = ru.get("maxUnavailable");
+            positive_int_or_percent(mu, "spec.strategy.rollingUpdate.maxUnavailable", out);
+            positive_int_or_percent(
+                ru.get("maxSurge"),
+                "spec.strategy.rollingUpdate.maxSurge",
+                out,
+            );
+            let mu_repr = mu.map_or_else(|| "0".to_string(), int_or_string_repr);
+            if int_or_percent_value(mu) == 0 && int_or_percent_value(ru.get("maxSurge")) == 0 {
+                out.push(Cause::new(
+                    "FieldValueInvalid",
+                    "spec.strategy.rollingUpdate.maxUnavailable",
+                    format!("Invalid value: {mu_repr}: may not be 0 when `maxSurge` is 0"),
+                ));
+            }
+            if matches!(mu, Some(Value::String(s)) if s.ends_with('%'))
+                && int_or_percent_value(mu) > 100
+            {
+                out.push(Cause::new(
+                    "FieldValueInvalid",
+                    "spec.strategy.rollingUpdate.maxUnavailable",
+                    format!("Invalid value: {mu_repr}: must not be greater than 100%"),
+                ));
+            }
+        }
+        other => {
+            // NotSupported on the whole strategy, printed with Go's %#v of the internal type.
+            let ru_repr = if ru.is_some() {
+                "(*apps.RollingUpdateDeployment)(...)"
+            } else {
+                "(*apps.RollingUpdateDeployment)(nil)"
+            };
+            out.push(Cause::new(
+                "FieldValueNotSupported",
+                "spec.strategy",
+                format!(
+                    "Unsupported value: apps.DeploymentStrategy{{Type:{other:?}, RollingUpdate:{ru_repr}}}: supported values: \"Recreate\", \"RollingUpdate\""
+                ),
+            ));
+        }
     }
 }
 
@@ -974,6 +1174,57 @@ fn service(obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
         }
         protocol(p, &pp, out);
     }
+    // validateServiceClusterIPsRelatedFields (pkg/apis/core/validation/validation.go):
+    // clusterIP and clusterIPs[0] agree, and every clusterIPs entry is an IP ("None"
+    // only alone and first).
+    if ty != "ExternalName" {
+        let ips: Vec<&Value> = spec
+            .get("clusterIPs")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().collect())
+            .unwrap_or_default();
+        if let Some(ip) = spec
+            .get("clusterIP")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            if ips.is_empty() {
+                out.push(Cause::required("spec.clusterIPs"));
+            } else if ips[0].as_str() != Some(ip) {
+                out.push(Cause::new(
+                    "FieldValueInvalid",
+                    "spec.clusterIPs",
+                    format!(
+                        "Invalid value: {}: first value must match `clusterIP`",
+                        go_string_slice(&ips)
+                    ),
+                ));
+            }
+        }
+        for (i, ip) in ips.iter().enumerate() {
+            let ip = ip.as_str().unwrap_or("");
+            if i == 0 && ip == "None" {
+                if ips.len() > 1 {
+                    out.push(Cause::new(
+                        "FieldValueInvalid",
+                        "spec.clusterIPs",
+                        format!(
+                            "Invalid value: {}: 'None' must be the first and only value",
+                            go_string_slice(&ips)
+                        ),
+                    ));
+                }
+                continue;
+            }
+            if ip.parse::<std::net::IpAddr>().is_err() {
+                out.push(Cause::invalid(
+                    format!("spec.clusterIPs[{i}]"),
+                    &Value::String(ip.into()),
+                    "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                ));
+            }
+        }
+    }
     if let (Some(new_ip), Some(old_ip)) = (
         spec.get("clusterIP").and_then(Value::as_str),
         old.and_then(|o| o.pointer("/spec/clusterIP"))
@@ -1046,10 +1297,15 @@ mod tests {
 
     #[test]
     fn dns_names() {
-        assert!(is_dns1123_subdomain("a.b-c"));
-        assert!(!is_dns1123_subdomain("A"));
-        assert!(is_dns1035_label("svc-1"));
-        assert!(!is_dns1035_label("1svc"));
+        // IsDNS1123Subdomain: 253 characters in all, parts of any length.
+        assert!(name_errors(NameRule::Subdomain, "a.b-c").is_empty());
+        assert!(name_errors(NameRule::Subdomain, &"a".repeat(253)).is_empty());
+        assert_eq!(
+            name_errors(NameRule::Subdomain, &"a".repeat(254)),
+            ["must be no more than 253 characters"]
+        );
+        assert!(!name_errors(NameRule::Subdomain, "A").is_empty());
+        assert!(name_errors(NameRule::Label1123, "1svc").is_empty());
         assert!(port_name_error("http").is_none());
         assert!(port_name_error("8080").is_some());
     }

@@ -169,6 +169,9 @@ pub(crate) async fn watch_response(
         Resume(Vec<Arc<Change>>),
         Expired(u64),
     }
+    // The version the watch starts from: events (bookmarks included) are only sent when
+    // newer than it (cache_watcher.go `processInterval`).
+    let from_rv: Option<u64> = rv_param.parse().ok().filter(|rv| *rv > 0 && !send_initial);
     let (start, mut rx, start_rv) = {
         let mut st = store.lock();
         let rx = st.subscribe_kind(kind);
@@ -255,7 +258,15 @@ pub(crate) async fn watch_response(
                 }
             }
         }
-        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let floor = from_rv.unwrap_or(start_rv);
+        let now = tokio::time::Instant::now();
+        let deadline = timeout.map(|t| now + t);
+        // cache_watcher.go `nextBookmarkTime`: besides the periodic bookmark, one is sent
+        // 2 s before the watch's deadline, and none after that; if that moment has already
+        // passed when the watch starts, no bookmark is sent at all.
+        let pretimeout = deadline.and_then(|d| d.checked_sub(Duration::from_secs(2)));
+        let bookmarks = bookmarks && pretimeout.is_none_or(|p| p > now);
+        let mut pretimeout_due = pretimeout.filter(|_| bookmarks);
         let mut ticker = tokio::time::interval(interval);
         ticker.tick().await;
         loop {
@@ -265,22 +276,21 @@ pub(crate) async fn watch_response(
                     None => futures::future::pending().await,
                 }
             };
-            tokio::select! {
+            let pretimeout_sleep = async {
+                match pretimeout_due {
+                    Some(p) => tokio::time::sleep_until(p).await,
+                    None => futures::future::pending().await,
+                }
+            };
+            let bookmark_now = tokio::select! {
                 _ = sleep_until => return,
                 // The only change ever sent is "closing".
                 _ = closing.changed() => return,
-                _ = ticker.tick(), if bookmarks => {
-                    // The watch's ring carries only its kind: when nothing is pending in
-                    // it, every change up to the store's current version has been seen
-                    // (changes are sent under the lock that hands out versions).
-                    let current = store_for_bookmarks.lock().current_rv();
-                    if rx.is_empty() {
-                        last_rv = last_rv.max(current);
-                    }
-                    if tx.send(Ok(event_line("BOOKMARK", &bookmark(served.kind, last_rv, false)))).await.is_err() {
-                        return;
-                    }
+                _ = pretimeout_sleep => {
+                    pretimeout_due = None;
+                    true
                 }
+                _ = ticker.tick(), if bookmarks && pretimeout.is_none_or(|p| tokio::time::Instant::now() < p) => true,
                 msg = rx.recv() => match msg {
                     Ok(c) => {
                         if c.rv <= start_rv {
@@ -291,11 +301,33 @@ pub(crate) async fn watch_response(
                             && tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err() {
                                 return;
                             }
+                        false
                     }
                     // Too slow a reader: end the watch; the client resumes from its last resourceVersion.
                     Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return,
                 },
                 _ = tx.closed() => return,
+            };
+            if bookmark_now {
+                // The watch's ring carries only its kind: when nothing is pending in it,
+                // every change up to the store's current version has been seen (changes
+                // are sent under the lock that hands out versions).
+                let current = store_for_bookmarks.lock().current_rv();
+                if rx.is_empty() {
+                    last_rv = last_rv.max(current);
+                }
+                // Only a bookmark newer than the version the watch started from is sent.
+                if last_rv > floor
+                    && tx
+                        .send(Ok(event_line(
+                            "BOOKMARK",
+                            &bookmark(served.kind, last_rv, false),
+                        )))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
             }
         }
     });

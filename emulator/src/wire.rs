@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use crate::ops::{FieldValidation, WriteOptions};
-use crate::status::{ApiError, ApiResult};
+use crate::status::{ApiError, ApiResult, Cause};
 
 pub(crate) fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Response {
     let mut resp = (
@@ -30,9 +30,14 @@ pub(crate) fn json_response(code: StatusCode, body: &Value, warnings: &[String])
     resp
 }
 
+/// The options of a write from its query, validated like `ValidateCreateOptions`,
+/// `ValidateUpdateOptions` and `ValidatePatchOptions` (apimachinery
+/// `pkg/apis/meta/v1/validation/validation.go`): a bad value is a 422 Invalid on
+/// `options_kind` (`CreateOptions`, `UpdateOptions`, `PatchOptions`) in `meta.k8s.io`.
 pub(crate) fn write_options(
     query: &HashMap<String, String>,
     headers: &HeaderMap,
+    options_kind: &str,
 ) -> ApiResult<WriteOptions> {
     let ua = headers
         .get(header::USER_AGENT)
@@ -40,37 +45,32 @@ pub(crate) fn write_options(
         .unwrap_or("unknown");
     // The real server derives the default manager from the User-Agent up to the first '/'.
     let default_manager = ua.split('/').next().unwrap_or("unknown").to_string();
-    let dry_run = match query.get("dryRun").map(String::as_str) {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "Invalid dryRun value: {other:?}; supported values: \"All\""
-            )));
-        }
-    };
+    let mut causes = Vec::new();
+    if let Some(m) = query.get("fieldManager") {
+        causes.extend(field_manager_errors(m, "fieldManager"));
+    }
+    let dry_run = dry_run(query, &mut causes);
     let field_validation = match query.get("fieldValidation").map(String::as_str) {
         None | Some("") | Some("Warn") => FieldValidation::Warn,
         Some("Strict") => FieldValidation::Strict,
         Some("Ignore") => FieldValidation::Ignore,
         Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "fieldValidation: Invalid value: {other:?}: fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\""
-            )));
+            causes.push(Cause::not_supported(
+                "fieldValidation",
+                &Value::String(other.into()),
+                &["", "Ignore", "Strict", "Warn"],
+            ));
+            FieldValidation::Warn
         }
     };
+    if !causes.is_empty() {
+        return Err(ApiError::invalid_options(options_kind, causes));
+    }
     let force = match query.get("force").map(String::as_str) {
         None => None,
         Some("true") | Some("1") => Some(true),
         Some(_) => Some(false),
     };
-    if let Some(m) = query.get("fieldManager")
-        && m.len() > 128
-    {
-        return Err(ApiError::bad_request(
-            "fieldManager: Too long: must have at most 128 bytes",
-        ));
-    }
     Ok(WriteOptions {
         dry_run,
         field_manager: query.get("fieldManager").cloned(),
@@ -78,6 +78,44 @@ pub(crate) fn write_options(
         field_validation,
         force,
     })
+}
+
+/// `ValidateFieldManager`: at most 128 bytes, printable characters only.
+pub(crate) fn field_manager_errors(m: &str, field: &str) -> Vec<Cause> {
+    let mut out = Vec::new();
+    if m.len() > 128 {
+        out.push(Cause::new(
+            "FieldValueTooLong",
+            field,
+            "Too long: may not be more than 128 bytes",
+        ));
+    }
+    for (i, c) in m.char_indices() {
+        if c.is_control() {
+            out.push(Cause::invalid(
+                field,
+                &Value::String(m.into()),
+                &format!("invalid character U+{:04X} (at position {i})", c as u32),
+            ));
+        }
+    }
+    out
+}
+
+/// `ValidateDryRun`: only `All` (the value is a list, printed as Go's `[]string{...}`).
+pub(crate) fn dry_run(query: &HashMap<String, String>, causes: &mut Vec<Cause>) -> bool {
+    match query.get("dryRun").map(String::as_str) {
+        None => false,
+        Some("All") => true,
+        Some(other) => {
+            causes.push(Cause::new(
+                "FieldValueNotSupported",
+                "dryRun",
+                format!("Unsupported value: []string{{{other:?}}}: supported values: \"All\""),
+            ));
+            false
+        }
+    }
 }
 
 pub(crate) fn parse_body(body: &Bytes) -> ApiResult<Value> {

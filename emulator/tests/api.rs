@@ -222,9 +222,11 @@ async fn list_label_selectors_and_paging() {
         ["cm0", "cm1", "cm4"]
     );
     assert_eq!(names(cms.list(&q("tier==db")).await.unwrap()), ["cm2"]);
+    // Every namespace also holds the root CA publisher's kube-root-ca.crt (no labels).
+    const ROOT_CA: &str = "kube-root-ca.crt";
     assert_eq!(
         names(cms.list(&q("tier!=web")).await.unwrap()),
-        ["cm2", "cm3"]
+        ["cm2", "cm3", ROOT_CA]
     );
     assert_eq!(
         names(cms.list(&q("tier in (db,cache)")).await.unwrap()),
@@ -232,9 +234,12 @@ async fn list_label_selectors_and_paging() {
     );
     assert_eq!(
         names(cms.list(&q("tier notin (web)")).await.unwrap()),
-        ["cm2", "cm3"]
+        ["cm2", "cm3", ROOT_CA]
     );
-    assert_eq!(names(cms.list(&q("!team")).await.unwrap()), ["cm3"]);
+    assert_eq!(
+        names(cms.list(&q("!team")).await.unwrap()),
+        ["cm3", ROOT_CA]
+    );
     assert_eq!(
         names(cms.list(&q("team,tier=web")).await.unwrap()),
         ["cm0", "cm1", "cm4"]
@@ -251,7 +256,7 @@ async fn list_label_selectors_and_paging() {
     // Paging with limit/continue.
     let first = cms.list(&ListParams::default().limit(2)).await.unwrap();
     assert_eq!(first.items.len(), 2);
-    assert_eq!(first.metadata.remaining_item_count, Some(3));
+    assert_eq!(first.metadata.remaining_item_count, Some(4));
     let token = first.metadata.continue_.clone().unwrap();
     let second = cms
         .list(&ListParams::default().limit(2).continue_token(&token))
@@ -266,14 +271,15 @@ async fn list_label_selectors_and_paging() {
         .await
         .unwrap();
     assert_eq!(names(second), ["cm2", "cm3"]);
-    assert_eq!(names(third.clone()), ["cm4"]);
+    assert_eq!(names(third.clone()), ["cm4", ROOT_CA]);
     assert!(third.metadata.continue_.is_none());
 
-    // All namespaces.
+    // All namespaces: ours and the kube-root-ca.crt of default, kube-system, kube-public
+    // and kube-node-lease.
     let all: Api<ConfigMap> = Api::all(client.clone());
     assert_eq!(
         all.list(&ListParams::default()).await.unwrap().items.len(),
-        5
+        5 + 4
     );
 }
 
@@ -599,10 +605,11 @@ async fn validation_errors_name_the_field() {
             .any(|c| c.field == "spec.selector" && c.message.contains("field is immutable"))
     );
 
-    // Service names must be DNS-1035 labels; ports in range; port names unique.
+    // Service names must be DNS-1123 labels (a leading digit is fine since the relaxed
+    // Service name validation, see tests/fidelity.rs); ports in range; port names unique.
     let svcs: Api<Service> = Api::default_namespaced(client.clone());
     let err = api_err(
-        svcs.create(&PostParams::default(), &service("1web"))
+        svcs.create(&PostParams::default(), &service("web-"))
             .await
             .unwrap_err(),
     );
@@ -1144,7 +1151,8 @@ async fn namespaces_delete_their_contents() {
             .await
             .unwrap()
             .items
-            .is_empty()
+            .iter()
+            .all(|c| c.metadata.namespace.as_deref() != Some("team"))
     );
 }
 
@@ -1731,15 +1739,18 @@ async fn partial_object_metadata_lists_gets_and_watches() {
     let got = cms.get_metadata("meta").await.unwrap();
     assert_eq!(got.metadata.labels.unwrap()["a"], "b");
     assert_eq!(got.types.unwrap().kind, "PartialObjectMetadata");
+    // With the namespace's kube-root-ca.crt.
     let list = cms.list_metadata(&ListParams::default()).await.unwrap();
-    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items.len(), 2);
     // `Api<PartialObjectMeta<K>>` makes metadata-only requests (Accept: as=PartialObjectMetadata).
     let meta_api: Api<kube::core::PartialObjectMeta<ConfigMap>> =
         Api::default_namespaced(client.clone());
     let mut stream = watcher(meta_api, watcher::Config::default()).boxed();
     loop {
-        if let watcher::Event::InitApply(o) = stream.try_next().await.unwrap().unwrap() {
-            assert_eq!(o.metadata.name.as_deref(), Some("meta"));
+        if let watcher::Event::InitApply(o) = stream.try_next().await.unwrap().unwrap()
+            && o.metadata.name.as_deref() == Some("meta")
+        {
+            assert_eq!(o.metadata.labels.unwrap()["a"], "b");
             break;
         }
     }
@@ -1804,7 +1815,7 @@ async fn tables_and_delete_collection() {
         .into_iter()
         .map(|c| c.metadata.name.unwrap())
         .collect();
-    assert_eq!(left, ["c"]);
+    assert_eq!(left, ["c", "kube-root-ca.crt"]);
 }
 
 #[tokio::test]

@@ -395,6 +395,7 @@ struct Counts {
     replicas: i64,
     updated: i64,
     ready: i64,
+    terminating: i64,
     available: i64,
     unavailable: i64,
 }
@@ -641,6 +642,7 @@ impl<'a> DeploymentSync<'a> {
                 .map(|rs| int(rs, "/status/replicas"))
                 .unwrap_or(0),
             ready: sum("/status/readyReplicas"),
+            terminating: sum("/status/terminatingReplicas"),
             available,
             unavailable: (total_spec - available).max(0),
         }
@@ -821,27 +823,33 @@ impl<'a> DeploymentSync<'a> {
                 status[k] = json!(v);
             }
         }
+        // deployment sync.go calculateStatus: the ReplicaSets' terminatingReplicas summed
+        // (GetTerminatingReplicaCountForReplicaSets), 0 included.
+        status["terminatingReplicas"] = json!(counts.terminating);
         if let Some(c) = d.pointer("/status/collisionCount") {
             status["collisionCount"] = c.clone();
         }
-        // The revision annotation goes through the status update on the real server (whose
-        // status strategy keeps annotations), so it does not bump the generation. It lands
-        // before the status, so a client that sees the new status also sees the revision.
+        // The revision annotation goes through the status update on the real server
+        // (getNewReplicaSet's UpdateStatus; the status strategy keeps annotations), so it
+        // does not bump the generation: one `/status` write carries both.
         let kind = sim.k.deployment;
-        let mut current = None;
+        let mut target = d.clone();
         if let Some(rs) = &self.new_rs {
             let rev = annotation(rs, REVISION).unwrap_or("").to_string();
             if !rev.is_empty() && annotation(d, REVISION) != Some(rev.as_str()) {
-                current = sim.store.write(|st| {
-                    let mut new = (*st.get(kind, ns, name)?).clone();
-                    meta_mut(&mut new)
-                        .entry("annotations")
-                        .or_insert_with(|| json!({}))[REVISION] = json!(rev);
-                    Some((*st.replace(kind, new)).clone())
-                });
+                meta_mut(&mut target)
+                    .entry("annotations")
+                    .or_insert_with(|| json!({}))[REVISION] = json!(rev);
             }
         }
-        write_status(&sim.store, kind, current.as_ref().unwrap_or(d), status, KCM);
+        if target != *d {
+            let mut status = status;
+            super::strip_nulls(&mut status);
+            target["status"] = status;
+            let _ = ops::update(&sim.store, kind, ns, name, "status", target, &manager(KCM));
+        } else {
+            write_status(&sim.store, kind, d, status, KCM);
+        }
     }
 }
 
@@ -1130,7 +1138,20 @@ fn sync_rs(sim: &Sim, rs: &Value, pods: &[&Value]) {
         .iter()
         .filter(|p| pod_available(p, min_ready))
         .count() as i64;
-    let mut status = json!({"replicas": active.len()});
+    // replica_set_utils.go calculateStatus: terminatingReplicas counts the owned pods being
+    // deleted that have not finished (controller.FilterTerminatingPods), set even when 0
+    // (the DeploymentReplicaSetTerminatingReplicas feature, on in 1.36).
+    let terminating = owned
+        .iter()
+        .filter(|p| {
+            deleting(p)
+                && !matches!(
+                    p.pointer("/status/phase").and_then(Value::as_str),
+                    Some("Succeeded" | "Failed")
+                )
+        })
+        .count();
+    let mut status = json!({"replicas": active.len(), "terminatingReplicas": terminating});
     for (k, v) in [
         ("fullyLabeledReplicas", labelled),
         ("readyReplicas", ready),
