@@ -44,6 +44,8 @@ trap 'stop_all; rm -rf "$work"' EXIT
 free_port() { local p=$1; while port_open "$p"; do p=$((p + 1)); done; echo "$p"; }
 peak_kib() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# CPU ticks of every Postgres process (the server is shared; nothing else should be using it).
+postgres_ticks() { cat /proc/[0-9]*/stat 2>/dev/null | awk '$2 == "(postgres)" { t += $14 + $15 } END { printf "%d\n", t }'; }
 # Sum of apiserver_request_total, for reads (get, list, watch) or writes (everything else).
 k8s_requests() { # url reads|writes
   curl -fsS "$1/metrics" | awk -v want="$2" '
@@ -62,7 +64,8 @@ db_fingerprint() { # database url
     || '/' || (select count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) from reconcile_work)
     || '/' || (select coalesce(max(seq), 0) from deployment_change)"
 }
-printf '%8s %9s %14s %14s %15s %10s %10s %10s\n' N seconds "k8s reads/rec" "k8s writes/rec" "reconciles/rec" "api MiB" "worker MiB" "emu MiB" >"$work/table"
+printf '%8s %9s %9s %14s %14s %15s %10s %10s %10s\n' N seconds "POSTs s" "k8s reads/rec" "k8s writes/rec" "reconciles/rec" "api MiB" "worker MiB" "emu MiB" >"$work/table"
+printf '%8s %10s %12s %10s %10s\n' N "api cpu s" "worker cpu s" "emu cpu s" "pg cpu s" >"$work/cpu"
 printf '%8s %12s %12s %10s %12s %10s\n' N "k8s writes" "db changed" "api cpu s" "worker cpu s" "emu cpu s" >"$work/idle"
 
 for n in "${sizes[@]}"; do
@@ -118,8 +121,10 @@ for n in "${sizes[@]}"; do
     echo 'write-out = "%{http_code}\n"'
     echo "data = \"{\\\"name\\\":\\\"d$i\\\",\\\"spec\\\":{\\\"model\\\":{\\\"source\\\":\\\"hf://Qwen/Qwen2.5-0.5B-Instruct\\\"},\\\"engine\\\":{\\\"kind\\\":\\\"sim\\\"},\\\"replicas\\\":1}}\""
   done >"$work/creates.curl"
+  a0=$(cpu_ticks "$api"); k0=$(cpu_ticks "$worker"); e0=$(cpu_ticks "$emu"); p0=$(postgres_ticks)
   started=$(date +%s.%N)
   curl -sS --no-progress-meter --parallel --parallel-max "$CLIENTS" --config "$work/creates.curl" >"$work/codes-$n.txt"
+  posted=$(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
   failed=$(grep -cv '^201$' "$work/codes-$n.txt" || true)
   [ "$failed" -eq 0 ] || { sort "$work/codes-$n.txt" | uniq -c; die "$failed creates failed"; }
   created=$(psql -tA "$db" -c "select count(*) from model_deployment")
@@ -133,11 +138,17 @@ for n in "${sizes[@]}"; do
     sleep 0.1
   done
   seconds=$(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+  a1=$(cpu_ticks "$api"); k1=$(cpu_ticks "$worker"); e1=$(cpu_ticks "$emu"); p1=$(postgres_ticks)
+  hz=$(getconf CLK_TCK)
+  printf '%8d %10.1f %12.1f %10.1f %10.1f\n' "$n" "$(awk -v t=$((a1 - a0)) -v h="$hz" 'BEGIN { print t / h }')" \
+    "$(awk -v t=$((k1 - k0)) -v h="$hz" 'BEGIN { print t / h }')" \
+    "$(awk -v t=$((e1 - e0)) -v h="$hz" 'BEGIN { print t / h }')" \
+    "$(awk -v t=$((p1 - p0)) -v h="$hz" 'BEGIN { print t / h }')" >>"$work/cpu"
   reads=$(( $(k8s_requests "http://127.0.0.1:$emu_port" reads) - reads0 ))
   writes=$(( $(k8s_requests "http://127.0.0.1:$emu_port" writes) - writes0 ))
   reconciles=$(curl -fsS "http://127.0.0.1:$worker_port/metrics" |
     awk '/^modelplane_reconcile_total\{/ { sum += $NF } END { printf "%d\n", sum }')
-  printf '%8d %9s %14.1f %14.1f %15.1f %10.0f %10.0f %10.0f\n' "$n" "$seconds" \
+  printf '%8d %9s %9s %14.1f %14.1f %15.1f %10.0f %10.0f %10.0f\n' "$n" "$seconds" "$posted" \
     "$(awk -v a="$reads" -v n="$n" 'BEGIN { print a / n }')" \
     "$(awk -v a="$writes" -v n="$n" 'BEGIN { print a / n }')" \
     "$(awk -v a="$reconciles" -v n="$n" 'BEGIN { print a / n }')" \
@@ -165,6 +176,9 @@ done
 echo
 echo "Convergence: N sim deployments POSTed with $CLIENTS connections until all Ready"
 cat "$work/table"
+echo
+echo "CPU seconds used from the first POST until all Ready"
+cat "$work/cpu"
 echo
 echo "Idle: ${IDLE_SECONDS}s with nothing changing, after convergence"
 cat "$work/idle"

@@ -29,8 +29,11 @@ use super::status::{Budgets, Observed, compute, invalid_spec, recheck_after};
 use crate::domain::{Condition, ConditionStatus, Deployment, DeploymentStatus, EventKind, Phase};
 use crate::store;
 use crate::store::deployments::ReconcileTarget;
-use crate::store::events::NewEvent;
+use crate::store::events::{NewEvent, Note};
 use crate::store::work_queue::{Claim, NOTIFY_CHANNEL};
+
+/// The actor of the worker's timeline entries.
+const WORKER_ACTOR: &str = "worker";
 
 /// How the worker runs.
 #[derive(Debug, Clone)]
@@ -204,15 +207,19 @@ impl Worker {
                 continue;
             }
             drop(first);
-            self.report_queue().await;
-            let sleep = match store::work_queue::next_due(&self.pool).await {
-                Ok(Some(due)) => (due - Utc::now())
-                    .to_std()
-                    .unwrap_or(Duration::ZERO)
-                    .min(Duration::from_secs(30)),
-                Ok(None) => Duration::from_secs(30),
+            let sleep = match store::work_queue::queue_state(&self.pool).await {
+                Ok(queue) => {
+                    metrics::gauge!(crate::telemetry::QUEUE_DEPTH).set(queue.depth as f64);
+                    metrics::gauge!(crate::telemetry::QUEUE_OLDEST_AGE).set(queue.oldest_age);
+                    queue.next_due.map_or(Duration::from_secs(30), |due| {
+                        (due - Utc::now())
+                            .to_std()
+                            .unwrap_or(Duration::ZERO)
+                            .min(Duration::from_secs(30))
+                    })
+                }
                 Err(err) => {
-                    tracing::warn!(error = %err, "cannot read the next due work item");
+                    tracing::warn!(error = %err, "cannot read the work queue");
                     Duration::from_secs(1)
                 }
             };
@@ -226,13 +233,6 @@ impl Worker {
                 }
                 () = tokio::time::sleep(sleep.max(Duration::from_millis(50))) => {}
             }
-        }
-    }
-
-    async fn report_queue(&self) {
-        if let Ok((depth, oldest)) = store::work_queue::queue_stats(&self.pool).await {
-            metrics::gauge!(crate::telemetry::QUEUE_DEPTH).set(depth as f64);
-            metrics::gauge!(crate::telemetry::QUEUE_OLDEST_AGE).set(oldest);
         }
     }
 
@@ -311,7 +311,7 @@ impl Worker {
                 // Nothing is applied from a spec that is not valid; its next change requeues it.
                 tracing::error!(%errors, "the stored spec is not valid");
                 let status = invalid_spec(&record, &errors, Utc::now());
-                self.write_status(&target, &record, status).await?;
+                self.write_status(&record, status).await?;
                 return Ok(Outcome::Done);
             }
         };
@@ -359,22 +359,21 @@ impl Worker {
                 {
                     applied_now = Some(applied);
                     // Not applied as a whole: try again on the next pass.
-                    store::deployments::set_applied_digest(&self.pool, id, None).await?;
+                    store::deployments::set_applied_digest(&self.pool, id, None, None).await?;
                 }
                 Ok(applied) => {
                     applied_now = Some(applied);
-                    store::deployments::set_applied_digest(&self.pool, id, Some(&digest)).await?;
-                    if !unchanged {
-                        self.timeline(
-                            &target,
-                            EventKind::Applied,
-                            &format!(
-                                "generation {} applied to namespace {}",
-                                record.generation, target.namespace
-                            ),
-                        )
-                        .await;
-                    }
+                    let message = format!(
+                        "generation {} applied to namespace {}",
+                        record.generation, target.namespace
+                    );
+                    let note = (!unchanged).then_some(Note {
+                        kind: EventKind::Applied,
+                        message: &message,
+                        actor: WORKER_ACTOR,
+                    });
+                    store::deployments::set_applied_digest(&self.pool, id, Some(&digest), note)
+                        .await?;
                 }
                 Err(err)
                     if err
@@ -384,7 +383,7 @@ impl Worker {
                     tracing::warn!(error = %err, "the API server rejected an object");
                     metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "api_refused")
                         .increment(1);
-                    store::deployments::set_applied_digest(&self.pool, id, None).await?;
+                    store::deployments::set_applied_digest(&self.pool, id, None, None).await?;
                 }
                 Err(err) => return Err(err),
             }
@@ -407,7 +406,7 @@ impl Worker {
             now,
         );
         let pending = status.phase == Phase::Pending;
-        self.write_status(&target, &record, status).await?;
+        self.write_status(&record, status).await?;
         // Watches bring every cluster change; only a running budget needs a timer.
         Ok(match recheck_after(&observed, self.config.budgets, now) {
             Some(after) => Outcome::Again(after),
@@ -647,7 +646,6 @@ impl Worker {
     /// Stores a status that changed, with a timeline entry when the phase did.
     async fn write_status(
         &self,
-        target: &ReconcileTarget,
         record: &Deployment,
         mut status: DeploymentStatus,
     ) -> Result<(), ClusterError> {
@@ -656,19 +654,30 @@ impl Worker {
         if status == record.status {
             return Ok(());
         }
-        if !store::deployments::update_status(&self.pool, record.id, record.generation, &status)
-            .await?
+        let phase_changed = status.phase != record.status.phase;
+        let message = format!(
+            "{} → {}: {}",
+            record.status.phase, status.phase, status.message
+        );
+        // The timeline entry commits with the status it tells of.
+        let note = phase_changed.then_some(Note {
+            kind: EventKind::PhaseChanged,
+            message: &message,
+            actor: WORKER_ACTOR,
+        });
+        if !store::deployments::update_status(
+            &self.pool,
+            record.id,
+            record.generation,
+            &status,
+            note,
+        )
+        .await?
         {
             // The spec changed meanwhile; its own reconcile reports the new generation.
             return Ok(());
         }
-        if status.phase != record.status.phase {
-            let message = format!(
-                "{} → {}: {}",
-                record.status.phase, status.phase, status.message
-            );
-            self.timeline(target, EventKind::PhaseChanged, &message)
-                .await;
+        if phase_changed {
             tracing::info!(deployment_id = %record.id, from = %record.status.phase, to = %status.phase, message = %status.message, "phase changed");
         }
         Ok(())
@@ -704,7 +713,7 @@ impl Worker {
             message: format!("cannot reach the cluster: {err}"),
             last_transition_time: Utc::now(),
         });
-        if store::deployments::update_status(&self.pool, id, target.row.generation, &status)
+        if store::deployments::update_status(&self.pool, id, target.row.generation, &status, None)
             .await
             .unwrap_or(false)
         {
@@ -725,8 +734,14 @@ impl Worker {
             let mut status = target.row.status.0.clone();
             status.message = format!("deleting: {remaining} Kubernetes object(s) still to go");
             if status != target.row.status.0 {
-                store::deployments::update_status(&self.pool, id, target.row.generation, &status)
-                    .await?;
+                store::deployments::update_status(
+                    &self.pool,
+                    id,
+                    target.row.generation,
+                    &status,
+                    None,
+                )
+                .await?;
             }
             return Ok(Outcome::Again(Duration::from_secs(1)));
         }
@@ -805,7 +820,7 @@ impl Worker {
             deployment_name: &target.row.name,
             kind,
             message,
-            actor: "worker",
+            actor: WORKER_ACTOR,
         };
         if let Err(err) = store::events::insert_event(&self.pool, event).await {
             tracing::warn!(error = %err, "cannot record a timeline event");

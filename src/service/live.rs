@@ -131,7 +131,7 @@ impl ChangeHub {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     notification = listener.recv() => match notification {
-                        Ok(_) => self.catch_up(&pool).await,
+                        Ok(notification) => self.notified(&pool, notification.payload()).await,
                         Err(err) => {
                             tracing::warn!(error = %err, "change listener failed; reconnecting");
                             break;
@@ -139,6 +139,18 @@ impl ChangeHub {
                     },
                 }
             }
+        }
+    }
+
+    /// A change was committed; `payload` is its sequence number. With nobody watching the
+    /// feed is not read (the API and the worker would read it on every change): watchers
+    /// subscribe before they read the feed, so they start past anything skipped here.
+    async fn notified(&self, pool: &PgPool, payload: &str) {
+        match payload.parse::<i64>() {
+            Ok(seq) if self.sender.receiver_count() == 0 => {
+                self.latest.fetch_max(seq, Ordering::AcqRel);
+            }
+            _ => self.catch_up(pool).await,
         }
     }
 

@@ -6,6 +6,7 @@ use sqlx::{PgExecutor, Postgres, QueryBuilder};
 use tracing::instrument;
 use uuid::Uuid;
 
+use super::events::Note;
 use crate::domain::{
     Condition, Deployment, DeploymentSpec, DeploymentStatus, LabelRequirement, LabelSelector,
     Phase, RouteClaim,
@@ -555,11 +556,20 @@ pub async fn set_applied_digest(
     db: impl PgExecutor<'_>,
     id: Uuid,
     digest: Option<&str>,
+    note: Option<Note<'_>>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "update model_deployment set applied_digest = $2, reconciled_at = now() where id = $1",
+        "with d as (
+             update model_deployment set applied_digest = $2, reconciled_at = now() where id = $1
+             returning id, project_id, name
+         )
+         insert into deployment_event (deployment_id, project_id, deployment_name, kind, message, actor)
+         select id, project_id, name, $3, $4, $5 from d where $3::text is not null",
         id,
-        digest
+        digest,
+        note.map(|n| n.kind.as_str()),
+        note.map(|n| n.message),
+        note.map(|n| n.actor),
     )
     .execute(db)
     .await?;
@@ -576,19 +586,32 @@ pub async fn update_status(
     id: Uuid,
     generation: i64,
     status: &DeploymentStatus,
+    note: Option<Note<'_>>,
 ) -> Result<bool, sqlx::Error> {
-    let result = sqlx::query!(
+    let updated = sqlx::query_scalar!(
         // Nor may it undo a delete: once deletion is requested, only a `Deleting` status goes.
-        "update model_deployment set phase = $3, status = $4
-         where id = $1 and generation = $2 and (deletion_requested_at is null or $3 = 'Deleting')",
+        r#"with d as (
+               update model_deployment set phase = $3, status = $4
+               where id = $1 and generation = $2
+                 and (deletion_requested_at is null or $3 = 'Deleting')
+               returning id, project_id, name
+           ), noted as (
+               insert into deployment_event
+                   (deployment_id, project_id, deployment_name, kind, message, actor)
+               select id, project_id, name, $5, $6, $7 from d where $5::text is not null
+           )
+           select count(*) as "updated!" from d"#,
         id,
         generation,
         status.phase.as_str(),
         Json(status) as _,
+        note.map(|n| n.kind.as_str()),
+        note.map(|n| n.message),
+        note.map(|n| n.actor),
     )
-    .execute(db)
+    .fetch_one(db)
     .await?;
-    Ok(result.rows_affected() == 1)
+    Ok(updated == 1)
 }
 
 /// Adds `condition` (a `ClusterReachable=False`) to every record that does not already

@@ -17,6 +17,15 @@ pub struct NewEvent<'a> {
     pub actor: &'a str,
 }
 
+/// A timeline entry written by the same statement as the change it tells of, so both commit
+/// together (one commit, not two).
+#[derive(Debug, Clone, Copy)]
+pub struct Note<'a> {
+    pub kind: EventKind,
+    pub message: &'a str,
+    pub actor: &'a str,
+}
+
 #[instrument(skip(db, event), fields(deployment_id = %event.deployment_id, kind = event.kind.as_str()))]
 pub async fn insert_event(db: impl PgExecutor<'_>, event: NewEvent<'_>) -> Result<(), sqlx::Error> {
     sqlx::query!(

@@ -154,20 +154,15 @@ pub async fn finish_work(
     error: Option<&str>,
 ) -> Result<(), sqlx::Error> {
     let again = again.map(|d| d.as_secs_f64());
+    // One statement: done and unchanged since the claim, the item goes; else its lease is
+    // released (a success resets the attempt count, so backoff reflects consecutive failures
+    // only). The two conditions exclude each other. When the item stays due (it was
+    // re-enqueued meanwhile), the workers are woken: nothing else would before the lease's end.
     sqlx::query!(
-        "delete from reconcile_work
-         where deployment_id = $1 and claim_token = $2 and $3::float8 is null",
-        claim.deployment_id,
-        claim.claim_token,
-        again,
-    )
-    .execute(pool)
-    .await?;
-    // A success resets the attempt count, so backoff reflects consecutive failures only.
-    // When the item stays due (it was re-enqueued meanwhile), wake the workers: nothing else
-    // would before this lease's end.
-    let due = sqlx::query_scalar!(
-        r#"with finished as (
+        r#"with done as (
+               delete from reconcile_work
+               where deployment_id = $1 and claim_token = $2 and $3::float8 is null
+           ), finished as (
                update reconcile_work
                set lease_owner = null, lease_expires_at = null, last_error = $4,
                    attempts = case when $4::text is null then 0 else attempts end,
@@ -176,11 +171,12 @@ pub async fn finish_work(
                                     else run_after end,
                    claim_token = null
                where deployment_id = $1
-                 and (claim_token = $2
+                 and ((claim_token = $2 and $3::float8 is not null)
                       or (claim_token is null and lease_owner = $5 and lease_expires_at = $6))
                returning run_after
            )
-           select count(*) as "due!" from finished where run_after <= now()"#,
+           select count(pg_notify('modelplane_reconcile', 'due')) as "woken!"
+           from finished where run_after <= now()"#,
         claim.deployment_id,
         claim.claim_token,
         again,
@@ -190,39 +186,39 @@ pub async fn finish_work(
     )
     .fetch_one(pool)
     .await?;
-    if due > 0 {
-        sqlx::query!("select pg_notify('modelplane_reconcile', 'due')")
-            .execute(pool)
-            .await?;
-    }
     Ok(())
 }
 
-/// When the next queued item is due, if any (for the worker's sleep).
-#[instrument(skip(db))]
-pub async fn next_due(db: impl PgExecutor<'_>) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-    sqlx::query_scalar!(
-        "select min(greatest(run_after, coalesce(lease_expires_at, run_after))) from reconcile_work"
-    )
-    .fetch_one(db)
-    .await
+/// The queue at a glance, read in one statement when a worker finds nothing to claim.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueState {
+    /// Number of queued items.
+    pub depth: i64,
+    /// Seconds since the oldest item was enqueued (0 when empty).
+    pub oldest_age: f64,
+    /// When the next item is due (its lease's end when claimed), if any.
+    pub next_due: Option<DateTime<Utc>>,
 }
 
-/// Number of queued items and the age of the oldest, for metrics.
 #[instrument(skip(db))]
-pub async fn queue_stats(db: impl PgExecutor<'_>) -> Result<(i64, f64), sqlx::Error> {
+pub async fn queue_state(db: impl PgExecutor<'_>) -> Result<QueueState, sqlx::Error> {
     let row = sqlx::query!(
-        r#"select count(*) as "count!",
-                  coalesce(extract(epoch from now() - min(enqueued_at)), 0)::float8 as "oldest!"
+        r#"select count(*) as "depth!",
+                  coalesce(extract(epoch from now() - min(enqueued_at)), 0)::float8 as "oldest!",
+                  min(greatest(run_after, coalesce(lease_expires_at, run_after))) as next_due
            from reconcile_work"#
     )
     .fetch_one(db)
     .await?;
-    Ok((row.count, row.oldest))
+    Ok(QueueState {
+        depth: row.depth,
+        oldest_age: row.oldest,
+        next_due: row.next_due,
+    })
 }
 
 /// Number of queued items, for metrics and tests.
 #[instrument(skip(db))]
 pub async fn count_queued(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
-    Ok(queue_stats(db).await?.0)
+    Ok(queue_state(db).await?.depth)
 }
