@@ -154,15 +154,26 @@ pub async fn finish_work(
     error: Option<&str>,
 ) -> Result<(), sqlx::Error> {
     let again = again.map(|d| d.as_secs_f64());
-    // One statement: done and unchanged since the claim, the item goes; else its lease is
-    // released (a success resets the attempt count, so backoff reflects consecutive failures
-    // only). The two conditions exclude each other. When the item stays due (it was
-    // re-enqueued meanwhile), the workers are woken: nothing else would before the lease's end.
+    // Done and unchanged since the claim (the usual case): the item goes, one statement.
+    // Not one statement for both cases: the release below must see a re-enqueue that
+    // committed while the delete waited for its row, which a single snapshot would not.
+    if again.is_none() {
+        let deleted = sqlx::query!(
+            "delete from reconcile_work where deployment_id = $1 and claim_token = $2",
+            claim.deployment_id,
+            claim.claim_token,
+        )
+        .execute(pool)
+        .await?;
+        if deleted.rows_affected() == 1 {
+            return Ok(());
+        }
+    }
+    // Else the lease is released (a success resets the attempt count, so backoff reflects
+    // consecutive failures only). When the item stays due (it was re-enqueued meanwhile),
+    // the workers are woken: nothing else would before the lease's end.
     sqlx::query!(
-        r#"with done as (
-               delete from reconcile_work
-               where deployment_id = $1 and claim_token = $2 and $3::float8 is null
-           ), finished as (
+        r#"with finished as (
                update reconcile_work
                set lease_owner = null, lease_expires_at = null, last_error = $4,
                    attempts = case when $4::text is null then 0 else attempts end,
@@ -171,7 +182,7 @@ pub async fn finish_work(
                                     else run_after end,
                    claim_token = null
                where deployment_id = $1
-                 and ((claim_token = $2 and $3::float8 is not null)
+                 and (claim_token = $2
                       or (claim_token is null and lease_owner = $5 and lease_expires_at = $6))
                returning run_after
            )
