@@ -318,6 +318,9 @@ const DEBOUNCE: Duration = Duration::from_millis(5);
 /// How often an idle cluster re-checks its timers (progress deadlines have second precision).
 const IDLE_TICK: Duration = Duration::from_millis(500);
 
+/// Full passes come at most once per this many times their own duration.
+const FULL_PASS_SHARE: u32 = 20;
+
 /// (namespace, name) of an object.
 pub(crate) type NsName = (String, String);
 
@@ -398,8 +401,9 @@ pub(crate) struct Sim {
     pub full_pass: bool,
     /// Whether this pass syncs every object of every component (`dirty.all` was set).
     pub resync: bool,
-    /// When the last full pass ran.
+    /// When the last full pass ran, and how long it took.
     last_full: Instant,
+    full_pass_cost: Duration,
     /// Pods with kubelet timers running (synced on every pass).
     pub busy_pods: BTreeSet<NsName>,
     /// Pod IPs handed out by the kubelets (of `pods`).
@@ -441,6 +445,7 @@ pub(crate) async fn start(store: Store, config: ClusterConfig) -> std::io::Resul
         full_pass: true,
         resync: true,
         last_full: Instant::now(),
+        full_pass_cost: Duration::ZERO,
         busy_pods: BTreeSet::new(),
         pod_ips: HashSet::new(),
         pod_labels: LabelIndex::default(),
@@ -464,14 +469,21 @@ impl Sim {
         let mut rx = self.store.lock().feed();
         let mut changed = true;
         loop {
-            // Without changes only time moved: only timers need a look (the kubelet's
-            // while busy; deadlines and minReadySeconds in the controllers): a full pass.
-            // Under a steady stream of changes a full pass still runs every IDLE_TICK.
-            self.full_pass = !changed || self.dirty.all || since(self.last_full) >= IDLE_TICK;
+            // The kubelet's timers are looked at on every pass (its busy pods); the
+            // controllers' (progress deadlines, minReadySeconds) on full passes, which run
+            // every IDLE_TICK, changes or not. A full pass costs time in proportion to the cluster's size; spacing them by
+            // FULL_PASS_SHARE times their cost keeps them to a small share of the loop's time
+            // (and of an idle cluster's CPU) however many objects there are.
+            let interval = IDLE_TICK.max(self.full_pass_cost * FULL_PASS_SHARE);
+            self.full_pass = self.dirty.all || since(self.last_full) >= interval;
+            let started = Instant::now();
             if self.full_pass {
-                self.last_full = Instant::now();
+                self.last_full = started;
             }
             self.pass(changed || self.busy);
+            if self.full_pass {
+                self.full_pass_cost = started.elapsed();
+            }
             changed = tokio::select! {
                 r = rx.recv() => {
                     let Some(c) = r else {
