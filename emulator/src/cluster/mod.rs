@@ -379,6 +379,99 @@ impl LabelIndex {
     }
 }
 
+/// Services by one pair of their selector, the anchor: the pair fewest Services' selectors
+/// held when the Service was indexed, then the longest value. A Service selects only pods
+/// that carry its anchor, so a pod's change looks at the Services anchored on its labels
+/// and checks their whole selector, instead of every Service sharing some label with it
+/// (modelplane's Services all select `app.kubernetes.io/name=model-server`, so that was
+/// every Service of the namespace on each pod change).
+/// A label (key, value).
+type Pair = (String, String);
+
+#[derive(Default)]
+pub(crate) struct ServiceIndex {
+    anchored: HashMap<(String, String, String), BTreeSet<String>>,
+    /// Each indexed Service's selector and anchor.
+    selectors: HashMap<NsName, (Vec<Pair>, Pair)>,
+    /// How many indexed Services' selectors hold each (namespace, key, value).
+    pairs: HashMap<(String, String, String), usize>,
+}
+
+impl ServiceIndex {
+    fn remove(&mut self, key: &NsName) {
+        let Some((selector, (ak, av))) = self.selectors.remove(key) else {
+            return;
+        };
+        let (ns, name) = key;
+        let anchor = (ns.clone(), ak, av);
+        if let Some(set) = self.anchored.get_mut(&anchor) {
+            set.remove(name);
+            if set.is_empty() {
+                self.anchored.remove(&anchor);
+            }
+        }
+        for (k, v) in selector {
+            let pair = (ns.clone(), k, v);
+            if let Some(n) = self.pairs.get_mut(&pair) {
+                *n -= 1;
+                if *n == 0 {
+                    self.pairs.remove(&pair);
+                }
+            }
+        }
+    }
+
+    /// Indexes `new` (a Service), replacing what was indexed under its name.
+    fn update(&mut self, key: NsName, new: Option<&Value>) {
+        self.remove(&key);
+        let Some(svc) = new else { return };
+        let selector = LabelIndex::labels(svc, "/spec/selector");
+        let ns = &key.0;
+        let Some(anchor) = selector
+            .iter()
+            .min_by_key(|(k, v)| {
+                let held = self.pairs.get(&(ns.clone(), k.clone(), v.clone()));
+                (
+                    held.copied().unwrap_or(0),
+                    std::cmp::Reverse(v.len()),
+                    (*k).clone(),
+                )
+            })
+            .cloned()
+        else {
+            return; // No selector: its endpoints are not managed.
+        };
+        for (k, v) in &selector {
+            *self
+                .pairs
+                .entry((ns.clone(), k.clone(), v.clone()))
+                .or_default() += 1;
+        }
+        self.anchored
+            .entry((ns.clone(), anchor.0.clone(), anchor.1.clone()))
+            .or_default()
+            .insert(key.1.clone());
+        self.selectors.insert(key, (selector, anchor));
+    }
+
+    /// Names of the Services in `ns` whose selector matches `labels`.
+    fn selecting<'a>(
+        &'a self,
+        ns: &'a str,
+        labels: &'a [(String, String)],
+    ) -> impl Iterator<Item = &'a String> + 'a {
+        labels
+            .iter()
+            .filter_map(move |(k, v)| self.anchored.get(&(ns.to_string(), k.clone(), v.clone())))
+            .flatten()
+            .filter(move |name| {
+                self.selectors
+                    .get(&(ns.to_string(), (*name).clone()))
+                    .is_some_and(|(selector, _)| selector.iter().all(|pair| labels.contains(pair)))
+            })
+    }
+}
+
 /// Shared state of the simulation loop.
 pub(crate) struct Sim {
     pub store: Store,
@@ -410,7 +503,7 @@ pub(crate) struct Sim {
     pub pod_ips: HashSet<String>,
     /// Pods by label, and Services by selector pair, for the endpoints controller.
     pub pod_labels: LabelIndex,
-    pub service_selectors: LabelIndex,
+    pub service_selectors: ServiceIndex,
     /// Summed requests of each pod by uid (pod requests do not change).
     pub requests: HashMap<String, std::sync::Arc<BTreeMap<String, i128>>>,
     /// pod-template-hash of each Deployment by uid, with the generation it was computed at.
@@ -449,7 +542,7 @@ pub(crate) async fn start(store: Store, config: ClusterConfig) -> std::io::Resul
         busy_pods: BTreeSet::new(),
         pod_ips: HashSet::new(),
         pod_labels: LabelIndex::default(),
-        service_selectors: LabelIndex::default(),
+        service_selectors: ServiceIndex::default(),
         requests: HashMap::new(),
         template_hashes: Default::default(),
     };
@@ -539,14 +632,11 @@ impl Sim {
                 let new = (c.event != crate::store::EventType::Deleted).then_some(&*c.object);
                 self.pod_labels
                     .update("/metadata/labels", c.old.as_deref(), new);
-                // The Services whose selector shares a label with the pod, before or after.
+                // The Services selecting the pod, before or after.
                 for o in objs.iter().flatten() {
-                    for (lk, lv) in LabelIndex::labels(o, "/metadata/labels") {
-                        if let Some(svcs) = self.service_selectors.get(&c.namespace, &lk, &lv) {
-                            for s in svcs {
-                                self.dirty.services.insert((c.namespace.clone(), s.clone()));
-                            }
-                        }
+                    let labels = LabelIndex::labels(o, "/metadata/labels");
+                    for s in self.service_selectors.selecting(&c.namespace, &labels) {
+                        self.dirty.services.insert((c.namespace.clone(), s.clone()));
                     }
                 }
             } else if std::ptr::eq(c.kind, k.replicaset) {
@@ -561,8 +651,7 @@ impl Sim {
             } else if std::ptr::eq(c.kind, k.service) {
                 self.dirty.services.insert(key(c));
                 let new = (c.event != crate::store::EventType::Deleted).then_some(&*c.object);
-                self.service_selectors
-                    .update("/spec/selector", c.old.as_deref(), new);
+                self.service_selectors.update(key(c), new);
             } else if k.endpointslice.is_some_and(|e| std::ptr::eq(c.kind, e)) {
                 for o in objs.iter().flatten() {
                     if let Some(svc) = o
@@ -595,10 +684,13 @@ impl Sim {
             for p in self.list(self.k.pod) {
                 self.pod_labels.update("/metadata/labels", None, Some(&p));
             }
-            self.service_selectors = LabelIndex::default();
+            self.service_selectors = ServiceIndex::default();
             for s in self.list(self.k.service) {
-                self.service_selectors
-                    .update("/spec/selector", None, Some(&s));
+                let key = (
+                    meta_str(&s, "namespace").unwrap_or("").to_string(),
+                    meta_str(&s, "name").unwrap_or("").to_string(),
+                );
+                self.service_selectors.update(key, Some(&s));
             }
         }
         controllers::deployments(self);

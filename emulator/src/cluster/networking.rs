@@ -169,15 +169,13 @@ fn endpoint_slices(sim: &Sim) {
             .unwrap_or(in_ns)
             .to_vec()
         } else {
+            // The pods of the selector's rarest pair (the others are filtered below):
+            // collecting every pair's pods first would read all pods of a shared label.
             let names = sel.and_then(|sel| {
                 sel.iter()
-                    .map(|(k, v)| {
-                        sim.pod_labels
-                            .get(ns, k, v.as_str().unwrap_or(""))
-                            .map(|s| s.iter().collect::<Vec<_>>())
-                            .unwrap_or_default()
-                    })
-                    .min_by_key(Vec::len)
+                    .map(|(k, v)| sim.pod_labels.get(ns, k, v.as_str().unwrap_or("")))
+                    .min_by_key(|s| s.map_or(0, |s| s.len()))
+                    .map(|s| s.into_iter().flatten().collect::<Vec<_>>())
             });
             let st = sim.store.lock();
             fetched = names
