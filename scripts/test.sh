@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every check and test: formatting, clippy, the sqlx offline data, the OpenAPI
-# document, the Helm chart (lint, template), the whole test suite against a real Postgres
+# document, the Dockerfile (hadolint), the Helm chart (lint, template), the whole test suite against a real Postgres
 # (one database per test), the portal's checks (API types, typecheck, Vitest) and its
 # end-to-end tests in Chromium.
 set -euo pipefail
@@ -44,6 +44,9 @@ if [ -x emulator/scripts/install-kubectl.sh ]; then
   KUBECTL=$(emulator/scripts/install-kubectl.sh)
   export KUBECTL
 fi
+
+log "Dockerfile: hadolint"
+scripts/lint-dockerfile.sh
 
 # The chart's own checks; tests/helm and tests/reconciler/rbac.rs render it with this helm.
 HELM=$(scripts/install-helm.sh)
