@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test: formatting, clippy, the sqlx offline data, the OpenAPI
-# document, the whole test suite against a real Postgres (one database per test), the
-# portal's checks (API types, typecheck, Vitest) and its end-to-end tests in Chromium.
+# document, the Dockerfile (hadolint), the Helm chart (lint, template), the whole test suite against a real Postgres
+# (one database per test), the portal's checks (API types, typecheck, Vitest) and its
+# end-to-end tests in Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/postgres.sh
@@ -43,6 +44,19 @@ if [ -x emulator/scripts/install-kubectl.sh ]; then
   KUBECTL=$(emulator/scripts/install-kubectl.sh)
   export KUBECTL
 fi
+
+log "Dockerfile: hadolint"
+scripts/lint-dockerfile.sh
+
+# The chart's own checks; tests/helm and tests/reconciler/rbac.rs render it with this helm.
+HELM=$(scripts/install-helm.sh)
+export HELM
+log "helm chart: lint and template (defaults, and every option on)"
+for values in values.yaml ci/everything-values.yaml; do
+  "$HELM" lint --strict --quiet deploy/helm/modelplane --values "deploy/helm/modelplane/$values"
+  "$HELM" template modelplane deploy/helm/modelplane --namespace modelplane-system \
+    --values "deploy/helm/modelplane/$values" >/dev/null
+done
 
 log "tests"
 if command -v cargo-nextest >/dev/null 2>&1; then

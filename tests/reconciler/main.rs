@@ -4,6 +4,7 @@
 #[path = "../api/common.rs"]
 mod common;
 mod lifecycle;
+mod rbac;
 
 use std::future::Future;
 use std::time::Duration;

@@ -1,0 +1,360 @@
+//! The worker's ClusterRole in the Helm chart is proven, not guessed: a full reconcile
+//! flow runs against the emulator, every request the worker made is turned into the
+//! (group, resource, verb) the API server authorizes, and that set must equal the rules.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use modelplane_emulator::Emulator;
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use sqlx::PgPool;
+
+use super::{create_with, harness_on, resource_of, sim_spec, wait_for};
+
+#[allow(dead_code)]
+#[path = "../helm/chart.rs"]
+mod chart;
+
+type Permission = (String, String, String);
+
+/// What the API server authorizes a request as, the way k8s.io/apiserver's
+/// `pkg/endpoints/request/requestinfo.go` (`NewRequestInfo`) reads it: `/api/{v}/…` is the
+/// core group, `/apis/{group}/{v}/…` another; a `watch/` path prefix is the verb; in
+/// `namespaces/{ns}/{resource}/…` the namespace is skipped unless what follows is a
+/// namespace subresource (`status`, `finalize`); then `resource/name/subresource`, the
+/// subresource written `resource/subresource`. POST is create, GET/HEAD get, PUT update,
+/// PATCH patch, DELETE delete; a GET without a name is `watch` when `watch` is set (not
+/// `false`/`0`), else `list`; a DELETE without a name is `deletecollection`. And, from
+/// `pkg/endpoints/handlers/patch.go` (`createAuthorizerAttributes`): a PATCH that creates
+/// the object (server-side apply of a new object, 201) is also authorized as `create`.
+/// `None`: a non-resource request (`/version`, discovery).
+fn permissions(method: &str, path: &str, query: &str, status: u16) -> Option<Vec<Permission>> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, mut rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] if !rest.is_empty() => ("", rest),
+        ["apis", group, _version, rest @ ..] if !rest.is_empty() => (*group, rest),
+        _ => return None,
+    };
+    let mut verb = match method {
+        "POST" => "create",
+        "GET" | "HEAD" => "get",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" => "delete",
+        other => panic!("method {other}"),
+    };
+    if rest[0] == "watch" {
+        verb = "watch";
+        rest = &rest[1..];
+    }
+    if rest[0] == "namespaces" && rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+        rest = &rest[2..];
+    }
+    let resource = match rest {
+        [resource, _name, subresource, ..] => format!("{resource}/{subresource}"),
+        [resource, ..] => (*resource).to_owned(),
+        [] => unreachable!(),
+    };
+    let named = rest.len() >= 2;
+    if !named && verb == "get" {
+        let watch = form_urlencoded::parse(query.as_bytes())
+            .find(|(k, _)| k == "watch")
+            .is_some_and(|(_, v)| !matches!(v.to_ascii_lowercase().as_str(), "false" | "0"));
+        verb = if watch { "watch" } else { "list" };
+    }
+    if !named && verb == "delete" {
+        verb = "deletecollection";
+    }
+    let mut out = vec![(group.to_owned(), resource.clone(), verb.to_owned())];
+    if method == "PATCH" && status == 201 {
+        out.push((group.to_owned(), resource, "create".to_owned()));
+    }
+    Some(out)
+}
+
+#[test]
+fn requests_map_to_the_verbs_the_api_server_authorizes() {
+    let p = |m, path, q, s| permissions(m, path, q, s).unwrap();
+    let one = |g: &str, r: &str, v: &str| vec![(g.to_owned(), r.to_owned(), v.to_owned())];
+    assert_eq!(
+        p("GET", "/api/v1/namespaces/team-a", "", 200),
+        one("", "namespaces", "get")
+    );
+    assert_eq!(
+        p("GET", "/api/v1/namespaces", "labelSelector=a", 200),
+        one("", "namespaces", "list")
+    );
+    assert_eq!(
+        p("GET", "/api/v1/pods", "watch=true&resourceVersion=1", 200),
+        one("", "pods", "watch")
+    );
+    assert_eq!(
+        p("GET", "/api/v1/pods", "watch=false", 200),
+        one("", "pods", "list")
+    );
+    assert_eq!(
+        p("GET", "/api/v1/watch/namespaces/a/pods", "", 200),
+        one("", "pods", "watch")
+    );
+    assert_eq!(
+        p("GET", "/apis/apps/v1/namespaces/a/deployments/q", "", 404),
+        one("apps", "deployments", "get")
+    );
+    assert_eq!(
+        p(
+            "PUT",
+            "/apis/apps/v1/namespaces/a/deployments/q/status",
+            "",
+            200
+        ),
+        one("apps", "deployments/status", "update")
+    );
+    assert_eq!(
+        p("PUT", "/api/v1/namespaces/a/finalize", "", 200),
+        one("", "namespaces/finalize", "update")
+    );
+    assert_eq!(
+        p("DELETE", "/api/v1/namespaces/a/services", "", 200),
+        one("", "services", "deletecollection")
+    );
+    assert_eq!(
+        p("DELETE", "/api/v1/namespaces/a/services/q", "", 200),
+        one("", "services", "delete")
+    );
+    assert_eq!(
+        p("POST", "/api/v1/namespaces/a/services", "", 201),
+        one("", "services", "create")
+    );
+    assert_eq!(
+        p("PATCH", "/api/v1/namespaces/a/services/q", "", 200),
+        one("", "services", "patch")
+    );
+    let mut created = one("", "services", "patch");
+    created.extend(one("", "services", "create"));
+    assert_eq!(
+        p("PATCH", "/api/v1/namespaces/a/services/q", "", 201),
+        created
+    );
+    assert_eq!(permissions("GET", "/version", "", 200), None);
+    assert_eq!(permissions("GET", "/apis/apps/v1", "", 200), None);
+}
+
+/// The paths every authenticated user may read (the default ClusterRoles
+/// `system:discovery` and `system:public-info-viewer`), so no rule of ours is needed.
+fn allowed_to_everyone(path: &str) -> bool {
+    matches!(
+        path,
+        "/api"
+            | "/apis"
+            | "/version"
+            | "/version/"
+            | "/healthz"
+            | "/livez"
+            | "/readyz"
+            | "/openapi"
+    ) || ["/api/", "/apis/", "/openapi/"]
+        .iter()
+        .any(|p| path.starts_with(p))
+}
+
+/// The chart's worker ClusterRole, expanded into (group, resource, verb).
+fn chart_worker_permissions() -> BTreeSet<Permission> {
+    let objects = chart::render(&[]);
+    let role: ClusterRole =
+        serde_json::from_value(chart::object(&objects, "ClusterRole", "modelplane-worker").clone())
+            .unwrap();
+    let mut out = BTreeSet::new();
+    for rule in role.rules.unwrap() {
+        assert!(
+            rule.resource_names.is_none() && rule.non_resource_urls.is_none(),
+            "{rule:?}"
+        );
+        for group in rule.api_groups.as_ref().unwrap() {
+            for resource in rule.resources.as_ref().unwrap() {
+                for verb in &rule.verbs {
+                    assert!(
+                        ![group, resource, verb].iter().any(|s| *s == "*"),
+                        "no wildcards: {rule:?}"
+                    );
+                    out.insert((group.clone(), resource.clone(), verb.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Create, update, scale up and down, drift of every kind repaired, events about a pod
+/// that is not ours, delete, and the project's namespace removed: with the simulated
+/// cluster and a Gateway, so every watch and status read happens as in a real cluster.
+#[sqlx::test]
+async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(pool: PgPool) {
+    let cluster = Emulator::builder()
+        .nodes(2)
+        .start_delay(Duration::from_millis(100))
+        .gateway("gateway-system", "inference");
+    let h = harness_on(pool, cluster, |_| {}).await;
+    let emulator = h.emulator.as_ref().unwrap();
+    // The test's own client: the harness's carries the worker's X-Client-Id.
+    let client =
+        kube::Client::try_from(kube::Config::new(emulator.url().parse().unwrap())).unwrap();
+    let api = |api_version: &str, kind: &str| -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), "team-a", &resource_of(api_version, kind))
+    };
+    let exists = |api_version: &'static str, kind: &'static str, name: &'static str| {
+        let api = api(api_version, kind);
+        async move { api.get_opt(name).await.unwrap().is_some() }
+    };
+
+    // A pod that is not modelplane's: its events reach the worker's event watch.
+    let pods: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &resource_of("v1", "Pod"));
+    let foreign = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "someone-elses"},
+                         "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}});
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(foreign).unwrap(),
+    )
+    .await
+    .unwrap();
+
+    h.app.create_project("team-a").await;
+    let mut spec = sim_spec();
+    spec["replicas"] = json!(2);
+    create_with(&h, "qwen", spec).await;
+    h.wait_applied("qwen", 1).await;
+    let patched = h
+        .app
+        .patch(
+            "/api/v1/projects/team-a/deployments/qwen",
+            &json!({"spec": {"labels": {"tier": "gold"}}}),
+            None,
+        )
+        .await;
+    assert_eq!(patched.status(), StatusCode::OK);
+    h.wait_applied("qwen", 2).await;
+    let scale = |replicas: i64| {
+        let app = &h.app;
+        async move {
+            let response = app
+                .post_json(
+                    "/api/v1/projects/team-a/deployments/qwen/scale",
+                    &json!({"replicas": replicas}),
+                )
+                .await;
+            assert_eq!(response.status(), StatusCode::OK);
+        }
+    };
+    scale(3).await;
+    h.wait_applied("qwen", 3).await;
+
+    // Drift: each kind the worker owns, deleted or changed behind its back, comes back.
+    for (api_version, kind) in [
+        ("policy/v1", "PodDisruptionBudget"),
+        ("v1", "Service"),
+        ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+        ("apps/v1", "Deployment"),
+    ] {
+        api(api_version, kind)
+            .delete("qwen", &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for(
+            &format!("the {kind} restored"),
+            Duration::from_secs(15),
+            || exists(api_version, kind, "qwen"),
+        )
+        .await;
+    }
+    let namespaces: Api<DynamicObject> =
+        Api::all_with(client.clone(), &resource_of("v1", "Namespace"));
+    let unlabel = json!({"metadata": {"labels": {"modelplane.io/project": null}}});
+    namespaces
+        .patch("team-a", &PatchParams::default(), &Patch::Merge(&unlabel))
+        .await
+        .unwrap();
+    wait_for(
+        "the namespace label restored",
+        Duration::from_secs(15),
+        || async {
+            let ns = namespaces.get("team-a").await.unwrap();
+            ns.metadata
+                .labels
+                .unwrap_or_default()
+                .contains_key("modelplane.io/project")
+        },
+    )
+    .await;
+
+    scale(1).await;
+    h.wait_applied("qwen", 4).await;
+    wait_for("the budget removed", Duration::from_secs(15), || async {
+        !exists("policy/v1", "PodDisruptionBudget", "qwen").await
+    })
+    .await;
+
+    let deleted = h
+        .app
+        .request(Method::DELETE, "/api/v1/projects/team-a/deployments/qwen")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::ACCEPTED);
+    wait_for("the record gone", Duration::from_secs(20), || async {
+        h.app
+            .get("/api/v1/projects/team-a/deployments/qwen")
+            .await
+            .status()
+            == StatusCode::NOT_FOUND
+    })
+    .await;
+    let deleted = h
+        .app
+        .request(Method::DELETE, "/api/v1/projects/team-a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    wait_for("the namespace deleted", Duration::from_secs(20), || async {
+        namespaces
+            .get_opt("team-a")
+            .await
+            .unwrap()
+            .is_none_or(|ns| ns.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+
+    let log = emulator.requests().snapshot();
+    let worker: Vec<_> = log
+        .iter()
+        .filter(|r| r.client_id.as_deref() == Some("worker-a"))
+        .collect();
+    let mut used = BTreeSet::new();
+    for request in worker {
+        match permissions(
+            &request.method,
+            &request.path,
+            &request.query,
+            request.status,
+        ) {
+            Some(permissions) => used.extend(permissions),
+            None => assert!(
+                allowed_to_everyone(&request.path),
+                "non-resource request {}",
+                request.path
+            ),
+        }
+    }
+    let granted = chart_worker_permissions();
+    let missing: Vec<_> = used.difference(&granted).collect();
+    let extra: Vec<_> = granted.difference(&used).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "the chart's worker ClusterRole differs from what the worker does:\n\
+         missing (the worker would get 403): {missing:?}\n\
+         extra (never used): {extra:?}"
+    );
+}
