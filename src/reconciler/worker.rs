@@ -1148,8 +1148,17 @@ impl Worker {
                 .of::<Pod>()
                 .and_then(|seen| seen.get(Some(namespace), name))
                 .flatten();
+            // Not in the pod cache (not ours, or not seen yet): read it only in a namespace
+            // of ours, so other workloads' events across the cluster cost no request.
+            let our_namespace = || {
+                self.seen
+                    .of::<Namespace>()
+                    .and_then(|seen| seen.get(None, namespace))
+                    .is_none_or(|ns| ns.is_some())
+            };
             let pod = match seen {
                 Some(pod) => pod,
+                None if !our_namespace() => continue,
                 None => match self.cluster.get::<Pod>(Some(namespace), name).await {
                     Ok(Some(pod)) => pod,
                     _ => continue,

@@ -209,9 +209,17 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
         async move { api.get_opt(name).await.unwrap().is_some() }
     };
 
-    // A pod that is not modelplane's: its events reach the worker's event watch.
+    h.app.create_project("team-a").await;
+    let mut spec = sim_spec();
+    spec["replicas"] = json!(2);
+    create_with(&h, "qwen", spec).await;
+    h.wait_applied("qwen", 1).await;
+
+    // A pod that is not modelplane's, in a namespace of ours: its events reach the worker's
+    // event watch, which reads the pod to find out whose it is (`get pods`). Pods elsewhere
+    // are not read.
     let pods: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), "default", &resource_of("v1", "Pod"));
+        Api::namespaced_with(client.clone(), "team-a", &resource_of("v1", "Pod"));
     let foreign = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "someone-elses"},
                          "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}});
     pods.create(
@@ -220,12 +228,6 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
     )
     .await
     .unwrap();
-
-    h.app.create_project("team-a").await;
-    let mut spec = sim_spec();
-    spec["replicas"] = json!(2);
-    create_with(&h, "qwen", spec).await;
-    h.wait_applied("qwen", 1).await;
     let patched = h
         .app
         .patch(
