@@ -77,6 +77,7 @@ pub(crate) fn write_options(
         default_manager,
         field_validation,
         force,
+        internal: false,
     })
 }
 

@@ -851,6 +851,7 @@ pub(crate) fn manager(name: &str) -> WriteOptions {
     WriteOptions {
         field_manager: Some(name.into()),
         default_manager: name.into(),
+        internal: true,
         ..Default::default()
     }
 }
