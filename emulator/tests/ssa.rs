@@ -416,3 +416,61 @@ async fn a_dry_run_apply_reports_the_managers_the_write_would_leave() {
     let one = &managed(&real.json())[0].2;
     assert!(one["f:spec"].get("f:replicas").is_none(), "{one}");
 }
+
+/// `application/apply-patch+yaml` bodies are YAML (handlers/patch.go: the apply patcher
+/// decodes with k8s.io/apimachinery pkg/util/yaml.Unmarshal, i.e. sigs.k8s.io/yaml over
+/// go-yaml v2): block style, comments, and YAML 1.1 scalars (`on` is true, so a label
+/// value `on` is refused as a boolean where a string is wanted, while `"on"` is a string).
+#[tokio::test]
+async fn apply_bodies_may_be_real_yaml() {
+    let emu = start().await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let body = "# applied by hand\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n  labels:\n    enabled: \"on\"\ndata:\n  replicas: \"3\"\n  script: |\n    echo hi\n";
+    let r = request(
+        &emu,
+        "PATCH",
+        &format!("{cms}/cfg?fieldManager=hand"),
+        Some("application/apply-patch+yaml"),
+        body,
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let cm = r.json();
+    assert_eq!(cm["metadata"]["labels"]["enabled"], "on");
+    assert_eq!(cm["data"], json!({"replicas": "3", "script": "echo hi\n"}));
+    assert_eq!(
+        managed(&cm)[0].2,
+        // `data` and `labels` are declared fields, so only their entries are members
+        // (tofieldset.go), unlike an Update that adds them (they would get `.`).
+        json!({"f:data": {"f:replicas": {}, "f:script": {}},
+            "f:metadata": {"f:labels": {"f:enabled": {}}}})
+    );
+    // Unquoted, `on` is a boolean, and a ConfigMap's data values must be strings.
+    let r = request(
+        &emu,
+        "PATCH",
+        &format!("{cms}/cfg?fieldManager=hand"),
+        Some("application/apply-patch+yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  flag: on\n",
+    )
+    .await;
+    assert_eq!(r.status / 100, 4, "{}", r.body);
+    // Malformed YAML is a 400 "error decoding patch".
+    let r = request(
+        &emu,
+        "PATCH",
+        &format!("{cms}/cfg?fieldManager=hand"),
+        Some("application/apply-patch+yaml"),
+        "apiVersion: v1\nkind: [ConfigMap\n",
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("error decoding patch: error converting YAML to JSON: yaml: "),
+        "{}",
+        r.body
+    );
+}
