@@ -120,20 +120,6 @@ impl FieldSet {
         }
     }
 
-    fn remove_path(&mut self, path: &[String]) {
-        match path.split_first() {
-            None => self.member = false,
-            Some((head, rest)) => {
-                if let Some(c) = self.children.get_mut(head) {
-                    c.remove_path(rest);
-                    if c.is_empty() {
-                        self.children.remove(head);
-                    }
-                }
-            }
-        }
-    }
-
     fn get(&self, elem: &str) -> Option<&FieldSet> {
         self.children.get(elem)
     }
@@ -210,70 +196,147 @@ fn walk_fields<'a>(kind: &ResourceKind, v: &'a Value, path: &mut Vec<&'a str>) -
     }
 }
 
-/// Fields whose value differs between `old` and `new` (added or changed, not removed).
-pub fn changed_fields(kind: &ResourceKind, old: Option<&Value>, new: &Value) -> FieldSet {
-    diff_walk(kind, old, new, &mut Vec::new())
+/// `typed.Compare` (structured-merge-diff `typed/compare.go`): the paths `new` added or
+/// modified with respect to `old` (Added ∪ Modified), and the paths it removed.
+///
+/// Every path that exists on one side only is itself in Added or Removed, maps and list
+/// items included (that is where the `.` entries of Update managers come from); a path
+/// present on both sides is Modified only when it is a leaf (a scalar, an atomic map or
+/// list, or a map/list empty or null on both sides) whose value differs. A null value is
+/// present (it is not Added when the other side gives it a value).
+pub fn compare(kind: &ResourceKind, old: &Value, new: &Value) -> (FieldSet, FieldSet) {
+    let mut changed = FieldSet::default();
+    let mut removed = FieldSet::default();
+    compare_walk(
+        kind,
+        Some(old),
+        Some(new),
+        &mut Vec::new(),
+        &mut changed,
+        &mut removed,
+    );
+    (changed, removed)
 }
 
-fn diff_walk<'a>(
-    kind: &ResourceKind,
-    old: Option<&Value>,
-    new: &'a Value,
-    path: &mut Vec<&'a str>,
-) -> FieldSet {
-    if old == Some(new) {
-        return FieldSet::default();
+fn is_empty_container(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => true,
+        Some(Value::Object(m)) => m.is_empty(),
+        Some(Value::Array(a)) => a.is_empty(),
+        _ => false,
     }
-    match new {
-        Value::Object(m)
-            if !m.is_empty() && !is_atomic_map(kind, path) && old.is_none_or(Value::is_object) =>
-        {
-            let mut node = FieldSet::default();
-            for (k, child) in m {
-                if child.is_null() {
-                    continue;
-                }
-                path.push(k);
-                let c = diff_walk(kind, old.and_then(|o| o.get(k)), child, path);
-                path.pop();
-                if !c.is_empty() {
-                    node.children.insert(format!("f:{k}"), c);
-                }
-            }
-            node
+}
+
+/// The path element of a list item (`k:{...}` or `v:...`).
+fn item_elem(item: &Value, lt: ListType) -> String {
+    match lt {
+        ListType::Map { keys, .. } => key_elem(item, keys),
+        _ => format!("v:{item}"),
+    }
+}
+
+fn compare_walk<'a>(
+    kind: &ResourceKind,
+    lhs: Option<&'a Value>,
+    rhs: Option<&'a Value>,
+    path: &mut Vec<&'a str>,
+    changed: &mut FieldSet,
+    removed: &mut FieldSet,
+) {
+    if let (Some(l), Some(r)) = (lhs, rhs)
+        && l == r
+    {
+        return;
+    }
+    let shape = |v: Option<&Value>| match v {
+        Some(Value::Object(_)) => 1,
+        Some(Value::Array(_)) => 2,
+        Some(Value::Null) | None => 0,
+        _ => 3,
+    };
+    let (ls, rs) = (shape(lhs), shape(rhs));
+    let s = if rs != 0 { rs } else { ls };
+    let mismatch = ls != 0 && rs != 0 && ls != rs;
+    let both_empty = is_empty_container(lhs) && is_empty_container(rhs);
+    let list_t = if s == 2 {
+        list_type(kind, path)
+    } else {
+        ListType::Atomic
+    };
+    let leaf = mismatch
+        || s == 3
+        || s == 0
+        || both_empty
+        || (s == 1 && is_atomic_map(kind, path))
+        || (s == 2 && list_t == ListType::Atomic);
+    if leaf {
+        // doLeaf
+        match (lhs, rhs) {
+            (None, Some(_)) => changed.member = true,
+            (Some(_), None) => removed.member = true,
+            (Some(l), Some(r)) if l != r => changed.member = true,
+            _ => {}
         }
-        Value::Array(items) if !items.is_empty() && old.is_none_or(Value::is_array) => {
-            let old_items: &[Value] = old
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                .unwrap_or(&[]);
-            match list_type(kind, path) {
-                ListType::Map { keys, .. } => {
-                    let mut node = FieldSet::default();
-                    for item in items {
-                        let key = item_key(item, keys);
-                        let prev = old_items.iter().find(|o| item_key(o, keys) == key);
-                        let mut c = diff_walk(kind, prev, item, path);
-                        if prev.is_none() {
-                            c.member = true;
-                        }
-                        if !c.is_empty() {
-                            node.children.insert(key_elem(item, keys), c);
-                        }
-                    }
-                    node
-                }
-                ListType::Set => {
-                    let mut node = FieldSet::default();
-                    for item in items.iter().filter(|i| !old_items.contains(i)) {
-                        node.children.insert(format!("v:{item}"), FieldSet::leaf());
-                    }
-                    node
-                }
-                ListType::Atomic => FieldSet::leaf(),
+        return;
+    }
+    if s == 1 {
+        let lm = lhs.and_then(Value::as_object);
+        let rm = rhs.and_then(Value::as_object);
+        let mut visit = |k: &'a str, l: Option<&'a Value>, r: Option<&'a Value>| {
+            let mut c = FieldSet::default();
+            let mut d = FieldSet::default();
+            path.push(k);
+            compare_walk(kind, l, r, path, &mut c, &mut d);
+            path.pop();
+            if !c.is_empty() {
+                changed.children.insert(format!("f:{k}"), c);
+            }
+            if !d.is_empty() {
+                removed.children.insert(format!("f:{k}"), d);
+            }
+        };
+        for (k, r) in rm.into_iter().flatten() {
+            visit(k, lm.and_then(|m| m.get(k)), Some(r));
+        }
+        for (k, l) in lm.into_iter().flatten() {
+            if !rm.is_some_and(|m| m.contains_key(k)) {
+                visit(k, Some(l), None);
             }
         }
-        _ => FieldSet::leaf(),
+    } else {
+        let la: &'a [Value] = lhs.and_then(Value::as_array).map_or(&[], Vec::as_slice);
+        let ra: &'a [Value] = rhs.and_then(Value::as_array).map_or(&[], Vec::as_slice);
+        let lk: Vec<(String, &Value)> = la.iter().map(|i| (item_elem(i, list_t), i)).collect();
+        let rk: Vec<(String, &Value)> = ra.iter().map(|i| (item_elem(i, list_t), i)).collect();
+        let mut visit = |pe: &str, l: Option<&'a Value>, r: Option<&'a Value>| {
+            let mut c = FieldSet::default();
+            let mut d = FieldSet::default();
+            compare_walk(kind, l, r, path, &mut c, &mut d);
+            if !c.is_empty() {
+                changed.children.insert(pe.to_string(), c);
+            }
+            if !d.is_empty() {
+                removed.children.insert(pe.to_string(), d);
+            }
+        };
+        for (i, (pe, l)) in lk.iter().enumerate() {
+            if lk[..i].iter().any(|(p, _)| p == pe) {
+                continue;
+            }
+            let r = rk.iter().find(|(p, _)| p == pe).map(|(_, r)| *r);
+            visit(pe, Some(l), r);
+        }
+        for (i, (pe, r)) in rk.iter().enumerate() {
+            if rk[..i].iter().any(|(p, _)| p == pe) || lk.iter().any(|(p, _)| p == pe) {
+                continue;
+            }
+            visit(pe, None, Some(r));
+        }
+    }
+    match (lhs, rhs) {
+        (None, Some(_)) => changed.member = true,
+        (Some(_), None) => removed.member = true,
+        _ => {}
     }
 }
 
@@ -297,37 +360,6 @@ fn child_value<'a>(
         return items.iter().find(|i| **i == want);
     }
     None
-}
-
-fn value_at<'a>(kind: &ResourceKind, root: &'a Value, path: &[String]) -> Option<&'a Value> {
-    let mut cur = root;
-    let mut names: Vec<&str> = Vec::new();
-    for elem in path {
-        let keys_for = || match list_type(kind, &names) {
-            ListType::Map { keys, .. } => Some(keys),
-            _ => None,
-        };
-        cur = child_value(cur, elem, keys_for)?;
-        if let Some(f) = elem.strip_prefix("f:") {
-            names.push(f);
-        }
-    }
-    Some(cur)
-}
-
-/// Removes from `set` everything that does not exist in `obj`.
-fn retain_existing(kind: &ResourceKind, set: &FieldSet, obj: &Value) -> FieldSet {
-    let mut out = FieldSet::default();
-    for p in set.member_paths() {
-        if value_at(kind, obj, &p).is_some() {
-            let mut node = &mut out;
-            for e in &p {
-                node = node.children.entry(e.clone()).or_default();
-            }
-            node.member = true;
-        }
-    }
-    out
 }
 
 /// Removes the members of `removed` from `v`, except where `keep` owns the field or something under it.
@@ -423,38 +455,108 @@ fn merge_walk<'a>(kind: &ResourceKind, live: &mut Value, cfg: &'a Value, path: &
             }
         }
         (Value::Array(l), Value::Array(c)) => match list_type(kind, path) {
-            ListType::Map { keys, .. } => {
-                let mut rest: Vec<Option<Value>> =
-                    std::mem::take(l).into_iter().map(Some).collect();
-                let mut out = Vec::new();
-                for ci in c {
-                    let key = item_key(ci, keys);
-                    let pos = rest
-                        .iter()
-                        .position(|r| r.as_ref().is_some_and(|r| item_key(r, keys) == key));
-                    match pos.and_then(|p| rest[p].take()) {
-                        Some(mut li) => {
-                            merge_walk(kind, &mut li, ci, path);
-                            out.push(li);
-                        }
-                        None => out.push(ci.clone()),
-                    }
-                }
-                out.extend(rest.into_iter().flatten());
-                *l = out;
-            }
-            ListType::Set => {
-                let mut out: Vec<Value> = c.clone();
-                out.extend(l.iter().filter(|x| !c.contains(x)).cloned());
-                *l = out;
-            }
             ListType::Atomic => *l = c.clone(),
+            lt => merge_list(kind, l, c, lt, path),
         },
         (live, cfg) => *live = cfg.clone(),
     }
 }
 
-/// Metadata fields that are never owned by anyone.
+/// Merges the items of an associative list (`listType=map` or `set`) in the order of
+/// structured-merge-diff's `mergingWalker.visitListItems` (`typed/merge.go`): live items
+/// that the configuration does not name stay where they are, the configuration's items
+/// come in its order, and a live item the configuration names waits for its turn in the
+/// configuration (so two appliers' items interleave as on the real server).
+fn merge_list<'a>(
+    kind: &ResourceKind,
+    live: &mut Vec<Value>,
+    cfg: &'a [Value],
+    lt: ListType,
+    path: &mut Vec<&'a str>,
+) {
+    use std::collections::{HashMap, HashSet};
+    let mut lhs: Vec<Option<Value>> = std::mem::take(live).into_iter().map(Some).collect();
+    let lpe: Vec<String> = lhs
+        .iter()
+        .map(|v| item_elem(v.as_ref().expect("just built"), lt))
+        .collect();
+    let rpe: Vec<String> = cfg.iter().map(|v| item_elem(v, lt)).collect();
+    let mut l_index: HashMap<&str, usize> = HashMap::with_capacity(lpe.len());
+    for (i, pe) in lpe.iter().enumerate() {
+        l_index.entry(pe.as_str()).or_insert(i);
+    }
+    let mut r_index: HashMap<&str, usize> = HashMap::with_capacity(rpe.len());
+    for (i, pe) in rpe.iter().enumerate() {
+        r_index.entry(pe.as_str()).or_insert(i);
+    }
+    let mut shared = rpe
+        .iter()
+        .enumerate()
+        .filter(|(i, pe)| r_index[pe.as_str()] == *i && l_index.contains_key(pe.as_str()))
+        .map(|(_, pe)| pe.as_str());
+    let mut next_shared = shared.next();
+    let mut merged: HashSet<&str> = HashSet::with_capacity(rpe.len());
+    let mut out = Vec::with_capacity(lpe.len().max(rpe.len()));
+    let merge_item = |lhs: &mut Vec<Option<Value>>, pe: &str, path: &mut Vec<&'a str>| {
+        let rv = &cfg[r_index[pe]];
+        match l_index.get(pe).and_then(|&i| lhs[i].take()) {
+            Some(mut lv) => {
+                merge_walk(kind, &mut lv, rv, path);
+                lv
+            }
+            None => rv.clone(),
+        }
+    };
+    let (nl, nr) = (lpe.len(), rpe.len());
+    let (mut li, mut ri) = (0, 0);
+    while li < nl || ri < nr {
+        if li < nl && ri < nr {
+            let pe = lpe[li].as_str();
+            if pe == rpe[ri] {
+                merged.insert(pe);
+                out.push(merge_item(&mut lhs, pe, path));
+                li += 1;
+                ri += 1;
+                next_shared = shared.next();
+                continue;
+            }
+            if r_index.contains_key(pe) && next_shared.is_some_and(|n| n != pe) {
+                // A shared item, but not the one wanted in this round.
+                li += 1;
+                continue;
+            }
+        }
+        if li < nl {
+            let pe = lpe[li].as_str();
+            if !r_index.contains_key(pe) {
+                if let Some(v) = lhs[li].take() {
+                    out.push(v);
+                }
+                li += 1;
+                continue;
+            } else if merged.contains(pe) {
+                li += 1;
+            }
+        }
+        if ri < nr {
+            let pe = rpe[ri].as_str();
+            let first = merged.insert(pe);
+            if first {
+                out.push(merge_item(&mut lhs, pe, path));
+            }
+            ri += 1;
+            if next_shared == Some(pe) {
+                next_shared = shared.next();
+            }
+        }
+    }
+    *live = out;
+}
+
+/// Metadata fields that are never owned by anyone: the strip set of the apiserver's
+/// `stripMetaManager` (k8s.io/apimachinery `pkg/util/managedfields/internal/stripmeta.go`;
+/// `metadata` itself is stripped too, below), plus the deletion fields that only the
+/// server ever sets.
 const UNOWNED_META: &[&str] = &[
     "name",
     "namespace",
@@ -466,16 +568,21 @@ const UNOWNED_META: &[&str] = &[
     "deletionGracePeriodSeconds",
     "managedFields",
     "selfLink",
-    "generateName",
+    "clusterName",
 ];
 
 /// Drops fields nobody owns and, per subresource, fields the endpoint resets.
 pub fn strip_set(kind: &ResourceKind, mut set: FieldSet, subresource: &str) -> FieldSet {
     set.children.remove("f:apiVersion");
     set.children.remove("f:kind");
+    set.member = false;
     if let Some(meta) = set.children.get_mut("f:metadata") {
-        for f in UNOWNED_META {
-            meta.children.remove(&format!("f:{f}"));
+        meta.member = false;
+        if !meta.children.is_empty() {
+            meta.children.retain(|k, _| {
+                !k.strip_prefix("f:")
+                    .is_some_and(|f| UNOWNED_META.contains(&f))
+            });
         }
         if meta.children.is_empty() {
             set.children.remove("f:metadata");
@@ -545,6 +652,9 @@ pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
                 "fieldsType": "FieldsV1",
                 "fieldsV1": e.fields.to_fields_v1(),
             });
+            if e.time.is_empty() {
+                v.as_object_mut().map(|m| m.remove("time"));
+            }
             if !e.subresource.is_empty() {
                 v["subresource"] = Value::String(e.subresource.clone());
             }
@@ -568,16 +678,25 @@ pub struct Writer<'a> {
     pub now: &'a str,
 }
 
-/// Sets `entry`'s fields, refreshing its timestamp only when ownership changed.
-fn set_entry(entries: &mut Vec<ManagedEntry>, w: &Writer, operation: &str, fields: FieldSet) {
+/// Sets the writer's entry for `operation` to `fields`; `touched` refreshes its time
+/// (`managedFieldsUpdater` in k8s.io/apimachinery
+/// `pkg/util/managedfields/internal/managedfieldsupdater.go` stamps the manager whenever an
+/// Update changed something it now owns, or an Apply changed the object).
+fn set_entry(
+    entries: &mut Vec<ManagedEntry>,
+    w: &Writer,
+    operation: &str,
+    fields: FieldSet,
+    touched: bool,
+) {
     match entries
         .iter_mut()
         .find(|e| e.same_slot(w.manager, operation, w.subresource))
     {
         Some(e) => {
-            if e.fields != fields || e.api_version != w.api_version {
-                e.fields = fields;
-                e.api_version = w.api_version.to_string();
+            e.fields = fields;
+            e.api_version = w.api_version.to_string();
+            if touched {
                 e.time = w.now.to_string();
             }
         }
@@ -585,22 +704,60 @@ fn set_entry(entries: &mut Vec<ManagedEntry>, w: &Writer, operation: &str, field
             manager: w.manager.to_string(),
             operation: operation.to_string(),
             api_version: w.api_version.to_string(),
-            time: w.now.to_string(),
+            time: if touched {
+                w.now.to_string()
+            } else {
+                String::new()
+            },
             subresource: w.subresource.to_string(),
             fields,
         }),
     }
 }
 
-fn finish(kind: &ResourceKind, entries: &mut Vec<ManagedEntry>, obj: &Value) {
-    for e in entries.iter_mut() {
-        e.fields = retain_existing(kind, &e.fields, obj);
-    }
+/// Drops empty entries and orders them as `sortEncodedManagedFields` does
+/// (`pkg/util/managedfields/internal/managedfields.go`): by operation (Apply before
+/// Update), time (to the second), manager, apiVersion, subresource.
+fn finish(entries: &mut Vec<ManagedEntry>) {
     entries.retain(|e| !e.fields.is_empty());
+    entries.sort_by(|a, b| {
+        a.operation
+            .cmp(&b.operation)
+            .then_with(|| a.time.cmp(&b.time))
+            .then_with(|| a.manager.cmp(&b.manager))
+            .then_with(|| a.api_version.cmp(&b.api_version))
+            .then_with(|| a.subresource.cmp(&b.subresource))
+    });
 }
 
-/// Records an Update operation (create, PUT, or non-apply PATCH): the writer takes
-/// ownership of every field it changed, silently taking it from other managers.
+/// Removes `changed` and `removed` from the entries other than the writer's `operation`
+/// entry (`Updater.update` in structured-merge-diff `merge/update.go`: conflicts with the
+/// written fields are forced away, removed fields are dropped).
+fn take_from_others(
+    entries: &mut [ManagedEntry],
+    w: &Writer,
+    operation: &str,
+    changed: &FieldSet,
+    removed: &FieldSet,
+) {
+    for e in entries
+        .iter_mut()
+        .filter(|e| !e.same_slot(w.manager, operation, w.subresource))
+    {
+        if !changed.is_empty() {
+            e.fields = e.fields.difference(changed);
+        }
+        if !removed.is_empty() {
+            e.fields = e.fields.difference(removed);
+        }
+    }
+}
+
+/// Records an Update operation (create, PUT, or non-apply PATCH) as `Updater.Update`
+/// (structured-merge-diff `merge/update.go`) does: the writer's entry gains every path
+/// the write added or modified (`typed.Compare`), other entries lose those and the removed
+/// ones. A create compares with the kind's empty object, as the create handler passes
+/// `Creater.New(kind)` as the live object.
 pub fn record_update(kind: &ResourceKind, old: Option<&Value>, new: &mut Value, w: &Writer) {
     // managedFields sent in the body replace the stored ones when they differ (this is how
     // clients reset or migrate ownership, e.g. kubectl's client-side to server-side apply
@@ -613,25 +770,38 @@ pub fn record_update(kind: &ResourceKind, old: Option<&Value>, new: &mut Value, 
         (Some(m), Some(_)) if Some(m) != stored => read_managed(new),
         _ => old.map(read_managed).unwrap_or_default(),
     };
-    let changed = strip_set(kind, changed_fields(kind, old, new), w.subresource);
-    if !changed.is_empty() {
-        for e in entries.iter_mut() {
-            e.fields = e.fields.difference(&changed);
+    let empty;
+    let base = match old {
+        Some(o) => o,
+        None => {
+            empty = crate::schema::empty_object(kind);
+            &empty
         }
-        let mut mine = entries
-            .iter()
-            .find(|e| e.same_slot(w.manager, "Update", w.subresource))
-            .map(|e| e.fields.clone())
-            .unwrap_or_default();
+    };
+    let (changed, removed) = compare(kind, base, new);
+    let changed = strip_set(kind, changed, w.subresource);
+    let removed = strip_set(kind, removed, w.subresource);
+    take_from_others(&mut entries, w, "Update", &changed, &removed);
+    let mine = entries
+        .iter()
+        .find(|e| e.same_slot(w.manager, "Update", w.subresource))
+        .map(|e| e.fields.difference(&removed));
+    if !changed.is_empty() {
+        let mut mine = mine.unwrap_or_default();
         mine.union_with(&changed);
-        set_entry(&mut entries, w, "Update", mine);
+        set_entry(&mut entries, w, "Update", mine, true);
+    } else if let Some(mine) = mine {
+        set_entry(&mut entries, w, "Update", mine, false);
     }
-    finish(kind, &mut entries, new);
+    finish(&mut entries);
     write_managed(new, &entries);
 }
 
-/// Server-side apply of `config` onto `live` (None when creating). Returns the merged
-/// object carrying updated managedFields; the caller defaults, validates and persists it.
+/// Server-side apply of `config` onto `live` (None when creating), as `Updater.Apply`
+/// (structured-merge-diff `merge/update.go`): merge, prune what the applier no longer
+/// applies, then the conflicts are other managers' fields that the result added or
+/// modified. Returns the merged object carrying updated managedFields; the caller
+/// defaults, validates and persists it.
 pub fn apply(
     kind: &ResourceKind,
     live: Option<&Value>,
@@ -641,29 +811,40 @@ pub fn apply(
 ) -> ApiResult<Value> {
     let applied = strip_set(kind, fields_of(kind, config), w.subresource);
     let mut entries = live.map(read_managed).unwrap_or_default();
-    let live_obj = live.cloned().unwrap_or_else(|| json!({}));
+    let mut obj = live.cloned().unwrap_or_else(|| json!({}));
 
-    // Conflicts: fields another manager owns whose applied value differs from the live one.
-    let mut conflicts: Vec<(usize, Vec<String>)> = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
-        if e.manager == w.manager {
-            continue;
-        }
-        for p in e.fields.intersection(&applied).member_paths() {
-            let is_leaf = {
-                let mut n = Some(&applied);
-                for el in &p {
-                    n = n.and_then(|x| x.get(el));
-                }
-                n.is_some_and(|n| n.children.is_empty())
-            };
-            if is_leaf && value_at(kind, &live_obj, &p) != value_at(kind, config, &p) {
+    let previous = entries
+        .iter()
+        .find(|e| e.same_slot(w.manager, "Apply", w.subresource))
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
+    let mut others = FieldSet::default();
+    for e in entries
+        .iter()
+        .filter(|e| !e.same_slot(w.manager, "Apply", w.subresource))
+    {
+        others.union_with(&e.fields);
+    }
+    let removed = previous.difference(&applied);
+    remove_fields(kind, &mut obj, &removed, Some(&others), &mut Vec::new());
+    merge_config(kind, &mut obj, config);
+
+    let mut noop = live.is_none();
+    if let Some(live) = live {
+        let (changed, removed) = compare(kind, live, &obj);
+        noop = changed.is_empty() && removed.is_empty();
+        let changed = strip_set(kind, changed, w.subresource);
+        let removed = strip_set(kind, removed, w.subresource);
+        let mut conflicts: Vec<(usize, Vec<String>)> = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            if e.same_slot(w.manager, "Apply", w.subresource) {
+                continue;
+            }
+            for p in e.fields.intersection(&changed).member_paths() {
                 conflicts.push((i, p));
             }
         }
-    }
-    if !conflicts.is_empty() {
-        if !force {
+        if !conflicts.is_empty() && !force {
             let list: Vec<(String, String, String)> = conflicts
                 .iter()
                 .map(|(i, p)| {
@@ -680,30 +861,10 @@ pub fn apply(
                 .unwrap_or("");
             return Err(ApiError::apply_conflict(kind, name, &list));
         }
-        for (i, p) in &conflicts {
-            entries[*i].fields.remove_path(p);
-        }
+        take_from_others(&mut entries, w, "Apply", &changed, &removed);
     }
-
-    let previous = entries
-        .iter()
-        .find(|e| e.same_slot(w.manager, "Apply", w.subresource))
-        .map(|e| e.fields.clone())
-        .unwrap_or_default();
-    let mut others = FieldSet::default();
-    for e in entries
-        .iter()
-        .filter(|e| !e.same_slot(w.manager, "Apply", w.subresource))
-    {
-        others.union_with(&e.fields);
-    }
-    let mut obj = live_obj;
-    let removed = previous.difference(&applied);
-    remove_fields(kind, &mut obj, &removed, Some(&others), &mut Vec::new());
-    merge_config(kind, &mut obj, config);
-
-    set_entry(&mut entries, w, "Apply", applied);
-    finish(kind, &mut entries, &obj);
+    set_entry(&mut entries, w, "Apply", applied, live.is_none() || !noop);
+    finish(&mut entries);
     write_managed(&mut obj, &entries);
     Ok(obj)
 }

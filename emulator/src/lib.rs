@@ -61,6 +61,7 @@ mod table;
 mod validation;
 mod watch;
 mod wire;
+mod yaml;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -769,11 +769,9 @@ fn server_side_apply(
     body: &[u8],
     opts: &WriteOptions,
 ) -> ApiResult<WriteResult> {
-    let config: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "error decoding YAML: only JSON apply configurations are supported by the emulator: {e}"
-        ))
-    })?;
+    // handlers/patch.go `applyPatcher.applyPatchToCurrentObject`: "error decoding patch: ...".
+    let config: Value = crate::yaml::decode_apply_body(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     let Some(o) = config.as_object() else {
         return Err(ApiError::bad_request(
             "apply configuration must be an object",

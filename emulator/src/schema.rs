@@ -7,7 +7,7 @@
 //! k8s.io/api's core/v1 and apps/v1 types for the fields these kinds use; `hostIPs`
 //! (atomic for apply, merged by ip in SMP) is treated as atomic for both.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::resources::ResourceKind;
 
@@ -128,7 +128,12 @@ pub fn is_atomic_map(kind: &ResourceKind, path: &[&str]) -> bool {
     if kind.custom {
         return false;
     }
-    // Service selectors are atomic maps; metav1.LabelSelector is an atomic struct.
+    // Service selectors are atomic maps; metav1.LabelSelector is an atomic struct; so is
+    // metav1.OwnerReference (`+structType=atomic`, apimachinery pkg/apis/meta/v1/types.go),
+    // the items of `metadata.ownerReferences` (a list's items are walked with its path).
+    if path == ["metadata", "ownerReferences"] {
+        return true;
+    }
     matches!(
         path.last(),
         Some(
@@ -143,4 +148,48 @@ pub fn is_atomic_map(kind: &ResourceKind, path: &[&str]) -> bool {
                 | "involvedObject")
         )
     )
+}
+
+/// The object `Creater.New(kind)` gives, as `runtime.DefaultUnstructuredConverter` renders
+/// it: the live object a create is compared with (the create handler in k8s.io/apiserver
+/// `pkg/endpoints/handlers/create.go` passes it to the field manager). Struct fields that
+/// are not pointers are always rendered (`{}`), and so are fields without `omitempty`
+/// (`null` for nil slices and pointers, zero for scalars); metav1.Time renders `null`.
+/// The json tags are those of k8s.io/api core/v1, apps/v1, discovery/v1, coordination/v1,
+/// policy/v1 and scheduling/v1 (status is left out: the main endpoint ignores it).
+/// Custom resources start from an empty Unstructured object.
+pub fn empty_object(kind: &ResourceKind) -> Value {
+    if kind.custom {
+        return Value::Object(Map::new());
+    }
+    let pod_template =
+        || json!({"metadata": {"creationTimestamp": null}, "spec": {"containers": null}});
+    let body = match (kind.group, kind.kind) {
+        ("", "Namespace" | "Node" | "Service") => json!({"spec": {}}),
+        ("", "Pod") => json!({"spec": {"containers": null}}),
+        ("", "PersistentVolumeClaim") => json!({"spec": {"resources": {}}}),
+        ("", "Event") => json!({
+            "involvedObject": {}, "source": {}, "firstTimestamp": null, "lastTimestamp": null,
+            "eventTime": null, "reportingComponent": "", "reportingInstance": ""
+        }),
+        ("apps", "Deployment") => json!({"spec": {
+            "selector": null, "template": pod_template(), "strategy": {}
+        }}),
+        ("apps", "ReplicaSet") => json!({"spec": {"selector": null, "template": pod_template()}}),
+        ("events.k8s.io", "Event") => {
+            json!({"eventTime": null, "regarding": {}, "deprecatedSource": {},
+            "deprecatedFirstTimestamp": null, "deprecatedLastTimestamp": null})
+        }
+        ("discovery.k8s.io", "EndpointSlice") => {
+            json!({"addressType": "", "endpoints": null, "ports": null})
+        }
+        ("coordination.k8s.io", "Lease") | ("policy", "PodDisruptionBudget") => json!({"spec": {}}),
+        ("scheduling.k8s.io", "PriorityClass") => json!({"value": 0}),
+        _ => json!({}),
+    };
+    let mut obj = body;
+    obj.as_object_mut()
+        .expect("an object")
+        .insert("metadata".into(), json!({"creationTimestamp": null}));
+    obj
 }
