@@ -504,6 +504,8 @@ pub(crate) struct Sim {
     /// Pods by label, and Services by selector pair, for the endpoints controller.
     pub pod_labels: LabelIndex,
     pub service_selectors: ServiceIndex,
+    /// EndpointSlices by label (a Service's slices by `kubernetes.io/service-name`).
+    pub slice_labels: LabelIndex,
     /// Summed requests of each pod by uid (pod requests do not change).
     pub requests: HashMap<String, std::sync::Arc<BTreeMap<String, i128>>>,
     /// pod-template-hash of each Deployment by uid, with the generation it was computed at.
@@ -543,6 +545,7 @@ pub(crate) async fn start(store: Store, config: ClusterConfig) -> std::io::Resul
         pod_ips: HashSet::new(),
         pod_labels: LabelIndex::default(),
         service_selectors: ServiceIndex::default(),
+        slice_labels: LabelIndex::default(),
         requests: HashMap::new(),
         template_hashes: Default::default(),
     };
@@ -663,6 +666,9 @@ impl Sim {
                             .insert((c.namespace.clone(), svc.to_string()));
                     }
                 }
+                let new = (c.event != crate::store::EventType::Deleted).then_some(&*c.object);
+                self.slice_labels
+                    .update("/metadata/labels", c.old.as_deref(), new);
             } else if !matches!(
                 c.kind.kind,
                 // Kinds no simulated component reads.
@@ -683,6 +689,12 @@ impl Sim {
             self.pod_labels = LabelIndex::default();
             for p in self.list(self.k.pod) {
                 self.pod_labels.update("/metadata/labels", None, Some(&p));
+            }
+            self.slice_labels = LabelIndex::default();
+            if let Some(kind) = self.k.endpointslice {
+                for s in self.list(kind) {
+                    self.slice_labels.update("/metadata/labels", None, Some(&s));
+                }
             }
             self.service_selectors = ServiceIndex::default();
             for s in self.list(self.k.service) {

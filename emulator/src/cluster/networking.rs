@@ -200,7 +200,16 @@ fn endpoint_slices(sim: &Sim) {
                 .filter(|(k, s)| std::ptr::eq(*k, kind) && labelled(s))
                 .map(|(_, s)| s)
                 .next_back()
-                .or_else(|| st.list(kind, Some(ns)).into_iter().rfind(|s| labelled(s)))
+                .or_else(|| {
+                    // Else the last by name labelled for it, found through the label index
+                    // (listing the namespace's slices made each first sync cost them all).
+                    sim.slice_labels
+                        .get(ns, "kubernetes.io/service-name", name)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|n| st.get(kind, ns, n))
+                        .rfind(|s| labelled(s))
+                })
         };
         let mut selected: Vec<&Value> = selected_pods(candidates.iter().copied(), &svc)
             .into_iter()
