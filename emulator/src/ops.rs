@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::admission::{initial_status, keep_allocated, prepare_create};
 use crate::apply::{self, Writer};
@@ -348,19 +348,43 @@ fn pod_grace_period(pod: &Value, requested: Option<i64>) -> i64 {
 
 /// Equality for no-op detection: managedFields timestamps and resourceVersion do not count.
 fn same_content(a: &Value, b: &Value) -> bool {
-    fn norm(v: &Value) -> Value {
-        let mut v = v.clone();
-        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.remove("resourceVersion");
-            if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
-                for e in mf.iter_mut().filter_map(Value::as_object_mut) {
-                    e.remove("time");
-                }
-            }
-        }
-        v
+    // Compared in place (copying both objects to drop the ignored members cost a tenth of
+    // the simulated cluster's time).
+    fn same_except<'a>(
+        a: &'a Map<String, Value>,
+        b: &'a Map<String, Value>,
+        ignored: &[&str],
+        mut same: impl FnMut(&str, &'a Value, &'a Value) -> bool,
+    ) -> bool {
+        let kept =
+            |m: &Map<String, Value>| m.keys().filter(|k| !ignored.contains(&k.as_str())).count();
+        kept(a) == kept(b)
+            && a.iter()
+                .filter(|(k, _)| !ignored.contains(&k.as_str()))
+                .all(|(k, va)| b.get(k).is_some_and(|vb| same(k, va, vb)))
     }
-    norm(a) == norm(b)
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    same_except(a, b, &[], |k, va, vb| match (k, va, vb) {
+        ("metadata", Value::Object(ma), Value::Object(mb)) => {
+            same_except(ma, mb, &["resourceVersion"], |k, va, vb| {
+                match (k, va, vb) {
+                    ("managedFields", Value::Array(fa), Value::Array(fb)) => {
+                        fa.len() == fb.len()
+                            && fa.iter().zip(fb).all(|(ea, eb)| match (ea, eb) {
+                                (Value::Object(ea), Value::Object(eb)) => {
+                                    same_except(ea, eb, &["time"], |_, x, y| x == y)
+                                }
+                                _ => ea == eb,
+                            })
+                    }
+                    _ => va == vb,
+                }
+            })
+        }
+        _ => va == vb,
+    })
 }
 
 fn invalid_if_any(kind: &ResourceKind, name: &str, causes: Vec<Cause>) -> ApiResult<()> {

@@ -215,6 +215,16 @@ pub(crate) async fn watch_response(
                 Repr::Object => obj,
             }
         };
+        // Unconverted objects are written straight from the store, without the deep copy
+        // `render` makes (one per event and watcher).
+        let plain = std::ptr::eq(served.kind, served.storage) && matches!(repr, Repr::Object);
+        let line = |ty: &str, obj: &Value| {
+            if plain {
+                event_line(ty, obj)
+            } else {
+                event_line(ty, &render(obj))
+            }
+        };
         let mut last_rv = start_rv;
         match start {
             Start::Expired(oldest) => {
@@ -232,7 +242,7 @@ pub(crate) async fn watch_response(
                             .as_ref()
                             .is_none_or(|n| meta_str(o, "name") == Some(n))
                 }) {
-                    if tx.send(Ok(event_line("ADDED", &render(o)))).await.is_err() {
+                    if tx.send(Ok(line("ADDED", o))).await.is_err() {
                         return;
                     }
                 }
@@ -251,7 +261,7 @@ pub(crate) async fn watch_response(
             Start::Resume(changes) => {
                 for c in changes {
                     if let Some((ty, obj)) = filter.event(&c)
-                        && tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err()
+                        && tx.send(Ok(line(ty, &obj))).await.is_err()
                     {
                         return;
                     }
@@ -298,7 +308,7 @@ pub(crate) async fn watch_response(
                         }
                         last_rv = c.rv;
                         if let Some((ty, obj)) = filter.event(&c)
-                            && tx.send(Ok(event_line(ty, &render(&obj)))).await.is_err() {
+                            && tx.send(Ok(line(ty, &obj))).await.is_err() {
                                 return;
                             }
                         false
