@@ -157,8 +157,16 @@ for n in "${sizes[@]}"; do
     "$(awk -v k="$(peak_kib "$emu")" 'BEGIN { print k / 1024 }')" >>"$work/table"
   log "$n Ready in ${seconds}s"
 
-  # The idle check: let the last watch events settle, then watch a quiet window.
-  sleep 3
+  # The idle check: wait until the last watch events have been worked off (the worker's
+  # reconcile count unchanged for 3 s, at most 60 s), then watch a quiet window.
+  reconciles_now() { curl -fsS "http://127.0.0.1:$worker_port/metrics" |
+    awk '/^modelplane_reconcile_total\{/ { sum += $NF } END { printf "%d\n", sum }'; }
+  last=$(reconciles_now); still=0; waited=0
+  while [ "$still" -lt 3 ] && [ "$waited" -lt 60 ]; do
+    sleep 1; waited=$((waited + 1))
+    now=$(reconciles_now)
+    if [ "$now" = "$last" ]; then still=$((still + 1)); else still=0; last=$now; fi
+  done
   w0=$(k8s_requests "http://127.0.0.1:$emu_port" writes); r0=$(db_fingerprint "$db")
   a0=$(cpu_ticks "$api"); k0=$(cpu_ticks "$worker"); e0=$(cpu_ticks "$emu")
   sleep "$IDLE_SECONDS"
