@@ -133,6 +133,23 @@ where
 }
 
 impl Harness {
+    /// Deletes deployment `name` of team-a (202) and waits until the worker has removed its
+    /// objects and the record is gone.
+    async fn delete_and_wait_gone(&self, name: &str) {
+        let path = format!("/api/v1/projects/team-a/deployments/{name}");
+        let response = self
+            .app
+            .request(Method::DELETE, &path)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        wait_for("the record to be gone", Duration::from_secs(20), || async {
+            self.app.get(&path).await.status() == StatusCode::NOT_FOUND
+        })
+        .await;
+    }
+
     /// The id of deployment `name` (in any project), read from the database.
     async fn record_id(&self, name: &str) -> uuid::Uuid {
         sqlx::query_scalar("select id from model_deployment where name = $1")
@@ -452,21 +469,7 @@ async fn delete_removes_every_object_then_the_record(pool: PgPool) {
         .as_str()
         .unwrap()
         .to_owned();
-    let response = h
-        .app
-        .request(Method::DELETE, "/api/v1/projects/team-a/deployments/qwen")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::ACCEPTED);
-    wait_for("the record to be gone", Duration::from_secs(20), || async {
-        h.app
-            .get("/api/v1/projects/team-a/deployments/qwen")
-            .await
-            .status()
-            == StatusCode::NOT_FOUND
-    })
-    .await;
+    h.delete_and_wait_gone("qwen").await;
     for (api_version, kind) in [
         ("apps/v1", "Deployment"),
         ("v1", "Service"),

@@ -268,21 +268,7 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
     })
     .await;
 
-    let deleted = h
-        .app
-        .request(Method::DELETE, "/api/v1/projects/team-a/deployments/qwen")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(deleted.status(), StatusCode::ACCEPTED);
-    wait_for("the record gone", Duration::from_secs(20), || async {
-        h.app
-            .get("/api/v1/projects/team-a/deployments/qwen")
-            .await
-            .status()
-            == StatusCode::NOT_FOUND
-    })
-    .await;
+    h.delete_and_wait_gone("qwen").await;
     let deleted = h
         .app
         .request(Method::DELETE, "/api/v1/projects/team-a")
