@@ -14,7 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::rest::{access, deployments, health, projects, watch};
+use super::rest::{access, canary, deployments, health, projects, watch};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -26,6 +26,7 @@ use super::rest::{access, deployments, health, projects, watch};
     tags(
         (name = "projects", description = "Tenants, each mapped to one Kubernetes namespace"),
         (name = "deployments", description = "Model deployments: the spec you ask for and the status the worker reports"),
+        (name = "canary", description = "A second track of a deployment on a share of its traffic: start, weigh, promote, abort"),
         (name = "access", description = "API tokens, role bindings for OIDC users and groups, audit logs"),
         (name = "health", description = "Liveness and readiness"),
     )
@@ -218,6 +219,9 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(deployments::scale_deployment))
         .routes(routes!(deployments::restart_deployment))
         .routes(routes!(deployments::rollback_deployment))
+        .routes(routes!(canary::start_canary, canary::update_canary))
+        .routes(routes!(canary::promote_canary))
+        .routes(routes!(canary::abort_canary))
         .routes(routes!(deployments::list_revisions))
         .routes(routes!(deployments::chat_completion))
         .routes(routes!(deployments::list_deployment_events))

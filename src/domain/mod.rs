@@ -4,6 +4,7 @@
 //! [`FieldError`]s with a JSON path, so a value that exists is valid.
 
 mod access;
+mod canary;
 mod errors;
 mod health;
 mod json;
@@ -17,6 +18,10 @@ mod spec;
 mod status;
 
 pub use access::{Role, SubjectKind, TokenRole};
+pub use canary::{
+    CANARY_SUFFIX, Canary, CanaryHeader, CanaryStatus, DEFAULT_CANARY_HEADER, MAX_CANARY_WEIGHT,
+    canary_object_name, check_canary_weight, check_not_canary_name,
+};
 pub use errors::{FieldError, FieldErrors, from_json_value};
 pub use health::{CheckResult, ReadinessCheck};
 pub use json::{canonical_json, parse_strict as parse_json_strict};

@@ -6,6 +6,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::access::{Role, SubjectKind, TokenRole};
+use super::canary::Canary;
 use super::spec::DeploymentSpec;
 use super::status::DeploymentStatus;
 
@@ -36,6 +37,8 @@ pub struct Deployment {
     /// The last restart request; pods started before it are replaced.
     pub restarted_at: Option<DateTime<Utc>>,
     pub deletion_requested_at: Option<DateTime<Utc>>,
+    /// The canary track, while there is one (`…/canary`).
+    pub canary: Option<Canary>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -56,7 +59,8 @@ pub fn entity_tag(id: Uuid, generation: i64) -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Revision {
-    /// Equal to the generation the spec was accepted as.
+    /// Equal to the generation the spec was accepted as (a generation that only changed the
+    /// canary has no revision).
     pub revision: i64,
     pub spec: DeploymentSpec,
     /// `created`, `updated`, `replaced`, `scaled` or `rolled back to revision N`.
@@ -88,6 +92,12 @@ pub enum EventKind {
     RolledBack,
     RestartRequested,
     DeleteRequested,
+    /// By people: a canary was started, its weight or header changed, it was promoted or
+    /// aborted.
+    CanaryStarted,
+    CanaryChanged,
+    CanaryPromoted,
+    CanaryAborted,
     /// By the worker: a generation applied, drift repaired, the phase changed, the cluster
     /// unreachable, every object removed.
     Applied,
@@ -95,6 +105,8 @@ pub enum EventKind {
     PhaseChanged,
     ClusterUnreachable,
     Deleted,
+    /// By the worker: the canary's objects are gone, all traffic is on one track again.
+    CanaryRemoved,
 }
 
 impl EventKind {

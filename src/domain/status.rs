@@ -126,6 +126,9 @@ pub struct DeploymentStatus {
     pub replicas: ReplicaCounts,
     pub conditions: Vec<Condition>,
     pub endpoints: Endpoints,
+    /// The canary track, while the deployment has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<super::canary::CanaryStatus>,
 }
 
 impl DeploymentStatus {
@@ -141,6 +144,7 @@ impl DeploymentStatus {
             },
             conditions: Vec::new(),
             endpoints: Endpoints::default(),
+            canary: None,
         }
     }
 }

@@ -11,7 +11,8 @@ use gateway_api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
     HttpRouteRulesFilters, HttpRouteRulesFiltersType, HttpRouteRulesFiltersUrlRewrite,
     HttpRouteRulesFiltersUrlRewritePath, HttpRouteRulesFiltersUrlRewritePathType,
-    HttpRouteRulesMatches, HttpRouteRulesMatchesPath, HttpRouteRulesMatchesPathType, HttpRouteSpec,
+    HttpRouteRulesMatches, HttpRouteRulesMatchesHeaders, HttpRouteRulesMatchesHeadersType,
+    HttpRouteRulesMatchesPath, HttpRouteRulesMatchesPathType, HttpRouteSpec,
 };
 use k8s_openapi::api::apps::v1::{
     Deployment as K8sDeployment, DeploymentSpec as K8sDeploymentSpec, DeploymentStrategy,
@@ -35,8 +36,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::domain::{
-    CacheStorage, Deployment, EngineDefaults, EngineKind, ModelSource, PodCount, RUN_AS_USER,
-    SecretKeyRef, ServingSpec, canonical_json,
+    CacheStorage, Canary, CanaryHeader, Deployment, EngineDefaults, EngineKind, ModelSource,
+    PodCount, RUN_AS_USER, SecretKeyRef, ServingSpec, canary_object_name, canonical_json,
 };
 
 pub const FIELD_MANAGER: &str = "modelplane";
@@ -48,6 +49,10 @@ pub const LABEL_DEPLOYMENT_ID: &str = "modelplane.io/deployment-id";
 pub const LABEL_PROJECT: &str = "modelplane.io/project";
 pub const LABEL_INSTALLATION: &str = "modelplane.io/installation";
 pub const LABEL_ENGINE: &str = "modelplane.io/engine";
+/// On a canary track's objects and pods (and in its selector); the stable track has none,
+/// so its selector, fixed for the life of the record, never changes.
+pub const LABEL_TRACK: &str = "modelplane.io/track";
+pub const TRACK_CANARY: &str = "canary";
 /// On a namespace that existed before its project: it survives the project.
 pub const LABEL_NAMESPACE_ADOPTED: &str = "modelplane.io/namespace-adopted";
 pub const ANNOTATION_CONFIG_HASH: &str = "modelplane.io/config-hash";
@@ -84,6 +89,37 @@ pub struct GatewayRef {
 pub struct Target<'a> {
     pub record: &'a Deployment,
     pub serving: &'a ServingSpec,
+    /// The canary track: `record` is then [`canary_record`]'s, named `<name>-canary`.
+    pub canary_track: bool,
+}
+
+/// A record's canary as a record of its own: named `<name>-canary`, with the canary's spec.
+/// Its selector keeps the record's keys (and id) with its own instance name and the track
+/// label, so neither track's Service or Deployment selects the other's pods.
+pub fn canary_record(record: &Deployment, canary: &Canary) -> Deployment {
+    Deployment {
+        name: canary_object_name(&record.name),
+        spec: canary.spec.clone(),
+        canary: None,
+        ..record.clone()
+    }
+}
+
+/// The canary track to build beside the stable one, and how the route treats it.
+#[derive(Debug, Clone)]
+pub struct CanaryPlan<'a> {
+    pub target: Target<'a>,
+    /// Percent of the requests without the header that the route sends to the canary.
+    pub routed_weight: i32,
+    pub header: &'a CanaryHeader,
+}
+
+/// The canary track's own objects; it shares the stable track's HTTPRoute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryObjects {
+    pub deployment: K8sDeployment,
+    pub service: Service,
+    pub config_hash: String,
 }
 
 /// Every object of one deployment record.
@@ -99,6 +135,8 @@ pub struct DesiredObjects {
     pub gateway: Option<GatewayRef>,
     /// The hash of everything that shapes a pod; the current generation's pods carry it.
     pub config_hash: String,
+    /// The canary track, while the record has one and it is not yet being removed.
+    pub canary: Option<CanaryObjects>,
 }
 
 impl DesiredObjects {
@@ -112,6 +150,10 @@ impl DesiredObjects {
         ];
         if let Some(budget) = &self.disruption_budget {
             all.push(as_json(budget));
+        }
+        if let Some(canary) = &self.canary {
+            all.push(as_json(&canary.deployment));
+            all.push(as_json(&canary.service));
         }
         hex::encode(Sha256::digest(
             canonical_json(&Value::Array(all)).as_bytes(),
@@ -133,9 +175,18 @@ pub fn selector_labels(record: &Deployment) -> BTreeMap<String, String> {
     ])
 }
 
-fn selector(record: &Deployment) -> LabelSelector {
+/// The labels that select a track's pods: the record's, plus the track on a canary.
+pub fn track_selector_labels(t: &Target) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(t.record);
+    if t.canary_track {
+        labels.insert(LABEL_TRACK.into(), TRACK_CANARY.into());
+    }
+    labels
+}
+
+fn selector(t: &Target) -> LabelSelector {
     LabelSelector {
-        match_labels: Some(selector_labels(record)),
+        match_labels: Some(track_selector_labels(t)),
         ..LabelSelector::default()
     }
 }
@@ -157,7 +208,7 @@ fn pod_labels(t: &Target, config: &BuildConfig) -> BTreeMap<String, String> {
 
 /// The selector, ownership and engine labels modelplane sets on everything it makes.
 fn system_labels(t: &Target, config: &BuildConfig) -> BTreeMap<String, String> {
-    let mut labels = selector_labels(t.record);
+    let mut labels = track_selector_labels(t);
     labels.insert(LABEL_MANAGED_BY.into(), "modelplane".into());
     labels.insert(LABEL_PART_OF.into(), "modelplane".into());
     labels.insert(LABEL_PROJECT.into(), t.record.project.clone());
@@ -211,6 +262,7 @@ pub fn desired_objects(
     namespace: &str,
     adopted: bool,
     config: &BuildConfig,
+    canary: Option<&CanaryPlan>,
 ) -> DesiredObjects {
     let labels = object_labels(t, config);
     let gateway = gateway_of(t.serving, config);
@@ -223,13 +275,23 @@ pub fn desired_objects(
             .insert(LABEL_NAMESPACE_ADOPTED.into(), "true".into());
     }
     let (deployment, config_hash) = deployment_object(t, namespace, &labels, config);
+    let canary_objects = canary.map(|plan| {
+        let labels = object_labels(&plan.target, config);
+        let (deployment, config_hash) = deployment_object(&plan.target, namespace, &labels, config);
+        CanaryObjects {
+            deployment,
+            service: service_object(&plan.target, namespace, &labels),
+            config_hash,
+        }
+    });
     DesiredObjects {
         namespace: namespace_object,
         deployment,
         service: service_object(t, namespace, &labels),
         http_route: gateway
             .as_ref()
-            .map(|gw| route_object(t, namespace, &labels, gw)),
+            .map(|gw| route_object(t, namespace, &labels, gw, canary)),
+        canary: canary_objects,
         disruption_budget: (t.serving.replicas > 1)
             .then(|| disruption_budget_object(t, namespace, &labels)),
         gateway,
@@ -248,7 +310,7 @@ fn disruption_budget_object(
         metadata: metadata(t, namespace, labels),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
-            selector: Some(selector(t.record)),
+            selector: Some(selector(t)),
             ..PodDisruptionBudgetSpec::default()
         }),
         ..PodDisruptionBudget::default()
@@ -304,7 +366,7 @@ fn deployment_object(
         metadata: metadata(t, namespace, labels),
         spec: Some(K8sDeploymentSpec {
             replicas: Some(t.serving.replicas),
-            selector: selector(t.record),
+            selector: selector(t),
             strategy: Some(rollout_strategy(t.serving)),
             // Model loading counts against the deadline, so it must outlast the startup budget.
             progress_deadline_seconds: Some(to_i32(startup + 120)),
@@ -721,7 +783,7 @@ fn pod_spec(t: &Target, config: &BuildConfig) -> PodSpec {
             max_skew: 1,
             topology_key: "kubernetes.io/hostname".into(),
             when_unsatisfiable: "ScheduleAnyway".into(),
-            label_selector: Some(selector(t.record)),
+            label_selector: Some(selector(t)),
             ..TopologySpreadConstraint::default()
         }]),
         security_context: restricted.then(|| PodSecurityContext {
@@ -789,7 +851,7 @@ fn service_object(t: &Target, namespace: &str, labels: &BTreeMap<String, String>
         metadata: metadata(t, namespace, labels),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
-            selector: Some(selector_labels(t.record)),
+            selector: Some(track_selector_labels(t)),
             ports: Some(vec![ServicePort {
                 name: Some("http".into()),
                 port: t.serving.port,
@@ -803,11 +865,14 @@ fn service_object(t: &Target, namespace: &str, labels: &BTreeMap<String, String>
     }
 }
 
+/// The route: every request under the prefix to the Service; with a canary, the ones
+/// carrying its header to the canary, and the rest split by weight between the tracks.
 fn route_object(
     t: &Target,
     namespace: &str,
     labels: &BTreeMap<String, String>,
     gateway: &GatewayRef,
+    canary: Option<&CanaryPlan>,
 ) -> HttpRoute {
     let parent = HttpRouteParentRefs {
         group: Some("gateway.networking.k8s.io".into()),
@@ -833,30 +898,56 @@ fn route_object(
             ..HttpRouteRulesFilters::default()
         }]
     });
-    let rule = HttpRouteRules {
+    let path = HttpRouteRulesMatchesPath {
+        r#type: Some(HttpRouteRulesMatchesPathType::PathPrefix),
+        value: Some(prefix),
+    };
+    let backend = |target: &Target, weight: i32| HttpRouteRulesBackendRefs {
+        group: Some(String::new()),
+        kind: Some("Service".into()),
+        name: target.record.name.clone(),
+        port: Some(target.serving.port),
+        weight: Some(weight),
+        ..HttpRouteRulesBackendRefs::default()
+    };
+    let mut rules = Vec::new();
+    let backends = match canary {
+        None => vec![backend(t, 1)],
+        Some(plan) => {
+            // The Gateway API prefers, among equal paths, the match with more headers
+            // (HTTPRouteRule's precedence), so the header rule wins for requests carrying it.
+            rules.push(HttpRouteRules {
+                matches: Some(vec![HttpRouteRulesMatches {
+                    path: Some(path.clone()),
+                    headers: Some(vec![HttpRouteRulesMatchesHeaders {
+                        name: plan.header.name.clone(),
+                        r#type: Some(HttpRouteRulesMatchesHeadersType::Exact),
+                        value: plan.header.value.clone(),
+                    }]),
+                    ..HttpRouteRulesMatches::default()
+                }]),
+                backend_refs: Some(vec![backend(&plan.target, 1)]),
+                filters: rewrite.clone(),
+                ..HttpRouteRules::default()
+            });
+            let weight = plan.routed_weight.clamp(0, 100);
+            vec![backend(t, 100 - weight), backend(&plan.target, weight)]
+        }
+    };
+    rules.push(HttpRouteRules {
         matches: Some(vec![HttpRouteRulesMatches {
-            path: Some(HttpRouteRulesMatchesPath {
-                r#type: Some(HttpRouteRulesMatchesPathType::PathPrefix),
-                value: Some(prefix),
-            }),
+            path: Some(path),
             ..HttpRouteRulesMatches::default()
         }]),
-        backend_refs: Some(vec![HttpRouteRulesBackendRefs {
-            group: Some(String::new()),
-            kind: Some("Service".into()),
-            name: t.record.name.clone(),
-            port: Some(t.serving.port),
-            weight: Some(1),
-            ..HttpRouteRulesBackendRefs::default()
-        }]),
+        backend_refs: Some(backends),
         filters: rewrite,
         ..HttpRouteRules::default()
-    };
+    });
     let mut route = HttpRoute::new(
         &t.record.name,
         HttpRouteSpec {
             parent_refs: Some(vec![parent]),
-            rules: Some(vec![rule]),
+            rules: Some(rules),
             hostnames: t.serving.spec.routing.hostname.clone().map(|h| vec![h]),
         },
     );
@@ -903,11 +994,12 @@ mod tests {
             Target {
                 record: &self.record,
                 serving: &self.serving,
+                canary_track: false,
             }
         }
 
         fn objects(&self, config: &BuildConfig) -> DesiredObjects {
-            desired_objects(&self.target(), "team-a", false, config)
+            desired_objects(&self.target(), "team-a", false, config, None)
         }
     }
 
@@ -923,6 +1015,7 @@ mod tests {
             spec: serving.spec.clone(),
             restarted_at: None,
             deletion_requested_at: None,
+            canary: None,
             created_at: Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap(),
             updated_at: Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap(),
         };
@@ -981,6 +1074,70 @@ mod tests {
         insta::assert_yaml_snapshot!("vllm_service", objects.service);
         insta::assert_yaml_snapshot!("vllm_route", objects.http_route);
         insta::assert_yaml_snapshot!("namespace", objects.namespace);
+    }
+
+    #[test]
+    fn a_canary_is_its_own_track_on_the_shared_route() {
+        let stable = record(
+            "qwen",
+            json!({"model": {"source": "hf://Qwen/Qwen2.5-0.5B-Instruct"}, "engine": {"kind": "sim"}, "replicas": 2}),
+        );
+        let canary = crate::domain::Canary {
+            spec: serde_json::from_value(json!({"model": {"source": "hf://Qwen/Qwen2.5-0.5B-Instruct"},
+                "engine": {"kind": "sim", "image": "ghcr.io/llm-d/llm-d-inference-sim:v0.6.0"}, "replicas": 1})).unwrap(),
+            weight: 20,
+            header: crate::domain::CanaryHeader::default(),
+            from_revision: None,
+            promoting: false,
+            started_by: "token:ci".into(),
+            started_at: Utc.with_ymd_and_hms(2026, 11, 25, 0, 0, 0).unwrap(),
+        };
+        let canary_rec = canary_record(&stable.record, &canary);
+        let canary_serving = canary.spec.serving("qwen").unwrap();
+        let plan = CanaryPlan {
+            target: Target {
+                record: &canary_rec,
+                serving: &canary_serving,
+                canary_track: true,
+            },
+            routed_weight: 20,
+            header: &canary.header,
+        };
+        let objects = desired_objects(&stable.target(), "team-a", false, &config(), Some(&plan));
+        let track = objects.canary.as_ref().unwrap();
+        let deployment = as_json(&track.deployment);
+        let service = as_json(&track.service);
+        // Its own selector: the stable selector's keys with its own instance, plus the track,
+        // so neither track's Service or Deployment selects the other's pods.
+        let stable_selector = as_json(&objects.deployment)["spec"]["selector"].clone();
+        assert_eq!(
+            deployment["spec"]["selector"]["matchLabels"],
+            json!({"app.kubernetes.io/instance": "qwen-canary", "app.kubernetes.io/name": "model-server",
+                   "modelplane.io/deployment-id": "01a200c1-83bb-709a-83d2-8acee715d77e", "modelplane.io/track": "canary"})
+        );
+        assert_eq!(
+            stable_selector["matchLabels"]["app.kubernetes.io/instance"],
+            "qwen"
+        );
+        assert_eq!(
+            service["spec"]["selector"],
+            deployment["spec"]["selector"]["matchLabels"]
+        );
+        // It serves the deployment's model name.
+        let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+        assert!(args.contains("\"qwen\""), "{args}");
+        insta::assert_yaml_snapshot!("canary_route", objects.http_route);
+        insta::assert_yaml_snapshot!("canary_service", service);
+        // No canary: the one rule again, and a different digest.
+        let without = stable.objects(&config());
+        assert_ne!(without.digest(), objects.digest());
+        assert_eq!(
+            as_json(&without.http_route)["spec"]["rules"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]

@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as K8sCondition;
 
 use super::desired::{ANNOTATION_CONFIG_HASH, GatewayRef, Target, route_path_prefix};
 use crate::domain::{
-    Condition, ConditionStatus, Deployment, DeploymentStatus, Endpoints, FieldErrors, Phase,
-    ReplicaCounts,
+    Canary, CanaryStatus, Condition, ConditionStatus, Deployment, DeploymentStatus, Endpoints,
+    FieldErrors, Phase, ReplicaCounts,
 };
 
 /// Everything observed about one record's objects.
@@ -79,6 +79,102 @@ pub fn invalid_spec(
         conditions,
         Endpoints::default(),
     )
+}
+
+/// The canary track's status: its own phase, counts and cause (worked out like any
+/// deployment's, from its own Deployment and pods), the weight asked for and the weight the
+/// live route applies, and its URLs.
+pub fn canary_status(
+    t: &Target,
+    canary: &Canary,
+    namespace: &str,
+    observed: &Observed,
+    stable: &DeploymentStatus,
+    live_route: Option<&HttpRoute>,
+    budgets: Budgets,
+    now: DateTime<Utc>,
+) -> CanaryStatus {
+    let track = compute(t, namespace, observed, budgets, now);
+    let external = stable.endpoints.external.clone();
+    let cluster = track.endpoints.cluster.clone();
+    let reason = if external.is_empty() {
+        stable.endpoints.reason.clone()
+    } else {
+        Some(format!(
+            "the external URLs are the deployment's: requests with `{}: {}` reach the canary",
+            canary.header.name, canary.header.value
+        ))
+    };
+    CanaryStatus {
+        phase: track.phase,
+        message: track.message,
+        replicas: track.replicas,
+        weight: canary.weight,
+        routed_weight: live_route
+            .map(|route| routed_weight(route, &t.record.name))
+            .unwrap_or(0),
+        header: canary.header.clone(),
+        promoting: canary.promoting,
+        endpoints: Endpoints {
+            openai_base: external
+                .first()
+                .or(cluster.as_ref())
+                .map(|b| format!("{b}/v1")),
+            cluster,
+            external,
+            reason,
+        },
+    }
+}
+
+/// The percent of header-less requests the route's weighted rule sends to `backend`.
+fn routed_weight(route: &HttpRoute, backend: &str) -> i32 {
+    let Some(rule) = route.spec.rules.iter().flatten().find(|rule| {
+        rule.matches
+            .iter()
+            .flatten()
+            .all(|m| m.headers.as_ref().is_none_or(Vec::is_empty))
+    }) else {
+        return 0;
+    };
+    let backends = rule.backend_refs.iter().flatten();
+    let weight = |b: &gateway_api::httproutes::HttpRouteRulesBackendRefs| {
+        i64::from(b.weight.unwrap_or(1).max(0))
+    };
+    let total: i64 = backends.clone().map(weight).sum();
+    let ours: i64 = backends.filter(|b| b.name == backend).map(weight).sum();
+    if total == 0 {
+        0
+    } else {
+        i32::try_from(ours * 100 / total).unwrap_or(0)
+    }
+}
+
+/// The deployment's status with its canary's: a failing canary while the stable track is
+/// Ready makes the deployment `Degraded`, saying that stable still serves.
+pub fn with_canary(mut status: DeploymentStatus, canary: CanaryStatus) -> DeploymentStatus {
+    if matches!(canary.phase, Phase::Failed | Phase::Degraded) && status.phase == Phase::Ready {
+        status.phase = Phase::Degraded;
+        status.message = if canary.routed_weight == 0 {
+            format!(
+                "the canary is failing ({}); the stable track serves every request without the canary header",
+                canary.message
+            )
+        } else {
+            format!(
+                "the canary is failing ({}) and still receives {}% of requests",
+                canary.message, canary.routed_weight
+            )
+        };
+    }
+    status.canary = Some(canary);
+    status
+}
+
+/// Whether the Gateway has accepted the live route at its current generation (or there is
+/// no route to wait for): a backend it no longer names receives nothing more.
+pub fn route_settled(observed: &Observed) -> bool {
+    observed.gateway.is_none() || observed.route_problem.is_some() || route_state(observed).0
 }
 
 pub fn compute(
@@ -335,6 +431,7 @@ fn status(
         replicas,
         conditions,
         endpoints,
+        canary: None,
     }
 }
 
@@ -901,6 +998,7 @@ mod tests {
             let t = Target {
                 record: &self.record,
                 serving: &self.serving,
+                canary_track: false,
             };
             compute(&t, "team-a", observed, BUDGETS, now)
         }
@@ -918,6 +1016,7 @@ mod tests {
             spec: serving.spec.clone(),
             restarted_at: None,
             deletion_requested_at: None,
+            canary: None,
             created_at: now(),
             updated_at: now(),
         };

@@ -20,13 +20,19 @@ use uuid::Uuid;
 
 use super::cluster::{Cluster, ClusterError, Object, contains, kind_of};
 use super::desired::{
-    BuildConfig, DesiredObjects, LABEL_DEPLOYMENT_ID, LABEL_INSTALLATION, LABEL_MANAGED_BY,
-    LABEL_NAMESPACE_ADOPTED, LABEL_PROJECT, Target, as_json, desired_objects,
+    BuildConfig, CanaryPlan, DesiredObjects, LABEL_DEPLOYMENT_ID, LABEL_INSTALLATION,
+    LABEL_MANAGED_BY, LABEL_NAMESPACE_ADOPTED, LABEL_PROJECT, LABEL_TRACK, TRACK_CANARY, Target,
+    as_json, canary_record, desired_objects,
 };
 use super::health::WorkerHealth;
 use super::seen::SeenKinds;
-use super::status::{Budgets, Observed, compute, invalid_spec, recheck_after};
-use crate::domain::{Condition, ConditionStatus, Deployment, DeploymentStatus, EventKind, Phase};
+use super::status::{
+    Budgets, Observed, canary_status, compute, invalid_spec, recheck_after, route_settled,
+    with_canary,
+};
+use crate::domain::{
+    Condition, ConditionStatus, Deployment, DeploymentStatus, EventKind, Phase, canary_object_name,
+};
 use crate::store;
 use crate::store::deployments::ReconcileTarget;
 use crate::store::events::{NewEvent, Note};
@@ -318,17 +324,76 @@ impl Worker {
         let subject = Target {
             record: &record,
             serving: &serving,
+            canary_track: false,
         };
-        let desired = desired_objects(
-            &subject,
-            &target.namespace,
-            target.namespace_adopted,
-            &self.config.build,
-        );
+        let namespace = target.namespace.as_str();
+        // The canary track, when the record has one whose spec resolves.
+        let canary_name = canary_object_name(&record.name);
+        let canary_rec = record.canary.as_ref().map(|c| canary_record(&record, c));
+        let canary_serving = record.canary.as_ref().and_then(|c| {
+            c.spec
+                .serving(&record.name)
+                .inspect_err(
+                    |errors| tracing::error!(%errors, "the stored canary spec is not valid"),
+                )
+                .ok()
+        });
+        let canary_target =
+            canary_rec
+                .as_ref()
+                .zip(canary_serving.as_ref())
+                .map(|(record, serving)| Target {
+                    record,
+                    serving,
+                    canary_track: true,
+                });
+        let mut plan = None;
+        if let (Some(canary), Some(t)) = (&record.canary, &canary_target) {
+            // A canary takes its share only once a replica is available (a Gateway does not
+            // move the share of a backend without endpoints elsewhere: it fails it); while a
+            // promotion rolls the stable track, the canary carries everything.
+            let routed_weight = if canary.promoting {
+                100
+            } else if self.canary_available(namespace, &canary_name).await? {
+                canary.weight
+            } else {
+                0
+            };
+            plan = Some(CanaryPlan {
+                target: t.clone(),
+                routed_weight,
+                header: &canary.header,
+            });
+        }
+        let build = |plan: Option<&CanaryPlan>| {
+            desired_objects(
+                &subject,
+                namespace,
+                target.namespace_adopted,
+                &self.config.build,
+                plan,
+            )
+        };
+        let mut desired = build(plan.as_ref());
+        if record.canary.as_ref().is_some_and(|c| c.promoting)
+            && self.stable_settled(&desired).await?
+        {
+            // The stable track runs the promoted spec on every replica: it takes all traffic
+            // back, and the canary is removed once the Gateway has the new route.
+            desired = build(None);
+        }
         let digest = desired.digest();
         let mut observed = Observed {
             config_hash: desired.config_hash.clone(),
             gateway: desired.gateway.clone(),
+            ..Observed::default()
+        };
+        let mut canary_observed = Observed {
+            config_hash: desired
+                .canary
+                .as_ref()
+                .map(|c| c.config_hash.clone())
+                .unwrap_or_default(),
             ..Observed::default()
         };
 
@@ -353,7 +418,10 @@ impl Worker {
                 )
                 .await;
             }
-            match self.apply_all(&desired, &mut observed).await {
+            match self
+                .apply_all(&desired, &mut observed, &mut canary_observed)
+                .await
+            {
                 Ok(applied)
                     if observed.route_rejected.is_some() || observed.budget_rejected.is_some() =>
                 {
@@ -395,24 +463,189 @@ impl Worker {
         } else {
             Some(&live)
         };
-        self.observe(&record, &target.namespace, &desired, known, &mut observed)
+        let canary_pods = self
+            .observe(&record, namespace, &desired, known, &mut observed)
             .await?;
+        if desired.canary.is_none() {
+            if let Some(outcome) = self.remove_canary(&target, &record, &observed).await? {
+                return Ok(outcome);
+            }
+        }
         let now = Utc::now();
-        let status = compute(
-            &subject,
-            &target.namespace,
-            &observed,
-            self.config.budgets,
-            now,
-        );
+        let mut status = compute(&subject, namespace, &observed, self.config.budgets, now);
+        let mut recheck = recheck_after(&observed, self.config.budgets, now);
+        if let (Some(canary), Some(t)) = (&record.canary, &canary_target) {
+            canary_observed.pods = canary_pods;
+            canary_observed.deployment = self
+                .current(
+                    known
+                        .map(|k| k.canary_deployment.clone())
+                        .unwrap_or_default(),
+                    namespace,
+                    &canary_name,
+                )
+                .await?;
+            canary_observed.service_exists = self
+                .current::<Service>(
+                    known.map(|k| k.canary_service.clone()).unwrap_or_default(),
+                    namespace,
+                    &canary_name,
+                )
+                .await?
+                .is_some();
+            let track = canary_status(
+                t,
+                canary,
+                namespace,
+                &canary_observed,
+                &status,
+                observed.route.as_ref(),
+                self.config.budgets,
+                now,
+            );
+            status = with_canary(status, track);
+            recheck = recheck
+                .into_iter()
+                .chain(recheck_after(&canary_observed, self.config.budgets, now))
+                .min();
+        }
         let pending = status.phase == Phase::Pending;
         self.write_status(&record, status).await?;
         // Watches bring every cluster change; only a running budget needs a timer.
-        Ok(match recheck_after(&observed, self.config.budgets, now) {
+        Ok(match recheck {
             Some(after) => Outcome::Again(after),
             None if pending => Outcome::Again(Duration::from_secs(5)),
             None => Outcome::Done,
         })
+    }
+
+    /// Whether the canary's Deployment has a replica available to take its share.
+    async fn canary_available(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
+        let seen = self
+            .seen
+            .of::<K8sDeployment>()
+            .and_then(|seen| seen.get(Some(namespace), name));
+        let live = match seen {
+            Some(live) => live,
+            None => {
+                self.cluster
+                    .get::<K8sDeployment>(Some(namespace), name)
+                    .await?
+            }
+        };
+        Ok(live
+            .and_then(|d| d.status)
+            .and_then(|s| s.available_replicas)
+            .is_some_and(|n| n >= 1))
+    }
+
+    /// Whether the stable Deployment has rolled to `desired`'s pod template on every replica,
+    /// all of them available: a promotion can then send traffic back to it.
+    async fn stable_settled(&self, desired: &DesiredObjects) -> Result<bool, ClusterError> {
+        let meta = &desired.deployment.metadata;
+        let name = meta.name.as_deref().unwrap_or_default();
+        let seen = self
+            .seen
+            .of::<K8sDeployment>()
+            .and_then(|seen| seen.get(meta.namespace.as_deref(), name));
+        let live = match seen {
+            Some(live) => live,
+            None => {
+                self.cluster
+                    .get::<K8sDeployment>(meta.namespace.as_deref(), name)
+                    .await?
+            }
+        };
+        let Some(live) = live else {
+            return Ok(false);
+        };
+        let hash = live
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.metadata.as_ref())
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get(super::desired::ANNOTATION_CONFIG_HASH));
+        let want = desired
+            .deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.replicas)
+            .unwrap_or(1);
+        let status = live.status.clone().unwrap_or_default();
+        Ok(hash == Some(&desired.config_hash)
+            && status.observed_generation.unwrap_or(0) >= live.metadata.generation.unwrap_or(0)
+            && status.updated_replicas.unwrap_or(0) >= want
+            && status.available_replicas.unwrap_or(0) >= want
+            && status.replicas.unwrap_or(0) <= want)
+    }
+
+    /// Removes a canary's objects the record no longer wants (aborted, or promoted and the
+    /// stable track settled), once the Gateway has accepted the route that no longer sends
+    /// them anything; a finished promotion then forgets the canary. `Some`: the pass ends.
+    async fn remove_canary(
+        &self,
+        target: &ReconcileTarget,
+        record: &Deployment,
+        observed: &Observed,
+    ) -> Result<Option<Outcome>, ClusterError> {
+        let namespace = target.namespace.as_str();
+        let name = canary_object_name(&record.name);
+        let known = |seen: Option<Option<bool>>| match seen {
+            Some(exists) => exists,
+            // Not known yet (the watch has not listed): ask when there may be one.
+            None => Some(record.canary.is_some() || record.status.canary.is_some()),
+        };
+        let deployment = known(
+            self.seen
+                .of::<K8sDeployment>()
+                .map(|seen| seen.get(Some(namespace), &name).map(|d| d.is_some())),
+        );
+        let service = known(
+            self.seen
+                .of::<Service>()
+                .map(|seen| seen.get(Some(namespace), &name).map(|d| d.is_some())),
+        );
+        let promoting = record.canary.as_ref().is_some_and(|c| c.promoting);
+        let present = deployment.unwrap_or(false) || service.unwrap_or(false);
+        if !present && !promoting {
+            return Ok(None);
+        }
+        if present {
+            if !route_settled(observed) {
+                // The route's status watch brings the Gateway's answer.
+                return Ok(None);
+            }
+            for result in [
+                self.cluster
+                    .delete::<K8sDeployment>(Some(namespace), &name)
+                    .await,
+                self.cluster.delete::<Service>(Some(namespace), &name).await,
+            ] {
+                match result {
+                    Ok(_) => {}
+                    Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+        }
+        if promoting {
+            let note = Note {
+                kind: EventKind::CanaryRemoved,
+                message: "promotion finished: every stable replica runs the canary's spec and takes all traffic; the canary's objects are removed",
+                actor: WORKER_ACTOR,
+            };
+            store::deployments::finish_canary(&self.pool, record.id, record.generation, note)
+                .await?;
+            // The record moved to a new generation: report on it.
+            return Ok(Some(Outcome::Again(Duration::ZERO)));
+        }
+        self.timeline(
+            target,
+            EventKind::CanaryRemoved,
+            "the canary's objects are removed; all traffic is on the stable track",
+        )
+        .await;
+        Ok(None)
     }
 
     /// Reads the desired objects back: which exist and still hold what modelplane manages
@@ -428,6 +661,14 @@ impl Worker {
             service: self.read_back(&desired.service, &mut drifted).await?,
             route: match &desired.http_route {
                 Some(route) => self.read_back(route, &mut drifted).await?,
+                None => None,
+            },
+            canary_deployment: match &desired.canary {
+                Some(canary) => self.read_back(&canary.deployment, &mut drifted).await?,
+                None => None,
+            },
+            canary_service: match &desired.canary {
+                Some(canary) => self.read_back(&canary.service, &mut drifted).await?,
                 None => None,
             },
         };
@@ -493,6 +734,7 @@ impl Worker {
         &self,
         desired: &DesiredObjects,
         observed: &mut Observed,
+        canary_observed: &mut Observed,
     ) -> Result<LiveObjects, ClusterError> {
         // The project's namespace serves all its records: unless the watch shows it lacks
         // something, a record's change need not write it again.
@@ -532,6 +774,21 @@ impl Worker {
                 }
             }
         }
+        // The canary's refusal fails its track, not the deployment; it goes before the route,
+        // which names its Service.
+        let (mut canary_deployment, mut canary_service) = (None, None);
+        if let Some(canary) = &desired.canary {
+            match self.apply_unless_refused(&canary.deployment).await? {
+                Ok(applied) => canary_deployment = Some(Some(applied)),
+                Err(message) => {
+                    canary_observed.rejected = Some(("Deployment".into(), message));
+                }
+            }
+            match self.apply_unless_refused(&canary.service).await? {
+                Ok(applied) => canary_service = Some(Some(applied)),
+                Err(message) => canary_observed.rejected = Some(("Service".into(), message)),
+            }
+        }
         let mut route = None;
         if let Some(desired_route) = &desired.http_route {
             match self.apply_unless_refused(desired_route).await {
@@ -548,6 +805,8 @@ impl Worker {
             deployment: Some(Some(deployment)),
             service: Some(Some(service)),
             route,
+            canary_deployment,
+            canary_service,
         })
     }
 
@@ -594,7 +853,8 @@ impl Worker {
         }
     }
 
-    /// Reads back what the cluster reports about the record's objects.
+    /// Reads back what the cluster reports about the record's objects; returns the canary
+    /// track's pods (the stable track's go into `observed`).
     async fn observe(
         &self,
         record: &Deployment,
@@ -602,7 +862,7 @@ impl Worker {
         desired: &DesiredObjects,
         known: Option<&LiveObjects>,
         observed: &mut Observed,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<Vec<Pod>, ClusterError> {
         let name = record.name.as_str();
         let (deployment, service, route) = match known {
             Some(k) => (k.deployment.clone(), k.service.clone(), k.route.clone()),
@@ -613,7 +873,7 @@ impl Worker {
             .current::<Service>(service, namespace, name)
             .await?
             .is_some();
-        observed.pods = match self
+        let pods = match self
             .seen
             .of::<Pod>()
             .and_then(|seen| seen.of_record(record.id))
@@ -624,6 +884,14 @@ impl Worker {
                 self.cluster.list::<Pod>(Some(namespace), &selector).await?
             }
         };
+        let (canary_pods, stable_pods): (Vec<Pod>, Vec<Pod>) = pods.into_iter().partition(|pod| {
+            pod.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_TRACK))
+                .is_some_and(|track| track == TRACK_CANARY)
+        });
+        observed.pods = stable_pods;
         if desired.http_route.is_some() && observed.route_problem.is_none() {
             // Not read this pass (perhaps not served): ask, and hear why.
             match self.current::<HttpRoute>(route, namespace, name).await {
@@ -640,7 +908,7 @@ impl Worker {
                     .await?;
             }
         }
-        Ok(())
+        Ok(canary_pods)
     }
 
     /// Stores a status that changed, with a timeline entry when the phase did.
@@ -1185,6 +1453,8 @@ struct LiveObjects {
     deployment: Option<Option<K8sDeployment>>,
     service: Option<Option<Service>>,
     route: Option<Option<HttpRoute>>,
+    canary_deployment: Option<Option<K8sDeployment>>,
+    canary_service: Option<Option<Service>>,
 }
 
 /// Whose work a change to a watched object is.

@@ -18,7 +18,7 @@ use super::{Actor, Context, Page, Precondition, ServiceError, cursor, page_size}
 use crate::domain::{
     Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, EventKind, FieldErrors,
     LabelSelector, Phase, Project, Revision, Role, RouteClaim, TimelineEvent, canonical_json,
-    check_shared_gateway_rules, entity_tag, from_json_value,
+    check_not_canary_name, check_shared_gateway_rules, entity_tag, from_json_value,
 };
 use crate::store;
 use crate::store::deployments::{DeploymentFilter, DeploymentRow, NewDeployment};
@@ -112,6 +112,9 @@ pub async fn create_deployment(
 
     let mut errors = FieldErrors::new();
     let name = errors.check("name", DeploymentName::parse(&request.name));
+    if let Some(Err(reserved)) = name.as_ref().map(check_not_canary_name) {
+        errors.extend(reserved);
+    }
     let serving = match request.spec.parse(&request.name, &ctx.limits) {
         Ok(serving) => Some(serving),
         Err(spec_errors) => {
@@ -645,7 +648,12 @@ fn check_replicas(ctx: &Context, replicas: i64) -> Result<(), FieldErrors> {
     }
 }
 
-fn route_claim(ctx: &Context, project: &Project, name: &str, spec: &DeploymentSpec) -> RouteClaim {
+pub(super) fn route_claim(
+    ctx: &Context,
+    project: &Project,
+    name: &str,
+    spec: &DeploymentSpec,
+) -> RouteClaim {
     RouteClaim::of(
         spec,
         &project.name,
@@ -892,7 +900,7 @@ fn check_name_could_exist(name: &str) -> Result<(), ServiceError> {
 }
 
 /// Like [`lock`], and refuses a deployment that is being deleted.
-async fn lock_for_change(
+pub(super) async fn lock_for_change(
     tx: &mut Transaction<'_, Postgres>,
     project: &Project,
     name: &str,
@@ -929,7 +937,7 @@ fn check_precondition(
     }
 }
 
-async fn record_event(
+pub(super) async fn record_event(
     tx: &mut Transaction<'_, Postgres>,
     row: &DeploymentRow,
     kind: EventKind,

@@ -4,6 +4,7 @@
 pub mod access;
 pub mod access_cache;
 pub mod audit;
+pub mod canary;
 pub mod chat;
 mod cursor;
 pub mod deployments;

@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use super::events::Note;
 use crate::domain::{
-    Condition, Deployment, DeploymentSpec, DeploymentStatus, LabelRequirement, LabelSelector,
-    Phase, RouteClaim,
+    Canary, Condition, Deployment, DeploymentSpec, DeploymentStatus, LabelRequirement,
+    LabelSelector, Phase, RouteClaim,
 };
 
 /// A row of `model_deployment`; [`DeploymentRow::into_record`] adds the project's name.
@@ -23,6 +23,7 @@ pub struct DeploymentRow {
     pub status: Json<DeploymentStatus>,
     pub restarted_at: Option<DateTime<Utc>>,
     pub deletion_requested_at: Option<DateTime<Utc>>,
+    pub canary: Option<Json<Canary>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -38,6 +39,7 @@ impl DeploymentRow {
             status: self.status.0,
             restarted_at: self.restarted_at,
             deletion_requested_at: self.deletion_requested_at,
+            canary: self.canary.map(|c| c.0),
             created_at: self.created_at,
             updated_at: self.updated_at,
         }
@@ -95,7 +97,7 @@ pub async fn insert_deployment(
                     route_gateway, route_hostname, route_path)
                values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
                returning id, project_id, name, generation, spec, status, restarted_at,
-                         deletion_requested_at, created_at, updated_at
+                         deletion_requested_at, canary, created_at, updated_at
            ), revision as (
                insert into deployment_revision (deployment_id, revision, spec, reason, actor)
                select id, generation, spec, 'created', $14 from d
@@ -112,6 +114,7 @@ pub async fn insert_deployment(
                   d.spec as "spec!: Json<DeploymentSpec>",
                   d.status as "status!: Json<DeploymentStatus>",
                   d.restarted_at, d.deletion_requested_at,
+                  d.canary as "canary: Json<Canary>",
                   d.created_at as "created_at!", d.updated_at as "updated_at!",
                   (select count(pg_notify('modelplane_reconcile', deployment_id::text))
                    from queued) as "queued!",
@@ -150,6 +153,7 @@ pub async fn insert_deployment(
             status: row.status,
             restarted_at: row.restarted_at,
             deletion_requested_at: row.deletion_requested_at,
+            canary: row.canary,
             created_at: row.created_at,
             updated_at: row.updated_at,
         },
@@ -171,7 +175,8 @@ pub async fn find_deployment(
         DeploymentRow,
         r#"select id, project_id, name, generation,
                   spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
-                  restarted_at, deletion_requested_at, created_at, updated_at
+                  restarted_at, deletion_requested_at,
+                  canary as "canary: Json<Canary>", created_at, updated_at
            from model_deployment where project_id = $1 and name = $2"#,
         project_id,
         name
@@ -191,7 +196,8 @@ pub async fn find_deployment_by_id(
         DeploymentRow,
         r#"select id, project_id, name, generation,
                   spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
-                  restarted_at, deletion_requested_at, created_at, updated_at
+                  restarted_at, deletion_requested_at,
+                  canary as "canary: Json<Canary>", created_at, updated_at
            from model_deployment where project_id = $1 and id = $2"#,
         project_id,
         id
@@ -247,7 +253,8 @@ pub async fn lock_deployment(
         DeploymentRow,
         r#"select id, project_id, name, generation,
                   spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
-                  restarted_at, deletion_requested_at, created_at, updated_at
+                  restarted_at, deletion_requested_at,
+                  canary as "canary: Json<Canary>", created_at, updated_at
            from model_deployment where project_id = $1 and name = $2
            for update"#,
         project_id,
@@ -287,7 +294,8 @@ pub async fn update_deployment_spec(
            where id = $1
            returning id, project_id, name, generation,
                      spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
-                     restarted_at, deletion_requested_at, created_at, updated_at"#,
+                     restarted_at, deletion_requested_at,
+                  canary as "canary: Json<Canary>", created_at, updated_at"#,
         id,
         Json(spec) as _,
         spec.spec_version as i32,
@@ -299,6 +307,70 @@ pub async fn update_deployment_spec(
     )
     .fetch_one(db)
     .await
+}
+
+/// Sets (or removes, with `None`) the canary, bumping the generation when `bump` (a
+/// promotion leaves that to its spec change); the stable track's status stays as it is
+/// until the worker reports on the new generation.
+#[instrument(skip(db, canary))]
+pub async fn set_canary(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    canary: Option<&Canary>,
+    bump: bool,
+) -> Result<DeploymentRow, sqlx::Error> {
+    sqlx::query_as!(
+        DeploymentRow,
+        r#"update model_deployment
+           set canary = $2, generation = generation + $3::int, updated_at = now()
+           where id = $1
+           returning id, project_id, name, generation,
+                     spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
+                     restarted_at, deletion_requested_at,
+                     canary as "canary: Json<Canary>", created_at, updated_at"#,
+        id,
+        canary.map(Json) as _,
+        i32::from(bump),
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// The worker's last step of a promotion or an abort: the canary's objects are gone, so
+/// the record forgets a promoted canary (an aborted one is already forgotten), if the
+/// record is still at `generation`. The timeline entry commits with it. Returns whether
+/// the record was at `generation`.
+#[instrument(skip(db, note))]
+pub async fn finish_canary(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    generation: i64,
+    note: Note<'_>,
+) -> Result<bool, sqlx::Error> {
+    let finished = sqlx::query_scalar!(
+        r#"with d as (
+               update model_deployment
+               set canary = null,
+                   generation = generation + (canary is not null)::int,
+                   updated_at = now()
+               where id = $1 and generation = $2
+                 and (canary is null or (canary ->> 'promoting')::boolean)
+               returning id, project_id, name
+           ), noted as (
+               insert into deployment_event
+                   (deployment_id, project_id, deployment_name, kind, message, actor)
+               select id, project_id, name, $3, $4, $5 from d
+           )
+           select count(*) as "finished!" from d"#,
+        id,
+        generation,
+        note.kind.as_str(),
+        note.message,
+        note.actor,
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(finished == 1)
 }
 
 /// Holds transaction-scoped locks on one part of the Gateways' request space (a hostname,
@@ -393,7 +465,8 @@ pub async fn set_restart_marker(
            where id = $1
            returning id, project_id, name, generation,
                      spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
-                     restarted_at, deletion_requested_at, created_at, updated_at"#,
+                     restarted_at, deletion_requested_at,
+                  canary as "canary: Json<Canary>", created_at, updated_at"#,
         id
     )
     .fetch_one(db)
@@ -418,7 +491,8 @@ pub async fn mark_deployment_deleting(
            where id = $1
            returning id, project_id, name, generation,
                      spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
-                     restarted_at, deletion_requested_at, created_at, updated_at"#,
+                     restarted_at, deletion_requested_at,
+                  canary as "canary: Json<Canary>", created_at, updated_at"#,
         id
     )
     .fetch_one(db)
@@ -437,7 +511,7 @@ pub async fn list_deployments(
 ) -> Result<Vec<DeploymentRow>, sqlx::Error> {
     let mut query = QueryBuilder::<Postgres>::new(
         "select id, project_id, name, generation, spec, status, restarted_at,
-                deletion_requested_at, created_at, updated_at
+                deletion_requested_at, canary, created_at, updated_at
          from model_deployment where project_id = ",
     );
     query.push_bind(project_id);
@@ -522,7 +596,8 @@ pub async fn find_reconcile_target(
     let row = sqlx::query!(
         r#"select d.id, d.project_id, d.name, d.generation,
                   d.spec as "spec: Json<DeploymentSpec>", d.status as "status: Json<DeploymentStatus>",
-                  d.restarted_at, d.deletion_requested_at, d.created_at, d.updated_at,
+                  d.restarted_at, d.deletion_requested_at,
+                  d.canary as "canary: Json<Canary>", d.created_at, d.updated_at,
                   d.applied_digest, p.name as project, p.namespace, p.namespace_adopted
            from model_deployment d join project p on p.id = d.project_id
            where d.id = $1"#,
@@ -540,6 +615,7 @@ pub async fn find_reconcile_target(
             status: r.status,
             restarted_at: r.restarted_at,
             deletion_requested_at: r.deletion_requested_at,
+            canary: r.canary,
             created_at: r.created_at,
             updated_at: r.updated_at,
         },

@@ -1,6 +1,7 @@
 //! Integration tests of the REST API over HTTP, each against a fresh database.
 
 mod access;
+mod canary;
 mod common;
 mod conformance;
 mod deployments;

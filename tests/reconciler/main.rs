@@ -1,5 +1,6 @@
 //! The reconciler against the Kubernetes emulator over HTTP, with a real Postgres.
 
+mod canary;
 #[allow(dead_code)]
 #[path = "../api/common.rs"]
 mod common;

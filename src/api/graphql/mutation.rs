@@ -10,7 +10,9 @@ use uuid::Uuid;
 use super::errors::{field_errors, service_error};
 use super::state;
 use super::types::{DeploymentNode, Project, Role, authorized};
+use crate::domain::CanaryHeader;
 use crate::domain::from_json_value;
+use crate::service::canary::{self, StartCanary, UpdateCanary};
 use crate::service::deployments::{
     self as deployments, CreateDeployment, ReplaceDeployment, RollbackDeployment, ScaleDeployment,
 };
@@ -178,6 +180,117 @@ impl Mutation {
         node(ctx, deployment).await
     }
 
+    /// Starts a canary: `spec` is a merge patch of the deployment's spec (or give
+    /// `revision`); `weight` percent (0–99) of the requests without the header go to it once
+    /// it has a ready replica, and every request with the header (default
+    /// `x-modelplane-canary: true`).
+    #[allow(clippy::too_many_arguments)]
+    async fn start_canary(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        spec: Option<Json<Value>>,
+        revision: Option<i64>,
+        replicas: Option<i64>,
+        weight: i32,
+        header_name: Option<String>,
+        header_value: Option<String>,
+        expected_generation: Option<i64>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let request = StartCanary {
+            spec: spec.map(|s| s.0),
+            revision,
+            replicas,
+            weight,
+            header: header(header_name, header_value),
+        };
+        let deployment = canary::start_canary(
+            &state.ctx,
+            actor,
+            &project,
+            &name,
+            request,
+            &precondition(expected_generation),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, deployment).await
+    }
+
+    /// Changes the canary's weight or header.
+    #[allow(clippy::too_many_arguments)]
+    async fn update_canary(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        weight: Option<i32>,
+        header_name: Option<String>,
+        header_value: Option<String>,
+        expected_generation: Option<i64>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let request = UpdateCanary {
+            weight,
+            header: header(header_name, header_value),
+        };
+        let deployment = canary::update_canary(
+            &state.ctx,
+            actor,
+            &project,
+            &name,
+            request,
+            &precondition(expected_generation),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, deployment).await
+    }
+
+    /// Promotes the canary: its spec becomes the deployment's (a new revision).
+    async fn promote_canary(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        expected_generation: Option<i64>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let deployment = canary::promote_canary(
+            &state.ctx,
+            actor,
+            &project,
+            &name,
+            &precondition(expected_generation),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, deployment).await
+    }
+
+    /// Aborts the canary: all traffic goes back to the stable track.
+    async fn abort_canary(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        expected_generation: Option<i64>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let deployment = canary::abort_canary(
+            &state.ctx,
+            actor,
+            &project,
+            &name,
+            &precondition(expected_generation),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, deployment).await
+    }
+
     /// Asks for deletion: the worker removes every Kubernetes object, then the record.
     async fn delete_deployment(
         &self,
@@ -308,4 +421,17 @@ pub struct CreatedToken {
     /// Use as `Authorization: Bearer <secret>`.
     pub secret: String,
     pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// A canary header from its two optional parts: the default header's name or value fills
+/// in the one not given.
+fn header(name: Option<String>, value: Option<String>) -> Option<CanaryHeader> {
+    if name.is_none() && value.is_none() {
+        return None;
+    }
+    let default = CanaryHeader::default();
+    Some(CanaryHeader {
+        name: name.unwrap_or(default.name),
+        value: value.unwrap_or(default.value),
+    })
 }

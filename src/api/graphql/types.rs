@@ -105,6 +105,57 @@ pub struct Endpoints {
     pub reason: Option<String>,
 }
 
+impl From<&domain::ReplicaCounts> for ReplicaCounts {
+    fn from(r: &domain::ReplicaCounts) -> Self {
+        Self {
+            desired: r.desired,
+            updated: r.updated,
+            ready: r.ready,
+            available: r.available,
+        }
+    }
+}
+
+impl From<&domain::Endpoints> for Endpoints {
+    fn from(e: &domain::Endpoints) -> Self {
+        Self {
+            cluster: e.cluster.clone(),
+            external: e.external.clone(),
+            openai_base: e.openai_base.clone(),
+            reason: e.reason.clone(),
+        }
+    }
+}
+
+/// A deployment's canary track: what was asked and what the worker observed.
+#[derive(SimpleObject)]
+pub struct Canary {
+    /// The canary's whole spec.
+    pub spec: Json<domain::DeploymentSpec>,
+    /// Percent of requests without the header asked to go to the canary.
+    pub weight: i32,
+    pub header_name: String,
+    pub header_value: String,
+    pub from_revision: Option<i64>,
+    /// The promotion is under way.
+    pub promoting: bool,
+    pub started_by: String,
+    pub started_at: DateTime<Utc>,
+    /// The track as observed; null until the worker has reported on it.
+    pub status: Option<CanaryStatus>,
+}
+
+#[derive(SimpleObject)]
+pub struct CanaryStatus {
+    pub phase: Phase,
+    /// One line: what is happening on the canary track, or why not.
+    pub message: String,
+    pub replicas: ReplicaCounts,
+    /// Percent of requests without the header the live route sends to the canary now.
+    pub routed_weight: i32,
+    pub endpoints: Endpoints,
+}
+
 /// A Kubernetes object a deployment owns.
 #[derive(SimpleObject)]
 pub struct OwnedObject {
@@ -260,6 +311,32 @@ impl DeploymentNode {
             openai_base: e.openai_base.clone(),
             reason: e.reason.clone(),
         }
+    }
+    /// The canary track, while there is one.
+    async fn canary(&self) -> Option<Canary> {
+        let c = self.deployment.canary.as_ref()?;
+        Some(Canary {
+            spec: Json(c.spec.clone()),
+            weight: c.weight,
+            header_name: c.header.name.clone(),
+            header_value: c.header.value.clone(),
+            from_revision: c.from_revision,
+            promoting: c.promoting,
+            started_by: c.started_by.clone(),
+            started_at: c.started_at,
+            status: self
+                .deployment
+                .status
+                .canary
+                .as_ref()
+                .map(|t| CanaryStatus {
+                    phase: t.phase.into(),
+                    message: t.message.clone(),
+                    replicas: (&t.replicas).into(),
+                    routed_weight: t.routed_weight,
+                    endpoints: (&t.endpoints).into(),
+                }),
+        })
     }
     async fn restarted_at(&self) -> Option<DateTime<Utc>> {
         self.deployment.restarted_at

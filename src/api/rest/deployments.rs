@@ -48,7 +48,7 @@ pub struct ProjectEventParams {
 }
 
 /// `200 OK` (or another status) with the deployment and its `ETag`.
-fn deployment_response(status: StatusCode, deployment: Deployment) -> Response {
+pub(super) fn deployment_response(status: StatusCode, deployment: Deployment) -> Response {
     let etag = HeaderValue::from_str(&deployment.etag()).expect("an ETag is a valid header");
     let mut response = (status, Json(deployment)).into_response();
     response.headers_mut().insert(header::ETAG, etag);

@@ -1,6 +1,7 @@
 //! REST handlers: parse the request, call the service layer, shape the response.
 
 pub mod access;
+pub mod canary;
 pub mod deployments;
 pub mod health;
 pub mod projects;

@@ -1,0 +1,393 @@
+//! Canary use cases: start one, change its weight or header, promote it, abort it.
+//!
+//! Each runs in one transaction like every spec change (lock the row, check `If-Match`,
+//! validate, store with a timeline entry, queue a reconcile) and bumps the generation, so
+//! the ETag moves and the worker reports on the change. Promoting is the only one that
+//! changes the deployment's spec, and so the only one that makes a revision.
+
+use chrono::Utc;
+use serde::Deserialize;
+use tracing::instrument;
+use utoipa::ToSchema;
+
+use super::access::authorize;
+use super::deployments::{ReplaceDeployment, lock_for_change, record_event, route_claim};
+use super::diff::changed_paths;
+use super::{Actor, Context, Precondition, ServiceError};
+use crate::domain::{
+    Canary, CanaryHeader, Deployment, DeploymentSpec, EventKind, FieldErrors, Phase, Role,
+    canary_object_name, check_canary_weight, from_json_value,
+};
+use crate::store;
+use crate::store::deployments::DeploymentRow;
+
+/// The body of `POST …/deployments/{name}/canary`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StartCanary {
+    /// A JSON merge patch (RFC 7386) of the deployment's current spec: the canary's spec.
+    /// Give this or `revision`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub spec: Option<serde_json::Value>,
+    /// A revision whose spec the canary runs. Give this or `spec`.
+    #[serde(default)]
+    pub revision: Option<i64>,
+    /// Replicas of the canary; the chosen spec's when omitted.
+    #[serde(default)]
+    pub replicas: Option<i64>,
+    /// Percent (0–99) of the requests without the header that go to the canary once it has
+    /// a ready replica.
+    pub weight: i32,
+    /// Requests with this header always go to the canary; default `x-modelplane-canary: true`.
+    #[serde(default)]
+    pub header: Option<CanaryHeader>,
+}
+
+/// The body of `PATCH …/canary`: what to change.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateCanary {
+    #[serde(default)]
+    pub weight: Option<i32>,
+    #[serde(default)]
+    pub header: Option<CanaryHeader>,
+}
+
+#[instrument(skip(ctx, actor, request, precondition))]
+pub async fn start_canary(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    request: StartCanary,
+    precondition: &Precondition,
+) -> Result<Deployment, ServiceError> {
+    let project = authorize(ctx, actor, project, Role::Editor).await?;
+    let mut tx = ctx.pool.begin().await?;
+    let row = lock_for_change(&mut tx, &project, name, precondition).await?;
+    if row.canary.is_some() {
+        return Err(ServiceError::conflict(
+            None,
+            format!(
+                "deployment `{name}` already has a canary: change it with PATCH …/canary, or promote or abort it first"
+            ),
+        ));
+    }
+    let mut errors = FieldErrors::new();
+    if let Err(e) = check_canary_weight(request.weight, "weight") {
+        errors.extend(e);
+    }
+    let header = match request.header.unwrap_or_default().parse("header") {
+        Ok(header) => Some(header),
+        Err(e) => {
+            errors.extend(e);
+            None
+        }
+    };
+    let spec = match (request.spec, request.revision) {
+        (Some(patch), None) if patch.is_object() => {
+            let mut document = serde_json::json!({ "spec": serde_json::to_value(&row.spec.0).expect("spec serialises") });
+            json_patch::merge(&mut document, &serde_json::json!({ "spec": patch }));
+            match from_json_value::<ReplaceDeployment>(document) {
+                Ok(request) => Some(request.spec),
+                Err(e) => {
+                    errors.extend(e);
+                    None
+                }
+            }
+        }
+        (Some(_), None) => {
+            errors.push("spec", "must be a JSON object (a merge patch of the spec)");
+            None
+        }
+        (None, Some(revision)) => {
+            match store::revisions::find_revision(&mut *tx, row.id, revision).await? {
+                Some(old) => Some(old.spec),
+                None => {
+                    errors.push("revision", format!("revision {revision} does not exist"));
+                    None
+                }
+            }
+        }
+        _ => {
+            errors.push(
+                "spec",
+                "give exactly one of `spec` (a merge patch of the deployment's spec) and `revision`",
+            );
+            None
+        }
+    };
+    let spec = spec.and_then(|mut spec| {
+        if let Some(replicas) = request.replicas {
+            spec.replicas = Some(replicas);
+        }
+        match check_canary_spec(ctx, &row, spec) {
+            Ok(spec) => Some(spec),
+            Err(e) => {
+                errors.extend(e);
+                None
+            }
+        }
+    });
+    let (spec, header) = errors.finish(|| (spec.unwrap(), header.unwrap()))?;
+    // The canary's objects are named `<name>-canary`: a deployment of that name (from before
+    // such names were reserved) would share them.
+    let object_name = canary_object_name(name);
+    if store::deployments::find_deployment(&mut *tx, project.id, &object_name)
+        .await?
+        .is_some()
+    {
+        return Err(ServiceError::conflict(
+            None,
+            format!(
+                "deployment `{object_name}` exists in this project, and a canary of `{name}` would use that name for its objects"
+            ),
+        ));
+    }
+    let old = serde_json::to_value(&row.spec.0).expect("spec serialises");
+    let new = serde_json::to_value(&spec).expect("spec serialises");
+    let changes = changed_paths(&old, &new, 3).join(", ");
+    let canary = Canary {
+        spec,
+        weight: request.weight,
+        header,
+        from_revision: request.revision,
+        promoting: false,
+        started_by: actor.name().to_owned(),
+        started_at: Utc::now(),
+    };
+    let updated = store::deployments::set_canary(&mut *tx, row.id, Some(&canary), true).await?;
+    let source = match request.revision {
+        Some(revision) => format!("revision {revision}"),
+        None if changes.is_empty() => "the current spec".to_owned(),
+        None => format!("changes to {changes}"),
+    };
+    let message = format!(
+        "generation {}: canary started from {source} at weight {}% (and every request with `{}: {}`)",
+        updated.generation, canary.weight, canary.header.name, canary.header.value
+    );
+    finish(tx, &updated, EventKind::CanaryStarted, &message, actor).await?;
+    Ok(updated.into_record(&project.name))
+}
+
+#[instrument(skip(ctx, actor, request, precondition))]
+pub async fn update_canary(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    request: UpdateCanary,
+    precondition: &Precondition,
+) -> Result<Deployment, ServiceError> {
+    let project = authorize(ctx, actor, project, Role::Editor).await?;
+    let mut tx = ctx.pool.begin().await?;
+    let row = lock_for_change(&mut tx, &project, name, precondition).await?;
+    let mut canary = current_canary(&row)?;
+    if canary.promoting {
+        return Err(being_promoted(name));
+    }
+    let mut errors = FieldErrors::new();
+    let mut said = Vec::new();
+    if let Some(weight) = request.weight {
+        match check_canary_weight(weight, "weight") {
+            Ok(()) if weight != canary.weight => {
+                said.push(format!("weight {}% → {weight}%", canary.weight));
+                canary.weight = weight;
+            }
+            Ok(()) => {}
+            Err(e) => errors.extend(e),
+        }
+    }
+    if let Some(header) = request.header {
+        match header.parse("header") {
+            Ok(header) if header != canary.header => {
+                said.push(format!("header `{}: {}`", header.name, header.value));
+                canary.header = header;
+            }
+            Ok(_) => {}
+            Err(e) => errors.extend(e),
+        }
+    }
+    errors.finish(|| ())?;
+    if said.is_empty() {
+        tx.rollback().await?;
+        return Ok(row.into_record(&project.name));
+    }
+    let updated = store::deployments::set_canary(&mut *tx, row.id, Some(&canary), true).await?;
+    let message = format!(
+        "generation {}: canary {}",
+        updated.generation,
+        said.join(", ")
+    );
+    finish(tx, &updated, EventKind::CanaryChanged, &message, actor).await?;
+    Ok(updated.into_record(&project.name))
+}
+
+/// Makes the canary's spec the deployment's (a new revision, at the deployment's current
+/// scale and route). The worker then sends every request to the canary while the stable
+/// Deployment rolls to that spec, moves them back once every stable replica runs it, and
+/// removes the canary.
+#[instrument(skip(ctx, actor, precondition))]
+pub async fn promote_canary(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    precondition: &Precondition,
+) -> Result<Deployment, ServiceError> {
+    let project = authorize(ctx, actor, project, Role::Editor).await?;
+    let mut tx = ctx.pool.begin().await?;
+    let row = lock_for_change(&mut tx, &project, name, precondition).await?;
+    let mut canary = current_canary(&row)?;
+    if canary.promoting {
+        // Asked twice: the first is under way.
+        tx.rollback().await?;
+        return Ok(row.into_record(&project.name));
+    }
+    // It is about to carry every request: it must be serving now.
+    match &row.status.0.canary {
+        Some(track)
+            if track.phase == Phase::Ready
+                && row.status.0.observed_generation == row.generation => {}
+        Some(track) => {
+            return Err(ServiceError::conflict(
+                None,
+                format!(
+                    "the canary is not Ready ({}: {}); wait for it, or abort it",
+                    track.phase, track.message
+                ),
+            ));
+        }
+        None => {
+            return Err(ServiceError::conflict(
+                None,
+                "the canary has not been reported on yet; wait until it is Ready",
+            ));
+        }
+    }
+    let mut spec = canary.spec.clone();
+    // The deployment keeps its scale and its route.
+    spec.replicas = row.spec.0.replicas;
+    spec.routing = row.spec.0.routing.clone();
+    let spec = spec.parse(&row.name, &ctx.limits)?.spec;
+    let old = serde_json::to_value(&row.spec.0).expect("spec serialises");
+    let new = serde_json::to_value(&spec).expect("spec serialises");
+    let changes = changed_paths(&old, &new, 3).join(", ");
+    canary.promoting = true;
+    store::deployments::set_canary(&mut *tx, row.id, Some(&canary), false).await?;
+    let route = route_claim(ctx, &project, &row.name, &spec);
+    let updated =
+        store::deployments::update_deployment_spec(&mut *tx, row.id, &spec, &route).await?;
+    store::revisions::insert_revision(
+        &mut *tx,
+        row.id,
+        updated.generation,
+        &spec,
+        "promoted canary",
+        actor.name(),
+    )
+    .await?;
+    let message = format!(
+        "generation {}: canary promoted ({}); the canary carries every request while the stable track rolls to its spec",
+        updated.generation,
+        if changes.is_empty() {
+            "no spec change"
+        } else {
+            &changes
+        }
+    );
+    finish(tx, &updated, EventKind::CanaryPromoted, &message, actor).await?;
+    Ok(updated.into_record(&project.name))
+}
+
+/// Forgets the canary: the route sends everything to the stable track again, and the
+/// worker removes the canary's objects once the Gateway has that route.
+#[instrument(skip(ctx, actor, precondition))]
+pub async fn abort_canary(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    precondition: &Precondition,
+) -> Result<Deployment, ServiceError> {
+    let project = authorize(ctx, actor, project, Role::Editor).await?;
+    let mut tx = ctx.pool.begin().await?;
+    let row = lock_for_change(&mut tx, &project, name, precondition).await?;
+    let canary = current_canary(&row)?;
+    if canary.promoting {
+        return Err(being_promoted(name));
+    }
+    let updated = store::deployments::set_canary(&mut *tx, row.id, None, true).await?;
+    let message = format!(
+        "generation {}: canary aborted; all traffic goes back to the stable track",
+        updated.generation
+    );
+    finish(tx, &updated, EventKind::CanaryAborted, &message, actor).await?;
+    Ok(updated.into_record(&project.name))
+}
+
+fn current_canary(row: &DeploymentRow) -> Result<Canary, ServiceError> {
+    row.canary
+        .as_ref()
+        .map(|c| c.0.clone())
+        .ok_or_else(|| ServiceError::NotFound {
+            kind: "canary of deployment",
+            name: row.name.clone(),
+        })
+}
+
+fn being_promoted(name: &str) -> ServiceError {
+    ServiceError::conflict(
+        None,
+        format!(
+            "the canary of `{name}` is being promoted; the deployment's spec is already its spec (roll back to undo)"
+        ),
+    )
+}
+
+/// A canary's spec, validated like any deployment's: it serves the same model name on the
+/// deployment's route, with at least one replica.
+fn check_canary_spec(
+    ctx: &Context,
+    row: &DeploymentRow,
+    spec: DeploymentSpec,
+) -> Result<DeploymentSpec, FieldErrors> {
+    let mut errors = FieldErrors::new();
+    if spec.routing != row.spec.0.routing {
+        errors.push(
+            "spec.routing",
+            "a canary shares its deployment's route: change the routing on the deployment",
+        );
+    }
+    if spec.replicas == Some(0) {
+        errors.push(
+            "spec.replicas",
+            "a canary needs at least one replica (abort it instead)",
+        );
+    }
+    let parsed = spec.parse(&row.name, &ctx.limits);
+    match parsed {
+        Ok(serving) if errors.is_empty() => Ok(serving.spec),
+        Ok(_) => Err(errors),
+        Err(e) => {
+            errors.extend(e);
+            Err(errors)
+        }
+    }
+}
+
+/// The timeline entry and the reconcile, committed with the change.
+async fn finish(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    updated: &DeploymentRow,
+    kind: EventKind,
+    message: &str,
+    actor: &Actor,
+) -> Result<(), ServiceError> {
+    record_event(&mut tx, updated, kind, message, actor).await?;
+    store::work_queue::enqueue_reconcile(&mut *tx, updated.id).await?;
+    tx.commit().await?;
+    tracing::info!(deployment_id = %updated.id, generation = updated.generation, kind = kind.as_str(), "canary changed");
+    Ok(())
+}
