@@ -1,33 +1,189 @@
 //! The Gateway data plane: a real local port that routes HTTP requests by the HTTPRoutes
-//! the emulator's Gateway controller accepted (hostname, path match, URL rewrite, backend
-//! weights) to ready backend pods. Pods of modelplane's `sim` engine answer with a
-//! built-in OpenAI-compatible simulator; any other backend answers 503, since no real
-//! model server runs in the emulator.
+//! the emulator's Gateway controller accepted (hostname, path/method/header/query
+//! matches with the Gateway API's precedence, URL rewrite, weighted backendRefs) to ready
+//! backend pods: behind a Service, or selected by an InferencePool, where a simulated
+//! endpoint picker chooses the pod with the fewest requests in flight. Pods of
+//! modelplane's `sim` engine answer with a built-in OpenAI-compatible simulator (with
+//! llm-d-inference-sim's latency flags and vLLM-style `/metrics`); any other backend
+//! answers 503, since no real model server runs in the emulator. Every answer a pod gives
+//! carries `x-emulator-pod` and `x-emulator-namespace`.
 
+use std::cmp::Ordering as Cmp;
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{GATEWAY_CONTROLLER, is_true};
 use crate::resources::meta_str;
+use crate::selectors::LabelSelector;
 use crate::store::Store;
+
+/// The response header naming the pod that answered (and its namespace).
+pub const POD_HEADER: &str = "x-emulator-pod";
+pub const NAMESPACE_HEADER: &str = "x-emulator-namespace";
+
+const INFERENCE_GROUP: &str = "inference.networking.k8s.io";
 
 #[derive(Clone)]
 struct Plane {
     store: Store,
-    next: std::sync::Arc<AtomicUsize>,
+    state: Arc<PlaneState>,
+}
+
+#[derive(Default)]
+struct PlaneState {
+    /// Smooth weighted round robin: the current weights of each rule's backendRefs, by
+    /// route uid, generation and rule index.
+    wrr: Mutex<HashMap<String, Vec<i64>>>,
+    /// Round robin over a backend's ready pods (and the picker's tie-break), by backend.
+    rr: Mutex<HashMap<String, usize>>,
+    /// Requests in flight per pod uid (and a sim pod's running/waiting requests).
+    loads: Mutex<HashMap<String, Arc<PodLoad>>>,
+}
+
+/// What a pod is doing: requests the data plane has sent it and not yet seen answered,
+/// and, for sim pods, how many of them run or wait for one of `--max-num-seqs` slots.
+struct PodLoad {
+    in_flight: AtomicUsize,
+    running: AtomicUsize,
+    waiting: AtomicUsize,
+    max_num_seqs: usize,
+    slots: Arc<Semaphore>,
+}
+
+/// One request in flight to a pod; dropped when its answer (a stream included) is done.
+struct InFlight(Arc<PodLoad>);
+
+impl InFlight {
+    fn new(load: &Arc<PodLoad>) -> InFlight {
+        load.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(load.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A request waiting for a sim slot (a client that goes away stops waiting).
+struct Waiting(Arc<PodLoad>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A request holding one of a sim pod's `--max-num-seqs` slots.
+struct Running(Arc<PodLoad>, #[allow(dead_code)] OwnedSemaphorePermit);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl PodLoad {
+    /// Waits for a free slot, counted as waiting meanwhile (vLLM's scheduler queue).
+    async fn admit(self: &Arc<Self>) -> Option<Running> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let waiting = Waiting(self.clone());
+        let permit = self.slots.clone().acquire_owned().await.ok()?;
+        self.running.fetch_add(1, Ordering::SeqCst);
+        drop(waiting);
+        Some(Running(self.clone(), permit))
+    }
+}
+
+impl PlaneState {
+    /// The load record of a pod, created on first use.
+    fn load_locked(
+        loads: &mut HashMap<String, Arc<PodLoad>>,
+        pod: &Value,
+        sim: Option<&SimConfig>,
+    ) -> Arc<PodLoad> {
+        let uid = meta_str(pod, "uid").unwrap_or("").to_string();
+        if !loads.contains_key(&uid) && loads.len() >= 1024 {
+            // Records nobody holds are all zero: forgetting them loses nothing.
+            loads.retain(|_, l| Arc::strong_count(l) > 1);
+        }
+        loads
+            .entry(uid)
+            .or_insert_with(|| {
+                let n = sim.map_or(DEFAULT_MAX_NUM_SEQS, |s| s.max_num_seqs).max(1);
+                Arc::new(PodLoad {
+                    in_flight: AtomicUsize::new(0),
+                    running: AtomicUsize::new(0),
+                    waiting: AtomicUsize::new(0),
+                    max_num_seqs: n,
+                    slots: Arc::new(Semaphore::new(n)),
+                })
+            })
+            .clone()
+    }
+
+    fn next_rr(&self, key: &str) -> usize {
+        let mut rr = self.rr.lock().unwrap_or_else(|e| e.into_inner());
+        if !rr.contains_key(key) && rr.len() >= 4096 {
+            rr.clear();
+        }
+        let n = rr.entry(key.to_string()).or_default();
+        let v = *n;
+        *n = n.wrapping_add(1);
+        v
+    }
+
+    /// Smooth weighted round robin (as nginx balances weighted upstreams): each pick adds
+    /// every weight to its backend's current value, takes the largest and subtracts the
+    /// total from it. Over any `total` consecutive picks each backend gets exactly its
+    /// weight, spread out; weight 0 is never picked. None when all weights are 0.
+    fn pick_weighted(&self, key: &str, weights: &[i64]) -> Option<usize> {
+        let total: i64 = weights.iter().sum();
+        if total <= 0 {
+            return None;
+        }
+        let mut wrr = self.wrr.lock().unwrap_or_else(|e| e.into_inner());
+        if !wrr.contains_key(key) && wrr.len() >= 4096 {
+            wrr.clear();
+        }
+        let current = wrr
+            .entry(key.to_string())
+            .or_insert_with(|| vec![0; weights.len()]);
+        if current.len() != weights.len() {
+            *current = vec![0; weights.len()];
+        }
+        let mut best: Option<usize> = None;
+        for (i, w) in weights.iter().enumerate() {
+            if *w <= 0 {
+                continue;
+            }
+            current[i] += w;
+            if best.is_none_or(|b| current[i] > current[b]) {
+                best = Some(i);
+            }
+        }
+        let b = best?;
+        current[b] -= total;
+        Some(b)
+    }
 }
 
 pub(crate) async fn serve(listener: tokio::net::TcpListener, store: Store) {
     let plane = Plane {
         store,
-        next: Default::default(),
+        state: Default::default(),
     };
     let app = Router::new().fallback(handle).with_state(plane);
     let _ = axum::serve(listener, app).await;
@@ -56,6 +212,8 @@ struct Matched {
     namespace: String,
     backends: Vec<Value>,
     path: String,
+    /// Identifies the rule (route uid, generation, index) for the weighted choice.
+    rule_key: String,
 }
 
 fn host_matches(pattern: &str, host: &str) -> bool {
@@ -98,12 +256,146 @@ fn rewrite(filter: &Value, matched_prefix: Option<&str>, path: &str) -> String {
     }
 }
 
-/// Finds the most specific accepted rule for the request (Exact over longest prefix).
-fn route(store: &Store, host: &str, method: &Method, path: &str) -> Option<Matched> {
+/// Decodes `%XX` escapes and `+` of a query component.
+fn percent_decode(s: &str) -> String {
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Query parameters of a query string, in order.
+fn parse_query(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+/// The request as the matcher sees it.
+struct Req<'a> {
+    host: &'a str,
+    method: &'a Method,
+    path: &'a str,
+    headers: &'a HeaderMap,
+    /// Query parameters in order (the first value of a repeated one is matched).
+    query: Vec<(String, String)>,
+}
+
+/// Whether the match's header conditions hold, and how many there are. Names are
+/// case-insensitive and only the first entry of equivalent names counts (HTTPHeaderMatch
+/// in gateway-api apis/v1/httproute_types.go). `Exact` (the default) compares the value;
+/// `RegularExpression` (implementation-specific) is not supported: it never matches.
+fn headers_match(m: &Value, req: &Req) -> Option<usize> {
+    let mut seen: Vec<String> = Vec::new();
+    for h in m
+        .get("headers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = h.get("name").and_then(Value::as_str)?.to_ascii_lowercase();
+        if seen.contains(&name) {
+            continue;
+        }
+        seen.push(name.clone());
+        let want = h.get("value").and_then(Value::as_str).unwrap_or("");
+        let ty = h.get("type").and_then(Value::as_str).unwrap_or("Exact");
+        let ok = ty == "Exact"
+            && req
+                .headers
+                .get_all(name.as_str())
+                .iter()
+                .any(|v| v.to_str().is_ok_and(|v| v == want));
+        if !ok {
+            return None;
+        }
+    }
+    Some(seen.len())
+}
+
+/// Query parameter conditions: names match exactly, `Exact` values against the first
+/// value of the parameter (HTTPQueryParamMatch in apis/v1/httproute_types.go).
+fn query_match(m: &Value, req: &Req) -> Option<usize> {
+    let mut seen: Vec<&str> = Vec::new();
+    for q in m
+        .get("queryParams")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = q.get("name").and_then(Value::as_str)?;
+        if seen.contains(&name) {
+            continue;
+        }
+        seen.push(name);
+        let want = q.get("value").and_then(Value::as_str).unwrap_or("");
+        let ty = q.get("type").and_then(Value::as_str).unwrap_or("Exact");
+        let first = req.query.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+        if ty != "Exact" || first.is_none_or(|v| v != want) {
+            return None;
+        }
+    }
+    Some(seen.len())
+}
+
+/// How specific a match is, in the order of the Gateway API's precedence (the
+/// HTTPRouteRule doc comment in gateway-api apis/v1/httproute_types.go): an Exact path,
+/// then the longest PathPrefix, then a method match, then the most header matches, then
+/// the most query param matches. Larger is more specific.
+type Specificity = (bool, usize, bool, usize, usize);
+
+/// Where a match stands: its specificity, then the tie-breaks (the oldest route, then
+/// "{namespace}/{name}" alphabetically, then the first rule in list order).
+#[derive(PartialEq, Eq)]
+struct Rank {
+    spec: Specificity,
+    created: String,
+    route: String,
+    rule: usize,
+}
+
+impl Ord for Rank {
+    /// Greater is preferred.
+    fn cmp(&self, o: &Self) -> Cmp {
+        self.spec
+            .cmp(&o.spec)
+            .then_with(|| o.created.cmp(&self.created))
+            .then_with(|| o.route.cmp(&self.route))
+            .then_with(|| o.rule.cmp(&self.rule))
+    }
+}
+
+impl PartialOrd for Rank {
+    fn partial_cmp(&self, o: &Self) -> Option<Cmp> {
+        Some(self.cmp(o))
+    }
+}
+
+/// Finds the accepted rule with the most specific match for the request.
+fn route(store: &Store, req: &Req) -> Option<Matched> {
     let kind = store
         .kinds()
         .by_resource("gateway.networking.k8s.io", "v1", "httproutes")?;
-    let mut best: Option<(usize, Matched)> = None;
+    let mut best: Option<(Rank, Matched)> = None;
     for r in store.list(kind, None) {
         let accepted = r
             .pointer("/status/parents")
@@ -125,15 +417,27 @@ fn route(store: &Store, host: &str, method: &Method, path: &str) -> Option<Match
             .and_then(Value::as_array)
             .map(|h| h.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
-        if !hostnames.is_empty() && !hostnames.iter().any(|h| host_matches(h, host)) {
+        if !hostnames.is_empty() && !hostnames.iter().any(|h| host_matches(h, req.host)) {
             continue;
         }
         let ns = meta_str(&r, "namespace").unwrap_or("").to_string();
-        for rule in r
+        let name = meta_str(&r, "name").unwrap_or("");
+        let created = r
+            .pointer("/metadata/creationTimestamp")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let generation = r
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let uid = meta_str(&r, "uid").unwrap_or("");
+        for (ri, rule) in r
             .pointer("/spec/rules")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
+            .enumerate()
         {
             let default = vec![json!({"path": {"type": "PathPrefix", "value": "/"}})];
             let matches = rule
@@ -142,9 +446,8 @@ fn route(store: &Store, host: &str, method: &Method, path: &str) -> Option<Match
                 .filter(|m| !m.is_empty())
                 .unwrap_or(&default);
             for m in matches {
-                if let Some(want) = m.get("method").and_then(Value::as_str)
-                    && want != method.as_str()
-                {
+                let method = m.get("method").and_then(Value::as_str);
+                if method.is_some_and(|want| want != req.method.as_str()) {
                     continue;
                 }
                 let ty = m
@@ -155,15 +458,33 @@ fn route(store: &Store, host: &str, method: &Method, path: &str) -> Option<Match
                     .pointer("/path/value")
                     .and_then(Value::as_str)
                     .unwrap_or("/");
-                let (ok, score, prefix) = match ty {
-                    "Exact" => (path == value, usize::MAX, None),
-                    "PathPrefix" => (prefix_matches(value, path), value.len(), Some(value)),
-                    _ => (false, 0, None),
+                let (ok, exact, len, prefix) = match ty {
+                    "Exact" => (req.path == value, true, value.len(), None),
+                    "PathPrefix" => (
+                        prefix_matches(value, req.path),
+                        false,
+                        value.len(),
+                        Some(value),
+                    ),
+                    _ => (false, false, 0, None),
                 };
-                if !ok || best.as_ref().is_some_and(|(s, _)| *s >= score) {
+                if !ok {
                     continue;
                 }
-                let mut new_path = path.to_string();
+                let (Some(nh), Some(nq)) = (headers_match(m, req), query_match(m, req)) else {
+                    continue;
+                };
+                let rank = Rank {
+                    spec: (exact, len, method.is_some(), nh, nq),
+                    created: created.clone(),
+                    route: format!("{ns}/{name}"),
+                    rule: ri,
+                };
+                // Of equally ranked matches (the same rule) the first is kept.
+                if best.as_ref().is_some_and(|(b, _)| rank <= *b) {
+                    continue;
+                }
+                let mut new_path = req.path.to_string();
                 for f in rule
                     .get("filters")
                     .and_then(Value::as_array)
@@ -171,7 +492,7 @@ fn route(store: &Store, host: &str, method: &Method, path: &str) -> Option<Match
                     .flatten()
                 {
                     if f["type"] == "URLRewrite" {
-                        new_path = rewrite(f, prefix, path);
+                        new_path = rewrite(f, prefix, req.path);
                     }
                 }
                 let backends = rule
@@ -180,11 +501,12 @@ fn route(store: &Store, host: &str, method: &Method, path: &str) -> Option<Match
                     .cloned()
                     .unwrap_or_default();
                 best = Some((
-                    score,
+                    rank,
                     Matched {
                         namespace: ns.clone(),
                         backends,
                         path: new_path,
+                        rule_key: format!("{uid}/{generation}/{ri}"),
                     },
                 ));
             }
@@ -193,23 +515,95 @@ fn route(store: &Store, host: &str, method: &Method, path: &str) -> Option<Match
     best.map(|(_, m)| m)
 }
 
-/// Ready pods behind a Service.
+/// The pods among `pods` that are Ready and not terminating.
+fn ready<'a>(pods: impl IntoIterator<Item = &'a Value>) -> Vec<Value> {
+    pods.into_iter()
+        .filter(|p| is_true(p, "Ready") && p.pointer("/metadata/deletionTimestamp").is_none())
+        .cloned()
+        .collect()
+}
+
+/// Ready pods behind a Service; None when the Service does not exist.
 fn ready_pods(store: &Store, ns: &str, name: &str) -> Option<Vec<Value>> {
     let kinds = store.kinds();
     let svc = store.get(kinds.by_resource("", "v1", "services")?, ns, name)?;
     let pods = store.list(kinds.by_resource("", "v1", "pods")?, Some(ns));
-    Some(
-        super::networking::selected_pods(&pods, &svc)
-            .into_iter()
-            .filter(|p| is_true(p, "Ready") && p.pointer("/metadata/deletionTimestamp").is_none())
-            .cloned()
-            .collect(),
-    )
+    Some(ready(super::networking::selected_pods(&pods, &svc)))
 }
 
-/// The served model name of a `sim` engine pod (its `--model` argument), or None for
-/// pods that run anything else.
-pub(crate) fn sim_model(pod: &Value) -> Option<String> {
+/// Ready pods an InferencePool selects: `spec.selector.matchLabels` within its namespace
+/// (InferencePoolSpec.Selector in gateway-api-inference-extension api/v1/inferencepool_types.go).
+fn pool_pods(store: &Store, pool: &Value) -> Vec<Value> {
+    let ns = meta_str(pool, "namespace").unwrap_or("");
+    let Some(labels) = pool
+        .pointer("/spec/selector/matchLabels")
+        .filter(|l| l.as_object().is_some_and(|l| !l.is_empty()))
+    else {
+        return Vec::new();
+    };
+    let selector = LabelSelector::from_object(&json!({ "matchLabels": labels }));
+    let Some(kind) = store.kinds().by_resource("", "v1", "pods") else {
+        return Vec::new();
+    };
+    let pods = store.list(kind, Some(ns));
+    ready(pods.iter().filter(|p| selector.matches(p)))
+}
+
+/// llm-d-inference-sim's default `--max-num-seqs` (pkg/common/config.go in
+/// github.com/llm-d/llm-d-inference-sim).
+const DEFAULT_MAX_NUM_SEQS: usize = 5;
+
+/// What a `sim` engine pod was started with (its container's command and args).
+pub(crate) struct SimConfig {
+    /// The served model (`--model`).
+    pub model: String,
+    /// `--time-to-first-token`: before the first token of an answer.
+    pub ttft: Duration,
+    /// `--inter-token-latency`: before each further token.
+    pub itl: Duration,
+    /// `--max-num-seqs`: requests processed at the same time; more wait in a queue.
+    pub max_num_seqs: usize,
+}
+
+/// A duration flag of llm-d-inference-sim: a Go duration (`100ms`, `1.5s`, `1m30s`), as
+/// its flags take them since v0.7.0, or a plain integer in milliseconds, the format of
+/// the releases before (v0.5.1, which modelplane runs, declares `time-to-first-token`
+/// and `inter-token-latency` as ints "in milliseconds" in pkg/common/config.go).
+pub(crate) fn sim_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    if let Ok(ms) = s.parse::<u64>() {
+        return Some(Duration::from_millis(ms));
+    }
+    let mut rest = s.strip_prefix('+').unwrap_or(s);
+    if rest.is_empty() {
+        return None;
+    }
+    let mut secs = 0f64;
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let (num, after) = rest.split_at(num_end);
+        let n: f64 = num.parse().ok()?;
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_end);
+        let mult = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        secs += n * mult;
+        rest = next;
+    }
+    Some(Duration::from_secs_f64(secs))
+}
+
+/// The configuration of a `sim` engine pod, or None for pods that run anything else.
+pub(crate) fn sim_config(pod: &Value) -> Option<SimConfig> {
     let labelled = pod
         .pointer("/metadata/labels/modelplane.io~1engine")
         .and_then(Value::as_str)
@@ -224,14 +618,176 @@ pub(crate) fn sim_model(pod: &Value) -> Option<String> {
         .flat_map(|f| c.get(*f).and_then(Value::as_array).into_iter().flatten())
         .filter_map(Value::as_str)
         .collect();
-    let model = args.iter().enumerate().find_map(|(i, a)| {
-        a.strip_prefix("--model=").map(String::from).or_else(|| {
-            (*a == "--model")
-                .then(|| args.get(i + 1).map(|s| s.to_string()))
-                .flatten()
+    // `--name value` or `--name=value`.
+    let flag = |name: &str| {
+        let long = format!("--{name}");
+        args.iter().enumerate().find_map(|(i, a)| {
+            a.strip_prefix(&format!("{long}="))
+                .map(String::from)
+                .or_else(|| (*a == long).then(|| args.get(i + 1).map(|s| s.to_string()))?)
         })
-    });
-    Some(model.unwrap_or_else(|| "sim-model".into()))
+    };
+    let duration = |name: &str| {
+        flag(name)
+            .and_then(|v| sim_duration(&v))
+            .unwrap_or(Duration::ZERO)
+    };
+    Some(SimConfig {
+        model: flag("model").unwrap_or_else(|| "sim-model".into()),
+        ttft: duration("time-to-first-token"),
+        itl: duration("inter-token-latency"),
+        max_num_seqs: flag("max-num-seqs")
+            .and_then(|v| v.parse().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(DEFAULT_MAX_NUM_SEQS),
+    })
+}
+
+/// The pod a request goes to, with its request counted in flight.
+struct Target {
+    pod: Value,
+    sim: Option<SimConfig>,
+    in_flight: InFlight,
+}
+
+impl Plane {
+    fn target(&self, pod: Value) -> Target {
+        let sim = sim_config(&pod);
+        let mut loads = self.state.loads.lock().unwrap_or_else(|e| e.into_inner());
+        let load = PlaneState::load_locked(&mut loads, &pod, sim.as_ref());
+        Target {
+            pod,
+            sim,
+            in_flight: InFlight::new(&load),
+        }
+    }
+
+    /// Round robin over a backend's ready pods.
+    fn any(&self, key: &str, mut pods: Vec<Value>) -> Target {
+        let i = self.state.next_rr(key) % pods.len();
+        self.target(pods.swap_remove(i))
+    }
+
+    /// The emulator's endpoint picker: the pod with the fewest requests in flight (ties
+    /// go round robin). The real one is the pool's EPP, an ext-proc gRPC service that
+    /// scores pods by queue depth, KV-cache use and prefix cache hits.
+    fn least_busy(&self, key: &str, pods: Vec<Value>) -> Target {
+        let start = self.state.next_rr(key);
+        let mut loads = self.state.loads.lock().unwrap_or_else(|e| e.into_inner());
+        let mut best: Option<(usize, usize, Arc<PodLoad>, Option<SimConfig>)> = None;
+        for k in 0..pods.len() {
+            let i = (start + k) % pods.len();
+            let sim = sim_config(&pods[i]);
+            let load = PlaneState::load_locked(&mut loads, &pods[i], sim.as_ref());
+            let n = load.in_flight.load(Ordering::SeqCst);
+            if best.as_ref().is_none_or(|(_, b, _, _)| n < *b) {
+                best = Some((i, n, load, sim));
+            }
+        }
+        let (i, _, load, sim) = best.expect("at least one pod");
+        let in_flight = InFlight::new(&load);
+        drop(loads);
+        let mut pods = pods;
+        Target {
+            pod: pods.swap_remove(i),
+            sim,
+            in_flight,
+        }
+    }
+
+    /// Resolves one backendRef of the matched rule to a pod, or the error answer.
+    fn resolve(&self, route_ns: &str, backend: &Value) -> Result<Target, Response> {
+        let group = backend.get("group").and_then(Value::as_str).unwrap_or("");
+        let kind = backend
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("Service");
+        let ns = backend
+            .get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or(route_ns);
+        let name = backend.get("name").and_then(Value::as_str).unwrap_or("");
+        match (group, kind) {
+            ("", "Service") => {
+                let Some(pods) = ready_pods(&self.store, ns, name) else {
+                    return Err(text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &format!("backend Service {ns}/{name} not found"),
+                    ));
+                };
+                if pods.is_empty() {
+                    return Err(text(StatusCode::SERVICE_UNAVAILABLE, "no healthy upstream"));
+                }
+                Ok(self.any(&format!("Service/{ns}/{name}"), pods))
+            }
+            (INFERENCE_GROUP, "InferencePool") => self.resolve_pool(ns, name),
+            _ => Err(text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("unsupported backend kind {group}/{kind}"),
+            )),
+        }
+    }
+
+    fn resolve_pool(&self, ns: &str, name: &str) -> Result<Target, Response> {
+        let pool = self
+            .store
+            .kinds()
+            .by_resource(INFERENCE_GROUP, "v1", "inferencepools")
+            .and_then(|k| self.store.get(k, ns, name));
+        let Some(pool) = pool else {
+            return Err(text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("backend InferencePool {ns}/{name} not found"),
+            ));
+        };
+        let pods = pool_pods(&self.store, &pool);
+        let key = format!("InferencePool/{ns}/{name}");
+        // The endpoint picker the pool names must be up; when it is not, its failureMode
+        // decides (EndpointPickerRef.FailureMode in gateway-api-inference-extension
+        // api/v1/inferencepool_types.go): FailClose (the default) drops the request,
+        // FailOpen forwards it "to an endpoint of its picking".
+        if let Some(epp) = pool.pointer("/spec/endpointPickerRef") {
+            let group = epp.get("group").and_then(Value::as_str).unwrap_or("");
+            let kind = epp.get("kind").and_then(Value::as_str).unwrap_or("Service");
+            let epp_name = epp.get("name").and_then(Value::as_str).unwrap_or("");
+            let problem = if !group.is_empty() || kind != "Service" {
+                Some(format!(
+                    "its endpointPickerRef kind {group}/{kind} is not supported"
+                ))
+            } else {
+                match ready_pods(&self.store, ns, epp_name) {
+                    None => Some(format!(
+                        "its endpoint picker Service {ns}/{epp_name} does not exist"
+                    )),
+                    Some(p) if p.is_empty() => Some(format!(
+                        "its endpoint picker Service {ns}/{epp_name} has no ready endpoints"
+                    )),
+                    Some(_) => None,
+                }
+            };
+            if let Some(problem) = problem {
+                if epp.get("failureMode").and_then(Value::as_str) != Some("FailOpen") {
+                    return Err(text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!(
+                            "InferencePool {ns}/{name}: {problem}; failureMode FailClose drops the request"
+                        ),
+                    ));
+                }
+                if pods.is_empty() {
+                    return Err(text(StatusCode::SERVICE_UNAVAILABLE, "no healthy upstream"));
+                }
+                return Ok(self.any(&key, pods));
+            }
+        }
+        if pods.is_empty() {
+            return Err(text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("InferencePool {ns}/{name} selects no ready pods"),
+            ));
+        }
+        Ok(self.least_busy(&key, pods))
+    }
 }
 
 async fn handle(State(plane): State<Plane>, req: Request) -> Response {
@@ -246,55 +802,49 @@ async fn handle(State(plane): State<Plane>, req: Request) -> Response {
         .to_string();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let query = parse_query(req.uri().query().unwrap_or(""));
+    let headers = req.headers().clone();
     let body = match axum::body::to_bytes(req.into_body(), 16 << 20).await {
         Ok(b) => b,
         Err(_) => return text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"),
     };
-    let Some(m) = route(&plane.store, &host, &method, &path) else {
+    let r = Req {
+        host: &host,
+        method: &method,
+        path: &path,
+        headers: &headers,
+        query,
+    };
+    let Some(m) = route(&plane.store, &r) else {
         return text(StatusCode::NOT_FOUND, "no HTTPRoute matches this request");
     };
-    // Weighted choice among the backends (weight defaults to 1).
+    // The Gateway API's BackendRef.Weight (apis/v1/shared_types.go): each backendRef
+    // gets weight/(sum of the weights) of the requests, weight 0 none, and the weight
+    // defaults to 1. A rule whose backendRefs are all invalid answers 500 (HTTPRouteRule
+    // .BackendRefs in apis/v1/httproute_types.go), as do the requests that would have
+    // gone to an invalid backendRef; a Service without ready endpoints answers 503.
     let weights: Vec<i64> = m
         .backends
         .iter()
         .map(|b| b.get("weight").and_then(Value::as_i64).unwrap_or(1).max(0))
         .collect();
-    let total: i64 = weights.iter().sum();
-    if total == 0 {
+    let Some(i) = plane.state.pick_weighted(&m.rule_key, &weights) else {
         return text(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the matched HTTPRoute rule has no usable backendRefs",
         );
-    }
-    let mut pick = (plane.next.fetch_add(1, Ordering::Relaxed) as i64) % total;
-    let mut backend = &m.backends[0];
-    for (b, w) in m.backends.iter().zip(&weights) {
-        if pick < *w {
-            backend = b;
-            break;
-        }
-        pick -= w;
-    }
-    let ns = backend
-        .get("namespace")
-        .and_then(Value::as_str)
-        .unwrap_or(&m.namespace);
-    let name = backend.get("name").and_then(Value::as_str).unwrap_or("");
-    let Some(pods) = ready_pods(&plane.store, ns, name) else {
-        return text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("backend Service {ns}/{name} not found"),
-        );
     };
-    if pods.is_empty() {
-        return text(StatusCode::SERVICE_UNAVAILABLE, "no healthy upstream");
-    }
-    let pod = &pods[plane.next.fetch_add(1, Ordering::Relaxed) % pods.len()];
-    let pod_name = meta_str(pod, "name").unwrap_or("");
-    match sim_model(pod) {
-        Some(model) => openai(&model, &method, &m.path, &body),
+    let target = match plane.resolve(&m.namespace, &m.backends[i]) {
+        Ok(t) => t,
+        Err(resp) => return resp,
+    };
+    let ns = meta_str(&target.pod, "namespace").unwrap_or("").to_string();
+    let pod_name = meta_str(&target.pod, "name").unwrap_or("").to_string();
+    let mut resp = match &target.sim {
+        Some(sim) => openai(sim, target.in_flight, &method, &m.path, &body).await,
         None => {
-            let image = pod
+            let image = target
+                .pod
                 .pointer("/spec/containers/0/image")
                 .and_then(Value::as_str)
                 .unwrap_or("");
@@ -306,7 +856,13 @@ async fn handle(State(plane): State<Plane>, req: Request) -> Response {
                 &json!({"error": {"message": msg, "type": "ServiceUnavailable", "code": 503}}),
             )
         }
+    };
+    for (h, v) in [(POD_HEADER, &pod_name), (NAMESPACE_HEADER, &ns)] {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            resp.headers_mut().insert(h, v);
+        }
     }
+    resp
 }
 
 fn words(s: &str) -> usize {
@@ -320,12 +876,71 @@ fn openai_error(code: StatusCode, ty: &str, msg: &str) -> Response {
     )
 }
 
+/// A sim pod's `/metrics`: vLLM's gauges of running and waiting requests and KV-cache
+/// use, with the `model_name` label (names as llm-d-inference-sim's
+/// pkg/llm-d-inference-sim/metrics.go and docs/metrics.md export them; the older
+/// `vllm:gpu_cache_usage_perc` name too). The emulator models the KV cache as filled in
+/// proportion to the running requests: running / max-num-seqs.
+fn metrics(model: &str, load: &PodLoad) -> Response {
+    let running = load.running.load(Ordering::SeqCst);
+    let waiting = load.waiting.load(Ordering::SeqCst);
+    let usage = (running as f64 / load.max_num_seqs as f64).min(1.0);
+    let mut out = String::new();
+    for (name, help, value) in [
+        (
+            "vllm:num_requests_running",
+            "Number of requests currently running on GPU.",
+            running as f64,
+        ),
+        (
+            "vllm:num_requests_waiting",
+            "Prometheus metric for the number of queued requests.",
+            waiting as f64,
+        ),
+        (
+            "vllm:kv_cache_usage_perc",
+            "Prometheus metric for the fraction of KV-cache blocks currently in use (from 0 to 1).",
+            usage,
+        ),
+        (
+            "vllm:gpu_cache_usage_perc",
+            "GPU KV-cache usage. 1 means 100 percent usage.",
+            usage,
+        ),
+    ] {
+        let model = model.replace('\\', "\\\\").replace('"', "\\\"");
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{model_name=\"{model}\"}} {value}\n"
+        ));
+    }
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
+}
+
 /// The OpenAI-compatible simulator (as llm-d-inference-sim in echo mode: the answer
-/// repeats the last user message, cut to max_tokens words).
-fn openai(model: &str, method: &Method, path: &str, body: &Bytes) -> Response {
+/// repeats the last user message, cut to max_tokens words). A completion waits for one
+/// of the pod's `--max-num-seqs` slots, then `--time-to-first-token` before its first
+/// token and `--inter-token-latency` before each further one (streamed answers send each
+/// token when it is due).
+async fn openai(
+    sim: &SimConfig,
+    in_flight: InFlight,
+    method: &Method,
+    path: &str,
+    body: &Bytes,
+) -> Response {
+    let model = sim.model.as_str();
     let created = chrono::Utc::now().timestamp();
     match (method.as_str(), path) {
         ("GET", "/health" | "/ready") => text(StatusCode::OK, "OK"),
+        ("GET", "/metrics") => metrics(model, &in_flight.0),
         ("GET", "/v1/models") => json_resp(
             StatusCode::OK,
             &json!({"object": "list", "data": [{"id": model, "object": "model", "created": created, "owned_by": "modelplane-emulator", "root": model, "parent": null}]}),
@@ -402,6 +1017,13 @@ fn openai(model: &str, method: &Method, path: &str, body: &Bytes) -> Response {
             let prompt_tokens = words(&prompt_text);
             let completion_tokens = tokens.len();
             let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens});
+            let Some(running) = in_flight.0.admit().await else {
+                return openai_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "ServiceUnavailable",
+                    "the simulator is shutting down",
+                );
+            };
             let id = format!(
                 "{}-{}",
                 if chat { "chatcmpl" } else { "cmpl" },
@@ -418,6 +1040,11 @@ fn openai(model: &str, method: &Method, path: &str, body: &Bytes) -> Response {
                 } else {
                     json!({"index": 0, "text": answer, "finish_reason": finish, "logprobs": null})
                 };
+                let generating = sim.ttft + sim.itl * (completion_tokens as u32).saturating_sub(1);
+                if !generating.is_zero() {
+                    tokio::time::sleep(generating).await;
+                }
+                drop(running);
                 return json_resp(
                     StatusCode::OK,
                     &json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice], "usage": usage}),
@@ -459,16 +1086,38 @@ fn openai(model: &str, method: &Method, path: &str, body: &Bytes) -> Response {
             {
                 events.push(json!({"id": id, "object": object, "created": created, "model": model, "choices": [], "usage": usage}));
             }
-            let mut frames: Vec<Result<Bytes, Infallible>> = events
+            let mut frames: Vec<Bytes> = events
                 .iter()
-                .map(|e| Ok(Bytes::from(format!("data: {e}\n\n"))))
+                .map(|e| Bytes::from(format!("data: {e}\n\n")))
                 .collect();
-            frames.push(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
+            frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+            // Each token's chunk is sent when it is due; the request stays running (and
+            // in flight) until the stream ends or the client goes away.
+            let first = usize::from(chat);
+            let delays = (0..frames.len()).map(move |i| {
+                if i == first {
+                    sim.ttft
+                } else if i > first && i < first + completion_tokens {
+                    sim.itl
+                } else {
+                    Duration::ZERO
+                }
+            });
+            let delays: Vec<Duration> = delays.collect();
+            let timed = frames.into_iter().zip(delays);
+            let held = Some((running, in_flight));
+            let stream = futures::stream::unfold((timed, held), |(mut timed, held)| async move {
+                let (frame, delay) = timed.next()?;
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                Some((Ok::<_, Infallible>(frame), (timed, held)))
+            });
             Response::builder()
                 .status(StatusCode::OK)
                 .header(header::CONTENT_TYPE, "text/event-stream")
                 .header(header::CACHE_CONTROL, "no-cache")
-                .body(Body::from_stream(futures::stream::iter(frames)))
+                .body(Body::from_stream(stream))
                 .unwrap_or_else(|_| text(StatusCode::INTERNAL_SERVER_ERROR, "response"))
         }
         _ => openai_error(
@@ -501,8 +1150,56 @@ mod tests {
     fn sim_pods_are_recognised_with_their_model() {
         let pod = json!({"metadata": {"labels": {"modelplane.io/engine": "sim"}},
                          "spec": {"containers": [{"image": "x", "args": ["--model", "qwen-small", "--port", "8000"]}]}});
-        assert_eq!(sim_model(&pod).as_deref(), Some("qwen-small"));
+        let cfg = sim_config(&pod).unwrap();
+        assert_eq!(cfg.model, "qwen-small");
+        assert_eq!(
+            (cfg.ttft, cfg.itl, cfg.max_num_seqs),
+            (Duration::ZERO, Duration::ZERO, 5)
+        );
         let other = json!({"spec": {"containers": [{"image": "vllm/vllm-openai:v0.9", "args": ["--model", "m"]}]}});
-        assert_eq!(sim_model(&other), None);
+        assert!(sim_config(&other).is_none());
+        let slow = json!({"spec": {"containers": [{"image": "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1",
+            "args": ["--model=m", "--time-to-first-token", "250", "--inter-token-latency=1.5s", "--max-num-seqs", "2"]}]}});
+        let cfg = sim_config(&slow).unwrap();
+        assert_eq!(cfg.model, "m");
+        assert_eq!(cfg.ttft, Duration::from_millis(250));
+        assert_eq!(cfg.itl, Duration::from_millis(1500));
+        assert_eq!(cfg.max_num_seqs, 2);
+    }
+
+    #[test]
+    fn sim_durations_are_go_durations_or_milliseconds() {
+        assert_eq!(sim_duration("100"), Some(Duration::from_millis(100)));
+        assert_eq!(sim_duration("100ms"), Some(Duration::from_millis(100)));
+        assert_eq!(sim_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(sim_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(sim_duration("250us"), Some(Duration::from_micros(250)));
+        assert_eq!(sim_duration("2x"), None);
+        assert_eq!(sim_duration(""), None);
+    }
+
+    #[test]
+    fn smooth_weighted_round_robin_gives_the_exact_proportions() {
+        let st = PlaneState::default();
+        let mut counts = [0; 3];
+        for _ in 0..1000 {
+            counts[st.pick_weighted("r", &[80, 20, 0]).unwrap()] += 1;
+        }
+        assert_eq!(counts, [800, 200, 0]);
+        assert_eq!(st.pick_weighted("z", &[0, 0]), None);
+    }
+
+    #[test]
+    fn query_strings_are_decoded() {
+        assert_eq!(
+            parse_query("a=1&b=x%20y+z&c&a=2"),
+            vec![
+                ("a".into(), "1".into()),
+                ("b".into(), "x y z".into()),
+                ("c".into(), "".into()),
+                ("a".into(), "2".into())
+            ]
+        );
+        assert_eq!(percent_decode("100%"), "100%");
     }
 }

@@ -286,6 +286,7 @@ pub(crate) struct K {
     pub gatewayclass: Option<&'static ResourceKind>,
     pub gateway: Option<&'static ResourceKind>,
     pub httproute: Option<&'static ResourceKind>,
+    pub inferencepool: Option<&'static ResourceKind>,
 }
 
 impl K {
@@ -308,6 +309,7 @@ impl K {
             gatewayclass: k("gateway.networking.k8s.io", "gatewayclasses"),
             gateway: k("gateway.networking.k8s.io", "gateways"),
             httproute: k("gateway.networking.k8s.io", "httproutes"),
+            inferencepool: k("inference.networking.k8s.io", "inferencepools"),
         }
     }
 }

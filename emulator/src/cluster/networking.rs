@@ -1,7 +1,8 @@
 //! Networking objects: EndpointSlices for Services with selectors (the EndpointSlice
 //! controller), and a Gateway controller for the emulator's GatewayClass: GatewayClass
-//! and Gateway status (addresses, listeners, attached routes) and HTTPRoute
-//! `status.parents` with Accepted and ResolvedRefs per parentRef.
+//! and Gateway status (addresses, listeners, attached routes), HTTPRoute
+//! `status.parents` with Accepted and ResolvedRefs per parentRef, and InferencePool
+//! `status.parents` for the Gateways whose routes send traffic to the pool.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -15,6 +16,7 @@ use crate::resources::meta_str;
 use crate::selectors::LabelSelector;
 
 const GW_GROUP: &str = "gateway.networking.k8s.io";
+const INFERENCE_GROUP: &str = "inference.networking.k8s.io";
 const SLICE_MANAGER: &str = "endpointslice-controller.k8s.io";
 
 /// Pre-creates the GatewayClass and the configured Gateway (listener `http` on the data
@@ -458,27 +460,34 @@ fn resolved_refs(sim: &Sim, route: &Value) -> (bool, &'static str, String) {
                 .get("namespace")
                 .and_then(Value::as_str)
                 .unwrap_or(route_ns);
-            if !group.is_empty() || kind != "Service" {
-                return (
-                    false,
-                    "InvalidKind",
-                    format!("Unsupported backend kind {group}/{kind}"),
-                );
-            }
+            let pool = group == INFERENCE_GROUP && kind == "InferencePool";
+            let target = match (pool, sim.k.inferencepool) {
+                (false, _) if group.is_empty() && kind == "Service" => sim.k.service,
+                (true, Some(k)) => k,
+                _ => {
+                    return (
+                        false,
+                        "InvalidKind",
+                        format!("Unsupported backend kind {group}/{kind}"),
+                    );
+                }
+            };
             if ns != route_ns {
                 return (
                     false,
                     "RefNotPermitted",
                     format!(
-                        "Backend ref to Service {ns}/{name} not permitted by any ReferenceGrant"
+                        "Backend ref to {kind} {ns}/{name} not permitted by any ReferenceGrant"
                     ),
                 );
             }
-            if sim.store.get(sim.k.service, ns, name).is_none() {
+            // A missing InferencePool is BackendNotFound too (the inference extension's
+            // conformance test conformance/tests/httproute_invalid_inferencepool_ref.go).
+            if sim.store.get(target, ns, name).is_none() {
                 return (
                     false,
                     "BackendNotFound",
-                    format!("Service {ns}/{name} not found"),
+                    format!("{kind} {ns}/{name} not found"),
                 );
             }
         }
@@ -488,6 +497,141 @@ fn resolved_refs(sim: &Sim, route: &Value) -> (bool, &'static str, String) {
         "ResolvedRefs",
         "Resolved all the Object references for the Route".into(),
     )
+}
+
+/// InferencePools (namespace, name) by the Gateways (namespace, name) whose routes send
+/// them traffic, with whether one of those routes is accepted by the Gateway.
+type PoolParents = BTreeMap<(String, String), BTreeMap<(String, String), bool>>;
+
+/// The InferencePools a route's backendRefs name (in its own namespace: other namespaces
+/// would need a ReferenceGrant, and the route's ResolvedRefs says RefNotPermitted).
+fn pool_refs(route: &Value) -> Vec<(String, String)> {
+    let route_ns = meta_str(route, "namespace").unwrap_or("");
+    route
+        .pointer("/spec/rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .flat_map(|r| {
+            r.get("backendRefs")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        })
+        .filter(|b| b["group"] == INFERENCE_GROUP && b["kind"] == "InferencePool")
+        .filter(|b| b.get("namespace").is_none_or(|n| n == route_ns))
+        .filter_map(|b| Some((route_ns.to_string(), b["name"].as_str()?.to_string())))
+        .collect()
+}
+
+/// ResolvedRefs of an InferencePool: its endpointPickerRef must name an existing Service
+/// (InferencePoolReasonInvalidExtensionRef in gateway-api-inference-extension
+/// api/v1/inferencepool_types.go: "an unsupported kind or API group, or a reference to a
+/// resource that cannot be found"). Without one, the emulator's own picker is used.
+fn epp_resolved(sim: &Sim, pool: &Value) -> (bool, &'static str, String) {
+    let Some(epp) = pool.pointer("/spec/endpointPickerRef") else {
+        return (
+            true,
+            "ResolvedRefs",
+            "No endpointPickerRef: the emulator's simulated endpoint picker sends each request to the ready pod with the fewest requests in flight".into(),
+        );
+    };
+    let group = epp.get("group").and_then(Value::as_str).unwrap_or("");
+    let kind = epp.get("kind").and_then(Value::as_str).unwrap_or("Service");
+    let name = epp.get("name").and_then(Value::as_str).unwrap_or("");
+    let ns = meta_str(pool, "namespace").unwrap_or("");
+    if !group.is_empty() || kind != "Service" {
+        return (
+            false,
+            "InvalidExtensionRef",
+            format!("Unsupported endpointPickerRef kind {group}/{kind}"),
+        );
+    }
+    if sim.store.get(sim.k.service, ns, name).is_none() {
+        return (
+            false,
+            "InvalidExtensionRef",
+            format!("The endpoint picker Service {ns}/{name} was not found"),
+        );
+    }
+    (
+        true,
+        "ResolvedRefs",
+        "Resolved the endpointPickerRef".into(),
+    )
+}
+
+/// `status.parents` of the InferencePools: one entry per Gateway of ours that an
+/// HTTPRoute sends the pool traffic through, and none once no route does (the
+/// InferencePoolStatus.Parents contract in api/v1/inferencepool_types.go). Accepted is
+/// True with reason "Accepted" (InferencePoolReasonAccepted, which the inference
+/// extension's conformance helper InferencePoolMustBeAcceptedByParent expects), or False
+/// with "HTTPRouteNotAccepted" when no such route is accepted by the Gateway.
+fn inference_pools(sim: &Sim, refs: &PoolParents) {
+    let Some(pk) = sim.k.inferencepool else {
+        return;
+    };
+    for pool in sim.list(pk) {
+        let ns = meta_str(&pool, "namespace").unwrap_or("").to_string();
+        let name = meta_str(&pool, "name").unwrap_or("").to_string();
+        let old_parents: Vec<Value> = pool
+            .pointer("/status/parents")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let gateways = refs.get(&(ns, name));
+        if gateways.is_none()
+            && old_parents
+                .iter()
+                .all(|p| p["controllerName"] != GATEWAY_CONTROLLER)
+        {
+            continue;
+        }
+        let g = generation(&pool);
+        let resolved = epp_resolved(sim, &pool);
+        let mut parents: Vec<Value> = old_parents
+            .iter()
+            .filter(|p| p["controllerName"] != GATEWAY_CONTROLLER)
+            .cloned()
+            .collect();
+        for ((gw_ns, gw_name), accepted) in gateways.into_iter().flatten() {
+            let parent_ref =
+                json!({"group": GW_GROUP, "kind": "Gateway", "namespace": gw_ns, "name": gw_name});
+            let old = old_parents.iter().find(|p| {
+                p["controllerName"] == GATEWAY_CONTROLLER && p["parentRef"] == parent_ref
+            });
+            let (reason, msg) = if *accepted {
+                (
+                    "Accepted",
+                    format!("Accepted as a backend by Gateway {gw_ns}/{gw_name}"),
+                )
+            } else {
+                (
+                    "HTTPRouteNotAccepted",
+                    format!(
+                        "No HTTPRoute that references this InferencePool is accepted by Gateway {gw_ns}/{gw_name}"
+                    ),
+                )
+            };
+            parents.push(json!({
+                "parentRef": parent_ref,
+                "controllerName": GATEWAY_CONTROLLER,
+                "conditions": [
+                    condition(old, "Accepted", *accepted, reason, &msg, g),
+                    condition(old, "ResolvedRefs", resolved.0, resolved.1, &resolved.2, g),
+                ],
+            }));
+        }
+        if parents != old_parents {
+            let mut status = pool.get("status").cloned().unwrap_or(json!({}));
+            if parents.is_empty() {
+                status.as_object_mut().map(|o| o.remove("parents"));
+            } else {
+                status["parents"] = json!(parents);
+            }
+            write_status(&sim.store, pk, &pool, status, GATEWAY_CONTROLLER);
+        }
+    }
 }
 
 /// The status a Gateway reports: the data plane address, listener status, attached routes.
@@ -530,6 +674,9 @@ fn gateways(sim: &Sim) {
         })
         .collect();
     let mut attached: BTreeMap<(String, String, String), i64> = BTreeMap::new();
+    // The Gateways each InferencePool gets traffic from, and whether a route that sends it
+    // there is accepted by that Gateway.
+    let mut pool_parents: PoolParents = BTreeMap::new();
     for route in sim.list(rk) {
         let route_ns = meta_str(&route, "namespace").unwrap_or("").to_string();
         let g = generation(&route);
@@ -574,6 +721,13 @@ fn gateways(sim: &Sim) {
                 continue;
             };
             let a = attach(sim, &route, parent, gw);
+            for pool in pool_refs(&route) {
+                *pool_parents
+                    .entry(pool)
+                    .or_default()
+                    .entry((ns.clone(), name.to_string()))
+                    .or_default() |= a.accepted.0;
+            }
             for l in &a.listeners {
                 *attached
                     .entry((ns.clone(), name.to_string(), l.clone()))
@@ -598,6 +752,7 @@ fn gateways(sim: &Sim) {
             write_status(&sim.store, rk, &route, status, GATEWAY_CONTROLLER);
         }
     }
+    inference_pools(sim, &pool_parents);
     let host = if sim.gateway_addr.ip().is_unspecified() {
         "127.0.0.1".to_string()
     } else {
