@@ -116,6 +116,71 @@ export interface paths {
         patch: operations["patch_deployment"];
         trace?: never;
     };
+    "/api/v1/projects/{project}/deployments/{name}/canary": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start a canary: a second track running another spec on a share of the traffic.
+         * @description The canary runs as its own Kubernetes Deployment and Service (`<name>-canary`); the
+         *     deployment's HTTPRoute sends every request carrying the header to it, and `weight`
+         *     percent of the others once it has a ready replica (none before, so the stable track
+         *     keeps them). Its spec is a merge patch of the deployment's spec, or a revision's; it
+         *     serves the same model name on the same route. `status.canary` reports the track.
+         */
+        post: operations["start_canary"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        /** Change the canary's weight or header (an `application/json` body naming what changes). */
+        patch: operations["update_canary"];
+        trace?: never;
+    };
+    "/api/v1/projects/{project}/deployments/{name}/canary/abort": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Abort the canary: all traffic goes back to the stable track and the canary is removed. */
+        post: operations["abort_canary"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/projects/{project}/deployments/{name}/canary/promote": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Promote the canary: its spec becomes the deployment's, as a new revision.
+         * @description The deployment keeps its replica count and route. The canary must be `Ready`. While the
+         *     stable Deployment rolls to the new spec the canary carries every request; once every
+         *     stable replica runs it and is available, the route sends everything back to the stable
+         *     track, and the canary is removed after the Gateway has accepted that route.
+         */
+        post: operations["promote_canary"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/projects/{project}/deployments/{name}/chat/completions": {
         parameters: {
             query?: never;
@@ -491,6 +556,66 @@ export interface components {
             claimName?: string | null;
             sizeLimit?: string | null;
         };
+        /** @description A deployment's canary, as stored with it. */
+        Canary: {
+            /**
+             * Format: int64
+             * @description The revision the canary's spec came from, when it was started from one.
+             */
+            fromRevision?: number | null;
+            /** @description Requests with this header always go to the canary. */
+            header: components["schemas"]["CanaryHeader"];
+            /**
+             * @description Promotion is under way: the deployment's spec is already the canary's; the canary
+             *     carries the traffic until the stable track has rolled to it, then it is removed.
+             */
+            promoting?: boolean;
+            /** @description The canary's whole spec (validated like any deployment's). */
+            spec: components["schemas"]["DeploymentSpec"];
+            /** Format: date-time */
+            startedAt: string;
+            /** @description Who started it, and when. */
+            startedBy: string;
+            /**
+             * Format: int32
+             * @description Percent of the requests without the header that go to the canary while it is ready.
+             */
+            weight: number;
+        };
+        /** @description A request header match that always reaches the canary. */
+        CanaryHeader: {
+            /** @description A header name (a lower-case RFC 7230 token), default `x-modelplane-canary`. */
+            name: string;
+            /** @description The exact value, default `true`. */
+            value: string;
+        };
+        /** @description What the reconciler reports about a canary track. */
+        CanaryStatus: {
+            /**
+             * @description The canary's own in-cluster Service URL; the external URLs are the deployment's
+             *     (send the header to reach the canary through them).
+             */
+            endpoints: components["schemas"]["Endpoints"];
+            header: components["schemas"]["CanaryHeader"];
+            /** @description One line naming the cause when something is wrong with the canary track. */
+            message: string;
+            /** @description The canary track's own phase (`Deploying`, `Ready`, `Failed`, …). */
+            phase: components["schemas"]["Phase"];
+            promoting: boolean;
+            replicas: components["schemas"]["ReplicaCounts"];
+            /**
+             * Format: int32
+             * @description The percent of header-less requests the applied route sends to the canary now: the
+             *     weight once the canary has a ready replica, 0 before (so stable keeps them), 100
+             *     while a promotion rolls the stable track.
+             */
+            routedWeight: number;
+            /**
+             * Format: int32
+             * @description The weight asked for.
+             */
+            weight: number;
+        };
         /** @description A Kubernetes-style condition. */
         Condition: {
             /** Format: date-time */
@@ -546,6 +671,7 @@ export interface components {
         };
         /** @description A model deployment: the user's spec and what the worker observed. */
         Deployment: {
+            canary?: components["schemas"]["Canary"] | null;
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */
@@ -612,6 +738,7 @@ export interface components {
         };
         /** @description The observed state the worker writes; the API never changes it except for `phase` on delete. */
         DeploymentStatus: {
+            canary?: components["schemas"]["CanaryStatus"] | null;
             conditions: components["schemas"]["Condition"][];
             endpoints: components["schemas"]["Endpoints"];
             /** @description One line naming the cause when something is wrong. */
@@ -664,7 +791,7 @@ export interface components {
          * @description What a timeline entry records. Stored (and listed) as its name.
          * @enum {string}
          */
-        EventKind: "Created" | "SpecChanged" | "Scaled" | "RolledBack" | "RestartRequested" | "DeleteRequested" | "Applied" | "DriftRepaired" | "PhaseChanged" | "ClusterUnreachable" | "Deleted";
+        EventKind: "Created" | "SpecChanged" | "Scaled" | "RolledBack" | "RestartRequested" | "DeleteRequested" | "CanaryStarted" | "CanaryChanged" | "CanaryPromoted" | "CanaryAborted" | "Applied" | "DriftRepaired" | "PhaseChanged" | "ClusterUnreachable" | "Deleted" | "CanaryRemoved";
         /** @description One problem with one field of the input, e.g. `spec.resources.gpu.count`. */
         FieldError: {
             /** @description Dotted JSON path of the offending field (`spec.engine.args[2]`). */
@@ -747,6 +874,7 @@ export interface components {
         /** @description One page of a list and the cursor of the next page, if there is one. */
         Page_Deployment: {
             items: {
+                canary?: components["schemas"]["Canary"] | null;
                 /** Format: date-time */
                 createdAt: string;
                 /** Format: date-time */
@@ -799,7 +927,8 @@ export interface components {
                 reason: string;
                 /**
                  * Format: int64
-                 * @description Equal to the generation the spec was accepted as.
+                 * @description Equal to the generation the spec was accepted as (a generation that only changed the
+                 *     canary has no revision).
                  */
                 revision: number;
                 spec: components["schemas"]["DeploymentSpec"];
@@ -911,7 +1040,8 @@ export interface components {
             reason: string;
             /**
              * Format: int64
-             * @description Equal to the generation the spec was accepted as.
+             * @description Equal to the generation the spec was accepted as (a generation that only changed the
+             *     canary has no revision).
              */
             revision: number;
             spec: components["schemas"]["DeploymentSpec"];
@@ -1006,6 +1136,31 @@ export interface components {
              */
             gracePeriodSeconds?: number | null;
         };
+        /** @description The body of `POST …/deployments/{name}/canary`. */
+        StartCanary: {
+            header?: components["schemas"]["CanaryHeader"] | null;
+            /**
+             * Format: int64
+             * @description Replicas of the canary; the chosen spec's when omitted.
+             */
+            replicas?: number | null;
+            /**
+             * Format: int64
+             * @description A revision whose spec the canary runs. Give this or `spec`.
+             */
+            revision?: number | null;
+            /**
+             * @description A JSON merge patch (RFC 7386) of the deployment's current spec: the canary's spec.
+             *     Give this or `revision`.
+             */
+            spec?: Record<string, never> | null;
+            /**
+             * Format: int32
+             * @description Percent (0–99) of the requests without the header that go to the canary once it has
+             *     a ready replica.
+             */
+            weight: number;
+        };
         StorageSpec: {
             cache?: components["schemas"]["CacheVolume"] | null;
         };
@@ -1042,6 +1197,12 @@ export interface components {
             /** Format: int64 */
             tolerationSeconds?: number | null;
             value?: string | null;
+        };
+        /** @description The body of `PATCH …/canary`: what to change. */
+        UpdateCanary: {
+            header?: components["schemas"]["CanaryHeader"] | null;
+            /** Format: int32 */
+            weight?: number | null;
         };
         /** @description The authenticated caller. */
         WhoAmI: {
@@ -2270,6 +2431,512 @@ export interface operations {
                 };
             };
             /** @description The patched spec is invalid */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    start_canary: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                "If-Match"?: string | null;
+            };
+            path: {
+                /** @description Project name */
+                project: string;
+                /** @description Deployment name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StartCanary"];
+            };
+        };
+        responses: {
+            /** @description Canary started */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description The body is not JSON, or repeats a key */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project or deployment */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The deployment already has a canary, or is being deleted */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description If-Match does not match */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body's Content-Type is not the one this operation takes */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid weight, header or spec (each error names its field) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    update_canary: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                "If-Match"?: string | null;
+            };
+            path: {
+                /** @description Project name */
+                project: string;
+                /** @description Deployment name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateCanary"];
+            };
+        };
+        responses: {
+            /** @description Changed (unchanged when nothing differs) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description The body is not JSON, or repeats a key */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project, deployment or canary */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The canary is being promoted, or the deployment deleted */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description If-Match does not match */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body's Content-Type is not the one this operation takes */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid weight or header */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    abort_canary: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                "If-Match"?: string | null;
+            };
+            path: {
+                /** @description Project name */
+                project: string;
+                /** @description Deployment name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Aborted; the worker removes the canary's objects */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project, deployment or canary */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The deployment is being deleted */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description If-Match does not match */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field, parameter or header is invalid; `errors` names each */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    promote_canary: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                "If-Match"?: string | null;
+            };
+            path: {
+                /** @description Project name */
+                project: string;
+                /** @description Deployment name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Promotion under way */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project, deployment or canary */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The canary is not Ready, or the deployment is being deleted */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description If-Match does not match */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field, parameter or header is invalid; `errors` names each */
             422: {
                 headers: {
                     [name: string]: unknown;
