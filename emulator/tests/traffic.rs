@@ -439,7 +439,9 @@ async fn header_and_query_matches_take_precedence() {
     })
     .await;
 
-    let cases: &[(&str, &[(&str, &str)], &str)] = &[
+    // (path, request headers, the deployment that must answer)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
         ("/m/v1/models", &[("x-modelplane-canary", "true")], "canary"),
         ("/m/v1/models", &[("X-Modelplane-Canary", "true")], "canary"),
         ("/m/v1/models", &[], "stable"),

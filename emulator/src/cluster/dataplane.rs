@@ -643,6 +643,13 @@ pub(crate) fn sim_config(pod: &Value) -> Option<SimConfig> {
     })
 }
 
+/// Why a request cannot be forwarded: the status and message of the answer.
+type Refusal = (StatusCode, String);
+
+fn refuse(code: StatusCode, msg: &str) -> Refusal {
+    (code, msg.to_string())
+}
+
 /// The pod a request goes to, with its request counted in flight.
 struct Target {
     pod: Value,
@@ -696,7 +703,7 @@ impl Plane {
     }
 
     /// Resolves one backendRef of the matched rule to a pod, or the error answer.
-    fn resolve(&self, route_ns: &str, backend: &Value) -> Result<Target, Response> {
+    fn resolve(&self, route_ns: &str, backend: &Value) -> Result<Target, Refusal> {
         let group = backend.get("group").and_then(Value::as_str).unwrap_or("");
         let kind = backend
             .get("kind")
@@ -710,32 +717,35 @@ impl Plane {
         match (group, kind) {
             ("", "Service") => {
                 let Some(pods) = ready_pods(&self.store, ns, name) else {
-                    return Err(text(
+                    return Err(refuse(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         &format!("backend Service {ns}/{name} not found"),
                     ));
                 };
                 if pods.is_empty() {
-                    return Err(text(StatusCode::SERVICE_UNAVAILABLE, "no healthy upstream"));
+                    return Err(refuse(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "no healthy upstream",
+                    ));
                 }
                 Ok(self.any(&format!("Service/{ns}/{name}"), pods))
             }
             (INFERENCE_GROUP, "InferencePool") => self.resolve_pool(ns, name),
-            _ => Err(text(
+            _ => Err(refuse(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("unsupported backend kind {group}/{kind}"),
             )),
         }
     }
 
-    fn resolve_pool(&self, ns: &str, name: &str) -> Result<Target, Response> {
+    fn resolve_pool(&self, ns: &str, name: &str) -> Result<Target, Refusal> {
         let pool = self
             .store
             .kinds()
             .by_resource(INFERENCE_GROUP, "v1", "inferencepools")
             .and_then(|k| self.store.get(k, ns, name));
         let Some(pool) = pool else {
-            return Err(text(
+            return Err(refuse(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("backend InferencePool {ns}/{name} not found"),
             ));
@@ -767,7 +777,7 @@ impl Plane {
             };
             if let Some(problem) = problem {
                 if epp.get("failureMode").and_then(Value::as_str) != Some("FailOpen") {
-                    return Err(text(
+                    return Err(refuse(
                         StatusCode::SERVICE_UNAVAILABLE,
                         &format!(
                             "InferencePool {ns}/{name}: {problem}; failureMode FailClose drops the request"
@@ -775,13 +785,16 @@ impl Plane {
                     ));
                 }
                 if pods.is_empty() {
-                    return Err(text(StatusCode::SERVICE_UNAVAILABLE, "no healthy upstream"));
+                    return Err(refuse(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "no healthy upstream",
+                    ));
                 }
                 return Ok(self.any(&key, pods));
             }
         }
         if pods.is_empty() {
-            return Err(text(
+            return Err(refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 &format!("InferencePool {ns}/{name} selects no ready pods"),
             ));
@@ -836,7 +849,7 @@ async fn handle(State(plane): State<Plane>, req: Request) -> Response {
     };
     let target = match plane.resolve(&m.namespace, &m.backends[i]) {
         Ok(t) => t,
-        Err(resp) => return resp,
+        Err((code, msg)) => return text(code, &msg),
     };
     let ns = meta_str(&target.pod, "namespace").unwrap_or("").to_string();
     let pod_name = meta_str(&target.pod, "name").unwrap_or("").to_string();
