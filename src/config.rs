@@ -178,6 +178,13 @@ pub struct ReconcilerConfig {
         default_value = "amazon/aws-cli:2.22.0"
     )]
     pub s3_downloader_image: String,
+    /// Image of the endpoint picker (EPP) of deployments in InferencePool mode.
+    #[arg(
+        long,
+        env = "MODELPLANE_EPP_IMAGE",
+        default_value = "registry.k8s.io/gateway-api-inference-extension/epp:v1.4.0"
+    )]
+    pub epp_image: String,
     /// Default time a model may take to load, in seconds.
     #[arg(long, env = "MODELPLANE_STARTUP_TIMEOUT_SECS", default_value_t = 1800)]
     pub startup_timeout_secs: i64,

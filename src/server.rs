@@ -205,6 +205,7 @@ fn worker_config(config: &ReconcilerConfig) -> WorkerConfig {
             default_gateway: config.gateway.clone(),
             gpu_product_label: config.gpu_product_label.clone(),
             s3_downloader_image: config.s3_downloader_image.clone(),
+            epp_image: config.epp_image.clone(),
         },
         budgets: Budgets {
             unschedulable_seconds: config.unschedulable_budget_secs,

@@ -107,6 +107,8 @@ pub enum EventKind {
     Deleted,
     /// By the worker: the canary's objects are gone, all traffic is on one track again.
     CanaryRemoved,
+    /// By the worker: InferencePool mode's objects are gone (the route no longer uses them).
+    InferencePoolRemoved,
 }
 
 impl EventKind {

@@ -336,6 +336,73 @@ pub struct RoutingSpec {
     /// Path prefix the route matches, e.g. `/team-a/qwen`; rewritten to `/` for the engine.
     #[serde(default)]
     pub path_prefix: Option<String>,
+    /// How the Gateway reaches the model servers: `Service` (the default: the route's
+    /// backend is the deployment's Service) or `InferencePool` (an InferencePool with an
+    /// endpoint picker that routes by queue depth and KV-cache use).
+    #[serde(default)]
+    pub mode: Option<RoutingMode>,
+    /// The endpoint picker's settings; only with `mode: InferencePool`.
+    #[serde(default)]
+    pub inference_pool: Option<InferencePoolSpec>,
+}
+
+/// How the Gateway reaches a deployment's model servers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum RoutingMode {
+    #[default]
+    Service,
+    InferencePool,
+}
+
+/// What to do where the cluster has no InferencePool CRD (inference.networking.k8s.io/v1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum PoolFallback {
+    /// Make nothing of the mode and say why (the default).
+    #[default]
+    Fail,
+    /// Route through the deployment's Service instead, and say so.
+    Service,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InferencePoolSpec {
+    /// Where the cluster does not serve InferencePools: `Fail` (default) or `Service`.
+    #[serde(default)]
+    pub when_unavailable: Option<PoolFallback>,
+    /// Weights (0–100) of the picker's scorers; the upstream default profile's when
+    /// omitted (queue 2, kvCache 2, prefixCache 3).
+    #[serde(default)]
+    pub scorers: Option<ScorerWeights>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScorerWeights {
+    /// Prefers servers with fewer waiting requests (`queue-scorer`).
+    #[serde(default)]
+    pub queue: Option<i64>,
+    /// Prefers servers with more free KV cache (`kv-cache-utilization-scorer`).
+    #[serde(default)]
+    pub kv_cache: Option<i64>,
+    /// Prefers servers likely to hold the prompt's prefix in cache (`prefix-cache-scorer`).
+    #[serde(default)]
+    pub prefix_cache: Option<i64>,
+}
+
+impl ScorerWeights {
+    pub const DEFAULT_QUEUE: i64 = 2;
+    pub const DEFAULT_KV_CACHE: i64 = 2;
+    pub const DEFAULT_PREFIX_CACHE: i64 = 3;
+
+    /// `(queue, kvCache, prefixCache)` with the defaults filled in.
+    pub fn resolved(&self) -> (i64, i64, i64) {
+        (
+            self.queue.unwrap_or(Self::DEFAULT_QUEUE),
+            self.kv_cache.unwrap_or(Self::DEFAULT_KV_CACHE),
+            self.prefix_cache.unwrap_or(Self::DEFAULT_PREFIX_CACHE),
+        )
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -849,6 +916,36 @@ impl DeploymentSpec {
                 "spec.routing.pathPrefix",
                 super::routing::validate_path_prefix(prefix),
             );
+        }
+        if let Some(pool) = &routing.inference_pool {
+            if routing.mode != Some(RoutingMode::InferencePool) {
+                errors.push(
+                    "spec.routing.inferencePool",
+                    "only with `mode: InferencePool`",
+                );
+            }
+            if let Some(scorers) = &pool.scorers {
+                for (field, weight) in [
+                    ("queue", scorers.queue),
+                    ("kvCache", scorers.kv_cache),
+                    ("prefixCache", scorers.prefix_cache),
+                ] {
+                    if let Some(weight) = weight
+                        && !(0..=100).contains(&weight)
+                    {
+                        errors.push(
+                            format!("spec.routing.inferencePool.scorers.{field}"),
+                            "must be between 0 and 100",
+                        );
+                    }
+                }
+                if scorers.resolved() == (0, 0, 0) {
+                    errors.push(
+                        "spec.routing.inferencePool.scorers",
+                        "at least one scorer needs a weight above 0",
+                    );
+                }
+            }
         }
     }
 

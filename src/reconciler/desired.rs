@@ -35,8 +35,9 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::inference_pool::{PoolObjects, pool_objects};
 use crate::domain::{
-    CacheStorage, Canary, CanaryHeader, Deployment, EngineDefaults, EngineKind, ModelSource,
+    CacheStorage, Canary, CanaryHeader, Deployment, PoolFallback, RoutingMode, EngineDefaults, EngineKind, ModelSource,
     PodCount, RUN_AS_USER, SecretKeyRef, ServingSpec, canary_object_name, canonical_json,
 };
 
@@ -74,6 +75,8 @@ pub struct BuildConfig {
     pub gpu_product_label: String,
     /// Image of the init container that copies `s3://` models into the pod.
     pub s3_downloader_image: String,
+    /// Image of the endpoint picker of deployments in InferencePool mode.
+    pub epp_image: String,
 }
 
 /// Where the route attaches.
@@ -137,6 +140,11 @@ pub struct DesiredObjects {
     pub config_hash: String,
     /// The canary track, while the record has one and it is not yet being removed.
     pub canary: Option<CanaryObjects>,
+    /// InferencePool mode's objects (routing through a Gateway only).
+    pub pool: Option<PoolObjects>,
+    /// In InferencePool mode with `whenUnavailable: Service`: the route to the Service, for a
+    /// cluster that turns out not to serve InferencePools.
+    pub fallback_route: Option<HttpRoute>,
 }
 
 impl DesiredObjects {
@@ -154,6 +162,17 @@ impl DesiredObjects {
         if let Some(canary) = &self.canary {
             all.push(as_json(&canary.deployment));
             all.push(as_json(&canary.service));
+        }
+        if let Some(pool) = &self.pool {
+            all.extend([
+                as_json(&pool.pool),
+                as_json(&pool.config_map),
+                as_json(&pool.service_account),
+                as_json(&pool.role),
+                as_json(&pool.role_binding),
+                as_json(&pool.picker),
+                as_json(&pool.picker_service),
+            ]);
         }
         hex::encode(Sha256::digest(
             canonical_json(&Value::Array(all)).as_bytes(),
@@ -284,13 +303,29 @@ pub fn desired_objects(
             config_hash,
         }
     });
+    // InferencePool mode routes through a Gateway, and never with a canary (which the API
+    // refuses; a stored one keeps the Service mode's weights).
+    let routing = &t.serving.spec.routing;
+    let pool_mode = routing.mode == Some(RoutingMode::InferencePool)
+        && gateway.is_some()
+        && canary.is_none();
+    let fallback = routing
+        .inference_pool
+        .as_ref()
+        .and_then(|p| p.when_unavailable)
+        .unwrap_or_default();
     DesiredObjects {
         namespace: namespace_object,
         deployment,
         service: service_object(t, namespace, &labels),
         http_route: gateway
             .as_ref()
-            .map(|gw| route_object(t, namespace, &labels, gw, canary)),
+            .map(|gw| route_object(t, namespace, &labels, gw, canary, pool_mode)),
+        fallback_route: gateway
+            .as_ref()
+            .filter(|_| pool_mode && fallback == PoolFallback::Service)
+            .map(|gw| route_object(t, namespace, &labels, gw, None, false)),
+        pool: pool_mode.then(|| pool_objects(t, namespace, &labels, &config.epp_image)),
         canary: canary_objects,
         disruption_budget: (t.serving.replicas > 1)
             .then(|| disruption_budget_object(t, namespace, &labels)),
@@ -708,7 +743,7 @@ fn probe(health: &str, period: i32, failures: i32) -> Probe {
 }
 
 /// What PodSecurity `restricted` asks of every container (Pod Security Standards).
-fn restricted_container() -> SecurityContext {
+pub(super) fn restricted_container() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities {
@@ -873,6 +908,7 @@ fn route_object(
     labels: &BTreeMap<String, String>,
     gateway: &GatewayRef,
     canary: Option<&CanaryPlan>,
+    pool: bool,
 ) -> HttpRoute {
     let parent = HttpRouteParentRefs {
         group: Some("gateway.networking.k8s.io".into()),
@@ -912,6 +948,14 @@ fn route_object(
     };
     let mut rules = Vec::new();
     let backends = match canary {
+        // The pool's endpoint picker chooses the pod; a pool has no port of its own.
+        None if pool => vec![HttpRouteRulesBackendRefs {
+            group: Some("inference.networking.k8s.io".into()),
+            kind: Some("InferencePool".into()),
+            name: t.record.name.clone(),
+            weight: Some(1),
+            ..HttpRouteRulesBackendRefs::default()
+        }],
         None => vec![backend(t, 1)],
         Some(plan) => {
             // The Gateway API prefers, among equal paths, the match with more headers
@@ -979,6 +1023,7 @@ mod tests {
             default_gateway: Some("gateway-system/inference/http".into()),
             gpu_product_label: "nvidia.com/gpu.product".into(),
             s3_downloader_image: "amazon/aws-cli:2.22.0".into(),
+            epp_image: "registry.k8s.io/gateway-api-inference-extension/epp:v1.4.0".into(),
         }
     }
 

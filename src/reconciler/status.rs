@@ -35,6 +35,13 @@ pub struct Observed {
     pub route_rejected: Option<String>,
     /// The API server refused the PodDisruptionBudget: its message.
     pub budget_rejected: Option<String>,
+    /// InferencePool mode: the route's backend is the pool.
+    pub pool_mode: bool,
+    /// InferencePool mode on a cluster without the InferencePool CRD.
+    pub pool_unavailable: bool,
+    /// The live InferencePool and endpoint picker Deployment, in InferencePool mode.
+    pub pool: Option<super::inference_pool::InferencePool>,
+    pub picker: Option<K8sDeployment>,
 }
 
 /// How long (or how often) a problem that may still clear is tolerated before the
@@ -299,6 +306,28 @@ pub fn compute(
         },
         route_message.clone(),
     );
+    if observed.pool_mode || observed.pool_unavailable {
+        let (ok, reason, message) = if observed.pool_unavailable {
+            (
+                false,
+                "Unavailable",
+                if observed.route_problem.is_some() {
+                    "the cluster does not serve InferencePools (CRD missing); nothing of the mode was made".to_owned()
+                } else {
+                    "the cluster does not serve InferencePools (CRD missing); routed through the Service, as spec.routing.inferencePool.whenUnavailable allows".to_owned()
+                },
+            )
+        } else {
+            match &observed.gateway {
+                Some(gateway) => {
+                    let (ok, message) = pool_state(observed, gateway);
+                    (ok, if ok { "Ready" } else { "NotReady" }, message)
+                }
+                None => (false, "NoGateway", "no Gateway configured".to_owned()),
+            }
+        };
+        set("InferencePool", ok, reason, message);
+    }
     if let Some(message) = &observed.budget_rejected {
         set(
             "DisruptionBudget",
@@ -873,10 +902,94 @@ fn route_state(observed: &Observed) -> (bool, String) {
             }
         }
     }
+    if observed.pool_mode {
+        let (ok, message) = pool_state(observed, gateway);
+        if !ok {
+            return (false, message);
+        }
+    }
+    let through = if observed.pool_mode {
+        " through its InferencePool"
+    } else if observed.pool_unavailable {
+        " through the Service (the cluster does not serve InferencePools)"
+    } else {
+        ""
+    };
     (
         true,
-        format!("accepted by Gateway {}/{}", gateway.namespace, gateway.name),
+        format!(
+            "accepted by Gateway {}/{}{through}",
+            gateway.namespace, gateway.name
+        ),
     )
+}
+
+/// Whether the InferencePool works: the Gateway accepted it at its generation with its
+/// references resolved (`status.parents[].conditions`), and its endpoint picker has an
+/// available replica.
+fn pool_state(observed: &Observed, gateway: &GatewayRef) -> (bool, String) {
+    let Some(pool) = &observed.pool else {
+        return (false, "the InferencePool does not exist yet".into());
+    };
+    let generation = pool.metadata.generation.unwrap_or(0);
+    let parent = pool.status.as_ref().and_then(|status| {
+        status.parents.iter().find(|p| {
+            p.parent_ref.name == gateway.name
+                && p.parent_ref
+                    .namespace
+                    .as_ref()
+                    .or(pool.metadata.namespace.as_ref())
+                    == Some(&gateway.namespace)
+        })
+    });
+    let Some(parent) = parent else {
+        return (
+            false,
+            format!(
+                "Gateway {}/{} has not reported on the InferencePool yet",
+                gateway.namespace, gateway.name
+            ),
+        );
+    };
+    for type_ in ["Accepted", "ResolvedRefs"] {
+        match find_condition(&parent.conditions, type_) {
+            Some(c)
+                if c.status == "True"
+                    && c.observed_generation.unwrap_or(generation) >= generation => {}
+            Some(c) if c.status == "True" => {
+                return (
+                    false,
+                    format!("the Gateway has not yet processed InferencePool generation {generation}"),
+                );
+            }
+            Some(c) => {
+                return (
+                    false,
+                    format!("InferencePool {type_}=False ({}): {}", c.reason, c.message),
+                );
+            }
+            None => {
+                return (
+                    false,
+                    format!("the Gateway has not reported {type_} for the InferencePool yet"),
+                );
+            }
+        }
+    }
+    let available = observed
+        .picker
+        .as_ref()
+        .and_then(|d| d.status.as_ref())
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0);
+    if available < 1 {
+        return (
+            false,
+            "the endpoint picker has no available replica yet: the Gateway cannot pick a model server"
+                .into(),
+        );
+    }
+    (true, "InferencePool accepted; endpoint picker ready".into())
 }
 
 fn find_condition<'a>(conditions: &'a [K8sCondition], type_: &str) -> Option<&'a K8sCondition> {

@@ -9,7 +9,8 @@ use futures::StreamExt;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::{Deployment as K8sDeployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher;
@@ -25,6 +26,7 @@ use super::desired::{
     as_json, canary_record, desired_objects,
 };
 use super::health::WorkerHealth;
+use super::inference_pool::{InferencePool, picker_name};
 use super::seen::SeenKinds;
 use super::status::{
     Budgets, Observed, canary_status, compute, invalid_spec, recheck_after, route_settled,
@@ -88,6 +90,7 @@ impl Worker {
                 .with::<Service>()
                 .with::<Pod>()
                 .with::<HttpRoute>()
+                .with::<InferencePool>()
                 .with::<PodDisruptionBudget>(),
         })
     }
@@ -141,6 +144,10 @@ impl Worker {
         tokio::spawn(
             self.clone()
                 .watch::<HttpRoute>(Owner::Record, shutdown.clone()),
+        );
+        tokio::spawn(
+            self.clone()
+                .watch::<InferencePool>(Owner::Record, shutdown.clone()),
         );
         tokio::spawn(
             self.clone()
@@ -423,7 +430,9 @@ impl Worker {
                 .await
             {
                 Ok(applied)
-                    if observed.route_rejected.is_some() || observed.budget_rejected.is_some() =>
+                    if observed.route_rejected.is_some()
+                        || observed.budget_rejected.is_some()
+                        || observed.pool_unavailable =>
                 {
                     applied_now = Some(applied);
                     // Not applied as a whole: try again on the next pass.
@@ -466,10 +475,13 @@ impl Worker {
         let canary_pods = self
             .observe(&record, namespace, &desired, known, &mut observed)
             .await?;
-        if desired.canary.is_none() {
-            if let Some(outcome) = self.remove_canary(&target, &record, &observed).await? {
-                return Ok(outcome);
-            }
+        if desired.canary.is_none()
+            && let Some(outcome) = self.remove_canary(&target, &record, &observed).await?
+        {
+            return Ok(outcome);
+        }
+        if desired.pool.is_none() {
+            self.remove_pool(&target, &record, &observed).await?;
         }
         let now = Utc::now();
         let mut status = compute(&subject, namespace, &observed, self.config.budgets, now);
@@ -517,6 +529,78 @@ impl Worker {
             None if pending => Outcome::Again(Duration::from_secs(5)),
             None => Outcome::Done,
         })
+    }
+
+    /// Removes InferencePool mode's objects when the record no longer routes through a pool
+    /// (switched to Service mode, or the Gateway went), once the Gateway has accepted the
+    /// route that no longer names the pool.
+    async fn remove_pool(
+        &self,
+        target: &ReconcileTarget,
+        record: &Deployment,
+        observed: &Observed,
+    ) -> Result<(), ClusterError> {
+        let namespace = target.namespace.as_str();
+        let picker = picker_name(&record.name);
+        // Not known yet (the watch has not listed, or the kind is not served): ask only for a
+        // record that was in InferencePool mode.
+        let was_pool_mode = record
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "InferencePool");
+        let pool = match self
+            .seen
+            .of::<InferencePool>()
+            .and_then(|seen| seen.get(Some(namespace), &record.name))
+        {
+            Some(pool) => pool.is_some(),
+            None if !was_pool_mode => false,
+            None => match self
+                .cluster
+                .get::<InferencePool>(Some(namespace), &record.name)
+                .await
+            {
+                Ok(pool) => pool.is_some(),
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => false,
+                Err(err) => return Err(err),
+            },
+        };
+        let picker_exists = self
+            .seen
+            .of::<K8sDeployment>()
+            .and_then(|seen| seen.get(Some(namespace), &picker))
+            .is_some_and(|d| d.is_some());
+        if !pool && !picker_exists {
+            return Ok(());
+        }
+        if !route_settled(observed) {
+            return Ok(());
+        }
+        let ns = Some(namespace);
+        let results = [
+            self.cluster.delete::<InferencePool>(ns, &record.name).await,
+            self.cluster.delete::<K8sDeployment>(ns, &picker).await,
+            self.cluster.delete::<Service>(ns, &picker).await,
+            self.cluster.delete::<RoleBinding>(ns, &picker).await,
+            self.cluster.delete::<Role>(ns, &picker).await,
+            self.cluster.delete::<ServiceAccount>(ns, &picker).await,
+            self.cluster.delete::<ConfigMap>(ns, &picker).await,
+        ];
+        for result in results {
+            match result {
+                Ok(()) => {}
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        self.timeline(
+            target,
+            EventKind::InferencePoolRemoved,
+            "InferencePool mode's objects (the pool and its endpoint picker) removed: the route no longer uses them",
+        )
+        .await;
+        Ok(())
     }
 
     /// Whether the canary's Deployment has a replica available to take its share.
@@ -715,6 +799,25 @@ impl Worker {
         Ok(Some(live))
     }
 
+    /// `desired` as the watch last saw it, else as the API server has it (`None` when the
+    /// cluster does not serve the kind).
+    async fn read_seen<K: Object>(&self, desired: &K) -> Result<Option<K>, ClusterError> {
+        let meta = desired.meta();
+        let name = meta.name.as_deref().unwrap_or_default();
+        if let Some(seen) = self
+            .seen
+            .of::<K>()
+            .and_then(|seen| seen.get(meta.namespace.as_deref(), name))
+        {
+            return Ok(seen);
+        }
+        match self.cluster.get::<K>(meta.namespace.as_deref(), name).await {
+            Ok(live) => Ok(live),
+            Err(err) if err.api_status().is_some_and(|s| s.code == 404) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
     /// An object of the record: as read this pass (`known`), else from the cluster.
     async fn current<K: Object>(
         &self,
@@ -789,8 +892,52 @@ impl Worker {
                 Err(message) => canary_observed.rejected = Some(("Service".into(), message)),
             }
         }
+        // InferencePool mode: the pool first, so a cluster without its CRD gets nothing of
+        // the mode (no picker, no route to a pool that cannot exist).
+        let mut route_wanted = desired.http_route.as_ref();
+        if let Some(pool) = &desired.pool {
+            match self.cluster.apply(&pool.pool).await {
+                Ok(applied) => {
+                    observed.pool = Some(applied);
+                    self.apply_required(&pool.config_map, observed).await?;
+                    self.apply_required(&pool.service_account, observed).await?;
+                    self.apply_required(&pool.role, observed).await?;
+                    self.apply_required(&pool.role_binding, observed).await?;
+                    observed.picker = Some(self.apply_required(&pool.picker, observed).await?);
+                    self.apply_required(&pool.picker_service, observed).await?;
+                }
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
+                    observed.pool_unavailable = true;
+                    route_wanted = desired.fallback_route.as_ref();
+                    if route_wanted.is_none() {
+                        observed.route_problem = Some(
+                            "the cluster does not serve InferencePools (inference.networking.k8s.io/v1 CRD missing) \
+                             and spec.routing.inferencePool.whenUnavailable is Fail: no route was made"
+                                .into(),
+                        );
+                        // A route of the old mode would keep routing some other way.
+                        if let Some(old) = &desired.http_route {
+                            let meta = &old.metadata;
+                            match self
+                                .cluster
+                                .delete::<HttpRoute>(
+                                    meta.namespace.as_deref(),
+                                    meta.name.as_deref().unwrap_or_default(),
+                                )
+                                .await
+                            {
+                                Ok(()) => {}
+                                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {}
+                                Err(err) => return Err(err),
+                            }
+                        }
+                    }
+                }
+                Err(err) => return Err(err),
+            }
+        }
         let mut route = None;
-        if let Some(desired_route) = &desired.http_route {
+        if let Some(desired_route) = route_wanted {
             match self.apply_unless_refused(desired_route).await {
                 Ok(Ok(applied)) => route = Some(Some(applied)),
                 // The rest is applied and may serve in the cluster; status says what failed.
@@ -892,6 +1039,17 @@ impl Worker {
                 .is_some_and(|track| track == TRACK_CANARY)
         });
         observed.pods = stable_pods;
+        if let Some(pool) = &desired.pool
+            && !observed.pool_unavailable
+        {
+            observed.pool_mode = true;
+            if observed.pool.is_none() {
+                observed.pool = self.read_seen(&pool.pool).await?;
+            }
+            if observed.picker.is_none() {
+                observed.picker = self.read_seen(&pool.picker).await?;
+            }
+        }
         if desired.http_route.is_some() && observed.route_problem.is_none() {
             // Not read this pass (perhaps not served): ask, and hear why.
             match self.current::<HttpRoute>(route, namespace, name).await {
@@ -1039,6 +1197,22 @@ impl Worker {
         Ok(self
             .delete_labelled::<HttpRoute>(namespace, &selector, true)
             .await?
+            + self
+                .delete_labelled::<InferencePool>(namespace, &selector, true)
+                .await?
+            // The endpoint picker's configuration and RBAC (InferencePool mode).
+            + self
+                .delete_labelled::<RoleBinding>(namespace, &selector, true)
+                .await?
+            + self
+                .delete_labelled::<Role>(namespace, &selector, true)
+                .await?
+            + self
+                .delete_labelled::<ServiceAccount>(namespace, &selector, true)
+                .await?
+            + self
+                .delete_labelled::<ConfigMap>(namespace, &selector, true)
+                .await?
             + self
                 .delete_labelled::<PodDisruptionBudget>(namespace, &selector, true)
                 .await?

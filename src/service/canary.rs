@@ -16,6 +16,7 @@ use super::diff::changed_paths;
 use super::{Actor, Context, Precondition, ServiceError};
 use crate::domain::{
     Canary, CanaryHeader, Deployment, DeploymentSpec, EventKind, FieldErrors, Phase, Role,
+    RoutingMode,
     canary_object_name, check_canary_weight, from_json_value,
 };
 use crate::store;
@@ -71,6 +72,15 @@ pub async fn start_canary(
             None,
             format!(
                 "deployment `{name}` already has a canary: change it with PATCH …/canary, or promote or abort it first"
+            ),
+        ));
+    }
+    if row.spec.0.routing.mode == Some(RoutingMode::InferencePool) {
+        return Err(ServiceError::conflict(
+            Some("spec.routing.mode"),
+            format!(
+                "deployment `{name}` routes through an InferencePool, whose endpoint picker chooses the pod: \
+                 a canary needs weighted Service backends (mode `Service`)"
             ),
         ));
     }

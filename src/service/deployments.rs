@@ -17,7 +17,8 @@ use super::projects::parse_uuid_cursor;
 use super::{Actor, Context, Page, Precondition, ServiceError, cursor, page_size};
 use crate::domain::{
     Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, EventKind, FieldErrors,
-    LabelSelector, Phase, Project, Revision, Role, RouteClaim, TimelineEvent, canonical_json,
+    LabelSelector, Phase, Project, Revision, Role, RouteClaim, RoutingMode, TimelineEvent,
+    canonical_json,
     check_not_canary_name, check_shared_gateway_rules, entity_tag, from_json_value,
 };
 use crate::store;
@@ -557,6 +558,12 @@ async fn change_spec(
         return Ok(row.into_record(&project.name));
     }
 
+    if row.canary.is_some() && new_spec.routing.mode == Some(RoutingMode::InferencePool) {
+        return Err(ServiceError::conflict(
+            Some("spec.routing.mode"),
+            "the deployment has a canary, which routes by weighted Service backends: promote or abort it first",
+        ));
+    }
     let route = route_claim(ctx, &project, &row.name, &new_spec);
     // A route is checked when it moves; one that was accepted before stays accepted.
     if route != route_claim(ctx, &project, &row.name, &row.spec.0) {

@@ -68,6 +68,7 @@ fn worker_config(id: &str) -> WorkerConfig {
             default_gateway: Some("gateway-system/inference".into()),
             gpu_product_label: "nvidia.com/gpu.product".into(),
             s3_downloader_image: "amazon/aws-cli:2.22.0".into(),
+            epp_image: "registry.k8s.io/gateway-api-inference-extension/epp:v1.4.0".into(),
         },
         budgets: Budgets {
             unschedulable_seconds: 300,

@@ -261,6 +261,52 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
     )
     .await;
 
+    // InferencePool mode: the pool and its picker are made, then removed by a switch back.
+    let mut pooled = sim_spec();
+    pooled["routing"] = json!({"mode": "InferencePool"});
+    create_with(&h, "pooled", pooled).await;
+    wait_for("the picker's objects made", Duration::from_secs(20), || async {
+        exists("rbac.authorization.k8s.io/v1", "RoleBinding", "pooled-epp").await
+            && exists("v1", "Service", "pooled-epp").await
+    })
+    .await;
+    // What the worker grants the picker, it must hold itself: Kubernetes refuses to create a
+    // Role granting more than its creator has (RBAC privilege-escalation prevention,
+    // https://kubernetes.io/docs/reference/access-authn-authz/rbac/#privilege-escalation-prevention-and-bootstrapping).
+    let picker_role = api("rbac.authorization.k8s.io/v1", "Role")
+        .get("pooled-epp")
+        .await
+        .unwrap();
+    let mut delegated = BTreeSet::new();
+    for rule in picker_role.data["rules"].as_array().unwrap() {
+        for group in rule["apiGroups"].as_array().unwrap() {
+            for resource in rule["resources"].as_array().unwrap() {
+                for verb in rule["verbs"].as_array().unwrap() {
+                    delegated.insert((
+                        group.as_str().unwrap().to_owned(),
+                        resource.as_str().unwrap().to_owned(),
+                        verb.as_str().unwrap().to_owned(),
+                    ));
+                }
+            }
+        }
+    }
+    let switched = h
+        .app
+        .patch(
+            "/api/v1/projects/team-a/deployments/pooled",
+            &json!({"spec": {"routing": {"mode": "Service"}}}),
+            None,
+        )
+        .await;
+    assert_eq!(switched.status(), StatusCode::OK);
+    wait_for("the pool's objects removed", Duration::from_secs(20), || async {
+        !exists("inference.networking.k8s.io/v1", "InferencePool", "pooled").await
+            && !exists("rbac.authorization.k8s.io/v1", "Role", "pooled-epp").await
+    })
+    .await;
+    h.delete_and_wait_gone("pooled").await;
+
     scale(1).await;
     h.wait_applied("qwen", 4).await;
     wait_for("the budget removed", Duration::from_secs(15), || async {
@@ -306,6 +352,7 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
             ),
         }
     }
+    used.extend(delegated);
     let granted = chart_worker_permissions();
     let missing: Vec<_> = used.difference(&granted).collect();
     let extra: Vec<_> = granted.difference(&used).collect();
