@@ -61,8 +61,11 @@ fn drop_empty(v: &mut Value, in_service_spec: bool) {
     match v {
         Value::Object(m) => {
             m.retain(|k, x| match x {
-                // `containers` is the one list without omitempty that matters here.
-                Value::Array(a) => !a.is_empty() || k == "containers",
+                // The lists without omitempty that matter here: pod `containers`, and
+                // rbac/v1 `rules` and `verbs` (k8s.io/api rbac/v1 types.go).
+                Value::Array(a) => {
+                    !a.is_empty() || matches!(k.as_str(), "containers" | "rules" | "verbs")
+                }
                 Value::Object(o) if o.is_empty() => {
                     !(OMITEMPTY_MAPS.contains(&k.as_str()) || (in_service_spec && k == "selector"))
                 }
@@ -130,6 +133,7 @@ pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
                 default_field(o, "preemptionPolicy", json!("PreemptLowerPriority"));
             }
         }
+        ("rbac.authorization.k8s.io", kind) => rbac(kind, obj),
         ("gateway.networking.k8s.io", "HTTPRoute") => {
             if let Some(spec) = obj_at(obj, "spec") {
                 http_route_spec(spec);
@@ -152,11 +156,63 @@ fn go_round_trip(kind: &ResourceKind, obj: &mut Value) {
             drop_empty(x, k == "spec" && kind.kind == "Service");
         }
         m.retain(|k, x| {
-            !(matches!(x, Value::Array(a) if a.is_empty())
+            !(matches!(x, Value::Array(a) if a.is_empty() && k != "rules")
                 || (x.as_object().is_some_and(|o| o.is_empty())
                     && OMITEMPTY_MAPS.contains(&k.as_str())))
         });
     }
+}
+
+/// pkg/apis/rbac/v1/defaults.go: a binding's `roleRef.apiGroup` defaults to
+/// `rbac.authorization.k8s.io`, a User or Group subject's `apiGroup` too (a ServiceAccount's
+/// stays ""). Then what encoding the k8s.io/api rbac/v1 types does: `rules`, the RoleRef
+/// fields and a subject's `kind`/`name` have no omitempty (a missing `rules` is `null`),
+/// a subject's `apiGroup` and `namespace` do.
+fn rbac(kind: &str, obj: &mut Value) {
+    const GROUP: &str = "rbac.authorization.k8s.io";
+    let Some(o) = obj.as_object_mut() else {
+        return;
+    };
+    if matches!(kind, "Role" | "ClusterRole") {
+        default_field(o, "rules", Value::Null);
+        return;
+    }
+    let role_ref = o.entry("roleRef").or_insert_with(|| json!({}));
+    if !role_ref.is_object() {
+        *role_ref = json!({});
+    }
+    if let Some(r) = role_ref.as_object_mut() {
+        if r.get("apiGroup")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            r.insert("apiGroup".into(), json!(GROUP));
+        }
+        default_field(r, "kind", json!(""));
+        default_field(r, "name", json!(""));
+    }
+    each_item(o.get_mut("subjects"), |s| {
+        if s.get("apiGroup")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            match s.get("kind").and_then(Value::as_str) {
+                Some("User" | "Group") => {
+                    s.insert("apiGroup".into(), json!(GROUP));
+                }
+                _ => {
+                    s.remove("apiGroup");
+                }
+            }
+        }
+        if s.get("namespace").and_then(Value::as_str) == Some("") {
+            s.remove("namespace");
+        }
+        default_field(s, "kind", json!(""));
+        default_field(s, "name", json!(""));
+    });
 }
 
 fn pod(obj: &mut Value) {

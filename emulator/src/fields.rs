@@ -7,7 +7,7 @@
 
 use k8s_openapi::api::{
     apps::v1 as apps, coordination::v1 as coordination, core::v1 as core,
-    discovery::v1 as discovery, scheduling::v1 as scheduling,
+    discovery::v1 as discovery, rbac::v1 as rbac, scheduling::v1 as scheduling,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
@@ -177,6 +177,12 @@ pub fn decode_error(kind: &ResourceKind, body: &Value) -> Option<String> {
         ("apps", "ReplicaSet") => type_error::<apps::ReplicaSet>(body),
         ("scheduling.k8s.io", "PriorityClass") => type_error::<scheduling::PriorityClass>(body),
         ("coordination.k8s.io", "Lease") => type_error::<coordination::Lease>(body),
+        ("rbac.authorization.k8s.io", "Role") => type_error::<rbac::Role>(body),
+        ("rbac.authorization.k8s.io", "RoleBinding") => type_error::<rbac::RoleBinding>(body),
+        ("rbac.authorization.k8s.io", "ClusterRole") => type_error::<rbac::ClusterRole>(body),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
+            type_error::<rbac::ClusterRoleBinding>(body)
+        }
         ("discovery.k8s.io", "EndpointSlice") => type_error::<discovery::EndpointSlice>(body),
         // Custom resources: at least the metadata must be well-formed.
         _ => body.get("metadata").and_then(type_error::<ObjectMeta>),
@@ -203,6 +209,12 @@ pub fn prune_unknown(kind: &ResourceKind, body: &mut Value) -> Vec<String> {
         ("apps", "ReplicaSet") => ignored::<apps::ReplicaSet>(body),
         ("scheduling.k8s.io", "PriorityClass") => ignored::<scheduling::PriorityClass>(body),
         ("coordination.k8s.io", "Lease") => ignored::<coordination::Lease>(body),
+        ("rbac.authorization.k8s.io", "Role") => ignored::<rbac::Role>(body),
+        ("rbac.authorization.k8s.io", "RoleBinding") => ignored::<rbac::RoleBinding>(body),
+        ("rbac.authorization.k8s.io", "ClusterRole") => ignored::<rbac::ClusterRole>(body),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
+            ignored::<rbac::ClusterRoleBinding>(body)
+        }
         ("discovery.k8s.io", "EndpointSlice") => ignored::<discovery::EndpointSlice>(body),
         _ => custom_resource(body),
     };

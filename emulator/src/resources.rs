@@ -36,7 +36,7 @@ pub enum NameRule {
     /// RFC 1123 label (namespaces; Services too, since the RelaxedServiceNameValidation
     /// feature (KEP-5311) let their names start with a digit).
     Label1123,
-    /// Path segment: anything without '/' and not '.' or '..' (events).
+    /// Path segment: anything without '/' or '%' and not '.' or '..' (events, RBAC kinds).
     PathSegment,
 }
 
@@ -208,6 +208,15 @@ pub static KINDS: &[ResourceKind] = &[
           generation: G::None, names: N::Subdomain, family: Builtin, short: &[], categories: &[], fields: &[]),
     kind!("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", namespaced: true, status: true, custom: false,
           generation: G::Spec, names: N::Subdomain, family: Builtin, short: &["pdb"], categories: &[], fields: &[]),
+    // RBAC objects are stored and validated; nothing enforces them (no authorization).
+    kind!("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", namespaced: false, status: false, custom: false,
+          generation: G::None, names: N::PathSegment, family: Builtin, short: &[], categories: &[], fields: &[]),
+    kind!("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "clusterrole", namespaced: false, status: false, custom: false,
+          generation: G::None, names: N::PathSegment, family: Builtin, short: &[], categories: &[], fields: &[]),
+    kind!("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", namespaced: true, status: false, custom: false,
+          generation: G::None, names: N::PathSegment, family: Builtin, short: &[], categories: &[], fields: &[]),
+    kind!("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", namespaced: true, status: false, custom: false,
+          generation: G::None, names: N::PathSegment, family: Builtin, short: &[], categories: &[], fields: &[]),
     kind!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", namespaced: false, status: false, custom: false,
           generation: G::None, names: N::Subdomain, family: Builtin, short: &["pc"], categories: &[], fields: &[]),
     kind!("gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses", "gatewayclass", namespaced: false, status: true, custom: true,

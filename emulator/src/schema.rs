@@ -145,7 +145,9 @@ pub fn is_atomic_map(kind: &ResourceKind, path: &[&str]) -> bool {
                 | "resourceFieldRef"
                 | "configMapKeyRef"
                 | "secretKeyRef"
-                | "involvedObject")
+                | "involvedObject"
+                // rbac/v1 RoleRef (`x-kubernetes-map-type: atomic`).
+                | "roleRef")
         )
     )
 }
@@ -156,7 +158,7 @@ pub fn is_atomic_map(kind: &ResourceKind, path: &[&str]) -> bool {
 /// are not pointers are always rendered (`{}`), and so are fields without `omitempty`
 /// (`null` for nil slices and pointers, zero for scalars); metav1.Time renders `null`.
 /// The json tags are those of k8s.io/api core/v1, apps/v1, discovery/v1, coordination/v1,
-/// policy/v1 and scheduling/v1 (status is left out: the main endpoint ignores it).
+/// policy/v1, rbac/v1 and scheduling/v1 (status is left out: the main endpoint ignores it).
 /// Custom resources start from an empty Unstructured object.
 pub fn empty_object(kind: &ResourceKind) -> Value {
     if kind.custom {
@@ -185,6 +187,11 @@ pub fn empty_object(kind: &ResourceKind) -> Value {
         }
         ("coordination.k8s.io", "Lease") | ("policy", "PodDisruptionBudget") => json!({"spec": {}}),
         ("scheduling.k8s.io", "PriorityClass") => json!({"value": 0}),
+        // k8s.io/api rbac/v1: `rules` and the RoleRef fields have no omitempty.
+        ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => json!({"rules": null}),
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+            json!({"roleRef": {"apiGroup": "", "kind": "", "name": ""}})
+        }
         _ => json!({}),
     };
     let mut obj = body;

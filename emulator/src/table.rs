@@ -328,6 +328,17 @@ fn columns(kind: &ResourceKind) -> Vec<Column> {
         ("discovery.k8s.io", "EndpointSlice") => endpoint_slice_columns(),
         ("coordination.k8s.io", "Lease") => lease_columns(),
         ("scheduling.k8s.io", "PriorityClass") => priority_class_columns(),
+        // Roles have no printer: the default table convertor (apiserver
+        // `registry/rest/table.go`) prints Name and "Created At".
+        ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => vec![
+            c("Name", name),
+            c("Created At", |o| {
+                json!(at(o, "/metadata/creationTimestamp"))
+            }),
+        ],
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+            role_binding_columns()
+        }
         // Custom resources: the CRDs' additionalPrinterColumns.
         ("gateway.networking.k8s.io", "HTTPRoute") => http_route_columns(),
         ("gateway.networking.k8s.io", "Gateway") => gateway_columns(),
@@ -527,6 +538,45 @@ fn priority_class_columns() -> Vec<Column> {
     ]
 }
 
+/// pkg/printers/internalversion/printers.go `printRoleBinding` /
+/// `printClusterRoleBinding`: `Kind/name` of the roleRef, and with -o wide the subjects as
+/// `rbac.SubjectsStrings` lists them, in order (ServiceAccounts as `namespace/name`).
+fn role_binding_columns() -> Vec<Column> {
+    fn subjects(o: &Value, kind: &str) -> Value {
+        let names: Vec<String> = o
+            .get("subjects")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|s| s.get("kind").and_then(Value::as_str) == Some(kind))
+            .map(|s| {
+                let name = s.get("name").and_then(Value::as_str).unwrap_or("");
+                if kind == "ServiceAccount" {
+                    let ns = s.get("namespace").and_then(Value::as_str).unwrap_or("");
+                    format!("{ns}/{name}")
+                } else {
+                    name.to_string()
+                }
+            })
+            .collect();
+        json!(names.join(", "))
+    }
+    vec![
+        c("Name", name),
+        c("Role", |o| {
+            json!(format!(
+                "{}/{}",
+                at(o, "/roleRef/kind"),
+                at(o, "/roleRef/name")
+            ))
+        }),
+        c("Age", age),
+        wide("Users", |o| subjects(o, "User")),
+        wide("Groups", |o| subjects(o, "Group")),
+        wide("ServiceAccounts", |o| subjects(o, "ServiceAccount")),
+    ]
+}
+
 fn http_route_columns() -> Vec<Column> {
     vec![
         c("Name", name),
@@ -576,7 +626,9 @@ pub(crate) fn to_table(
         .iter()
         .map(|col| {
             let format = if col.name == "Name" { "name" } else { "" };
-            json!({"name": col.name, "type": "string", "format": format, "description": "", "priority": col.priority})
+            // The default table convertor types its "Created At" column as a date.
+            let ty = if col.name == "Created At" { "date" } else { "string" };
+            json!({"name": col.name, "type": ty, "format": format, "description": "", "priority": col.priority})
         })
         .collect();
     let include = query

@@ -277,6 +277,10 @@ pub fn validate(kind: &ResourceKind, obj: &Value, old: Option<&Value>) -> Vec<Ca
         ("", "Service") => service(obj, old, &mut out),
         ("discovery.k8s.io", "EndpointSlice") => endpoint_slice(obj, old, &mut out),
         ("", "ConfigMap") | ("", "Secret") => config_keys(obj, &mut out),
+        ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => rbac_role(kind, obj, &mut out),
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+            rbac_binding(kind, obj, old, &mut out)
+        }
         (_, _) if kind.custom => crd_required(kind, obj, &mut out),
         _ => {}
     }
@@ -953,6 +957,222 @@ fn pod_spec_update(old: &Value, new: &Value, out: &mut Vec<Cause>) {
             "spec",
             "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
         ));
+    }
+}
+
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+fn list_len(v: &Value, key: &str) -> usize {
+    v.get(key).and_then(Value::as_array).map_or(0, Vec::len)
+}
+
+/// `ValidateRole` / `ValidateClusterRole` (pkg/apis/rbac/validation/validation.go): every
+/// rule through `ValidatePolicyRule` (namespaced for Roles), and a ClusterRole's
+/// aggregationRule needs at least one valid clusterRoleSelector.
+fn rbac_role(kind: &ResourceKind, obj: &Value, out: &mut Vec<Cause>) {
+    for (i, rule) in obj
+        .get("rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        policy_rule(rule, kind.namespaced, &format!("rules[{i}]"), out);
+    }
+    if kind.kind != "ClusterRole" {
+        return;
+    }
+    let Some(agg) = obj.get("aggregationRule").filter(|a| a.is_object()) else {
+        return;
+    };
+    let path = "aggregationRule.clusterRoleSelectors";
+    let selectors = agg
+        .get("clusterRoleSelectors")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if selectors.is_empty() {
+        out.push(Cause::new(
+            "FieldValueRequired",
+            path,
+            "Required value: at least one clusterRoleSelector required if aggregationRule is non-nil",
+        ));
+    }
+    for (i, sel) in selectors.iter().enumerate() {
+        label_selector(sel, &format!("{path}[{i}]"), out);
+    }
+}
+
+/// `ValidatePolicyRule`: verbs required; non-resource URLs only in cluster rules and
+/// never mixed with resources (nothing else is checked then); otherwise apiGroups and
+/// resources required.
+fn policy_rule(rule: &Value, namespaced: bool, path: &str, out: &mut Vec<Cause>) {
+    if list_len(rule, "verbs") == 0 {
+        out.push(Cause::new(
+            "FieldValueRequired",
+            format!("{path}.verbs"),
+            "Required value: verbs must contain at least one value",
+        ));
+    }
+    let urls: Vec<&Value> = rule
+        .get("nonResourceURLs")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    if !urls.is_empty() {
+        let invalid = |detail: &str| {
+            Cause::new(
+                "FieldValueInvalid",
+                format!("{path}.nonResourceURLs"),
+                format!("Invalid value: {}: {detail}", go_string_slice(&urls)),
+            )
+        };
+        if namespaced {
+            out.push(invalid(
+                "namespaced rules cannot apply to non-resource URLs",
+            ));
+        }
+        if ["apiGroups", "resources", "resourceNames"]
+            .iter()
+            .any(|f| list_len(rule, f) > 0)
+        {
+            out.push(invalid(
+                "rules cannot apply to both regular resources and non-resource URLs",
+            ));
+        }
+        return;
+    }
+    if list_len(rule, "apiGroups") == 0 {
+        out.push(Cause::new(
+            "FieldValueRequired",
+            format!("{path}.apiGroups"),
+            "Required value: resource rules must supply at least one api group",
+        ));
+    }
+    if list_len(rule, "resources") == 0 {
+        out.push(Cause::new(
+            "FieldValueRequired",
+            format!("{path}.resources"),
+            "Required value: resource rules must supply at least one resource",
+        ));
+    }
+}
+
+/// `ValidateRoleBinding` / `ValidateClusterRoleBinding` and their `...Update`
+/// (pkg/apis/rbac/validation/validation.go): roleRef apiGroup, kind (a ClusterRoleBinding
+/// may only bind a ClusterRole) and name (a path segment), each subject, and on update an
+/// unchanged roleRef.
+fn rbac_binding(kind: &ResourceKind, obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
+    let role_ref = obj.get("roleRef").cloned().unwrap_or(Value::Null);
+    let group = str_at(&role_ref, "apiGroup");
+    if group != RBAC_GROUP {
+        out.push(Cause::not_supported(
+            "roleRef.apiGroup",
+            &Value::String(group.into()),
+            &[RBAC_GROUP],
+        ));
+    }
+    let ref_kind = str_at(&role_ref, "kind");
+    let kinds: &[&str] = if kind.namespaced {
+        &["Role", "ClusterRole"]
+    } else {
+        &["ClusterRole"]
+    };
+    if !kinds.contains(&ref_kind) {
+        out.push(Cause::not_supported(
+            "roleRef.kind",
+            &Value::String(ref_kind.into()),
+            kinds,
+        ));
+    }
+    let ref_name = str_at(&role_ref, "name");
+    if ref_name.is_empty() {
+        out.push(Cause::required("roleRef.name"));
+    } else {
+        for msg in name_errors(NameRule::PathSegment, ref_name) {
+            out.push(Cause::invalid(
+                "roleRef.name",
+                &Value::String(ref_name.into()),
+                &msg,
+            ));
+        }
+    }
+    for (i, subject) in obj
+        .get("subjects")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        binding_subject(subject, kind.namespaced, &format!("subjects[{i}]"), out);
+    }
+    if let Some(old_ref) = old.and_then(|o| o.get("roleRef")) {
+        let changed = ["apiGroup", "kind", "name"]
+            .iter()
+            .any(|f| str_at(old_ref, f) != str_at(&role_ref, f));
+        if changed {
+            // field.Invalid with the internal rbac.RoleRef, printed with %#v.
+            out.push(Cause::new(
+                "FieldValueInvalid",
+                "roleRef",
+                format!(
+                    "Invalid value: rbac.RoleRef{{APIGroup:{:?}, Kind:{:?}, Name:{:?}}}: cannot change roleRef",
+                    group, ref_kind, ref_name
+                ),
+            ));
+        }
+    }
+}
+
+/// `ValidateRoleBindingSubject`: name required; ServiceAccounts need a DNS-1123 subdomain
+/// name, apiGroup "" and (in a ClusterRoleBinding) a namespace; Users and Groups the RBAC
+/// apiGroup; no other kinds.
+fn binding_subject(subject: &Value, namespaced: bool, path: &str, out: &mut Vec<Cause>) {
+    let name = str_at(subject, "name");
+    if name.is_empty() {
+        out.push(Cause::required(format!("{path}.name")));
+    }
+    let group = str_at(subject, "apiGroup");
+    match str_at(subject, "kind") {
+        "ServiceAccount" => {
+            if !name.is_empty() {
+                for msg in name_errors(NameRule::Subdomain, name) {
+                    out.push(Cause::invalid(
+                        format!("{path}.name"),
+                        &Value::String(name.into()),
+                        &msg,
+                    ));
+                }
+            }
+            if !group.is_empty() {
+                out.push(Cause::not_supported(
+                    format!("{path}.apiGroup"),
+                    &Value::String(group.into()),
+                    &[""],
+                ));
+            }
+            if !namespaced && str_at(subject, "namespace").is_empty() {
+                out.push(Cause::required(format!("{path}.namespace")));
+            }
+        }
+        "User" | "Group" => {
+            if group != RBAC_GROUP {
+                out.push(Cause::not_supported(
+                    format!("{path}.apiGroup"),
+                    &Value::String(group.into()),
+                    &[RBAC_GROUP],
+                ));
+            }
+        }
+        other => out.push(Cause::not_supported(
+            format!("{path}.kind"),
+            &Value::String(other.into()),
+            &["ServiceAccount", "User", "Group"],
+        )),
     }
 }
 

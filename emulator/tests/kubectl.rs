@@ -535,3 +535,91 @@ async fn kubectl_client_side_then_server_side_apply_migrates_ownership() {
     );
     assert!(managers.contains(&("kubectl", "Apply")), "{managers:?}");
 }
+
+/// `kubectl apply --server-side` of a Role and a RoleBinding, then `kubectl get
+/// role,rolebinding` (Roles print the default table convertor's NAME and CREATED AT,
+/// apiserver pkg/registry/rest/table.go; RoleBindings NAME, ROLE, AGE from
+/// pkg/printers/internalversion/printers.go `printRoleBinding`) and `-o wide`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_and_get_roles_and_bindings() {
+    let env = Env::start(kubectl_path()).await;
+    let manifest = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: reader
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: read
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: reader
+subjects:
+- kind: User
+  name: alice
+- kind: ServiceAccount
+  name: default
+  namespace: default
+"#;
+    let out = env
+        .ok(&["apply", "--server-side", "-f", "-"], Some(manifest))
+        .await;
+    assert_eq!(
+        out,
+        "role.rbac.authorization.k8s.io/reader serverside-applied\nrolebinding.rbac.authorization.k8s.io/read serverside-applied\n"
+    );
+    let out = env.ok(&["get", "role,rolebinding"], None).await;
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], ["NAME", "CREATED", "AT"], "{out}");
+    assert_eq!(
+        lines[1][0], "role.rbac.authorization.k8s.io/reader",
+        "{out}"
+    );
+    assert!(lines[1][1].ends_with('Z'), "{out}");
+    assert_eq!(lines[3], ["NAME", "ROLE", "AGE"], "{out}");
+    assert_eq!(
+        lines[4][..2],
+        ["rolebinding.rbac.authorization.k8s.io/read", "Role/reader"],
+        "{out}"
+    );
+    let out = env
+        .ok(&["get", "rolebinding", "read", "-o", "wide"], None)
+        .await;
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"],
+        "{out}"
+    );
+    assert_eq!(lines[1][..2], ["read", "Role/reader"], "{out}");
+    assert_eq!(lines[1][3..], ["alice", "default/default"], "{out}");
+    // Changing the roleRef is refused with the real message.
+    let out = env
+        .run(
+            &["apply", "--server-side", "-f", "-"],
+            Some(&manifest.replace(
+                "kind: Role\n  name: reader",
+                "kind: ClusterRole\n  name: view",
+            )),
+        )
+        .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot change roleRef"), "{stderr}");
+    env.ok(&["delete", "rolebinding", "read"], None).await;
+    env.ok(&["delete", "role", "reader"], None).await;
+    env.emu.shutdown().await;
+}
