@@ -41,8 +41,9 @@ pub use selector::{LabelRequirement, LabelSelector};
 pub use serving::{CacheStorage, PodCount, ServingSpec};
 pub use spec::{
     CURRENT_SPEC_VERSION, CacheVolume, DeploymentSpec, EngineDefaults, EngineKind, EngineSpec,
-    EnvVar, GpuSpec, InferencePoolSpec, ModelSource, ModelSpec, PodDefaults, PoolFallback, ProbeSpec, RUN_AS_USER, ResourceSpec,
-    RolloutSpec, RoutingMode, RoutingSpec, SchedulingSpec, ScorerWeights, SecretKeyRef, SecurityProfile, SecuritySpec,
-    ShutdownSpec, SpecLimits, StorageSpec, Toleration, parse_gateway_ref,
+    EnvVar, GpuSpec, InferencePoolSpec, ModelSource, ModelSpec, PodDefaults, PoolFallback,
+    ProbeSpec, RUN_AS_USER, ResourceSpec, RolloutSpec, RoutingMode, RoutingSpec, SchedulingSpec,
+    ScorerWeights, SecretKeyRef, SecurityProfile, SecuritySpec, ShutdownSpec, SpecLimits,
+    StorageSpec, Toleration, parse_gateway_ref,
 };
 pub use status::{Condition, ConditionStatus, DeploymentStatus, Endpoints, Phase, ReplicaCounts};

@@ -37,8 +37,9 @@ use sha2::{Digest, Sha256};
 
 use super::inference_pool::{PoolObjects, pool_objects};
 use crate::domain::{
-    CacheStorage, Canary, CanaryHeader, Deployment, PoolFallback, RoutingMode, EngineDefaults, EngineKind, ModelSource,
-    PodCount, RUN_AS_USER, SecretKeyRef, ServingSpec, canary_object_name, canonical_json,
+    CacheStorage, Canary, CanaryHeader, Deployment, EngineDefaults, EngineKind, ModelSource,
+    PodCount, PoolFallback, RUN_AS_USER, RoutingMode, SecretKeyRef, ServingSpec,
+    canary_object_name, canonical_json,
 };
 
 pub const FIELD_MANAGER: &str = "modelplane";
@@ -306,9 +307,8 @@ pub fn desired_objects(
     // InferencePool mode routes through a Gateway, and never with a canary (which the API
     // refuses; a stored one keeps the Service mode's weights).
     let routing = &t.serving.spec.routing;
-    let pool_mode = routing.mode == Some(RoutingMode::InferencePool)
-        && gateway.is_some()
-        && canary.is_none();
+    let pool_mode =
+        routing.mode == Some(RoutingMode::InferencePool) && gateway.is_some() && canary.is_none();
     let fallback = routing
         .inference_pool
         .as_ref()
@@ -1094,6 +1094,13 @@ mod tests {
         }
     }
 
+    fn config_without_gateway() -> BuildConfig {
+        BuildConfig {
+            default_gateway: None,
+            ..config()
+        }
+    }
+
     fn build(name: &str, spec: serde_json::Value) -> Built {
         built(record(name, spec).objects(&config()))
     }
@@ -1183,6 +1190,42 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn inference_pool_mode_makes_the_pool_its_picker_and_a_route_to_the_pool() {
+        let objects = build(
+            "qwen",
+            json!({"model": {"source": "hf://Qwen/Qwen2.5-0.5B-Instruct"}, "engine": {"kind": "sim"},
+                   "routing": {"mode": "InferencePool", "inferencePool": {"scorers": {"prefixCache": 0}}}}),
+        );
+        let pool = objects.typed.pool.as_ref().unwrap();
+        insta::assert_yaml_snapshot!("pool_route", objects.http_route);
+        insta::assert_yaml_snapshot!("pool", pool.pool);
+        insta::assert_yaml_snapshot!("pool_picker", pool.picker);
+        insta::assert_yaml_snapshot!("pool_picker_rbac", (&pool.role, &pool.role_binding));
+        insta::assert_yaml_snapshot!("pool_picker_config", pool.config_map);
+        // The picker's pods are not model servers: neither the pool nor the Service selects them.
+        let picker_labels = as_json(&pool.picker)["spec"]["template"]["metadata"]["labels"].clone();
+        assert_eq!(picker_labels["app.kubernetes.io/name"], "endpoint-picker");
+        assert_eq!(
+            as_json(&pool.pool)["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"],
+            "model-server"
+        );
+        // A scorer weighted 0 is left out of the profile.
+        let config = as_json(&pool.config_map)["data"]["epp.yaml"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(!config.contains("prefix-cache-scorer"), "{config}");
+        assert!(objects.typed.fallback_route.is_none());
+        // The same spec without a Gateway makes nothing of the mode.
+        let no_gateway = config_without_gateway();
+        let rec = record(
+            "qwen",
+            json!({"model": {"source": "hf://Qwen/Qwen2.5-0.5B-Instruct"}, "engine": {"kind": "sim"}, "routing": {"mode": "InferencePool"}}),
+        );
+        assert!(rec.objects(&no_gateway).pool.is_none());
     }
 
     #[test]

@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{Deployment as K8sDeployment, DeploymentSpec as K8sDeploymentSpec};
+use k8s_openapi::api::apps::v1::{
+    Deployment as K8sDeployment, DeploymentSpec as K8sDeploymentSpec,
+};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, GRPCAction,
     ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
@@ -148,10 +150,7 @@ pub fn pool_objects(
     picker_labels.insert(LABEL_NAME.into(), ENDPOINT_PICKER.into());
     let picker_selector = BTreeMap::from([
         (LABEL_NAME.to_owned(), ENDPOINT_PICKER.to_owned()),
-        (
-            "app.kubernetes.io/instance".to_owned(),
-            picker.clone(),
-        ),
+        ("app.kubernetes.io/instance".to_owned(), picker.clone()),
     ]);
     picker_labels.extend(picker_selector.clone());
 

@@ -90,17 +90,17 @@ pub fn invalid_spec(
 
 /// The canary track's status: its own phase, counts and cause (worked out like any
 /// deployment's, from its own Deployment and pods), the weight asked for and the weight the
-/// live route applies, and its URLs.
+/// live route (`observed.route`, the deployment's) applies, and its URLs.
 pub fn canary_status(
     t: &Target,
     canary: &Canary,
     namespace: &str,
     observed: &Observed,
     stable: &DeploymentStatus,
-    live_route: Option<&HttpRoute>,
     budgets: Budgets,
     now: DateTime<Utc>,
 ) -> CanaryStatus {
+    let live_route = observed.route.as_ref();
     let track = compute(t, namespace, observed, budgets, now);
     let external = stable.endpoints.external.clone();
     let cluster = track.endpoints.cluster.clone();
@@ -959,7 +959,9 @@ fn pool_state(observed: &Observed, gateway: &GatewayRef) -> (bool, String) {
             Some(c) if c.status == "True" => {
                 return (
                     false,
-                    format!("the Gateway has not yet processed InferencePool generation {generation}"),
+                    format!(
+                        "the Gateway has not yet processed InferencePool generation {generation}"
+                    ),
                 );
             }
             Some(c) => {

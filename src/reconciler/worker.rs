@@ -10,8 +10,8 @@ use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::{Deployment as K8sDeployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher;
 use sqlx::PgPool;
@@ -22,8 +22,8 @@ use uuid::Uuid;
 use super::cluster::{Cluster, ClusterError, Object, contains, kind_of};
 use super::desired::{
     BuildConfig, CanaryPlan, DesiredObjects, LABEL_DEPLOYMENT_ID, LABEL_INSTALLATION,
-    LABEL_MANAGED_BY, LABEL_NAMESPACE_ADOPTED, LABEL_PROJECT, LABEL_TRACK, TRACK_CANARY, Target,
-    as_json, canary_record, desired_objects,
+    LABEL_MANAGED_BY, LABEL_NAME, LABEL_NAMESPACE_ADOPTED, LABEL_PROJECT, LABEL_TRACK,
+    MODEL_SERVER, TRACK_CANARY, Target, as_json, canary_record, desired_objects,
 };
 use super::health::WorkerHealth;
 use super::inference_pool::{InferencePool, picker_name};
@@ -505,13 +505,15 @@ impl Worker {
                 )
                 .await?
                 .is_some();
+            // The deployment's route carries the canary's weight; no Gateway is the
+            // canary's own, so its status does not wait for one.
+            canary_observed.route = observed.route.clone();
             let track = canary_status(
                 t,
                 canary,
                 namespace,
                 &canary_observed,
                 &status,
-                observed.route.as_ref(),
                 self.config.budgets,
                 now,
             );
@@ -1031,13 +1033,20 @@ impl Worker {
                 self.cluster.list::<Pod>(Some(namespace), &selector).await?
             }
         };
-        let (canary_pods, stable_pods): (Vec<Pod>, Vec<Pod>) = pods.into_iter().partition(|pod| {
+        // The record's pods: its model servers, stable and canary, and (in InferencePool
+        // mode) its endpoint picker's, which are neither.
+        let label = |pod: &Pod, key: &str| {
             pod.metadata
                 .labels
                 .as_ref()
-                .and_then(|l| l.get(LABEL_TRACK))
-                .is_some_and(|track| track == TRACK_CANARY)
-        });
+                .and_then(|l| l.get(key))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (canary_pods, stable_pods): (Vec<Pod>, Vec<Pod>) = pods
+            .into_iter()
+            .filter(|pod| label(pod, LABEL_NAME) == MODEL_SERVER)
+            .partition(|pod| label(pod, LABEL_TRACK) == TRACK_CANARY);
         observed.pods = stable_pods;
         if let Some(pool) = &desired.pool
             && !observed.pool_unavailable

@@ -16,8 +16,7 @@ use super::diff::changed_paths;
 use super::{Actor, Context, Precondition, ServiceError};
 use crate::domain::{
     Canary, CanaryHeader, Deployment, DeploymentSpec, EventKind, FieldErrors, Phase, Role,
-    RoutingMode,
-    canary_object_name, check_canary_weight, from_json_value,
+    RoutingMode, canary_object_name, check_canary_weight, from_json_value,
 };
 use crate::store;
 use crate::store::deployments::DeploymentRow;

@@ -18,8 +18,7 @@ use super::{Actor, Context, Page, Precondition, ServiceError, cursor, page_size}
 use crate::domain::{
     Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, EventKind, FieldErrors,
     LabelSelector, Phase, Project, Revision, Role, RouteClaim, RoutingMode, TimelineEvent,
-    canonical_json,
-    check_not_canary_name, check_shared_gateway_rules, entity_tag, from_json_value,
+    canonical_json, check_not_canary_name, check_shared_gateway_rules, entity_tag, from_json_value,
 };
 use crate::store;
 use crate::store::deployments::{DeploymentFilter, DeploymentRow, NewDeployment};

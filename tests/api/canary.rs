@@ -244,3 +244,59 @@ async fn graphql_starts_and_reads_a_canary(pool: PgPool) {
         "{body}"
     );
 }
+
+#[sqlx::test]
+async fn inference_pool_settings_are_checked_and_do_not_mix_with_a_canary(pool: PgPool) {
+    let app = app_with_qwen(pool).await;
+    for (routing, field) in [
+        (json!({"inferencePool": {}}), "spec.routing.inferencePool"),
+        (
+            json!({"mode": "InferencePool", "inferencePool": {"scorers": {"queue": 101}}}),
+            "spec.routing.inferencePool.scorers.queue",
+        ),
+        (
+            json!({"mode": "InferencePool", "inferencePool": {"scorers": {"queue": 0, "kvCache": 0, "prefixCache": 0}}}),
+            "spec.routing.inferencePool.scorers",
+        ),
+        (json!({"mode": "Pool"}), "spec.routing.mode"),
+    ] {
+        let response = app
+            .patch(QWEN, &json!({"spec": {"routing": routing}}), None)
+            .await;
+        let problem = expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert!(
+            error_fields(&problem).iter().any(|f| f == field),
+            "{routing} should name {field}: {problem}"
+        );
+    }
+
+    // A canary needs weighted Service backends: not in InferencePool mode, and the mode
+    // cannot change under a canary.
+    let started = app
+        .post_json(&format!("{QWEN}/canary"), &json!({"spec": {}, "weight": 10}))
+        .await;
+    assert_eq!(started.status(), StatusCode::CREATED);
+    let problem = expect_problem(
+        app.patch(QWEN, &json!({"spec": {"routing": {"mode": "InferencePool"}}}), None)
+            .await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+    assert!(problem["detail"].as_str().unwrap().contains("canary"), "{problem}");
+    let aborted = app.post_json(&format!("{QWEN}/canary/abort"), &json!({})).await;
+    assert_eq!(aborted.status(), StatusCode::OK);
+    let pooled = app
+        .patch(QWEN, &json!({"spec": {"routing": {"mode": "InferencePool"}}}), None)
+        .await;
+    assert_eq!(pooled.status(), StatusCode::OK);
+    let problem = expect_problem(
+        app.post_json(&format!("{QWEN}/canary"), &json!({"spec": {}, "weight": 10}))
+            .await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("InferencePool"),
+        "{problem}"
+    );
+}

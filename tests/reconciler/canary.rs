@@ -189,7 +189,10 @@ async fn a_canary_takes_its_share_and_the_header_then_promotes_without_a_failed_
     .await;
     stop.store(true, Ordering::Relaxed);
     load.await.unwrap();
-    eprintln!("{} requests during the promotion", sent.load(Ordering::Relaxed));
+    eprintln!(
+        "{} requests during the promotion",
+        sent.load(Ordering::Relaxed)
+    );
     assert_eq!(
         failed.load(Ordering::Relaxed),
         0,

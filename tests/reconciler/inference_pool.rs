@@ -57,15 +57,20 @@ async fn inference_pool_mode_routes_through_the_pool_and_a_switch_back_leaves_no
     let h = harness_on(pool, cluster(true), |_| {}).await;
     h.app.create_project("team-a").await;
     create_with(&h, "qwen", pooled_spec(2)).await;
-    wait_for("Ready through the pool", Duration::from_secs(30), || async {
-        h.deployment("qwen").await["status"]["phase"] == "Ready"
-    })
+    wait_for(
+        "Ready through the pool",
+        Duration::from_secs(30),
+        || async { h.deployment("qwen").await["status"]["phase"] == "Ready" },
+    )
     .await;
     let inference = condition(&h, "qwen", "InferencePool").await;
     assert_eq!(inference["status"], "True", "{inference}");
     let routed = condition(&h, "qwen", "Routed").await;
     assert!(
-        routed["message"].as_str().unwrap().contains("through its InferencePool"),
+        routed["message"]
+            .as_str()
+            .unwrap()
+            .contains("through its InferencePool"),
         "{routed}"
     );
 
@@ -156,32 +161,43 @@ async fn inference_pool_mode_routes_through_the_pool_and_a_switch_back_leaves_no
         )
         .await;
     assert_eq!(switched.status(), StatusCode::OK);
-    wait_for("the pool's objects gone", Duration::from_secs(30), || async {
-        if h.live("inference.networking.k8s.io/v1", "InferencePool", "qwen")
-            .await
-            .is_some()
-        {
-            return false;
-        }
-        for (api_version, kind) in PICKER_OBJECTS {
-            if h.live(api_version, kind, "qwen-epp").await.is_some() {
+    wait_for(
+        "the pool's objects gone",
+        Duration::from_secs(30),
+        || async {
+            if h.live("inference.networking.k8s.io/v1", "InferencePool", "qwen")
+                .await
+                .is_some()
+            {
                 return false;
             }
-        }
-        true
-    })
+            for (api_version, kind) in PICKER_OBJECTS {
+                if h.live(api_version, kind, "qwen-epp").await.is_some() {
+                    return false;
+                }
+            }
+            true
+        },
+    )
     .await;
-    wait_for("Ready through the Service", Duration::from_secs(30), || async {
-        let r = h.deployment("qwen").await;
-        r["status"]["phase"] == "Ready" && r["status"]["observedGeneration"] == 2
-    })
+    wait_for(
+        "Ready through the Service",
+        Duration::from_secs(30),
+        || async {
+            let r = h.deployment("qwen").await;
+            r["status"]["phase"] == "Ready" && r["status"]["observedGeneration"] == 2
+        },
+    )
     .await;
     assert!(condition(&h, "qwen", "InferencePool").await.is_null());
     let route = h
         .live("gateway.networking.k8s.io/v1", "HTTPRoute", "qwen")
         .await
         .unwrap();
-    assert_eq!(route["spec"]["rules"][0]["backendRefs"][0]["kind"], "Service");
+    assert_eq!(
+        route["spec"]["rules"][0]["backendRefs"][0]["kind"],
+        "Service"
+    );
     let answer = client
         .post(format!("{url}/v1/chat/completions"))
         .json(&json!({"model": "qwen", "messages": [{"role": "user", "content": "hi"}]}))
@@ -189,7 +205,12 @@ async fn inference_pool_mode_routes_through_the_pool_and_a_switch_back_leaves_no
         .await
         .unwrap();
     assert_eq!(answer.status(), StatusCode::OK);
-    assert!(h.events("qwen").await.iter().any(|e| e == "InferencePoolRemoved"));
+    assert!(
+        h.events("qwen")
+            .await
+            .iter()
+            .any(|e| e == "InferencePoolRemoved")
+    );
 }
 
 #[sqlx::test]
@@ -197,10 +218,14 @@ async fn without_the_inference_pool_crd_the_spec_decides_fail_or_service(pool: P
     let h = harness_on(pool, cluster(false), |_| {}).await;
     h.app.create_project("team-a").await;
     create_with(&h, "qwen", pooled_spec(1)).await;
-    wait_for("the pool reported unavailable", Duration::from_secs(30), || async {
-        condition(&h, "qwen", "InferencePool").await["reason"] == "Unavailable"
-            && h.deployment("qwen").await["status"]["replicas"]["available"] == 1
-    })
+    wait_for(
+        "the pool reported unavailable",
+        Duration::from_secs(30),
+        || async {
+            condition(&h, "qwen", "InferencePool").await["reason"] == "Unavailable"
+                && h.deployment("qwen").await["status"]["replicas"]["available"] == 1
+        },
+    )
     .await;
     let record = h.deployment("qwen").await;
     let routed = condition(&h, "qwen", "Routed").await;
@@ -213,13 +238,18 @@ async fn without_the_inference_pool_crd_the_spec_decides_fail_or_service(pool: P
         "{routed}"
     );
     assert_eq!(record["status"]["phase"], "Degraded", "{record}");
-    assert!(record["status"]["endpoints"]["external"]
-        .as_array()
-        .unwrap()
-        .is_empty());
+    assert!(
+        record["status"]["endpoints"]["external"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     // Nothing of the mode was made: no picker, and no route.
     for (api_version, kind) in PICKER_OBJECTS {
-        assert!(h.live(api_version, kind, "qwen-epp").await.is_none(), "{kind}");
+        assert!(
+            h.live(api_version, kind, "qwen-epp").await.is_none(),
+            "{kind}"
+        );
     }
     assert!(
         h.live("gateway.networking.k8s.io/v1", "HTTPRoute", "qwen")
@@ -237,10 +267,14 @@ async fn without_the_inference_pool_crd_the_spec_decides_fail_or_service(pool: P
         )
         .await;
     assert_eq!(patched.status(), StatusCode::OK);
-    wait_for("Ready through the Service", Duration::from_secs(30), || async {
-        let r = h.deployment("qwen").await;
-        r["status"]["phase"] == "Ready" && r["status"]["observedGeneration"] == 2
-    })
+    wait_for(
+        "Ready through the Service",
+        Duration::from_secs(30),
+        || async {
+            let r = h.deployment("qwen").await;
+            r["status"]["phase"] == "Ready" && r["status"]["observedGeneration"] == 2
+        },
+    )
     .await;
     let inference = condition(&h, "qwen", "InferencePool").await;
     assert_eq!(inference["status"], "False");

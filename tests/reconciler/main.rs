@@ -1,10 +1,10 @@
 //! The reconciler against the Kubernetes emulator over HTTP, with a real Postgres.
 
 mod canary;
-mod inference_pool;
 #[allow(dead_code)]
 #[path = "../api/common.rs"]
 mod common;
+mod inference_pool;
 mod lifecycle;
 mod rbac;
 

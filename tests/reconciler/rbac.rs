@@ -265,10 +265,14 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
     let mut pooled = sim_spec();
     pooled["routing"] = json!({"mode": "InferencePool"});
     create_with(&h, "pooled", pooled).await;
-    wait_for("the picker's objects made", Duration::from_secs(20), || async {
-        exists("rbac.authorization.k8s.io/v1", "RoleBinding", "pooled-epp").await
-            && exists("v1", "Service", "pooled-epp").await
-    })
+    wait_for(
+        "the picker's objects made",
+        Duration::from_secs(20),
+        || async {
+            exists("rbac.authorization.k8s.io/v1", "RoleBinding", "pooled-epp").await
+                && exists("v1", "Service", "pooled-epp").await
+        },
+    )
     .await;
     // What the worker grants the picker, it must hold itself: Kubernetes refuses to create a
     // Role granting more than its creator has (RBAC privilege-escalation prevention,
@@ -300,10 +304,14 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
         )
         .await;
     assert_eq!(switched.status(), StatusCode::OK);
-    wait_for("the pool's objects removed", Duration::from_secs(20), || async {
-        !exists("inference.networking.k8s.io/v1", "InferencePool", "pooled").await
-            && !exists("rbac.authorization.k8s.io/v1", "Role", "pooled-epp").await
-    })
+    wait_for(
+        "the pool's objects removed",
+        Duration::from_secs(20),
+        || async {
+            !exists("inference.networking.k8s.io/v1", "InferencePool", "pooled").await
+                && !exists("rbac.authorization.k8s.io/v1", "Role", "pooled-epp").await
+        },
+    )
     .await;
     h.delete_and_wait_gone("pooled").await;
 

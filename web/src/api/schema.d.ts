@@ -791,7 +791,7 @@ export interface components {
          * @description What a timeline entry records. Stored (and listed) as its name.
          * @enum {string}
          */
-        EventKind: "Created" | "SpecChanged" | "Scaled" | "RolledBack" | "RestartRequested" | "DeleteRequested" | "CanaryStarted" | "CanaryChanged" | "CanaryPromoted" | "CanaryAborted" | "Applied" | "DriftRepaired" | "PhaseChanged" | "ClusterUnreachable" | "Deleted" | "CanaryRemoved";
+        EventKind: "Created" | "SpecChanged" | "Scaled" | "RolledBack" | "RestartRequested" | "DeleteRequested" | "CanaryStarted" | "CanaryChanged" | "CanaryPromoted" | "CanaryAborted" | "Applied" | "DriftRepaired" | "PhaseChanged" | "ClusterUnreachable" | "Deleted" | "CanaryRemoved" | "InferencePoolRemoved";
         /** @description One problem with one field of the input, e.g. `spec.resources.gpu.count`. */
         FieldError: {
             /** @description Dotted JSON path of the offending field (`spec.engine.args[2]`). */
@@ -822,6 +822,10 @@ export interface components {
             ok: boolean;
             /** @description Whether a failure of this check makes the process unready (503). */
             required: boolean;
+        };
+        InferencePoolSpec: {
+            scorers?: components["schemas"]["ScorerWeights"] | null;
+            whenUnavailable?: components["schemas"]["PoolFallback"] | null;
         };
         ModelSpec: {
             /** @description A branch, tag or commit of the model repository. */
@@ -974,6 +978,11 @@ export interface components {
          * @enum {string}
          */
         Phase: "Pending" | "Deploying" | "Ready" | "Degraded" | "Failed" | "ScaledToZero" | "Deleting";
+        /**
+         * @description What to do where the cluster has no InferencePool CRD (inference.networking.k8s.io/v1).
+         * @enum {string}
+         */
+        PoolFallback: "Fail" | "Service";
         ProbeSpec: {
             /** @description HTTP path answering 200 when the engine is ready; engine default when `null`. */
             healthPath?: string | null;
@@ -1086,11 +1095,18 @@ export interface components {
             /** @description Pods below `replicas` during a rollout: a count or a percentage. */
             maxUnavailable?: unknown;
         };
+        /**
+         * @description How the Gateway reaches a deployment's model servers.
+         * @enum {string}
+         */
+        RoutingMode: "Service" | "InferencePool";
         RoutingSpec: {
             /** @description `namespace/name[/section]` of the Gateway; `null` uses the server's default. */
             gateway?: string | null;
             /** @description Hostname the route matches, e.g. `qwen.models.example.com`. */
             hostname?: string | null;
+            inferencePool?: components["schemas"]["InferencePoolSpec"] | null;
+            mode?: components["schemas"]["RoutingMode"] | null;
             /** @description Path prefix the route matches, e.g. `/team-a/qwen`; rewritten to `/` for the engine. */
             pathPrefix?: string | null;
         };
@@ -1106,6 +1122,23 @@ export interface components {
             priorityClassName?: string | null;
             schedulerName?: string | null;
             tolerations?: components["schemas"]["Toleration"][];
+        };
+        ScorerWeights: {
+            /**
+             * Format: int64
+             * @description Prefers servers with more free KV cache (`kv-cache-utilization-scorer`).
+             */
+            kvCache?: number | null;
+            /**
+             * Format: int64
+             * @description Prefers servers likely to hold the prompt's prefix in cache (`prefix-cache-scorer`).
+             */
+            prefixCache?: number | null;
+            /**
+             * Format: int64
+             * @description Prefers servers with fewer waiting requests (`queue-scorer`).
+             */
+            queue?: number | null;
         };
         SecretKeyRef: {
             key: string;
