@@ -59,8 +59,7 @@ pub fn entity_tag(id: Uuid, generation: i64) -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Revision {
-    /// Equal to the generation the spec was accepted as (a generation that only changed the
-    /// canary has no revision).
+    /// Equal to the generation the spec was accepted as.
     pub revision: i64,
     pub spec: DeploymentSpec,
     /// `created`, `updated`, `replaced`, `scaled` or `rolled back to revision N`.

@@ -181,7 +181,9 @@ pub fn with_canary(mut status: DeploymentStatus, canary: CanaryStatus) -> Deploy
 /// Whether the Gateway has accepted the live route at its current generation (or there is
 /// no route to wait for): a backend it no longer names receives nothing more.
 pub fn route_settled(observed: &Observed) -> bool {
-    observed.gateway.is_none() || observed.route_problem.is_some() || route_state(observed).0
+    observed.gateway.is_none()
+        || observed.route_problem.is_some()
+        || (route_state(observed).0 && route_processed(observed))
 }
 
 pub fn compute(
@@ -877,17 +879,15 @@ fn route_state(observed: &Observed) -> (bool, String) {
     let Some(parent) = parent else {
         return (false, gateway_not_ready(gateway, observed));
     };
+    // A route the Gateway accepted keeps serving as it was while the Gateway takes in a
+    // change: that is routed, not broken (and said).
+    let mut applying = false;
     for type_ in ["Accepted", "ResolvedRefs"] {
         match find_condition(&parent.conditions, type_) {
             Some(c)
                 if c.status == "True"
                     && c.observed_generation.unwrap_or(generation) >= generation => {}
-            Some(c) if c.status == "True" => {
-                return (
-                    false,
-                    format!("the Gateway has not yet processed route generation {generation}"),
-                );
-            }
+            Some(c) if c.status == "True" => applying = true,
             Some(c) => {
                 return (
                     false,
@@ -915,13 +915,32 @@ fn route_state(observed: &Observed) -> (bool, String) {
     } else {
         ""
     };
+    let pending = if applying {
+        format!("; the Gateway is still taking in route generation {generation}")
+    } else {
+        String::new()
+    };
     (
         true,
         format!(
-            "accepted by Gateway {}/{}{through}",
+            "accepted by Gateway {}/{}{through}{pending}",
             gateway.namespace, gateway.name
         ),
     )
+}
+
+/// Whether the Gateway has reported on the live route at its current generation.
+fn route_processed(observed: &Observed) -> bool {
+    let Some(route) = &observed.route else {
+        return false;
+    };
+    let generation = route.metadata.generation.unwrap_or(0);
+    route.status.iter().flat_map(|s| &s.parents).any(|p| {
+        !p.conditions.is_empty()
+            && p.conditions
+                .iter()
+                .all(|c| c.observed_generation.unwrap_or(generation) >= generation)
+    })
 }
 
 /// Whether the InferencePool works: the Gateway accepted it at its generation with its

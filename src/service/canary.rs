@@ -1,9 +1,11 @@
 //! Canary use cases: start one, change its weight or header, promote it, abort it.
 //!
 //! Each runs in one transaction like every spec change (lock the row, check `If-Match`,
-//! validate, store with a timeline entry, queue a reconcile) and bumps the generation, so
-//! the ETag moves and the worker reports on the change. Promoting is the only one that
-//! changes the deployment's spec, and so the only one that makes a revision.
+//! validate, store with a timeline entry, queue a reconcile). A canary lives beside the
+//! spec, like the restart marker: starting, changing or aborting one makes no new
+//! generation, so the stable track's objects are not touched and the ETag stays; the
+//! worker reports the canary in `status.canary`. Promoting changes the spec, and so makes a
+//! new generation and a revision.
 
 use chrono::Utc;
 use serde::Deserialize;
@@ -166,15 +168,15 @@ pub async fn start_canary(
         started_by: actor.name().to_owned(),
         started_at: Utc::now(),
     };
-    let updated = store::deployments::set_canary(&mut *tx, row.id, Some(&canary), true).await?;
+    let updated = store::deployments::set_canary(&mut *tx, row.id, Some(&canary)).await?;
     let source = match request.revision {
         Some(revision) => format!("revision {revision}"),
         None if changes.is_empty() => "the current spec".to_owned(),
         None => format!("changes to {changes}"),
     };
     let message = format!(
-        "generation {}: canary started from {source} at weight {}% (and every request with `{}: {}`)",
-        updated.generation, canary.weight, canary.header.name, canary.header.value
+        "canary started from {source} at weight {}% (and every request with `{}: {}`)",
+        canary.weight, canary.header.name, canary.header.value
     );
     finish(tx, &updated, EventKind::CanaryStarted, &message, actor).await?;
     Ok(updated.into_record(&project.name))
@@ -223,12 +225,8 @@ pub async fn update_canary(
         tx.rollback().await?;
         return Ok(row.into_record(&project.name));
     }
-    let updated = store::deployments::set_canary(&mut *tx, row.id, Some(&canary), true).await?;
-    let message = format!(
-        "generation {}: canary {}",
-        updated.generation,
-        said.join(", ")
-    );
+    let updated = store::deployments::set_canary(&mut *tx, row.id, Some(&canary)).await?;
+    let message = format!("canary {}", said.join(", "));
     finish(tx, &updated, EventKind::CanaryChanged, &message, actor).await?;
     Ok(updated.into_record(&project.name))
 }
@@ -284,7 +282,7 @@ pub async fn promote_canary(
     let new = serde_json::to_value(&spec).expect("spec serialises");
     let changes = changed_paths(&old, &new, 3).join(", ");
     canary.promoting = true;
-    store::deployments::set_canary(&mut *tx, row.id, Some(&canary), false).await?;
+    store::deployments::set_canary(&mut *tx, row.id, Some(&canary)).await?;
     let route = route_claim(ctx, &project, &row.name, &spec);
     let updated =
         store::deployments::update_deployment_spec(&mut *tx, row.id, &spec, &route).await?;
@@ -327,12 +325,9 @@ pub async fn abort_canary(
     if canary.promoting {
         return Err(being_promoted(name));
     }
-    let updated = store::deployments::set_canary(&mut *tx, row.id, None, true).await?;
-    let message = format!(
-        "generation {}: canary aborted; all traffic goes back to the stable track",
-        updated.generation
-    );
-    finish(tx, &updated, EventKind::CanaryAborted, &message, actor).await?;
+    let updated = store::deployments::set_canary(&mut *tx, row.id, None).await?;
+    let message = "canary aborted; all traffic goes back to the stable track";
+    finish(tx, &updated, EventKind::CanaryAborted, message, actor).await?;
     Ok(updated.into_record(&project.name))
 }
 

@@ -309,20 +309,18 @@ pub async fn update_deployment_spec(
     .await
 }
 
-/// Sets (or removes, with `None`) the canary, bumping the generation when `bump` (a
-/// promotion leaves that to its spec change); the stable track's status stays as it is
-/// until the worker reports on the new generation.
+/// Sets (or removes, with `None`) the canary. The generation stays: the canary is not the
+/// spec (a promotion changes the spec, and with it the generation).
 #[instrument(skip(db, canary))]
 pub async fn set_canary(
     db: impl PgExecutor<'_>,
     id: Uuid,
     canary: Option<&Canary>,
-    bump: bool,
 ) -> Result<DeploymentRow, sqlx::Error> {
     sqlx::query_as!(
         DeploymentRow,
         r#"update model_deployment
-           set canary = $2, generation = generation + $3::int, updated_at = now()
+           set canary = $2, updated_at = now()
            where id = $1
            returning id, project_id, name, generation,
                      spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
@@ -330,15 +328,13 @@ pub async fn set_canary(
                      canary as "canary: Json<Canary>", created_at, updated_at"#,
         id,
         canary.map(Json) as _,
-        i32::from(bump),
     )
     .fetch_one(db)
     .await
 }
 
-/// The worker's last step of a promotion or an abort: the canary's objects are gone, so
-/// the record forgets a promoted canary (an aborted one is already forgotten), if the
-/// record is still at `generation`. The timeline entry commits with it. Returns whether
+/// The worker's last step of a promotion: the canary's objects are gone, so the record
+/// forgets the promoted canary, if the record is still at `generation` (the promoted spec's). The timeline entry commits with it. Returns whether
 /// the record was at `generation`.
 #[instrument(skip(db, note))]
 pub async fn finish_canary(
@@ -350,9 +346,7 @@ pub async fn finish_canary(
     let finished = sqlx::query_scalar!(
         r#"with d as (
                update model_deployment
-               set canary = null,
-                   generation = generation + (canary is not null)::int,
-                   updated_at = now()
+               set canary = null, updated_at = now()
                where id = $1 and generation = $2
                  and (canary is null or (canary ->> 'promoting')::boolean)
                returning id, project_id, name

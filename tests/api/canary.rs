@@ -42,7 +42,8 @@ async fn a_canary_is_started_changed_and_aborted_with_its_timeline(pool: PgPool)
         )
         .await;
     assert_eq!(response.status(), StatusCode::CREATED);
-    assert_ne!(response.headers()["etag"].to_str().unwrap(), etag);
+    // A canary is not the spec: the generation and the ETag stay.
+    assert_eq!(response.headers()["etag"].to_str().unwrap(), etag);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["canary"]["weight"], 10);
     // Header names compare case-insensitively: stored lower-case.
@@ -98,6 +99,7 @@ async fn a_canary_is_started_changed_and_aborted_with_its_timeline(pool: PgPool)
         ["Created", "CanaryStarted", "CanaryChanged", "CanaryAborted"]
     );
     let started = &events["items"][1]["message"];
+    assert_eq!(events["items"][1]["actor"], "token:bootstrap");
     assert!(
         started.as_str().unwrap().contains("weight 10%"),
         "{started}"
@@ -273,30 +275,52 @@ async fn inference_pool_settings_are_checked_and_do_not_mix_with_a_canary(pool: 
     // A canary needs weighted Service backends: not in InferencePool mode, and the mode
     // cannot change under a canary.
     let started = app
-        .post_json(&format!("{QWEN}/canary"), &json!({"spec": {}, "weight": 10}))
+        .post_json(
+            &format!("{QWEN}/canary"),
+            &json!({"spec": {}, "weight": 10}),
+        )
         .await;
     assert_eq!(started.status(), StatusCode::CREATED);
     let problem = expect_problem(
-        app.patch(QWEN, &json!({"spec": {"routing": {"mode": "InferencePool"}}}), None)
-            .await,
-        StatusCode::CONFLICT,
-    )
-    .await;
-    assert!(problem["detail"].as_str().unwrap().contains("canary"), "{problem}");
-    let aborted = app.post_json(&format!("{QWEN}/canary/abort"), &json!({})).await;
-    assert_eq!(aborted.status(), StatusCode::OK);
-    let pooled = app
-        .patch(QWEN, &json!({"spec": {"routing": {"mode": "InferencePool"}}}), None)
-        .await;
-    assert_eq!(pooled.status(), StatusCode::OK);
-    let problem = expect_problem(
-        app.post_json(&format!("{QWEN}/canary"), &json!({"spec": {}, "weight": 10}))
-            .await,
+        app.patch(
+            QWEN,
+            &json!({"spec": {"routing": {"mode": "InferencePool"}}}),
+            None,
+        )
+        .await,
         StatusCode::CONFLICT,
     )
     .await;
     assert!(
-        problem["detail"].as_str().unwrap().contains("InferencePool"),
+        problem["detail"].as_str().unwrap().contains("canary"),
+        "{problem}"
+    );
+    let aborted = app
+        .post_json(&format!("{QWEN}/canary/abort"), &json!({}))
+        .await;
+    assert_eq!(aborted.status(), StatusCode::OK);
+    let pooled = app
+        .patch(
+            QWEN,
+            &json!({"spec": {"routing": {"mode": "InferencePool"}}}),
+            None,
+        )
+        .await;
+    assert_eq!(pooled.status(), StatusCode::OK);
+    let problem = expect_problem(
+        app.post_json(
+            &format!("{QWEN}/canary"),
+            &json!({"spec": {}, "weight": 10}),
+        )
+        .await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("InferencePool"),
         "{problem}"
     );
 }
