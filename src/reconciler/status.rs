@@ -1627,6 +1627,39 @@ mod tests {
     }
 
     #[test]
+    fn a_route_the_gateway_accepted_stays_routed_while_it_takes_in_a_change() {
+        let mut o = observed(deployment(1, 1, 1, 1), vec![]);
+        o.gateway = Some(GatewayRef {
+            namespace: "gw".into(),
+            name: "edge".into(),
+            section: None,
+        });
+        // Generation 2 applied; the Gateway last reported on generation 1, and accepted it.
+        let mut stale = route(json!([
+            condition("Accepted", "True", "Accepted", ""),
+            condition("ResolvedRefs", "True", "ResolvedRefs", "")
+        ]))
+        .unwrap();
+        stale.metadata.generation = Some(2);
+        for parent in &mut stale.status.as_mut().unwrap().parents {
+            for c in &mut parent.conditions {
+                c.observed_generation = Some(1);
+            }
+        }
+        o.route = Some(stale);
+        let (ok, message) = route_state(&o);
+        assert!(ok, "{message}");
+        assert!(message.contains("still taking in route generation 2"), "{message}");
+        // But what the new generation no longer names may not go yet.
+        assert!(!route_settled(&o));
+        o.route.as_mut().unwrap().metadata.generation = Some(1);
+        assert!(route_settled(&o));
+        // A route never accepted is not routed.
+        o.route = route(json!([condition("Accepted", "False", "NotAllowedByListeners", "no")]));
+        assert!(!route_state(&o).0);
+    }
+
+    #[test]
     fn the_external_url_comes_from_the_gateway_listener_and_route() {
         let status = routed(
             json!({"name": "http", "protocol": "HTTP", "port": 80}),
