@@ -1649,13 +1649,21 @@ mod tests {
         o.route = Some(stale);
         let (ok, message) = route_state(&o);
         assert!(ok, "{message}");
-        assert!(message.contains("still taking in route generation 2"), "{message}");
+        assert!(
+            message.contains("still taking in route generation 2"),
+            "{message}"
+        );
         // But what the new generation no longer names may not go yet.
         assert!(!route_settled(&o));
         o.route.as_mut().unwrap().metadata.generation = Some(1);
         assert!(route_settled(&o));
         // A route never accepted is not routed.
-        o.route = route(json!([condition("Accepted", "False", "NotAllowedByListeners", "no")]));
+        o.route = route(json!([condition(
+            "Accepted",
+            "False",
+            "NotAllowedByListeners",
+            "no"
+        )]));
         assert!(!route_state(&o).0);
     }
 

@@ -440,10 +440,16 @@ impl Worker {
                 }
                 Ok(applied) => {
                     applied_now = Some(applied);
-                    let message = format!(
-                        "generation {} applied to namespace {}",
-                        record.generation, target.namespace
-                    );
+                    let message = match (&desired.canary, &plan) {
+                        (Some(_), Some(plan)) => format!(
+                            "generation {} and its canary applied to namespace {} ({}% of requests without the header routed to the canary)",
+                            record.generation, target.namespace, plan.routed_weight
+                        ),
+                        _ => format!(
+                            "generation {} applied to namespace {}",
+                            record.generation, target.namespace
+                        ),
+                    };
                     let note = (!unchanged).then_some(Note {
                         kind: EventKind::Applied,
                         message: &message,
