@@ -298,6 +298,14 @@ pub struct HttpConfig {
     /// Seconds a "try it" call may wait for the model (less than the request timeout).
     #[arg(long, env = "MODELPLANE_CHAT_TIMEOUT_SECS", default_value_t = 25)]
     pub chat_timeout_secs: u64,
+    /// On SIGTERM: seconds `/readyz` answers 503 while requests are still served, so load
+    /// balancers and Endpoints stop sending new ones before the listener closes.
+    #[arg(long, env = "MODELPLANE_SHUTDOWN_DRAIN_SECS", default_value_t = 5)]
+    pub shutdown_drain_secs: u64,
+    /// On SIGTERM, after the drain: seconds in-flight requests (and the worker's reconciles)
+    /// may take to finish before the process stops anyway.
+    #[arg(long, env = "MODELPLANE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 20)]
+    pub shutdown_timeout_secs: u64,
 }
 
 /// Which of a deployment's URLs modelplane calls.
@@ -320,6 +328,8 @@ impl Default for HttpConfig {
             web_dir: "web/dist".into(),
             chat_via: ChatVia::External,
             chat_timeout_secs: 25,
+            shutdown_drain_secs: 5,
+            shutdown_timeout_secs: 20,
         }
     }
 }

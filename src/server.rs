@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
@@ -11,8 +12,8 @@ use crate::api::{self, AppState};
 use crate::auth::oidc::JwksSource;
 use crate::auth::{Authenticator, OidcConfig, OidcVerifier};
 use crate::config::{AuthConfig, DatabaseConfig, ReconcilerConfig, ServeConfig};
-use crate::domain::EngineDefaults;
 use crate::domain::SpecLimits;
+use crate::domain::{CheckResult, EngineDefaults, ReadinessCheck};
 use crate::reconciler::cluster::{self, ClusterError};
 use crate::reconciler::desired::BuildConfig;
 use crate::reconciler::health::ReconcilerReadiness;
@@ -60,6 +61,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     .await?;
     store::migrate(&pool).await?;
     let shutdown = tokio_util::sync::CancellationToken::new();
+    let draining = Arc::new(Draining::default());
     let ctx = service::Context {
         pool: pool.clone(),
         access: service::access_cache::AccessCache::start(pool.clone(), shutdown.clone()).await?,
@@ -135,11 +137,14 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
             config.auth.rate_limit_burst,
         )),
         metrics_require_auth: config.auth.metrics_require_auth,
-        readiness: vec![Arc::new(ReconcilerReadiness {
-            cluster,
-            cluster_required: config.role == crate::config::ServeRole::Worker,
-            worker: worker_health,
-        })],
+        readiness: vec![
+            draining.clone() as Arc<dyn ReadinessCheck>,
+            Arc::new(ReconcilerReadiness {
+                cluster,
+                cluster_required: config.role == crate::config::ServeRole::Worker,
+                worker: worker_health,
+            }),
+        ],
     };
     let app = if config.role == crate::config::ServeRole::Worker {
         api::health_router(state)
@@ -155,26 +160,79 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
             })?;
     let addr = listener.local_addr().map_err(StartupError::Serve)?;
     tracing::info!(%addr, "modelplane API listening: REST at http://{addr}/api/v1, reference at http://{addr}/api/docs");
+    // SIGTERM: readiness goes false while requests are still served (the drain), then the
+    // listener closes, watches and subscriptions end, the worker stops claiming, and what is
+    // in flight gets `shutdown_timeout` to finish.
     let stop = shutdown.clone();
+    let drain = Duration::from_secs(config.http.shutdown_drain_secs);
+    let grace = Duration::from_secs(config.http.shutdown_timeout_secs);
+    let flag = draining.clone();
     let served = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(async move {
         shutdown_signal().await;
+        flag.start();
+        tracing::info!(drain = ?drain, "shutting down: readiness is false; still serving while load balancers notice");
+        tokio::time::sleep(drain).await;
+        tracing::info!(grace = ?grace, "shutting down: no new connections; finishing requests in flight");
         stop.cancel();
-    })
-    .await
-    .map_err(StartupError::Serve);
+    });
+    let served = tokio::select! {
+        served = served => served.map_err(StartupError::Serve),
+        () = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(grace = ?grace, "requests still in flight after the shutdown timeout; stopping anyway");
+            Ok(())
+        }
+    };
     shutdown.cancel();
     if let Some(worker) = worker {
-        match worker.await {
-            Ok(Err(err)) => tracing::error!(error = %err, "the reconciler stopped with an error"),
-            Err(err) => tracing::error!(error = %err, "the reconciler panicked"),
-            Ok(Ok(())) => {}
+        match tokio::time::timeout(grace, worker).await {
+            Ok(Ok(Err(err))) => {
+                tracing::error!(error = %err, "the reconciler stopped with an error")
+            }
+            Ok(Err(err)) => tracing::error!(error = %err, "the reconciler panicked"),
+            Ok(Ok(Ok(()))) => {}
+            Err(_) => tracing::warn!("the reconciler did not stop within the shutdown timeout"),
         }
     }
+    pool.close().await;
+    tracing::info!("stopped");
     served
+}
+
+/// Readiness during shutdown: false from the signal on, so nothing new is routed here.
+#[derive(Default)]
+struct Draining(std::sync::atomic::AtomicBool);
+
+impl Draining {
+    fn start(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl ReadinessCheck for Draining {
+    fn check(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<CheckResult>> + Send + '_>> {
+        let draining = self.0.load(std::sync::atomic::Ordering::Acquire);
+        Box::pin(async move {
+            if draining {
+                vec![CheckResult {
+                    name: "shutdown".into(),
+                    ok: false,
+                    required: true,
+                    message: "shutting down: finishing requests in flight".into(),
+                }]
+            } else {
+                Vec::new()
+            }
+        })
+    }
 }
 
 fn worker_config(config: &ReconcilerConfig) -> WorkerConfig {

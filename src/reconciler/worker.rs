@@ -167,10 +167,10 @@ impl Worker {
         loop {
             self.health.beat();
             if shutdown.is_cancelled() {
-                return Ok(());
+                break;
             }
             let first = tokio::select! {
-                () = shutdown.cancelled() => return Ok(()),
+                () = shutdown.cancelled() => break,
                 permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
             };
             let free = slots.available_permits() + 1;
@@ -195,7 +195,7 @@ impl Worker {
                     metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "database")
                         .increment(1);
                     tokio::select! {
-                        () = shutdown.cancelled() => return Ok(()),
+                        () = shutdown.cancelled() => break,
                         () = tokio::time::sleep(wait) => continue,
                     }
                 }
@@ -237,7 +237,7 @@ impl Worker {
                 }
             };
             tokio::select! {
-                () = shutdown.cancelled() => return Ok(()),
+                () = shutdown.cancelled() => break,
                 notification = listener.try_recv() => {
                     if let Err(err) = notification {
                         tracing::warn!(error = %err, "notification listener failed; reconnecting");
@@ -245,6 +245,32 @@ impl Worker {
                     }
                 }
                 () = tokio::time::sleep(sleep.max(Duration::from_millis(50))) => {}
+            }
+        }
+        self.drain(&slots).await;
+        Ok(())
+    }
+
+    /// At shutdown: lets the reconciles in flight finish (within the lease they hold), then
+    /// gives back whatever this worker still holds, so another worker need not wait for
+    /// leases to expire.
+    async fn drain(&self, slots: &tokio::sync::Semaphore) {
+        let all = u32::try_from(self.config.concurrency).unwrap_or(u32::MAX);
+        let finished = tokio::time::timeout(self.config.lease, slots.acquire_many(all)).await;
+        if finished.is_err() {
+            tracing::warn!(
+                "reconciles still running at shutdown; their records are released for another worker"
+            );
+        }
+        match store::work_queue::release_leases(&self.pool, &self.config.worker_id).await {
+            Ok(0) => {
+                tracing::info!(worker = %self.config.worker_id, "reconciler stopped; no lease held")
+            }
+            Ok(released) => {
+                tracing::info!(worker = %self.config.worker_id, released, "reconciler stopped; leases released")
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot release leases at shutdown; they expire on their own")
             }
         }
     }

@@ -36,6 +36,8 @@ pub struct ChangeHub {
     /// What each recent change loaded, shared by every watcher it reaches: a thousand
     /// watchers of one deployment cost one read, not a thousand.
     loaded: Mutex<HashMap<i64, Arc<OnceCell<Loaded>>>>,
+    /// Cancelled when the process shuts down: every watch ends (cleanly, for its client).
+    shutdown: CancellationToken,
 }
 
 /// What a change's watchers send, read once.
@@ -60,10 +62,16 @@ impl ChangeHub {
             sender,
             latest: AtomicI64::new(newest.unwrap_or(0)),
             loaded: Mutex::default(),
+            shutdown: shutdown.clone(),
         });
         tokio::spawn(hub.clone().follow(pool.clone(), shutdown.clone()));
         tokio::spawn(prune(pool, shutdown));
         Ok(hub)
+    }
+
+    /// Cancelled when the process shuts down.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
     }
 
     pub fn latest(&self) -> i64 {
@@ -293,6 +301,8 @@ impl Watcher {
         loop {
             let delivered = tokio::select! {
                 () = self.sender.closed() => return,
+                // The stream ends, so an SSE response or a subscription completes cleanly.
+                () = self.hub.shutdown.cancelled() => return,
                 _ = recheck.tick() => self.still_allowed().await,
                 change = receiver.recv() => match change {
                     Ok(change) => self.deliver(change).await,

@@ -200,6 +200,26 @@ pub async fn finish_work(
     Ok(())
 }
 
+/// Gives back every lease `worker` holds (at shutdown): the items are due again at once
+/// for the other workers, who are woken. Returns how many were released.
+#[instrument(skip(db))]
+pub async fn release_leases(db: impl PgExecutor<'_>, worker: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"with released as (
+               update reconcile_work
+               set lease_owner = null, lease_expires_at = null, claim_token = null,
+                   run_after = least(run_after, now())
+               where lease_owner = $1 and lease_expires_at > now()
+               returning deployment_id
+           )
+           select count(*) as "released!"
+           from released, (select pg_notify('modelplane_reconcile', 'due')) as woken"#,
+        worker,
+    )
+    .fetch_one(db)
+    .await
+}
+
 /// The queue at a glance, read in one statement when a worker finds nothing to claim.
 #[derive(Debug, Clone, Copy)]
 pub struct QueueState {

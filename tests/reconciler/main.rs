@@ -7,6 +7,7 @@ mod common;
 mod inference_pool;
 mod lifecycle;
 mod rbac;
+mod shutdown;
 
 use std::future::Future;
 use std::time::Duration;

@@ -189,7 +189,10 @@ pub async fn graphql_ws(
         .protocols(ALL_WEBSOCKET_PROTOCOLS)
         .on_upgrade(move |socket| {
             let schema = state.graphql.clone();
-            GraphQLWebSocket::new(socket, schema, protocol)
+            // At shutdown the subscriptions complete (their watches end), then the
+            // connection goes with the process.
+            let shutdown = state.changes.shutdown().clone();
+            let served = GraphQLWebSocket::new(socket, schema, protocol)
                 .on_connection_init(move |payload| async move {
                     // The payload's credential, else the upgrade request's header.
                     let credential = payload
@@ -216,6 +219,16 @@ pub async fn graphql_ws(
                     data.insert(actor);
                     Ok(data)
                 })
-                .serve()
+                .serve();
+            async move {
+                tokio::select! {
+                    () = served => {}
+                    () = async {
+                        shutdown.cancelled().await;
+                        // Long enough for the `complete` messages to go out.
+                        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    } => {}
+                }
+            }
         })
 }

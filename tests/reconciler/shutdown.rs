@@ -1,0 +1,220 @@
+//! SIGTERM under load: readiness goes false first while requests are still answered, every
+//! request that got a response got all of it, an open watch ends cleanly, the process exits
+//! on its own with success, and the worker leaves no lease held.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use modelplane_emulator::Emulator;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+use super::{TempDir, sim_spec, wait_for};
+
+const TOKEN: &str = "mpt_shutdown-test-bootstrap-token-0123456789abcdef";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[sqlx::test]
+async fn sigterm_drains_requests_ends_watches_and_releases_leases(pool: PgPool) {
+    let emulator = Emulator::builder()
+        .nodes(2)
+        .start_delay(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("modelplane-shutdown-{}", uuid::Uuid::now_v7())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let kubeconfig = dir.0.join("kubeconfig");
+    std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
+    let options = pool.connect_options();
+    let database_url = format!(
+        "postgres://{}@{}:{}/{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap()
+    );
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_modelplane"))
+        .args([
+            "serve",
+            "--role",
+            "all",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("DATABASE_URL", &database_url)
+        .env("MODELPLANE_KUBECONFIG", &kubeconfig)
+        .env("MODELPLANE_WORKER_ID", "worker-shutdown")
+        .env("MODELPLANE_INSTALLATION", "test")
+        .env("MODELPLANE_BOOTSTRAP_TOKEN", TOKEN)
+        .env("MODELPLANE_SHUTDOWN_DRAIN_SECS", "2")
+        .env("MODELPLANE_SHUTDOWN_TIMEOUT_SECS", "10")
+        .env("MODELPLANE_RATE_LIMIT_PER_MINUTE", "1000000")
+        .env("MODELPLANE_RATE_LIMIT_BURST", "1000000")
+        .env("MODELPLANE_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("the modelplane binary starts");
+    modelplane::install_crypto_provider();
+    let client = reqwest::Client::builder()
+        .default_headers(
+            [(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {TOKEN}").parse().unwrap(),
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .build()
+        .unwrap();
+    wait_for("the process ready", Duration::from_secs(30), || async {
+        client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let created = client
+        .post(format!("{base}/api/v1/projects"))
+        .json(&json!({"name": "team-a"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    // Work for the worker: records being reconciled while the signal comes.
+    for i in 0..40 {
+        let response = client
+            .post(format!("{base}/api/v1/projects/team-a/deployments"))
+            .json(&json!({"name": format!("m-{i}"), "spec": sim_spec()}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+    }
+
+    // An open watch: it must end, not be cut.
+    let watch = client
+        .get(format!("{base}/api/v1/projects/team-a/watch"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(watch.status(), 200);
+    let watch = tokio::spawn(async move {
+        let mut watch = watch;
+        let mut text = String::new();
+        loop {
+            match watch.chunk().await {
+                Ok(Some(bytes)) => text.push_str(&String::from_utf8_lossy(&bytes)),
+                // The end of the chunked body: the server ended the stream.
+                Ok(None) => return Ok(text),
+                Err(err) => return Err(format!("the watch was cut: {err}")),
+            }
+        }
+    });
+
+    // Load: lists of 40 deployments, each checked complete.
+    let complete = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let signalled = Arc::new(AtomicBool::new(false));
+    let load: Vec<_> = (0..6)
+        .map(|_| {
+            let (client, base, complete, refused, signalled) = (
+                client.clone(),
+                base.clone(),
+                complete.clone(),
+                refused.clone(),
+                signalled.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    let url = format!("{base}/api/v1/projects/team-a/deployments?limit=50");
+                    let response = match client.get(url).send().await {
+                        Ok(response) => response,
+                        // No answer at all, once the process is going: the listener is
+                        // closed, or a kept-alive connection was closed between requests
+                        // (the race every HTTP/1.1 client retries). Never half an answer.
+                        Err(err) if signalled.load(Ordering::Relaxed) => {
+                            assert!(!err.is_body() && !err.is_decode(), "{err}");
+                            refused.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                        Err(err) => panic!("a request failed before the signal: {err}"),
+                    };
+                    assert_eq!(response.status(), 200);
+                    let body: Value = response
+                        .json()
+                        .await
+                        .expect("a response that started is complete");
+                    assert_eq!(body["items"].as_array().unwrap().len(), 40);
+                    complete.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    wait_for("load flowing", Duration::from_secs(10), || async {
+        complete.load(Ordering::Relaxed) >= 20
+    })
+    .await;
+
+    signalled.store(true, Ordering::Relaxed);
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Readiness goes false first, while requests are still answered.
+    let before = complete.load(Ordering::Relaxed);
+    wait_for("readiness false", Duration::from_secs(5), || async {
+        client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 503)
+    })
+    .await;
+    wait_for(
+        "requests still answered while draining",
+        Duration::from_secs(5),
+        || async { complete.load(Ordering::Relaxed) > before + 10 },
+    )
+    .await;
+
+    let exited = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(exited.success(), "the process exits cleanly: {exited:?}");
+    for task in load {
+        task.await.expect("no request was cut off");
+    }
+    assert_eq!(
+        refused.load(Ordering::Relaxed),
+        6,
+        "each load task ends refused"
+    );
+    let text = tokio::time::timeout(Duration::from_secs(5), watch)
+        .await
+        .expect("the watch ended")
+        .unwrap()
+        .expect("the watch ended cleanly");
+    assert!(text.contains("event: synced"), "{text}");
+
+    let held: i64 = sqlx::query_scalar(
+        "select count(*) from reconcile_work where lease_owner = 'worker-shutdown' and lease_expires_at > now()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(held, 0, "no lease left held");
+}
