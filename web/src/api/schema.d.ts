@@ -931,8 +931,7 @@ export interface components {
                 reason: string;
                 /**
                  * Format: int64
-                 * @description Equal to the generation the spec was accepted as (a generation that only changed the
-                 *     canary has no revision).
+                 * @description Equal to the generation the spec was accepted as.
                  */
                 revision: number;
                 spec: components["schemas"]["DeploymentSpec"];
@@ -1049,8 +1048,7 @@ export interface components {
             reason: string;
             /**
              * Format: int64
-             * @description Equal to the generation the spec was accepted as (a generation that only changed the
-             *     canary has no revision).
+             * @description Equal to the generation the spec was accepted as.
              */
             revision: number;
             spec: components["schemas"]["DeploymentSpec"];
