@@ -40,6 +40,10 @@ pub struct LogConfig {
     /// Log filter in `tracing` syntax, e.g. `info` or `modelplane=debug,sqlx=warn`.
     #[arg(long, env = "MODELPLANE_LOG", default_value = "info", global = true)]
     pub log: String,
+    /// Export traces over OTLP/HTTP to this collector (e.g. `http://otel-collector:4318`;
+    /// spans go to `<endpoint>/v1/traces`). Off when unset.
+    #[arg(long, env = "MODELPLANE_OTLP_ENDPOINT", global = true)]
+    pub otlp_endpoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

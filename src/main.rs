@@ -17,13 +17,17 @@ async fn main() -> ExitCode {
         print!("{}", api::graphql::sdl());
         return ExitCode::SUCCESS;
     }
-    telemetry::init_tracing(&cli.log);
+    let tracing = telemetry::init_tracing(&cli.log);
     modelplane::install_crypto_provider();
     let result = match cli.command {
         Command::Serve(config) => server::serve(*config, telemetry::init_metrics()).await,
         Command::Migrate(config) => server::migrate(&config).await,
         Command::Openapi | Command::GraphqlSchema => unreachable!("handled above"),
     };
+    // The exporter's thread blocks while it flushes: not on the runtime's threads.
+    tokio::task::spawn_blocking(move || tracing.shutdown())
+        .await
+        .ok();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -185,6 +185,7 @@ impl Cluster {
 
     /// Server-side applies the complete object, forcing ownership of its fields; returns
     /// the object as the API server stored it.
+    #[tracing::instrument(name = "kubernetes", skip_all, fields(verb = "apply", kind = %kind_of::<K>(), name = object.meta().name.as_deref().unwrap_or_default()))]
     pub async fn apply<K: Object>(&self, object: &K) -> Result<K, ClusterError> {
         let meta = object.meta();
         let name = meta.name.as_deref().unwrap_or_default();
@@ -200,6 +201,7 @@ impl Cluster {
         decode(applied)
     }
 
+    #[tracing::instrument(name = "kubernetes", skip(self), fields(verb = "get", kind = %kind_of::<K>()))]
     pub async fn get<K: Object>(
         &self,
         namespace: Option<&str>,
@@ -210,6 +212,7 @@ impl Cluster {
         object.map(decode).transpose()
     }
 
+    #[tracing::instrument(name = "kubernetes", skip(self), fields(verb = "list", kind = %kind_of::<K>()))]
     pub async fn list<K: Object>(
         &self,
         namespace: Option<&str>,
@@ -223,6 +226,7 @@ impl Cluster {
         list.items.into_iter().map(decode).collect()
     }
 
+    #[tracing::instrument(name = "kubernetes", skip(self), fields(verb = "delete", kind = %kind_of::<K>()))]
     pub async fn delete<K: Object>(
         &self,
         namespace: Option<&str>,

@@ -275,8 +275,17 @@ impl Worker {
         }
     }
 
-    #[tracing::instrument(skip(self, claim), fields(deployment_id = %claim.deployment_id, attempt = claim.attempts))]
+    /// One claimed record, in a `reconcile` span that continues the trace of the request
+    /// that queued it (when traces are exported).
     async fn process(self: Arc<Self>, claim: Claim) {
+        let span = tracing::info_span!("reconcile", deployment_id = %claim.deployment_id, attempt = claim.attempts);
+        if let Some(parent) = &claim.trace_parent {
+            crate::telemetry::continue_trace(&span, parent);
+        }
+        tracing::Instrument::instrument(self.process_claim(claim), span).await
+    }
+
+    async fn process_claim(self: Arc<Self>, claim: Claim) {
         let started = Instant::now();
         // A reconcile must end well inside its lease, or another worker could take the record.
         let budget = self.config.lease.mul_f64(0.8);

@@ -390,7 +390,12 @@ async fn finish(
     actor: &Actor,
 ) -> Result<(), ServiceError> {
     record_event(&mut tx, updated, kind, message, actor).await?;
-    store::work_queue::enqueue_reconcile(&mut *tx, updated.id).await?;
+    store::work_queue::enqueue_reconcile(
+        &mut *tx,
+        updated.id,
+        crate::telemetry::current_traceparent().as_deref(),
+    )
+    .await?;
     tx.commit().await?;
     tracing::info!(deployment_id = %updated.id, generation = updated.generation, kind = kind.as_str(), "canary changed");
     Ok(())

@@ -162,6 +162,7 @@ pub async fn create_deployment(
             status: &status,
             message: &message,
             actor: actor.name(),
+            trace_parent: crate::telemetry::current_traceparent().as_deref(),
         },
     )
     .await
@@ -584,7 +585,12 @@ async fn change_spec(
     .await?;
     let message = format!("generation {}: {reason} ({changed})", updated.generation);
     record_event(&mut tx, &updated, kind, &message, actor).await?;
-    store::work_queue::enqueue_reconcile(&mut *tx, row.id).await?;
+    store::work_queue::enqueue_reconcile(
+        &mut *tx,
+        row.id,
+        crate::telemetry::current_traceparent().as_deref(),
+    )
+    .await?;
     tx.commit().await?;
     tracing::info!(deployment_id = %updated.id, generation = updated.generation, %reason, "spec changed");
     Ok(updated.into_record(&project.name))
@@ -761,7 +767,12 @@ pub async fn restart_deployment(
         actor,
     )
     .await?;
-    store::work_queue::enqueue_reconcile(&mut *tx, row.id).await?;
+    store::work_queue::enqueue_reconcile(
+        &mut *tx,
+        row.id,
+        crate::telemetry::current_traceparent().as_deref(),
+    )
+    .await?;
     tx.commit().await?;
     Ok(updated.into_record(&project.name))
 }
@@ -792,7 +803,12 @@ pub async fn delete_deployment(
         actor,
     )
     .await?;
-    store::work_queue::enqueue_reconcile(&mut *tx, row.id).await?;
+    store::work_queue::enqueue_reconcile(
+        &mut *tx,
+        row.id,
+        crate::telemetry::current_traceparent().as_deref(),
+    )
+    .await?;
     tx.commit().await?;
     tracing::info!(deployment_id = %updated.id, "deployment delete requested");
     Ok(updated.into_record(&project.name))

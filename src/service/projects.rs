@@ -149,7 +149,12 @@ pub async fn delete_project(ctx: &Context, actor: &Actor, name: &str) -> Result<
     .await?;
     // A work item under the project's id: no record has it, so the worker collects what
     // the project leaves in the cluster (its namespace) now rather than at the next resync.
-    store::work_queue::enqueue_reconcile(&mut *tx, project.id).await?;
+    store::work_queue::enqueue_reconcile(
+        &mut *tx,
+        project.id,
+        crate::telemetry::current_traceparent().as_deref(),
+    )
+    .await?;
     tx.commit().await?;
     // This process at once; the others through the access trigger's notification.
     ctx.access.invalidate();

@@ -68,6 +68,8 @@ pub struct NewDeployment<'a> {
     /// The timeline entry's message and the actor of it and of the first revision.
     pub message: &'a str,
     pub actor: &'a str,
+    /// The request's trace, carried to the reconcile (when traces are exported).
+    pub trace_parent: Option<&'a str>,
 }
 
 /// The stored row, and what another record's route claims of the new one's request space.
@@ -106,7 +108,7 @@ pub async fn insert_deployment(
                    (deployment_id, project_id, deployment_name, kind, message, actor)
                select id, project_id, name, 'Created', $13, $14 from d
            ), queued as (
-               insert into reconcile_work (deployment_id) select id from d
+               insert into reconcile_work (deployment_id, trace_parent) select id, $16 from d
                returning deployment_id
            )
            select d.id as "id!", d.project_id as "project_id!", d.name as "name!",
@@ -139,6 +141,7 @@ pub async fn insert_deployment(
         new.message,
         new.actor,
         &new.route.path_and_ancestors() as &[String],
+        new.trace_parent,
     )
     .fetch_one(db)
     .await?;

@@ -19,16 +19,19 @@ pub const NOTIFY_CHANNEL: &str = "modelplane_reconcile";
 pub async fn enqueue_reconcile(
     db: impl PgExecutor<'_>,
     deployment_id: Uuid,
+    trace_parent: Option<&str>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
         "with queued as (
-             insert into reconcile_work (deployment_id) values ($1)
+             insert into reconcile_work (deployment_id, trace_parent) values ($1, $2)
              on conflict (deployment_id) do update
-                 set run_after = now(), attempts = 0, enqueued_at = now(), claim_token = null
+                 set run_after = now(), attempts = 0, enqueued_at = now(), claim_token = null,
+                     trace_parent = coalesce(excluded.trace_parent, reconcile_work.trace_parent)
              returning deployment_id
          )
          select pg_notify('modelplane_reconcile', deployment_id::text) from queued",
-        deployment_id
+        deployment_id,
+        trace_parent,
     )
     .fetch_one(db)
     .await?;
@@ -108,6 +111,8 @@ pub struct Claim {
     /// When this claim's lease ends: tells it apart from a later claim of the same item by
     /// the same worker.
     pub lease_expires_at: DateTime<Utc>,
+    /// The trace of the request that queued it, if traces are exported.
+    pub trace_parent: Option<String>,
 }
 
 /// Claims up to `limit` due items that no live lease holds.
@@ -133,7 +138,7 @@ pub async fn claim_work(
                for update skip locked
            )
            returning w.deployment_id, w.attempts, w.claim_token as "claim_token!",
-                     w.lease_expires_at as "lease_expires_at!""#,
+                     w.lease_expires_at as "lease_expires_at!", w.trace_parent"#,
         worker,
         lease.as_secs_f64(),
         limit
@@ -180,6 +185,8 @@ pub async fn finish_work(
                    run_after = case when claim_token = $2
                                     then now() + make_interval(secs => coalesce($3::float8, 0))
                                     else run_after end,
+                   -- A retry is no longer part of the request's trace; a re-enqueue's is kept.
+                   trace_parent = case when claim_token = $2 then null else trace_parent end,
                    claim_token = null
                where deployment_id = $1
                  and (claim_token = $2

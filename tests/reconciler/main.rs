@@ -8,6 +8,7 @@ mod inference_pool;
 mod lifecycle;
 mod rbac;
 mod shutdown;
+mod traces;
 
 use std::future::Future;
 use std::time::Duration;
@@ -166,7 +167,7 @@ impl Harness {
     /// Queues deployment `name` for a reconcile, as a watch event or the resync would.
     async fn requeue(&self, name: &str) {
         let id = self.record_id(name).await;
-        modelplane::store::work_queue::enqueue_reconcile(&self.app.pool, id)
+        modelplane::store::work_queue::enqueue_reconcile(&self.app.pool, id, None)
             .await
             .unwrap();
     }
