@@ -450,14 +450,24 @@ pub struct GpuUsage {
 pub async fn gpu_usage(ctx: &Context, project: &Authorized) -> Result<GpuUsage, ServiceError> {
     project.require(Role::Viewer)?;
     let mut usage = GpuUsage::default();
-    for (name, spec, status) in store::deployments::specs_of_project(&ctx.pool, project.id).await? {
+    for d in store::deployments::specs_of_project(&ctx.pool, project.id).await? {
         // A stored spec that does not resolve asks for nothing the worker would apply.
-        let Ok(serving) = spec.serving(&name) else {
+        let Ok(serving) = d.spec.serving(&d.name) else {
             continue;
         };
         let per_pod = i64::from(serving.gpus);
         usage.requested += i64::from(serving.replicas) * per_pod;
-        usage.in_use += status.replicas.ready * per_pod;
+        usage.in_use += d.status.replicas.ready * per_pod;
+        // A canary's pods take GPUs of their own.
+        if let Some(canary) = &d.canary
+            && let Ok(serving) = canary.spec.serving(&d.name)
+        {
+            let per_pod = i64::from(serving.gpus);
+            usage.requested += i64::from(serving.replicas) * per_pod;
+            if let Some(track) = &d.status.canary {
+                usage.in_use += track.replicas.ready * per_pod;
+            }
+        }
     }
     Ok(usage)
 }

@@ -230,9 +230,10 @@ pub async fn phase_counts(
 pub async fn specs_of_project(
     db: impl PgExecutor<'_>,
     project_id: Uuid,
-) -> Result<Vec<(String, DeploymentSpec, DeploymentStatus)>, sqlx::Error> {
+) -> Result<Vec<ProjectSpec>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"select name, spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>"
+        r#"select name, spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
+                  canary as "canary: Json<Canary>"
            from model_deployment where project_id = $1"#,
         project_id
     )
@@ -240,8 +241,21 @@ pub async fn specs_of_project(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|r| (r.name, r.spec.0, r.status.0))
+        .map(|r| ProjectSpec {
+            name: r.name,
+            spec: r.spec.0,
+            status: r.status.0,
+            canary: r.canary.map(|c| c.0),
+        })
         .collect())
+}
+
+/// One deployment of a project, as [`specs_of_project`] reads it.
+pub struct ProjectSpec {
+    pub name: String,
+    pub spec: DeploymentSpec,
+    pub status: DeploymentStatus,
+    pub canary: Option<Canary>,
 }
 
 /// Like [`find_deployment`], but locks the row until the transaction ends, so

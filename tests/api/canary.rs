@@ -324,3 +324,30 @@ async fn inference_pool_settings_are_checked_and_do_not_mix_with_a_canary(pool: 
         "{problem}"
     );
 }
+
+#[sqlx::test]
+async fn a_canarys_gpus_count_in_the_projects_usage(pool: PgPool) {
+    let app = app_with_qwen(pool).await;
+    let usage = || async {
+        let body: Value = app
+            .post_json(
+                "/graphql",
+                &json!({"query": r#"{ gpus(project: "team-a") { requested inUse } }"#}),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        body["data"]["gpus"]["requested"].as_i64().unwrap()
+    };
+    // valid_spec: one replica with one GPU.
+    assert_eq!(usage().await, 1);
+    let started = app
+        .post_json(
+            &format!("{QWEN}/canary"),
+            &json!({"spec": {"resources": {"gpu": {"count": 2}}}, "replicas": 2, "weight": 10}),
+        )
+        .await;
+    assert_eq!(started.status(), StatusCode::CREATED);
+    assert_eq!(usage().await, 1 + 2 * 2);
+}

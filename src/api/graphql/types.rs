@@ -172,7 +172,7 @@ pub struct PhaseCount {
 
 #[derive(SimpleObject)]
 pub struct GpuUsage {
-    /// Replicas × GPUs per pod, over every deployment.
+    /// Replicas × GPUs per pod, over every deployment and canary.
     pub requested: i64,
     /// GPUs held by ready pods.
     pub in_use: i64,
