@@ -256,12 +256,7 @@ fn both_roles_run_from_one_image_with_restricted_pods_and_probes() {
 }
 
 /// The kinds the emulator does not serve, whose dry run is left to a real cluster.
-const NOT_EMULATED: [&str; 4] = [
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "NetworkPolicy",
-    "ServiceMonitor",
-];
+const NOT_EMULATED: [&str; 2] = ["NetworkPolicy", "ServiceMonitor"];
 
 #[tokio::test]
 async fn the_rendered_objects_pass_a_server_side_dry_run_apply() {
