@@ -9,7 +9,9 @@ use futures::StreamExt;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::{Deployment as K8sDeployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event, Namespace, ObjectReference, Pod, Service, ServiceAccount,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -27,6 +29,7 @@ use super::desired::{
 };
 use super::health::WorkerHealth;
 use super::inference_pool::{InferencePool, picker_name};
+use super::kube_events::{self, Publisher};
 use super::seen::SeenKinds;
 use super::status::{
     Budgets, Observed, canary_status, compute, invalid_spec, recheck_after, route_settled,
@@ -72,12 +75,16 @@ pub struct Worker {
     /// Records to requeue after cluster changes, written to the queue in batches.
     requeue: tokio::sync::mpsc::UnboundedSender<Uuid>,
     requeued: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>>>,
+    /// Kubernetes Events on the managed objects, telling what the timeline tells.
+    events: Publisher,
 }
 
 impl Worker {
     pub fn new(pool: PgPool, cluster: Cluster, config: WorkerConfig) -> Arc<Self> {
         let (requeue, requeued) = tokio::sync::mpsc::unbounded_channel();
+        let events = Publisher::new(cluster.client.clone(), &config.worker_id);
         Arc::new(Self {
+            events,
             requeue,
             requeued: std::sync::Mutex::new(Some(requeued)),
             pool,
@@ -359,7 +366,17 @@ impl Worker {
                 // Nothing is applied from a spec that is not valid; its next change requeues it.
                 tracing::error!(%errors, "the stored spec is not valid");
                 let status = invalid_spec(&record, &errors, Utc::now());
-                self.write_status(&record, status).await?;
+                // What runs is left running; its events tell why nothing new is applied.
+                let running = self
+                    .seen
+                    .of::<K8sDeployment>()
+                    .and_then(|seen| seen.get(Some(&target.namespace), &record.name))
+                    .flatten();
+                let subjects = Subjects {
+                    deployment: deployment_ref(running.as_ref()),
+                    route: None,
+                };
+                self.write_status(&record, status, &subjects).await?;
                 return Ok(Outcome::Done);
             }
         };
@@ -492,6 +509,13 @@ impl Worker {
                     });
                     store::deployments::set_applied_digest(&self.pool, id, Some(&digest), note)
                         .await?;
+                    if !unchanged
+                        && let Some(regarding) = deployment_ref(applied_deployment(&applied_now))
+                    {
+                        self.events
+                            .normal(&regarding, "Applied", "Apply", &message)
+                            .await;
+                    }
                 }
                 Err(err)
                     if err
@@ -505,6 +529,22 @@ impl Worker {
                 }
                 Err(err) => return Err(err),
             }
+        }
+        if wrote
+            && unchanged
+            && let Some(regarding) = deployment_ref(applied_deployment(&applied_now))
+        {
+            self.events
+                .normal(
+                    &regarding,
+                    "DriftRepaired",
+                    "RepairDrift",
+                    &format!(
+                        "repaired what was done outside modelplane: {}",
+                        drifted.join(", ")
+                    ),
+                )
+                .await;
         }
         // What was just read is still current unless this pass wrote to the cluster; then
         // what the writes returned is.
@@ -565,7 +605,13 @@ impl Worker {
                 .min();
         }
         let pending = status.phase == Phase::Pending;
-        self.write_status(&record, status).await?;
+        let subjects = Subjects {
+            deployment: deployment_ref(observed.deployment.as_ref()),
+            route: observed.route.as_ref().and_then(|route| {
+                kube_events::reference("gateway.networking.k8s.io/v1", "HTTPRoute", &route.metadata)
+            }),
+        };
+        self.write_status(&record, status, &subjects).await?;
         // Watches bring every cluster change; only a running budget needs a timer.
         Ok(match recheck {
             Some(after) => Outcome::Again(after),
@@ -637,12 +683,19 @@ impl Worker {
                 Err(err) => return Err(err),
             }
         }
-        self.timeline(
-            target,
-            EventKind::InferencePoolRemoved,
-            "InferencePool mode's objects (the pool and its endpoint picker) removed: the route no longer uses them",
-        )
-        .await;
+        let message = "InferencePool mode's objects (the pool and its endpoint picker) removed: the route no longer uses them";
+        self.timeline(target, EventKind::InferencePoolRemoved, message)
+            .await;
+        if let Some(regarding) = deployment_ref(observed.deployment.as_ref()) {
+            self.events
+                .normal(
+                    &regarding,
+                    "InferencePoolRemoved",
+                    "RemoveInferencePool",
+                    message,
+                )
+                .await;
+        }
         Ok(())
     }
 
@@ -756,22 +809,30 @@ impl Worker {
             }
         }
         if promoting {
+            let message = "promotion finished: every stable replica runs the canary's spec and takes all traffic; the canary's objects are removed";
             let note = Note {
                 kind: EventKind::CanaryRemoved,
-                message: "promotion finished: every stable replica runs the canary's spec and takes all traffic; the canary's objects are removed",
+                message,
                 actor: WORKER_ACTOR,
             };
             store::deployments::finish_canary(&self.pool, record.id, record.generation, note)
                 .await?;
+            if let Some(regarding) = deployment_ref(observed.deployment.as_ref()) {
+                self.events
+                    .normal(&regarding, "CanaryRemoved", "RemoveCanary", message)
+                    .await;
+            }
             // The record moved to a new generation: report on it.
             return Ok(Some(Outcome::Again(Duration::ZERO)));
         }
-        self.timeline(
-            target,
-            EventKind::CanaryRemoved,
-            "the canary's objects are removed; all traffic is on the stable track",
-        )
-        .await;
+        let message = "the canary's objects are removed; all traffic is on the stable track";
+        self.timeline(target, EventKind::CanaryRemoved, message)
+            .await;
+        if let Some(regarding) = deployment_ref(observed.deployment.as_ref()) {
+            self.events
+                .normal(&regarding, "CanaryRemoved", "RemoveCanary", message)
+                .await;
+        }
         Ok(None)
     }
 
@@ -1119,11 +1180,15 @@ impl Worker {
         Ok(canary_pods)
     }
 
-    /// Stores a status that changed, with a timeline entry when the phase did.
+    /// Stores a status that changed, with a timeline entry when the phase did, and the
+    /// same as a Kubernetes Event on the record's Deployment (a `Warning` naming the cause
+    /// when the phase turns Failed or Degraded, on the HTTPRoute as well when the route is
+    /// the cause).
     async fn write_status(
         &self,
         record: &Deployment,
         mut status: DeploymentStatus,
+        subjects: &Subjects,
     ) -> Result<(), ClusterError> {
         // The cluster answered, so it is reachable: drop a stale outage condition.
         status.conditions.retain(|c| c.type_ != "ClusterReachable");
@@ -1155,8 +1220,34 @@ impl Worker {
         }
         if phase_changed {
             tracing::info!(deployment_id = %record.id, from = %record.status.phase, to = %status.phase, message = %status.message, "phase changed");
+            self.publish_phase(&status, &message, subjects).await;
         }
         Ok(())
+    }
+
+    /// The Kubernetes Events of a phase change (see [`Worker::write_status`]).
+    async fn publish_phase(&self, status: &DeploymentStatus, message: &str, subjects: &Subjects) {
+        if !matches!(status.phase, Phase::Failed | Phase::Degraded) {
+            if let Some(regarding) = &subjects.deployment {
+                self.events
+                    .normal(regarding, "PhaseChanged", "ReportStatus", message)
+                    .await;
+            }
+            return;
+        }
+        let (reason, condition) = warning_reason(status);
+        if let Some(regarding) = &subjects.deployment {
+            self.events
+                .warning(regarding, &reason, "ReportStatus", message)
+                .await;
+        }
+        if condition == Some("Routed")
+            && let Some(route) = &subjects.route
+        {
+            self.events
+                .warning(route, &reason, "ReportStatus", message)
+                .await;
+        }
     }
 
     /// Keeps the last status and adds `ClusterReachable=False` when the cluster cannot be reached.
@@ -1679,6 +1770,38 @@ struct LiveObjects {
     route: Option<Option<HttpRoute>>,
     canary_deployment: Option<Option<K8sDeployment>>,
     canary_service: Option<Option<Service>>,
+}
+
+/// The objects a record's status events are about (`None`: not there, nothing published).
+struct Subjects {
+    deployment: Option<ObjectReference>,
+    route: Option<ObjectReference>,
+}
+
+/// The stable Deployment as this pass's writes returned it.
+fn applied_deployment(applied: &Option<LiveObjects>) -> Option<&K8sDeployment> {
+    applied.as_ref()?.deployment.as_ref()?.as_ref()
+}
+
+fn deployment_ref(deployment: Option<&K8sDeployment>) -> Option<ObjectReference> {
+    kube_events::reference("apps/v1", "Deployment", &deployment?.metadata)
+}
+
+/// The reason of a Failed or Degraded phase's `Warning`: that of the first condition that
+/// does not hold and names its cause (`Rejected`, `ImagePullBackOff`, `InvalidSpec`,
+/// `NotAccepted`, …), with the condition's type; else the phase.
+fn warning_reason(status: &DeploymentStatus) -> (String, Option<&'static str>) {
+    for type_ in ["Applied", "Progressing", "Routed", "InferencePool"] {
+        if let Some(c) = status.conditions.iter().find(|c| {
+            c.type_ == type_
+                && c.status == ConditionStatus::False
+                && !c.reason.is_empty()
+                && c.reason != "Failed"
+        }) {
+            return (c.reason.clone(), Some(type_));
+        }
+    }
+    (status.phase.to_string(), None)
 }
 
 /// Whose work a change to a watched object is.

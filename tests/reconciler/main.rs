@@ -5,6 +5,7 @@ mod canary;
 #[path = "../api/common.rs"]
 mod common;
 mod inference_pool;
+mod kube_events;
 mod lifecycle;
 mod rbac;
 mod shutdown;
