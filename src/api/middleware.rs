@@ -84,8 +84,8 @@ pub async fn observe(request: Request, next: Next) -> Response {
         ("route", route),
         ("status", status.to_string()),
     ];
-    metrics::counter!(crate::telemetry::HTTP_REQUESTS, &labels).increment(1);
-    metrics::histogram!(crate::telemetry::HTTP_REQUEST_DURATION, &labels)
+    metrics::counter!(crate::metrics::HTTP_REQUESTS, &labels).increment(1);
+    metrics::histogram!(crate::metrics::HTTP_REQUEST_DURATION, &labels)
         .record(latency.as_secs_f64());
 
     if let Ok(value) = HeaderValue::from_str(&request_id) {

@@ -20,7 +20,7 @@ pub struct Cluster {
 }
 
 /// Why connecting to the cluster, or one reconcile, failed. [`ClusterError::metric_kind`]
-/// is its label in `modelplane_reconcile_errors_total`.
+/// is its label in [`crate::metrics::RECONCILE_ERRORS`].
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error("no cluster named: pass --kubeconfig (and optionally --context), or run in a cluster")]
@@ -246,7 +246,7 @@ impl Cluster {
 }
 
 fn count(verb: &'static str, kind: String) {
-    metrics::counter!(crate::telemetry::KUBERNETES_REQUESTS, "verb" => verb, "kind" => kind)
+    metrics::counter!(crate::metrics::KUBERNETES_REQUESTS, "verb" => verb, "kind" => kind)
         .increment(1);
 }
 

@@ -42,7 +42,7 @@ impl WorkerHealth {
     pub fn beat(&self) {
         let now = Utc::now().timestamp();
         self.heartbeat.store(now, Ordering::Relaxed);
-        metrics::gauge!(crate::telemetry::WORKER_HEARTBEAT).set(now as f64);
+        metrics::gauge!(crate::metrics::WORKER_HEARTBEAT).set(now as f64);
     }
 
     /// A reconcile reached the cluster and the cluster did its part.

@@ -173,6 +173,7 @@ impl Worker {
         let mut database_failures = 0;
         loop {
             self.health.beat();
+            crate::metrics::record_pool(&self.pool);
             if shutdown.is_cancelled() {
                 break;
             }
@@ -199,7 +200,7 @@ impl Worker {
                     database_failures += 1;
                     let wait = backoff(database_failures).min(Duration::from_secs(30));
                     tracing::error!(error = %err, retry_in = ?wait, "cannot claim work");
-                    metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "database")
+                    metrics::counter!(crate::metrics::RECONCILE_ERRORS, "kind" => "database")
                         .increment(1);
                     tokio::select! {
                         () = shutdown.cancelled() => break,
@@ -229,8 +230,8 @@ impl Worker {
             drop(first);
             let sleep = match store::work_queue::queue_state(&self.pool).await {
                 Ok(queue) => {
-                    metrics::gauge!(crate::telemetry::QUEUE_DEPTH).set(queue.depth as f64);
-                    metrics::gauge!(crate::telemetry::QUEUE_OLDEST_AGE).set(queue.oldest_age);
+                    metrics::gauge!(crate::metrics::QUEUE_DEPTH).set(queue.depth as f64);
+                    metrics::gauge!(crate::metrics::QUEUE_OLDEST_AGE).set(queue.oldest_age);
                     queue.next_due.map_or(Duration::from_secs(30), |due| {
                         (due - Utc::now())
                             .to_std()
@@ -328,12 +329,13 @@ impl Worker {
                 tracing::warn!(error = %err, retry_in = ?wait, "reconcile failed");
                 self.note_unreachable(claim.deployment_id, &err).await;
                 let kind = err.metric_kind();
-                metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => kind).increment(1);
+                metrics::counter!(crate::metrics::RECONCILE_ERRORS, "kind" => kind).increment(1);
                 (Some(wait), Some(err.to_string()), "error")
             }
         };
-        metrics::counter!(crate::telemetry::RECONCILES, "outcome" => outcome).increment(1);
-        metrics::histogram!(crate::telemetry::RECONCILE_DURATION).record(elapsed);
+        metrics::counter!(crate::metrics::RECONCILES, "outcome" => outcome).increment(1);
+        metrics::histogram!(crate::metrics::RECONCILE_DURATION, "outcome" => outcome)
+            .record(elapsed);
         if let Err(err) = store::work_queue::finish_work(
             &self.pool,
             &self.config.worker_id,
@@ -523,7 +525,7 @@ impl Worker {
                         .is_some_and(|s| s.code == 422 || s.code == 400) =>
                 {
                     tracing::warn!(error = %err, "the API server rejected an object");
-                    metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "api_refused")
+                    metrics::counter!(crate::metrics::RECONCILE_ERRORS, "kind" => "api_refused")
                         .increment(1);
                     store::deployments::set_applied_digest(&self.pool, id, None, None).await?;
                 }
@@ -1096,7 +1098,7 @@ impl Worker {
                     .unwrap_or_default();
                 let kind = kind_of::<K>();
                 tracing::warn!(%kind, %message, "the API server rejected an object");
-                metrics::counter!(crate::telemetry::RECONCILE_ERRORS, "kind" => "api_refused")
+                metrics::counter!(crate::metrics::RECONCILE_ERRORS, "kind" => "api_refused")
                     .increment(1);
                 Ok(Err(message))
             }
@@ -1607,6 +1609,8 @@ impl Worker {
                 Ok(_) => continue,
                 Err(err) => {
                     tracing::debug!(kind = %name, error = %err, "watch interrupted; retrying");
+                    metrics::counter!(crate::metrics::WATCH_RESTARTS, "kind" => name.clone())
+                        .increment(1);
                     continue;
                 }
             };
@@ -1697,6 +1701,11 @@ impl Worker {
                     if let Err(err) = store::work_queue::enqueue_all(&self.pool).await {
                         tracing::warn!(error = %err, "cannot requeue after a Gateway change");
                     }
+                }
+                Some(Err(err)) => {
+                    tracing::debug!(kind = "Gateway", error = %err, "watch interrupted; retrying");
+                    metrics::counter!(crate::metrics::WATCH_RESTARTS, "kind" => "Gateway")
+                        .increment(1);
                 }
                 Some(_) => {}
             }

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::PrometheusHandle;
 use modelplane::api::rate_limit::RateLimiter;
 use modelplane::api::{self, AppState};
 use modelplane::auth::{Authenticator, OidcConfig, OidcVerifier};
@@ -49,6 +49,28 @@ impl Default for Options {
             web_dir: "/nonexistent/modelplane-web".into(),
         }
     }
+}
+
+/// The process's metrics recorder, installed (as `serve` does) by the first app: every app
+/// of this test binary renders the same series, so a test looks only for what it caused.
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(modelplane::telemetry::init_metrics)
+        .clone()
+}
+
+/// The value of the first sample of `name` in a Prometheus text `body` whose line contains
+/// every one of `labels` (each written `key="value"`).
+pub fn sample(body: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    body.lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .find(|line| labels.iter().all(|l| line.contains(l)))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
 }
 
 pub struct TestApp {
@@ -103,7 +125,7 @@ impl TestApp {
             ),
             auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
             ctx,
-            metrics: PrometheusBuilder::new().build_recorder().handle(),
+            metrics: metrics_handle(),
             limiter: Arc::new(RateLimiter::new(
                 options.rate_per_minute,
                 options.rate_burst,

@@ -8,6 +8,7 @@ mod deployments;
 mod errors;
 mod graphql;
 mod hardening;
+mod metrics;
 mod openapi;
 mod paging;
 mod portal;

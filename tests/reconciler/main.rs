@@ -1294,6 +1294,20 @@ async fn after_the_api_server_restarts_every_record_converges_at_once(pool: PgPo
         || async { h.live("v1", "Service", "model-0").await.is_some() },
     )
     .await;
+
+    // The watches saw the API server go and restarted (the recorder is shared by this
+    // binary's tests, so this counts at least ours).
+    let metrics = h.app.get("/metrics").await.text().await.unwrap();
+    let restarts = modelplane::metrics::WATCH_RESTARTS;
+    assert!(
+        metrics.contains(&format!("# HELP {restarts} ")),
+        "{metrics}"
+    );
+    let deployments = common::sample(&metrics, restarts, &["kind=\"Deployment\""]);
+    assert!(deployments.is_some_and(|n| n >= 1.0), "{metrics}");
+    let reconciled = format!("{}_count", modelplane::metrics::RECONCILE_DURATION);
+    let ok = common::sample(&metrics, &reconciled, &["outcome=\"ok\""]);
+    assert!(ok.is_some_and(|n| n >= 3.0), "{metrics}");
 }
 
 /// More than one replica gets a PodDisruptionBudget (one down at a time in a drain); back

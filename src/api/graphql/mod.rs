@@ -120,7 +120,7 @@ async fn execute(
         async_graphql::dataloader::DataLoader::new(loaders::Batch(state.ctx.clone()), tokio::spawn);
     let request = request.data(state.clone()).data(actor).data(loader);
     let response = state.graphql.execute(request).await;
-    metrics::counter!(crate::telemetry::GRAPHQL_REQUESTS,
+    metrics::counter!(crate::metrics::GRAPHQL_REQUESTS,
         "outcome" => if response.errors.is_empty() { "ok" } else { "error" })
     .increment(1);
     response.into()

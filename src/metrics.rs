@@ -1,0 +1,164 @@
+//! Every metric the process exports: its name, type, labels and meaning, in one place.
+//!
+//! Code records with the `metrics` crate's macros and a name from here
+//! (`metrics::counter!(crate::metrics::RECONCILES, ...)`); [`describe`] gives each its
+//! `# HELP` text once the recorder is installed. The README's metrics table is this
+//! catalogue (`tests/api/metrics.rs` checks it with [`readme_table`]).
+
+use metrics::Unit;
+use sqlx::PgPool;
+
+/// What kind of series a metric is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One metric of the catalogue.
+#[derive(Debug, Clone, Copy)]
+pub struct Metric {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub unit: Option<Unit>,
+    pub labels: &'static [&'static str],
+    /// The `# HELP` text, also the README's "Meaning".
+    pub help: &'static str,
+}
+
+/// Declares each metric's name constant (documented with its type, labels and meaning) and
+/// its entry in [`ALL`], from one text.
+macro_rules! catalogue {
+    ($(
+        $id:ident = $name:literal, $kind:ident $(in $unit:ident)?, [$($label:literal),*], $help:literal;
+    )*) => {
+        $(
+            #[doc = concat!(stringify!($kind), " `", $name, "`",
+                $(" in ", stringify!($unit),)? ", labels [", $("`", $label, "` ",)* "]: ", $help)]
+            pub const $id: &str = $name;
+        )*
+
+        /// Every metric, in the README's order.
+        pub const ALL: &[Metric] = &[$(
+            Metric {
+                name: $name,
+                kind: Kind::$kind,
+                unit: catalogue!(@unit $($unit)?),
+                labels: &[$($label),*],
+                help: $help,
+            },
+        )*];
+    };
+    (@unit) => { None };
+    (@unit $unit:ident) => { Some(Unit::$unit) };
+}
+
+catalogue! {
+    HTTP_REQUESTS = "modelplane_http_requests_total", Counter,
+        ["method", "route", "status"],
+        "HTTP requests answered, by method (standard methods, else OTHER), matched route template (or unmatched) and status code.";
+    HTTP_REQUEST_DURATION = "modelplane_http_request_duration_seconds", Histogram in Seconds,
+        ["method", "route", "status"],
+        "HTTP request latency in seconds, by method, route template and status code.";
+    GRAPHQL_REQUESTS = "modelplane_graphql_requests_total", Counter,
+        ["outcome"],
+        "GraphQL operations over HTTP, by outcome (ok, error).";
+    DB_POOL_CONNECTIONS = "modelplane_db_pool_connections", Gauge,
+        [],
+        "Database connections the pool holds open, idle or in use (read at each scrape and worker loop).";
+    DB_POOL_IDLE_CONNECTIONS = "modelplane_db_pool_idle_connections", Gauge,
+        [],
+        "Open database connections the pool holds idle; open minus idle are in use.";
+    DB_POOL_MAX_CONNECTIONS = "modelplane_db_pool_max_connections", Gauge,
+        [],
+        "The most connections the pool opens (MODELPLANE_DB_MAX_CONNECTIONS).";
+    KUBERNETES_REQUESTS = "modelplane_kubernetes_requests_total", Counter,
+        ["verb", "kind"],
+        "Kubernetes API requests the reconciler made, by verb and object kind.";
+    RECONCILES = "modelplane_reconcile_total", Counter,
+        ["outcome"],
+        "Reconciles finished, by outcome (ok, error).";
+    RECONCILE_ERRORS = "modelplane_reconcile_errors_total", Counter,
+        ["kind"],
+        "Reconciler failures, by kind (api_refused, cluster_unreachable, database, timeout, internal, config).";
+    RECONCILE_DURATION = "modelplane_reconcile_duration_seconds", Histogram in Seconds,
+        ["outcome"],
+        "Reconcile duration in seconds, by outcome (ok, error).";
+    QUEUE_DEPTH = "modelplane_reconcile_queue_depth", Gauge,
+        [],
+        "Work items in the reconciler's queue, waiting or leased (set at each scrape, and by the worker when it is idle).";
+    QUEUE_OLDEST_AGE = "modelplane_reconcile_oldest_item_age_seconds", Gauge in Seconds,
+        [],
+        "Seconds since the oldest work item in the queue was enqueued, 0 when empty (set by the worker when it is idle).";
+    WATCH_RESTARTS = "modelplane_watch_restarts_total", Counter,
+        ["kind"],
+        "Kubernetes watches interrupted and restarted (with backoff), by watched kind.";
+    WORKER_HEARTBEAT = "modelplane_worker_heartbeat_timestamp_seconds", Gauge in Seconds,
+        [],
+        "Unix time of the worker loop's last beat.";
+}
+
+/// Upper bounds, in seconds, of the buckets of every histogram (all are durations).
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Gives every metric its description and unit; call once the recorder is installed.
+pub fn describe() {
+    for metric in ALL {
+        let (name, help) = (metric.name, metric.help);
+        match (metric.kind, metric.unit) {
+            (Kind::Counter, Some(unit)) => metrics::describe_counter!(name, unit, help),
+            (Kind::Counter, None) => metrics::describe_counter!(name, help),
+            (Kind::Gauge, Some(unit)) => metrics::describe_gauge!(name, unit, help),
+            (Kind::Gauge, None) => metrics::describe_gauge!(name, help),
+            (Kind::Histogram, Some(unit)) => metrics::describe_histogram!(name, unit, help),
+            (Kind::Histogram, None) => metrics::describe_histogram!(name, help),
+        }
+    }
+}
+
+/// Sets the pool gauges from `pool` (cheap: counters the pool keeps, no query).
+pub fn record_pool(pool: &PgPool) {
+    let open = pool.size();
+    let idle = pool.num_idle();
+    metrics::gauge!(DB_POOL_CONNECTIONS).set(f64::from(open));
+    metrics::gauge!(DB_POOL_IDLE_CONNECTIONS).set(idle as f64);
+    metrics::gauge!(DB_POOL_MAX_CONNECTIONS).set(f64::from(pool.options().get_max_connections()));
+}
+
+/// The README's table of metrics, as Markdown (header included).
+pub fn readme_table() -> String {
+    let mut table = String::from("| Metric | Type | Labels | Meaning |\n|---|---|---|---|\n");
+    for metric in ALL {
+        let labels = if metric.labels.is_empty() {
+            "—".to_owned()
+        } else {
+            metric
+                .labels
+                .iter()
+                .map(|l| format!("`{l}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        table.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            metric.name,
+            metric.kind.as_str(),
+            labels,
+            metric.help
+        ));
+    }
+    table
+}
