@@ -59,11 +59,13 @@ for values in values.yaml ci/everything-values.yaml; do
 done
 
 log "tests"
-if command -v cargo-nextest >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast
-else
-  cargo test --workspace --no-fail-fast
+# nextest runs every test in its own process: tests that capture logs with a thread-local
+# subscriber, or spawn the binary, never see another test's global state.
+if ! command -v cargo-nextest >/dev/null 2>&1; then
+  log "installing cargo-nextest (a few minutes, once)"
+  cargo install cargo-nextest --locked >&2
 fi
+cargo nextest run --workspace --no-fail-fast
 
 log "portal end-to-end tests"
 scripts/e2e.sh
