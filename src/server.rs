@@ -117,6 +117,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         _ => (None, None),
     };
     let changes = crate::service::live::ChangeHub::start(pool.clone(), shutdown.clone()).await?;
+    let hub = changes.clone();
     let state = AppState {
         auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
         changes,
@@ -190,6 +191,9 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         }
     };
     shutdown.cancel();
+    if !hub.close_sockets(grace).await {
+        tracing::warn!("WebSocket connections still open after the shutdown timeout");
+    }
     if let Some(worker) = worker {
         match tokio::time::timeout(grace, worker).await {
             Ok(Ok(Err(err))) => {

@@ -38,6 +38,9 @@ pub struct ChangeHub {
     loaded: Mutex<HashMap<i64, Arc<OnceCell<Loaded>>>>,
     /// Cancelled when the process shuts down: every watch ends (cleanly, for its client).
     shutdown: CancellationToken,
+    /// Open WebSocket connections, which the HTTP server's graceful shutdown does not track
+    /// once upgraded: the process waits for them to close.
+    sockets: tokio_util::task::TaskTracker,
 }
 
 /// What a change's watchers send, read once.
@@ -63,6 +66,7 @@ impl ChangeHub {
             latest: AtomicI64::new(newest.unwrap_or(0)),
             loaded: Mutex::default(),
             shutdown: shutdown.clone(),
+            sockets: tokio_util::task::TaskTracker::new(),
         });
         tokio::spawn(hub.clone().follow(pool.clone(), shutdown.clone()));
         tokio::spawn(prune(pool, shutdown));
@@ -72,6 +76,19 @@ impl ChangeHub {
     /// Cancelled when the process shuts down.
     pub fn shutdown(&self) -> &CancellationToken {
         &self.shutdown
+    }
+
+    /// The open WebSocket connections (see [`ChangeHub::close_sockets`]).
+    pub fn sockets(&self) -> &tokio_util::task::TaskTracker {
+        &self.sockets
+    }
+
+    /// At shutdown: waits (at most `within`) for every WebSocket connection to close.
+    pub async fn close_sockets(&self, within: Duration) -> bool {
+        self.sockets.close();
+        tokio::time::timeout(within, self.sockets.wait())
+            .await
+            .is_ok()
     }
 
     pub fn latest(&self) -> i64 {

@@ -124,6 +124,50 @@ async fn sigterm_drains_requests_ends_watches_and_releases_leases(pool: PgPool) 
         }
     });
 
+    // An open GraphQL subscription: it must complete, and the socket close with 1001.
+    let url = format!("ws://127.0.0.1:{port}/graphql/ws");
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url)
+            .unwrap();
+    request.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "graphql-transport-ws".parse().unwrap(),
+    );
+    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message as Ws;
+    socket
+        .send(Ws::text(
+            json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {TOKEN}")}})
+                .to_string(),
+        ))
+        .await
+        .unwrap();
+    socket
+        .send(Ws::text(
+            json!({"type": "subscribe", "id": "1", "payload": {"query":
+                "subscription { deploymentsChanged(project: \"team-a\") { seq } }"}})
+            .to_string(),
+        ))
+        .await
+        .unwrap();
+    let subscription = tokio::spawn(async move {
+        let mut kinds = Vec::new();
+        let mut close = None;
+        while let Some(message) = socket.next().await {
+            match message {
+                Ok(Ws::Text(text)) => {
+                    let message: Value = serde_json::from_str(&text).unwrap();
+                    kinds.push(message["type"].as_str().unwrap_or_default().to_owned());
+                }
+                Ok(Ws::Close(frame)) => close = frame.map(|f| u16::from(f.code)),
+                Ok(_) => {}
+                Err(err) => return Err(format!("the socket was cut: {err}")),
+            }
+        }
+        Ok((kinds, close))
+    });
+
     // Load: lists of 40 deployments, each checked complete.
     let complete = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
@@ -209,6 +253,19 @@ async fn sigterm_drains_requests_ends_watches_and_releases_leases(pool: PgPool) 
         .unwrap()
         .expect("the watch ended cleanly");
     assert!(text.contains("event: synced"), "{text}");
+    let (kinds, close) = tokio::time::timeout(Duration::from_secs(5), subscription)
+        .await
+        .expect("the socket closed")
+        .unwrap()
+        .expect("the socket closed cleanly");
+    assert_eq!(kinds.first().map(String::as_str), Some("connection_ack"));
+    assert!(kinds.iter().any(|k| k == "next"), "{kinds:?}");
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("complete"),
+        "{kinds:?}"
+    );
+    assert_eq!(close, Some(1001), "closed with Going Away");
 
     let held: i64 = sqlx::query_scalar(
         "select count(*) from reconcile_work where lease_owner = 'worker-shutdown' and lease_expires_at > now()",

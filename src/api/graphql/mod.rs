@@ -16,9 +16,11 @@ mod types;
 use async_graphql::http::ALL_WEBSOCKET_PROTOCOLS;
 use async_graphql::{Context, Data, Result, Schema};
 use async_graphql_axum::{GraphQLProtocol, GraphQLRequest, GraphQLResponse, GraphQLWebSocket};
+use axum::extract::ws::{CloseFrame, Message};
 use axum::extract::{State, WebSocketUpgrade};
 use axum::http::{HeaderMap, Method, header};
 use axum::response::{IntoResponse, Response};
+use futures::{SinkExt, StreamExt};
 
 pub use graphiql::graphiql_asset;
 
@@ -189,10 +191,37 @@ pub async fn graphql_ws(
         .protocols(ALL_WEBSOCKET_PROTOCOLS)
         .on_upgrade(move |socket| {
             let schema = state.graphql.clone();
-            // At shutdown the subscriptions complete (their watches end), then the
-            // connection goes with the process.
+            // At shutdown the subscriptions complete (their watches end), the server stops
+            // reading, and the connection is closed with 1001 Going Away.
             let shutdown = state.changes.shutdown().clone();
-            let served = GraphQLWebSocket::new(socket, schema, protocol)
+            let sockets = state.changes.sockets().clone();
+            let (mut to_socket, from_socket) = socket.split();
+            let (to_client, mut outgoing) = futures::channel::mpsc::unbounded::<Message>();
+            let closing = {
+                let shutdown = shutdown.clone();
+                async move {
+                    shutdown.cancelled().await;
+                    // Long enough for the subscriptions' `complete` messages to go out.
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                }
+            };
+            let incoming = from_socket.take_until(Box::pin(closing));
+            let forward = async move {
+                while let Some(message) = outgoing.next().await {
+                    if to_socket.send(message).await.is_err() {
+                        return;
+                    }
+                }
+                if shutdown.is_cancelled() {
+                    let going_away = Message::Close(Some(CloseFrame {
+                        code: 1001,
+                        reason: "the server is shutting down".into(),
+                    }));
+                    let _ = to_socket.send(going_away).await;
+                }
+                let _ = to_socket.close().await;
+            };
+            let served = GraphQLWebSocket::new_with_pair(to_client, incoming, schema, protocol)
                 .on_connection_init(move |payload| async move {
                     // The payload's credential, else the upgrade request's header.
                     let credential = payload
@@ -220,15 +249,10 @@ pub async fn graphql_ws(
                     Ok(data)
                 })
                 .serve();
-            async move {
-                tokio::select! {
-                    () = served => {}
-                    () = async {
-                        shutdown.cancelled().await;
-                        // Long enough for the `complete` messages to go out.
-                        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                    } => {}
-                }
-            }
+            sockets.track_future(async move {
+                // `served` ends when the client goes or at shutdown; dropping its sender
+                // then ends `forward`, which closes the socket.
+                tokio::join!(served, forward);
+            })
         })
 }
