@@ -670,6 +670,100 @@ async fn a_cluster_outage_is_reported_and_then_converges(pool: PgPool) {
     );
 }
 
+/// `modelplane serve --role all` as a separate process against `emulator`, on a free port,
+/// with a bootstrap token; ready when returned. `env` adds or overrides settings.
+struct ServeProcess {
+    child: std::process::Child,
+    /// `http://127.0.0.1:<port>`.
+    base: String,
+    port: u16,
+    /// Sends the bootstrap token.
+    client: reqwest::Client,
+    _dir: TempDir,
+}
+
+const SERVE_TOKEN: &str = "mpt_serve-process-bootstrap-token-0123456789abcdef";
+
+impl ServeProcess {
+    async fn start(pool: &PgPool, emulator: &RunningEmulator, env: &[(&str, &str)]) -> Self {
+        let dir = TempDir(
+            std::env::temp_dir().join(format!("modelplane-serve-{}", uuid::Uuid::now_v7())),
+        );
+        std::fs::create_dir_all(&dir.0).unwrap();
+        let kubeconfig = dir.0.join("kubeconfig");
+        std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
+        let options = pool.connect_options();
+        let database_url = format!(
+            "postgres://{}@{}:{}/{}",
+            options.get_username(),
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap()
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_modelplane"));
+        command
+            .args([
+                "serve",
+                "--role",
+                "all",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .env("DATABASE_URL", &database_url)
+            .env("MODELPLANE_KUBECONFIG", &kubeconfig)
+            .env("MODELPLANE_INSTALLATION", "test")
+            .env("MODELPLANE_BOOTSTRAP_TOKEN", SERVE_TOKEN)
+            .env("MODELPLANE_LOG", "warn")
+            .stdout(std::process::Stdio::null());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let child = command.spawn().expect("the modelplane binary starts");
+        modelplane::install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .default_headers(
+                [(
+                    reqwest::header::AUTHORIZATION,
+                    format!("Bearer {SERVE_TOKEN}").parse().unwrap(),
+                )]
+                .into_iter()
+                .collect(),
+            )
+            .build()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        wait_for("the process ready", Duration::from_secs(30), || async {
+            client
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await;
+        Self {
+            child,
+            base,
+            port,
+            client,
+            _dir: dir,
+        }
+    }
+
+    /// Sends SIGTERM.
+    fn terminate(&self) {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
 /// Starts `modelplane serve --role worker` as a separate process.
 fn spawn_worker(id: &str, database_url: &str, kubeconfig: &std::path::Path) -> std::process::Child {
     std::process::Command::new(env!("CARGO_BIN_EXE_modelplane"))

@@ -10,17 +10,7 @@ use modelplane_emulator::Emulator;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use super::{TempDir, sim_spec, wait_for};
-
-const TOKEN: &str = "mpt_shutdown-test-bootstrap-token-0123456789abcdef";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use super::{SERVE_TOKEN, ServeProcess, sim_spec, wait_for};
 
 #[sqlx::test]
 async fn sigterm_drains_requests_ends_watches_and_releases_leases(pool: PgPool) {
@@ -30,62 +20,19 @@ async fn sigterm_drains_requests_ends_watches_and_releases_leases(pool: PgPool) 
         .start()
         .await
         .unwrap();
-    let dir =
-        TempDir(std::env::temp_dir().join(format!("modelplane-shutdown-{}", uuid::Uuid::now_v7())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let kubeconfig = dir.0.join("kubeconfig");
-    std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
-    let options = pool.connect_options();
-    let database_url = format!(
-        "postgres://{}@{}:{}/{}",
-        options.get_username(),
-        options.get_host(),
-        options.get_port(),
-        options.get_database().unwrap()
-    );
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_modelplane"))
-        .args([
-            "serve",
-            "--role",
-            "all",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("DATABASE_URL", &database_url)
-        .env("MODELPLANE_KUBECONFIG", &kubeconfig)
-        .env("MODELPLANE_WORKER_ID", "worker-shutdown")
-        .env("MODELPLANE_INSTALLATION", "test")
-        .env("MODELPLANE_BOOTSTRAP_TOKEN", TOKEN)
-        .env("MODELPLANE_SHUTDOWN_DRAIN_SECS", "2")
-        .env("MODELPLANE_SHUTDOWN_TIMEOUT_SECS", "10")
-        .env("MODELPLANE_RATE_LIMIT_PER_MINUTE", "1000000")
-        .env("MODELPLANE_RATE_LIMIT_BURST", "1000000")
-        .env("MODELPLANE_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("the modelplane binary starts");
-    modelplane::install_crypto_provider();
-    let client = reqwest::Client::builder()
-        .default_headers(
-            [(
-                reqwest::header::AUTHORIZATION,
-                format!("Bearer {TOKEN}").parse().unwrap(),
-            )]
-            .into_iter()
-            .collect(),
-        )
-        .build()
-        .unwrap();
-    wait_for("the process ready", Duration::from_secs(30), || async {
-        client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
+    let serve = ServeProcess::start(
+        &pool,
+        &emulator,
+        &[
+            ("MODELPLANE_WORKER_ID", "worker-shutdown"),
+            ("MODELPLANE_SHUTDOWN_DRAIN_SECS", "2"),
+            ("MODELPLANE_SHUTDOWN_TIMEOUT_SECS", "10"),
+            ("MODELPLANE_RATE_LIMIT_PER_MINUTE", "1000000"),
+            ("MODELPLANE_RATE_LIMIT_BURST", "1000000"),
+        ],
+    )
     .await;
+    let (client, base, port) = (serve.client.clone(), serve.base.clone(), serve.port);
     let created = client
         .post(format!("{base}/api/v1/projects"))
         .json(&json!({"name": "team-a"}))
@@ -138,7 +85,7 @@ async fn sigterm_drains_requests_ends_watches_and_releases_leases(pool: PgPool) 
     use tokio_tungstenite::tungstenite::Message as Ws;
     socket
         .send(Ws::text(
-            json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {TOKEN}")}})
+            json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {SERVE_TOKEN}")}})
                 .to_string(),
         ))
         .await
@@ -213,11 +160,7 @@ async fn sigterm_drains_requests_ends_watches_and_releases_leases(pool: PgPool) 
     .await;
 
     signalled.store(true, Ordering::Relaxed);
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    serve.terminate();
     // Readiness goes false first, while requests are still answered.
     let before = complete.load(Ordering::Relaxed);
     wait_for("readiness false", Duration::from_secs(5), || async {
@@ -235,6 +178,7 @@ async fn sigterm_drains_requests_ends_watches_and_releases_leases(pool: PgPool) 
     )
     .await;
 
+    let mut child = serve.child;
     let exited = tokio::task::spawn_blocking(move || child.wait().unwrap())
         .await
         .unwrap();

@@ -16,9 +16,7 @@ use prost::Message;
 use serde_json::json;
 use sqlx::PgPool;
 
-use super::{TempDir, sim_spec, wait_for};
-
-const TOKEN: &str = "mpt_traces-test-bootstrap-token-0123456789abcdef";
+use super::{ServeProcess, sim_spec, wait_for};
 
 #[derive(Debug, Clone)]
 struct Span {
@@ -72,66 +70,19 @@ async fn one_create_is_one_trace_from_the_request_to_the_kubernetes_calls(pool: 
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
     let emulator = Emulator::builder().nodes(1).start().await.unwrap();
-    let dir =
-        TempDir(std::env::temp_dir().join(format!("modelplane-traces-{}", uuid::Uuid::now_v7())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let kubeconfig = dir.0.join("kubeconfig");
-    std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
-    let options = pool.connect_options();
-    let database_url = format!(
-        "postgres://{}@{}:{}/{}",
-        options.get_username(),
-        options.get_host(),
-        options.get_port(),
-        options.get_database().unwrap()
-    );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_modelplane"))
-        .args([
-            "serve",
-            "--role",
-            "all",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("DATABASE_URL", &database_url)
-        .env("MODELPLANE_KUBECONFIG", &kubeconfig)
-        .env("MODELPLANE_INSTALLATION", "test")
-        .env("MODELPLANE_BOOTSTRAP_TOKEN", TOKEN)
-        .env("MODELPLANE_OTLP_ENDPOINT", &collector)
-        // The batch exporter's delay (OpenTelemetry's standard variable), short for a test.
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env("MODELPLANE_SHUTDOWN_DRAIN_SECS", "0")
-        .env("MODELPLANE_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("the modelplane binary starts");
-    modelplane::install_crypto_provider();
-    let client = reqwest::Client::builder()
-        .default_headers(
-            [(
-                reqwest::header::AUTHORIZATION,
-                format!("Bearer {TOKEN}").parse().unwrap(),
-            )]
-            .into_iter()
-            .collect(),
-        )
-        .build()
-        .unwrap();
-    wait_for("the process ready", Duration::from_secs(30), || async {
-        client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
+    let serve = ServeProcess::start(
+        &pool,
+        &emulator,
+        &[
+            ("MODELPLANE_OTLP_ENDPOINT", &collector),
+            // The batch exporter's delay (OpenTelemetry's standard variable), short for a test.
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("MODELPLANE_SHUTDOWN_DRAIN_SECS", "0"),
+            ("MODELPLANE_LOG", "info"),
+        ],
+    )
     .await;
+    let (client, base) = (&serve.client, &serve.base);
     let created = client
         .post(format!("{base}/api/v1/projects"))
         .json(&json!({"name": "team-a"}))
@@ -203,8 +154,7 @@ async fn one_create_is_one_trace_from_the_request_to_the_kubernetes_calls(pool: 
         "the reconcile continues the trace where the service queued it"
     );
 
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
+    serve.terminate();
+    let mut child = serve.child;
     let _ = tokio::task::spawn_blocking(move || child.wait()).await;
 }
