@@ -45,7 +45,13 @@ struct SeriesKey {
 pub struct Publisher {
     client: kube::Client,
     reporter: Reporter,
-    recorders: Mutex<HashMap<SeriesKey, (String, Instant, Recorder)>>,
+    recorders: Mutex<Recorders>,
+}
+
+/// The recorders of recent series, and when they were last pruned.
+struct Recorders {
+    by_key: HashMap<SeriesKey, (String, Instant, Recorder)>,
+    pruned: Instant,
 }
 
 impl Publisher {
@@ -56,7 +62,10 @@ impl Publisher {
                 controller: REPORTING_CONTROLLER.into(),
                 instance: Some(instance.into()),
             },
-            recorders: Mutex::default(),
+            recorders: Mutex::new(Recorders {
+                by_key: HashMap::new(),
+                pruned: Instant::now(),
+            }),
         }
     }
 
@@ -108,12 +117,25 @@ impl Publisher {
         let recorder = {
             let mut recorders = self.recorders.lock().expect("not poisoned");
             let now = Instant::now();
-            recorders.retain(|_, (_, used, _)| now.duration_since(*used) < SERIES_TTL);
-            let recorder = match recorders.get(&key) {
-                Some((last, _, recorder)) if last == note => recorder.clone(),
+            // Expired series go once a minute, not on every publish (thousands of records
+            // publish at once during a rollout).
+            if now.duration_since(recorders.pruned) >= Duration::from_secs(60) {
+                recorders
+                    .by_key
+                    .retain(|_, (_, used, _)| now.duration_since(*used) < SERIES_TTL);
+                recorders.pruned = now;
+            }
+            let recorder = match recorders.by_key.get(&key) {
+                Some((last, used, recorder))
+                    if last == note && now.duration_since(*used) < SERIES_TTL =>
+                {
+                    recorder.clone()
+                }
                 _ => Recorder::new(self.client.clone(), self.reporter.clone()),
             };
-            recorders.insert(key, (note.to_owned(), now, recorder.clone()));
+            recorders
+                .by_key
+                .insert(key, (note.to_owned(), now, recorder.clone()));
             recorder
         };
         let event = Event {

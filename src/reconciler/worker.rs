@@ -1222,14 +1222,27 @@ impl Worker {
         }
         if phase_changed {
             tracing::info!(deployment_id = %record.id, from = %record.status.phase, to = %status.phase, message = %status.message, "phase changed");
-            self.publish_phase(&status, &message, subjects).await;
+            self.publish_phase(record.status.phase, &status, &message, subjects)
+                .await;
         }
         Ok(())
     }
 
-    /// The Kubernetes Events of a phase change (see [`Worker::write_status`]).
-    async fn publish_phase(&self, status: &DeploymentStatus, message: &str, subjects: &Subjects) {
+    /// The Kubernetes Events of a phase change (see [`Worker::write_status`]): a `Warning`
+    /// when it turns Failed or Degraded, and a `Normal` one when it recovers from either.
+    /// An ordinary rollout (Pending → Deploying → Ready) is told by the Deployment
+    /// controller's own events and `Applied`: one event per change, not three.
+    async fn publish_phase(
+        &self,
+        from: Phase,
+        status: &DeploymentStatus,
+        message: &str,
+        subjects: &Subjects,
+    ) {
         if !matches!(status.phase, Phase::Failed | Phase::Degraded) {
+            if !matches!(from, Phase::Failed | Phase::Degraded) {
+                return;
+            }
             if let Some(regarding) = &subjects.deployment {
                 self.events
                     .normal(regarding, "PhaseChanged", "ReportStatus", message)
