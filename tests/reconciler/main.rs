@@ -1382,9 +1382,11 @@ async fn after_the_api_server_restarts_every_record_converges_at_once(pool: PgPo
         .delete("model-0", &DeleteParams::default())
         .await
         .unwrap();
+    // The Service watch may still be in kube-runtime's reconnect backoff (0.8 s doubling
+    // with each failure while the API server was down, capped at 30 s), so allow for it.
     wait_for(
         "the deleted Service restored",
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         || async { h.live("v1", "Service", "model-0").await.is_some() },
     )
     .await;
