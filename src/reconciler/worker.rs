@@ -251,6 +251,18 @@ impl Worker {
                         tracing::warn!(error = %err, "notification listener failed; reconnecting");
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
+                    // One claim answers every notification that has arrived: a burst of
+                    // enqueues (one per create, thousands during a large rollout, queued
+                    // while every slot was busy) must not cost a claim and a queue read
+                    // each, long after the work itself is done.
+                    let until = tokio::time::Instant::now() + Duration::from_millis(20);
+                    while tokio::time::Instant::now() < until {
+                        while listener.next_buffered().is_some() {}
+                        match tokio::time::timeout(Duration::from_millis(1), listener.try_recv()).await {
+                            Ok(Ok(Some(_))) => {}
+                            _ => break,
+                        }
+                    }
                 }
                 () = tokio::time::sleep(sleep.max(Duration::from_millis(50))) => {}
             }
