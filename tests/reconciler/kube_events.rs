@@ -265,17 +265,7 @@ async fn a_refused_route_is_a_warning_on_the_deployment_and_the_route(pool: PgPo
     h.app.create_project("team-a").await;
     create(&h, "qwen").await;
     h.wait_applied("qwen", 1).await;
-    sqlx::query(
-        "update model_deployment
-         set spec = jsonb_set(spec, '{routing}', '{\"pathPrefix\": \"/team-a/../admin\"}'),
-             generation = generation + 1
-         where name = 'qwen'",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    h.requeue("qwen").await;
-    let record = h.wait_applied("qwen", 2).await;
+    let record = h.store_a_route_kubernetes_refuses("qwen").await;
     assert_eq!(record["status"]["phase"], "Failed", "{record}");
     for kind in ["Deployment", "HTTPRoute"] {
         let warning = wait_for_warning(&h, kind, "qwen").await;

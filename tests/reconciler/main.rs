@@ -165,6 +165,24 @@ impl Harness {
             .unwrap()
     }
 
+    /// Stores a path prefix the API server refuses in an HTTPRoute (as a record stored before
+    /// modelplane validated prefixes as the Gateway API does) on applied record `name`, and
+    /// returns the record once generation 2 is reported.
+    async fn store_a_route_kubernetes_refuses(&self, name: &str) -> Value {
+        sqlx::query(
+            "update model_deployment
+             set spec = jsonb_set(spec, '{routing}', '{\"pathPrefix\": \"/team-a/../admin\"}'),
+                 generation = generation + 1
+             where name = $1",
+        )
+        .bind(name)
+        .execute(&self.app.pool)
+        .await
+        .unwrap();
+        self.requeue(name).await;
+        self.wait_applied(name, 2).await
+    }
+
     /// Queues deployment `name` for a reconcile, as a watch event or the resync would.
     async fn requeue(&self, name: &str) {
         let id = self.record_id(name).await;
@@ -1081,17 +1099,7 @@ async fn a_route_the_api_server_refuses_is_reported_with_its_message(pool: PgPoo
     h.app.create_project("team-a").await;
     create(&h, "qwen").await;
     h.wait_applied("qwen", 1).await;
-    sqlx::query(
-        "update model_deployment
-         set spec = jsonb_set(spec, '{routing}', '{\"pathPrefix\": \"/team-a/../admin\"}'),
-             generation = generation + 1
-         where name = 'qwen'",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    h.requeue("qwen").await;
-    let record = h.wait_applied("qwen", 2).await;
+    let record = h.store_a_route_kubernetes_refuses("qwen").await;
     assert_eq!(record["status"]["phase"], "Failed", "{record}");
     let message = record["status"]["message"].as_str().unwrap();
     assert!(
