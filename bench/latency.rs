@@ -77,6 +77,7 @@ async fn main() {
         access: Default::default(),
         limits: SpecLimits::default(),
         routing: Default::default(),
+        gpu_resource_name: "nvidia.com/gpu".into(),
     };
     let actor = Actor::system();
     create_project(
@@ -96,11 +97,18 @@ async fn main() {
     let create = |name: String| {
         let (ctx, actor, spec) = (ctx.clone(), actor.clone(), spec.clone());
         async move {
-            create_deployment(&ctx, &actor, "bench", CreateDeployment { name, spec }, None)
-                .await
-                .unwrap()
-                .deployment
-                .id
+            create_deployment(
+                &ctx,
+                &actor,
+                "bench",
+                CreateDeployment { name, spec },
+                None,
+                modelplane::service::capacity::WriteOptions::default(),
+            )
+            .await
+            .unwrap()
+            .deployment
+            .id
         }
     };
     let applied = |id: uuid::Uuid| {

@@ -19,6 +19,7 @@ use modelplane::api::{self, AppState};
 use modelplane::auth::Authenticator;
 use modelplane::config::HttpConfig;
 use modelplane::domain::{DeploymentSpec, SpecLimits};
+use modelplane::service::capacity::WriteOptions;
 use modelplane::service::deployments::{
     CreateDeployment, ScaleDeployment, create_deployment, scale_deployment,
 };
@@ -45,6 +46,7 @@ async fn main() {
         access: Default::default(),
         limits: SpecLimits::default(),
         routing: Default::default(),
+        gpu_resource_name: "nvidia.com/gpu".into(),
     };
     service::tokens::ensure_bootstrap_token(&ctx, TOKEN)
         .await
@@ -98,9 +100,16 @@ async fn main() {
     let create = |name: String| {
         let (ctx, actor, spec) = (ctx.clone(), actor.clone(), spec.clone());
         async move {
-            create_deployment(&ctx, &actor, "bench", CreateDeployment { name, spec }, None)
-                .await
-                .unwrap();
+            create_deployment(
+                &ctx,
+                &actor,
+                "bench",
+                CreateDeployment { name, spec },
+                None,
+                WriteOptions::default(),
+            )
+            .await
+            .unwrap();
         }
     };
     create("model-000".into()).await;
@@ -168,6 +177,7 @@ async fn main() {
                 replicas: 2 - generation % 2,
             },
             &Precondition::None,
+            WriteOptions::default(),
         )
         .await
         .unwrap();

@@ -79,6 +79,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
                 .filter(|h| !h.is_empty())
                 .collect(),
         },
+        gpu_resource_name: config.reconciler.gpu_resource_name.clone(),
     };
     if let Some(token) = &config.auth.bootstrap_token {
         if token.expose().len() < 32 {

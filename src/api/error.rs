@@ -26,9 +26,24 @@ pub struct Problem {
     /// The request id (also in the `x-request-id` header), to quote when reporting a problem.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
-    /// One entry per invalid field, for 400/422 responses.
+    /// One entry per invalid field, for 400/422 responses (and the field asking for more,
+    /// for a quota refusal).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
+    /// For `quota-exceeded`: the quota, its limit, what was in use and what the change asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaProblem>,
+}
+
+/// The numbers of a quota refusal.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaProblem {
+    /// `replicas`, or a GPU resource name with its product in parentheses.
+    pub name: String,
+    pub limit: i64,
+    pub used: i64,
+    pub requested: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +67,8 @@ pub enum ApiError {
         field: Option<&'static str>,
     },
     #[error("{0}")]
+    QuotaExceeded(crate::domain::QuotaExceeded),
+    #[error("{0}")]
     PreconditionFailed(String),
     #[error("the request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
@@ -72,6 +89,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::Forbidden(message) => Self::Forbidden(message),
             ServiceError::Conflict { message, field } => Self::Conflict { message, field },
             ServiceError::PreconditionFailed(message) => Self::PreconditionFailed(message),
+            ServiceError::QuotaExceeded(exceeded) => Self::QuotaExceeded(exceeded),
             ServiceError::IdempotencyKeyReused(_) => {
                 Self::Invalid(FieldErrors::single("Idempotency-Key", err.to_string()))
             }
@@ -113,6 +131,7 @@ impl ApiError {
             ),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             Self::Conflict { .. } => (StatusCode::CONFLICT, "conflict", "Conflict"),
+            Self::QuotaExceeded(_) => (StatusCode::CONFLICT, "quota-exceeded", "Quota exceeded"),
             Self::PreconditionFailed(_) => (
                 StatusCode::PRECONDITION_FAILED,
                 "precondition-failed",
@@ -155,6 +174,7 @@ impl IntoResponse for ApiError {
             )),
             _ => None,
         };
+        let mut quota = None;
         let (detail, errors) = match self {
             Self::Invalid(errors) => {
                 let detail = if errors.as_slice().len() == 1 {
@@ -180,6 +200,20 @@ impl IntoResponse for ApiError {
                     .unwrap_or_default();
                 (message, errors)
             }
+            Self::QuotaExceeded(exceeded) => {
+                let message = exceeded.to_string();
+                let errors = vec![FieldError {
+                    field: exceeded.field.to_owned(),
+                    message: message.clone(),
+                }];
+                quota = Some(QuotaProblem {
+                    name: exceeded.quota,
+                    limit: exceeded.limit,
+                    used: exceeded.used,
+                    requested: exceeded.requested,
+                });
+                (message, errors)
+            }
             Self::Internal(source) => {
                 tracing::error!(error = %source, error.debug = ?source, request_id = request_id.as_deref(), "internal error");
                 (
@@ -189,7 +223,15 @@ impl IntoResponse for ApiError {
             }
             other => (other.to_string(), Vec::new()),
         };
-        let mut response = problem_response(status, slug, title, detail, request_id, errors);
+        let mut response = send_problem(Problem {
+            type_: format!("urn:modelplane:problem:{slug}"),
+            title: title.to_owned(),
+            status: status.as_u16(),
+            detail,
+            request_id,
+            errors,
+            quota,
+        });
         if let Some((name, value)) = extra_header {
             response.headers_mut().insert(
                 name,
@@ -208,14 +250,19 @@ pub fn problem_response(
     request_id: Option<String>,
     errors: Vec<FieldError>,
 ) -> Response {
-    let problem = Problem {
+    send_problem(Problem {
         type_: format!("urn:modelplane:problem:{slug}"),
         title: title.to_owned(),
         status: status.as_u16(),
         detail,
         request_id,
         errors,
-    };
+        quota: None,
+    })
+}
+
+fn send_problem(problem: Problem) -> Response {
+    let status = StatusCode::from_u16(problem.status).expect("a problem carries a valid status");
     let mut response = (status, axum::Json(problem)).into_response();
     response
         .headers_mut()

@@ -14,7 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::rest::{access, canary, deployments, health, projects, watch};
+use super::rest::{access, canary, capacity, deployments, health, projects, watch};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -27,6 +27,7 @@ use super::rest::{access, canary, deployments, health, projects, watch};
         (name = "projects", description = "Tenants, each mapped to one Kubernetes namespace"),
         (name = "deployments", description = "Model deployments: the spec you ask for and the status the worker reports"),
         (name = "canary", description = "A second track of a deployment on a share of its traffic: start, weigh, promote, abort"),
+        (name = "capacity", description = "The cluster's GPUs, project quotas and GPU-hours"),
         (name = "access", description = "API tokens, role bindings for OIDC users and groups, audit logs"),
         (name = "health", description = "Liveness and readiness"),
     )
@@ -246,6 +247,13 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(access::delete_role_binding))
         .routes(routes!(access::list_project_audit))
         .routes(routes!(access::list_platform_audit))
+        .routes(routes!(capacity::get_capacity))
+        .routes(routes!(
+            capacity::get_quota,
+            capacity::set_quota,
+            capacity::delete_quota
+        ))
+        .routes(routes!(capacity::get_usage))
 }
 
 /// The OpenAPI document as pretty JSON with a trailing newline (the committed form).

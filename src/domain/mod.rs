@@ -5,6 +5,7 @@
 
 mod access;
 mod canary;
+mod capacity;
 mod errors;
 mod health;
 mod json;
@@ -21,6 +22,11 @@ pub use access::{Role, SubjectKind, TokenRole};
 pub use canary::{
     CANARY_SUFFIX, Canary, CanaryHeader, CanaryStatus, DEFAULT_CANARY_HEADER, MAX_CANARY_WEIGHT,
     canary_object_name, check_canary_weight, check_not_canary_name,
+};
+pub use capacity::{
+    CapacityReport, DailyUsage, Demand, DeploymentUsage, Fit, GpuCapacity, GpuNode, GpuQuota,
+    GpuQuotaUse, GpuRequested, GpuShape, ProjectQuota, QuotaExceeded, QuotaSpec, QuotaUse,
+    TrackDemand, UnavailableNode, UsageReport, check_quota, fit, gpu_quota_name,
 };
 pub use errors::{FieldError, FieldErrors, from_json_value};
 pub use health::{CheckResult, ReadinessCheck};
@@ -44,6 +50,6 @@ pub use spec::{
     EnvVar, GpuSpec, InferencePoolSpec, ModelSource, ModelSpec, PodDefaults, PoolFallback,
     ProbeSpec, RUN_AS_USER, ResourceSpec, RolloutSpec, RoutingMode, RoutingSpec, SchedulingSpec,
     ScorerWeights, SecretKeyRef, SecurityProfile, SecuritySpec, ShutdownSpec, SpecLimits,
-    StorageSpec, Toleration, parse_gateway_ref,
+    StorageSpec, Toleration, check_extended_resource_name, parse_gateway_ref,
 };
 pub use status::{Condition, ConditionStatus, DeploymentStatus, Endpoints, Phase, ReplicaCounts};

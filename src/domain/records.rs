@@ -41,6 +41,10 @@ pub struct Deployment {
     pub canary: Option<Canary>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Only in the answer to a write: what the request was accepted despite, e.g. that not
+    /// every replica fits on the GPUs free now (also sent as `Warning` headers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Deployment {

@@ -288,6 +288,22 @@ pub struct SchedulingSpec {
     pub priority_class_name: Option<String>,
 }
 
+/// An extended resource name as Kubernetes takes one: domain-qualified, outside
+/// `kubernetes.io` (e.g. `nvidia.com/gpu`).
+pub fn check_extended_resource_name(name: &str) -> Result<(), String> {
+    let qualified = name.contains('/') && validate_label_key(name).is_ok();
+    let reserved_domain = name
+        .split_once('/')
+        .is_some_and(|(d, _)| d == "kubernetes.io" || d.ends_with(".kubernetes.io"));
+    if qualified && !reserved_domain {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not an extended resource name (e.g. `nvidia.com/gpu`, `amd.com/gpu`)"
+        ))
+    }
+}
+
 /// A Kubernetes toleration, with the same rules as the API server's.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -814,16 +830,10 @@ impl DeploymentSpec {
                 }
             }
             if let Some(name) = &gpu.resource_name {
-                let qualified = name.contains('/') && validate_label_key(name).is_ok();
-                let reserved_domain = name
-                    .split_once('/')
-                    .is_some_and(|(d, _)| d == "kubernetes.io" || d.ends_with(".kubernetes.io"));
-                if !qualified || reserved_domain {
-                    errors.push(
-                        "spec.resources.gpu.resourceName",
-                        format!("`{name}` is not an extended resource name (e.g. `nvidia.com/gpu`, `amd.com/gpu`)"),
-                    );
-                }
+                errors.check(
+                    "spec.resources.gpu.resourceName",
+                    check_extended_resource_name(name),
+                );
             }
             if let Some(product) = &gpu.product {
                 if product.is_empty() {

@@ -1063,6 +1063,7 @@ mod tests {
             canary: None,
             created_at: Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap(),
             updated_at: Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap(),
+            warnings: Vec::new(),
         };
         Rec { record, serving }
     }

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod desired;
 pub mod health;
 pub mod inference_pool;
+pub mod inventory;
 pub mod kube_events;
 pub mod seen;
 pub mod status;

@@ -1153,6 +1153,7 @@ mod tests {
             canary: None,
             created_at: now(),
             updated_at: now(),
+            warnings: Vec::new(),
         };
         Rec { record, serving }
     }

@@ -36,15 +36,19 @@ use super::status::{
     with_canary,
 };
 use crate::domain::{
-    Condition, ConditionStatus, Deployment, DeploymentStatus, EventKind, Phase, canary_object_name,
+    Condition, ConditionStatus, Deployment, DeploymentStatus, EventKind, GpuShape, Phase,
+    canary_object_name,
 };
 use crate::store;
 use crate::store::deployments::ReconcileTarget;
 use crate::store::events::{NewEvent, Note};
+use crate::store::usage::Held;
 use crate::store::work_queue::{Claim, NOTIFY_CHANNEL};
 
 /// The actor of the worker's timeline entries.
 const WORKER_ACTOR: &str = "worker";
+/// The `track` of a deployment's own pods in `gpu_usage` (its canary's is [`TRACK_CANARY`]).
+const TRACK_STABLE: &str = "stable";
 
 /// How the worker runs.
 #[derive(Debug, Clone)]
@@ -165,6 +169,17 @@ impl Worker {
         tokio::spawn(self.clone().resync_loop(shutdown.clone()));
         tokio::spawn(self.clone().requeue_loop(shutdown.clone()));
         tokio::spawn(self.clone().probe_cluster(shutdown.clone()));
+        let inventory = super::inventory::Inventory::new(
+            self.pool.clone(),
+            self.cluster.client.clone(),
+            super::inventory::InventoryConfig {
+                worker_id: self.config.worker_id.clone(),
+                installation: self.config.build.installation.clone(),
+                default_gpu_resource: self.config.build.engines.gpu_resource_name.clone(),
+                product_label: self.config.build.gpu_product_label.clone(),
+            },
+        );
+        tokio::spawn(inventory.run(shutdown.clone()));
 
         // Each claimed record runs in its own task holding one of `concurrency` slots, and
         // new work is claimed as soon as a slot frees: a slow or failing record never holds
@@ -1232,12 +1247,41 @@ impl Worker {
             // The spec changed meanwhile; its own reconcile reports the new generation.
             return Ok(());
         }
+        let held = self.gpus_held(record, &status);
+        if held != self.gpus_held(record, &record.status) {
+            store::usage::record_held(&self.pool, record.id, &record.name, &held).await?;
+        }
         if phase_changed {
             tracing::info!(deployment_id = %record.id, from = %record.status.phase, to = %status.phase, message = %status.message, "phase changed");
             self.publish_phase(record.status.phase, &status, &message, subjects)
                 .await;
         }
         Ok(())
+    }
+
+    /// The GPUs the record's ready pods hold, per track, by the status given (for the
+    /// GPU-hours of `gpu_usage`).
+    fn gpus_held(&self, record: &Deployment, status: &DeploymentStatus) -> Vec<Held> {
+        let default = &self.config.build.engines.gpu_resource_name;
+        let canary = record.canary.as_ref().zip(status.canary.as_ref());
+        [
+            Some((TRACK_STABLE, &record.spec, status.replicas.ready)),
+            canary.map(|(c, s)| (TRACK_CANARY, &c.spec, s.replicas.ready)),
+        ]
+        .into_iter()
+        .flatten()
+        .filter_map(|(track, spec, ready)| {
+            let serving = spec.serving(&record.name).ok()?;
+            let shape = GpuShape::of(&serving, default)?;
+            Some(Held {
+                track,
+                resource_name: shape.resource_name,
+                product: shape.product,
+                gpus: ready * shape.per_replica,
+            })
+        })
+        .filter(|h| h.gpus > 0)
+        .collect()
     }
 
     /// The Kubernetes Events of a phase change (see [`Worker::write_status`]): a `Warning`
@@ -1345,6 +1389,8 @@ impl Worker {
             "every Kubernetes object removed; record deleted",
         )
         .await;
+        // Its pods are gone: whatever GPU time was still open ends now.
+        store::usage::record_held(&self.pool, id, &target.row.name, &[]).await?;
         store::deployments::delete_deployment_record(&self.pool, id).await?;
         tracing::info!(deployment_id = %id, "deployment deleted");
         Ok(Outcome::Done)

@@ -13,6 +13,7 @@ use tracing::instrument;
 use utoipa::ToSchema;
 
 use super::access::authorize;
+use super::capacity::{self, WriteOptions};
 use super::deployments::{ReplaceDeployment, lock_for_change, record_event, route_claim};
 use super::diff::changed_paths;
 use super::{Actor, Context, Precondition, ServiceError};
@@ -64,6 +65,7 @@ pub async fn start_canary(
     name: &str,
     request: StartCanary,
     precondition: &Precondition,
+    options: WriteOptions,
 ) -> Result<Deployment, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Editor).await?;
     let mut tx = ctx.pool.begin().await?;
@@ -168,6 +170,14 @@ pub async fn start_canary(
         started_by: actor.name().to_owned(),
         started_at: Utc::now(),
     };
+    // The canary's pods count against the quota and need GPUs of their own.
+    let change = capacity::Change {
+        project_id: project.id,
+        before: &capacity::tracks_of(ctx, &row.name, &row.spec.0, None),
+        after: &capacity::tracks_of(ctx, &row.name, &row.spec.0, Some(&canary.spec)),
+        status: Some(&row.status.0),
+    };
+    let warnings = capacity::admit(ctx, &mut tx, change, options).await?;
     let updated = store::deployments::set_canary(&mut *tx, row.id, Some(&canary)).await?;
     let source = match request.revision {
         Some(revision) => format!("revision {revision}"),
@@ -178,8 +188,14 @@ pub async fn start_canary(
         "canary started from {source} at weight {}% (and every request with `{}: {}`)",
         canary.weight, canary.header.name, canary.header.value
     );
+    let mut record = updated.clone().into_record(&project.name);
+    record.warnings = warnings;
+    if options.dry_run {
+        tx.rollback().await?;
+        return Ok(record);
+    }
     finish(tx, &updated, EventKind::CanaryStarted, &message, actor).await?;
-    Ok(updated.into_record(&project.name))
+    Ok(record)
 }
 
 #[instrument(skip(ctx, actor, request, precondition))]
@@ -281,6 +297,13 @@ pub async fn promote_canary(
     let old = serde_json::to_value(&row.spec.0).expect("spec serialises");
     let new = serde_json::to_value(&spec).expect("spec serialises");
     let changes = changed_paths(&old, &new, 3).join(", ");
+    let change = capacity::Change {
+        project_id: project.id,
+        before: &capacity::tracks_of(ctx, &row.name, &row.spec.0, Some(&canary.spec)),
+        after: &capacity::tracks_of(ctx, &row.name, &spec, Some(&canary.spec)),
+        status: Some(&row.status.0),
+    };
+    let warnings = capacity::admit(ctx, &mut tx, change, WriteOptions::default()).await?;
     canary.promoting = true;
     store::deployments::set_canary(&mut *tx, row.id, Some(&canary)).await?;
     let route = route_claim(ctx, &project, &row.name, &spec);
@@ -305,7 +328,9 @@ pub async fn promote_canary(
         }
     );
     finish(tx, &updated, EventKind::CanaryPromoted, &message, actor).await?;
-    Ok(updated.into_record(&project.name))
+    let mut record = updated.into_record(&project.name);
+    record.warnings = warnings;
+    Ok(record)
 }
 
 /// Forgets the canary: the route sends everything to the stable track again, and the

@@ -12,6 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::access::{Authorized, authorize};
+use super::capacity::{self, WriteOptions};
 use super::diff::changed_paths;
 use super::projects::parse_uuid_cursor;
 use super::{Actor, Context, Page, Precondition, ServiceError, cursor, page_size};
@@ -106,6 +107,7 @@ pub async fn create_deployment(
     project: &str,
     request: CreateDeployment,
     idempotency_key: Option<&str>,
+    options: WriteOptions,
 ) -> Result<Created, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Editor).await?;
     let request_hash = hash_request(&request);
@@ -126,6 +128,8 @@ pub async fn create_deployment(
     let spec = &serving.spec;
 
     let mut tx = ctx.pool.begin().await?;
+    // A dry run writes nothing, so it neither claims nor replays a key.
+    let idempotency_key = idempotency_key.filter(|_| !options.dry_run);
     if let Some(key) = idempotency_key {
         let claimed = store::idempotency::claim_idempotency_key(
             &mut *tx,
@@ -139,6 +143,15 @@ pub async fn create_deployment(
             return replay(&mut tx, &project, actor, key, &request_hash).await;
         }
     }
+
+    let tracks = capacity::tracks_of(ctx, name.as_str(), spec, None);
+    let change = capacity::Change {
+        project_id: project.id,
+        before: &[],
+        after: &tracks,
+        status: None,
+    };
+    let warnings = capacity::admit(ctx, &mut tx, change, options).await?;
 
     let id = Uuid::now_v7();
     let route = route_claim(ctx, &project, name.as_str(), spec);
@@ -183,7 +196,15 @@ pub async fn create_deployment(
     )?;
     let row = inserted.row;
 
-    let deployment = row.into_record(&project.name);
+    let mut deployment = row.into_record(&project.name);
+    deployment.warnings = warnings;
+    if options.dry_run {
+        tx.rollback().await?;
+        return Ok(Created {
+            deployment,
+            replayed: false,
+        });
+    }
     if let Some(key) = idempotency_key {
         let body = serde_json::to_value(&deployment).expect("a deployment serialises");
         store::idempotency::save_idempotent_response(
@@ -480,6 +501,7 @@ pub async fn patch_deployment(
     name: &str,
     patch: serde_json::Value,
     precondition: &Precondition,
+    options: WriteOptions,
 ) -> Result<Deployment, ServiceError> {
     if !patch.is_object() {
         return Err(FieldErrors::single("", "a merge patch must be a JSON object").into());
@@ -491,6 +513,7 @@ pub async fn patch_deployment(
         name,
         precondition,
         SpecChange::MergePatch(patch),
+        options,
     )
     .await
 }
@@ -502,6 +525,7 @@ pub async fn replace_deployment(
     name: &str,
     request: ReplaceDeployment,
     precondition: &Precondition,
+    options: WriteOptions,
 ) -> Result<Deployment, ServiceError> {
     change_spec(
         ctx,
@@ -510,6 +534,7 @@ pub async fn replace_deployment(
         name,
         precondition,
         SpecChange::Replace(Box::new(request.spec)),
+        options,
     )
     .await
 }
@@ -521,6 +546,7 @@ pub async fn scale_deployment(
     name: &str,
     request: ScaleDeployment,
     precondition: &Precondition,
+    options: WriteOptions,
 ) -> Result<Deployment, ServiceError> {
     change_spec(
         ctx,
@@ -529,6 +555,7 @@ pub async fn scale_deployment(
         name,
         precondition,
         SpecChange::Scale(request.replicas),
+        options,
     )
     .await
 }
@@ -540,12 +567,13 @@ pub async fn rollback_deployment(
     name: &str,
     request: RollbackDeployment,
     precondition: &Precondition,
+    options: WriteOptions,
 ) -> Result<Deployment, ServiceError> {
     let change = SpecChange::Rollback {
         revision: request.revision,
         replicas: request.replicas,
     };
-    change_spec(ctx, actor, project, name, precondition, change).await
+    change_spec(ctx, actor, project, name, precondition, change, options).await
 }
 
 /// The one path every spec change takes.
@@ -557,6 +585,7 @@ async fn change_spec(
     name: &str,
     precondition: &Precondition,
     change: SpecChange,
+    options: WriteOptions,
 ) -> Result<Deployment, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Editor).await?;
     let mut tx = ctx.pool.begin().await?;
@@ -574,6 +603,16 @@ async fn change_spec(
             "the deployment has a canary, which routes by weighted Service backends: promote or abort it first",
         ));
     }
+    let canary = row.canary.as_ref().map(|c| &c.0.spec);
+    let before = capacity::tracks_of(ctx, &row.name, &row.spec.0, canary);
+    let after = capacity::tracks_of(ctx, &row.name, &new_spec, canary);
+    let change = capacity::Change {
+        project_id: project.id,
+        before: &before,
+        after: &after,
+        status: Some(&row.status.0),
+    };
+    let warnings = capacity::admit(ctx, &mut tx, change, options).await?;
     let route = route_claim(ctx, &project, &row.name, &new_spec);
     // A route is checked when it moves; one that was accepted before stays accepted.
     if route != route_claim(ctx, &project, &row.name, &row.spec.0) {
@@ -601,9 +640,15 @@ async fn change_spec(
         crate::telemetry::current_traceparent().as_deref(),
     )
     .await?;
+    let mut record = updated.into_record(&project.name);
+    record.warnings = warnings;
+    if options.dry_run {
+        tx.rollback().await?;
+        return Ok(record);
+    }
     tx.commit().await?;
-    tracing::info!(deployment_id = %updated.id, generation = updated.generation, %reason, "spec changed");
-    Ok(updated.into_record(&project.name))
+    tracing::info!(deployment_id = %record.id, generation = record.generation, %reason, "spec changed");
+    Ok(record)
 }
 
 /// The new spec, the revision's reason and the timeline event's kind.

@@ -5,6 +5,7 @@ pub mod access;
 pub mod access_cache;
 pub mod audit;
 pub mod canary;
+pub mod capacity;
 pub mod chat;
 mod cursor;
 pub mod deployments;
@@ -17,7 +18,7 @@ pub mod tokens;
 
 use sqlx::PgPool;
 
-use crate::domain::{FieldErrors, SpecLimits};
+use crate::domain::{FieldErrors, QuotaExceeded, SpecLimits};
 
 pub use access::{Actor, Identity};
 pub use cursor::Page;
@@ -30,6 +31,8 @@ pub struct Context {
     pub access: access_cache::AccessCache,
     pub limits: SpecLimits,
     pub routing: RoutingPolicy,
+    /// The GPU resource name of specs that name none (for quotas and the fit check).
+    pub gpu_resource_name: String,
 }
 
 /// How routes on shared Gateways are kept apart (see `domain::routing`).
@@ -58,6 +61,9 @@ pub enum ServiceError {
         message: String,
         field: Option<&'static str>,
     },
+    /// The change would take the project past its quota.
+    #[error("{0}")]
+    QuotaExceeded(QuotaExceeded),
     /// `If-Match` did not match the current entity tag.
     #[error("{0}")]
     PreconditionFailed(String),

@@ -42,6 +42,7 @@ impl DeploymentRow {
             canary: self.canary.map(|c| c.0),
             created_at: self.created_at,
             updated_at: self.updated_at,
+            warnings: Vec::new(),
         }
     }
 }
@@ -233,7 +234,8 @@ pub async fn specs_of_project(
 ) -> Result<Vec<ProjectSpec>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"select name, spec as "spec: Json<DeploymentSpec>", status as "status: Json<DeploymentStatus>",
-                  canary as "canary: Json<Canary>"
+                  canary as "canary: Json<Canary>",
+                  deletion_requested_at is not null as "deleting!"
            from model_deployment where project_id = $1"#,
         project_id
     )
@@ -246,6 +248,7 @@ pub async fn specs_of_project(
             spec: r.spec.0,
             status: r.status.0,
             canary: r.canary.map(|c| c.0),
+            deleting: r.deleting,
         })
         .collect())
 }
@@ -256,6 +259,8 @@ pub struct ProjectSpec {
     pub spec: DeploymentSpec,
     pub status: DeploymentStatus,
     pub canary: Option<Canary>,
+    /// Its deletion was asked for.
+    pub deleting: bool,
 }
 
 /// Like [`find_deployment`], but locks the row until the transaction ends, so

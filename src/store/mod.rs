@@ -4,15 +4,18 @@
 //! what runs atomically.
 
 pub mod audit;
+pub mod capacity;
 pub mod changes;
 pub mod deployments;
 pub mod events;
 pub mod idempotency;
 pub mod projects;
+pub mod quota;
 pub mod revisions;
 pub mod role_bindings;
 pub mod text;
 pub mod tokens;
+pub mod usage;
 pub mod work_queue;
 
 use std::time::Duration;

@@ -102,6 +102,7 @@ impl TestApp {
                 default_gateway: Some("gateway-system/inference".into()),
                 reserved_hostnames: vec!["gateway.example.com".into()],
             },
+            gpu_resource_name: "nvidia.com/gpu".into(),
         };
         service::tokens::ensure_bootstrap_token(&ctx, ADMIN_TOKEN)
             .await

@@ -16,6 +16,7 @@ pub fn code(err: &ApiError) -> &'static str {
         ApiError::RateLimited(_) => "RATE_LIMITED",
         ApiError::NotFound(_) => "NOT_FOUND",
         ApiError::Conflict { .. } => "CONFLICT",
+        ApiError::QuotaExceeded(_) => "QUOTA_EXCEEDED",
         ApiError::PreconditionFailed(_) => "PRECONDITION_FAILED",
         ApiError::PayloadTooLarge(_) | ApiError::UnsupportedMediaType(_) => "INVALID_INPUT",
         ApiError::BadGateway(_) => "BAD_GATEWAY",
@@ -31,6 +32,9 @@ pub fn api_error(err: ApiError) -> Error {
             field: Some(field),
             message,
         } => Some(FieldErrors::single(*field, message.clone()).into_vec()),
+        ApiError::QuotaExceeded(exceeded) => {
+            Some(FieldErrors::single(exceeded.field, exceeded.to_string()).into_vec())
+        }
         _ => None,
     };
     let message = match &err {
@@ -60,6 +64,12 @@ pub fn api_error(err: ApiError) -> Error {
                 })
                 .collect();
             e.set("errors", list);
+        }
+        if let ApiError::QuotaExceeded(exceeded) = &err {
+            e.set("quota", exceeded.quota.clone());
+            e.set("limit", exceeded.limit);
+            e.set("used", exceeded.used);
+            e.set("requested", exceeded.requested);
         }
         if let Some(id) = crate::api::middleware::current_request_id() {
             e.set("requestId", id);

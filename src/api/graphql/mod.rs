@@ -5,6 +5,7 @@
 //! `graphql-transport-ws` runs subscriptions, authenticated by the upgrade's
 //! `Authorization` header or the `connection_init` payload's `Authorization`.
 
+mod capacity;
 mod errors;
 mod graphiql;
 mod loaders;

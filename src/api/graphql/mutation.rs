@@ -3,7 +3,7 @@
 //! `expectedGeneration` plays `If-Match`: the change is refused (`PRECONDITION_FAILED`) unless
 //! the spec is still at that generation. Input errors name the same field paths as REST.
 
-use async_graphql::{Context, Json, Object, Result};
+use async_graphql::{Context, InputObject, Json, Object, Result};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -13,6 +13,7 @@ use super::types::{DeploymentNode, Project, Role, authorized};
 use crate::domain::CanaryHeader;
 use crate::domain::from_json_value;
 use crate::service::canary::{self, StartCanary, UpdateCanary};
+use crate::service::capacity::WriteOptions;
 use crate::service::deployments::{
     self as deployments, CreateDeployment, ReplaceDeployment, RollbackDeployment, ScaleDeployment,
 };
@@ -21,6 +22,25 @@ use crate::service::{Actor, Precondition};
 use crate::service::{role_bindings, tokens};
 
 pub struct Mutation;
+
+/// How a change is carried out (REST's `dryRun` and `force` query parameters).
+#[derive(Debug, Clone, Copy, Default, InputObject)]
+pub struct WriteOptionsInput {
+    /// Check everything (validation, quota, fit) and answer as if written; write nothing.
+    #[graphql(default)]
+    pub dry_run: bool,
+    /// Accept replicas that ask for more GPUs than any node has.
+    #[graphql(default)]
+    pub force: bool,
+}
+
+fn write_options(options: Option<WriteOptionsInput>) -> WriteOptions {
+    let options = options.unwrap_or_default();
+    WriteOptions {
+        dry_run: options.dry_run,
+        force: options.force,
+    }
+}
 
 fn precondition(expected_generation: Option<i64>) -> Precondition {
     expected_generation.map_or(Precondition::None, Precondition::Generation)
@@ -49,6 +69,7 @@ impl Mutation {
         name: String,
         spec: Json<Value>,
         idempotency_key: Option<String>,
+        options: Option<WriteOptionsInput>,
     ) -> Result<DeploymentNode> {
         let (state, actor) = caller(ctx)?;
         let request: CreateDeployment =
@@ -59,6 +80,7 @@ impl Mutation {
             &project,
             request,
             idempotency_key.as_deref(),
+            write_options(options),
         )
         .await
         .map_err(service_error)?;
@@ -73,6 +95,7 @@ impl Mutation {
         name: String,
         patch: Json<Value>,
         expected_generation: Option<i64>,
+        options: Option<WriteOptionsInput>,
     ) -> Result<DeploymentNode> {
         let (state, actor) = caller(ctx)?;
         let deployment = deployments::patch_deployment(
@@ -82,6 +105,7 @@ impl Mutation {
             &name,
             json!({"spec": patch.0}),
             &precondition(expected_generation),
+            write_options(options),
         )
         .await
         .map_err(service_error)?;
@@ -96,6 +120,7 @@ impl Mutation {
         name: String,
         spec: Json<Value>,
         expected_generation: Option<i64>,
+        options: Option<WriteOptionsInput>,
     ) -> Result<DeploymentNode> {
         let (state, actor) = caller(ctx)?;
         let request: ReplaceDeployment =
@@ -107,6 +132,7 @@ impl Mutation {
             &name,
             request,
             &precondition(expected_generation),
+            write_options(options),
         )
         .await
         .map_err(service_error)?;
@@ -120,6 +146,7 @@ impl Mutation {
         name: String,
         replicas: i64,
         expected_generation: Option<i64>,
+        options: Option<WriteOptionsInput>,
     ) -> Result<DeploymentNode> {
         let (state, actor) = caller(ctx)?;
         let deployment = deployments::scale_deployment(
@@ -129,6 +156,7 @@ impl Mutation {
             &name,
             ScaleDeployment { replicas },
             &precondition(expected_generation),
+            write_options(options),
         )
         .await
         .map_err(service_error)?;
@@ -165,6 +193,7 @@ impl Mutation {
         revision: i64,
         replicas: Option<i64>,
         expected_generation: Option<i64>,
+        options: Option<WriteOptionsInput>,
     ) -> Result<DeploymentNode> {
         let (state, actor) = caller(ctx)?;
         let deployment = deployments::rollback_deployment(
@@ -174,6 +203,7 @@ impl Mutation {
             &name,
             RollbackDeployment { revision, replicas },
             &precondition(expected_generation),
+            write_options(options),
         )
         .await
         .map_err(service_error)?;
@@ -197,6 +227,7 @@ impl Mutation {
         header_name: Option<String>,
         header_value: Option<String>,
         expected_generation: Option<i64>,
+        options: Option<WriteOptionsInput>,
     ) -> Result<DeploymentNode> {
         let (state, actor) = caller(ctx)?;
         let request = StartCanary {
@@ -213,6 +244,7 @@ impl Mutation {
             &name,
             request,
             &precondition(expected_generation),
+            write_options(options),
         )
         .await
         .map_err(service_error)?;
@@ -338,6 +370,29 @@ impl Mutation {
             .await
             .map_err(service_error)?;
         Ok(name)
+    }
+
+    /// Sets (replaces) a project's quota (platform admins).
+    async fn set_quota(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        quota: super::capacity::QuotaInput,
+    ) -> Result<super::capacity::ProjectQuota> {
+        let (state, actor) = caller(ctx)?;
+        let quota = crate::service::capacity::set_quota(&state.ctx, actor, &project, quota.into())
+            .await
+            .map_err(service_error)?;
+        Ok(quota.into())
+    }
+
+    /// Removes a project's quota (platform admins). Returns the project's name.
+    async fn delete_quota(&self, ctx: &Context<'_>, project: String) -> Result<String> {
+        let (state, actor) = caller(ctx)?;
+        crate::service::capacity::delete_quota(&state.ctx, actor, &project)
+            .await
+            .map_err(service_error)?;
+        Ok(project)
     }
 
     /// Creates a project token (project admins). The secret is in the answer, once.

@@ -165,6 +165,15 @@ impl Query {
         phase_counts(ctx, &project).await
     }
 
+    /// The cluster's GPUs per resource name and product, as the worker last reported them.
+    async fn capacity(&self, ctx: &Context<'_>) -> Result<super::capacity::Capacity> {
+        let (state, actor) = state(ctx)?;
+        let report = service::capacity::get_capacity(&state.ctx, actor)
+            .await
+            .map_err(service_error)?;
+        Ok(report.into())
+    }
+
     /// GPUs the project's deployments ask for, and hold in ready pods.
     async fn gpus(&self, ctx: &Context<'_>, project: String) -> Result<GpuUsage> {
         let (state, _) = state(ctx)?;

@@ -210,6 +210,26 @@ impl Project {
         let project = authorized(ctx, &self.name).await?;
         phase_counts(ctx, &project).await
     }
+
+    /// The project's quota next to what its specs ask for.
+    async fn quota(&self, ctx: &Context<'_>) -> Result<super::capacity::ProjectQuota> {
+        let (state, actor) = super::state(ctx)?;
+        let quota = crate::service::capacity::get_quota(&state.ctx, actor, &self.name)
+            .await
+            .map_err(super::errors::service_error)?;
+        Ok(quota.into())
+    }
+
+    /// GPU-hours of the project's ready replicas over the last `days` days (project
+    /// admins).
+    async fn usage(&self, ctx: &Context<'_>, days: Option<i64>) -> Result<super::capacity::Usage> {
+        let (state, actor) = super::state(ctx)?;
+        let query = crate::service::capacity::UsageQuery { days };
+        let usage = crate::service::capacity::get_usage(&state.ctx, actor, &self.name, &query)
+            .await
+            .map_err(super::errors::service_error)?;
+        Ok(usage.into())
+    }
 }
 
 impl From<domain::Project> for Project {
@@ -349,6 +369,12 @@ impl DeploymentNode {
     }
     async fn updated_at(&self) -> DateTime<Utc> {
         self.deployment.updated_at
+    }
+
+    /// Only in the answer to a change: what it was accepted despite (e.g. replicas that
+    /// do not fit on the GPUs free now).
+    async fn warnings(&self) -> &[String] {
+        &self.deployment.warnings
     }
     /// The Kubernetes objects modelplane keeps for it (each named after the deployment).
     async fn objects(&self, ctx: &Context<'_>) -> Result<Vec<OwnedObject>> {

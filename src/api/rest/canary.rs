@@ -8,10 +8,11 @@ use super::deployments::deployment_response;
 use super::responses::{BeingDeleted, DeploymentPath, ETagMismatch, IfMatchHeader};
 use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
-use crate::api::extract::{IfMatch, JsonBody};
+use crate::api::extract::{IfMatch, JsonBody, Query};
 use crate::domain::Deployment;
 use crate::service::Actor;
 use crate::service::canary::{self as service, StartCanary, UpdateCanary};
+use crate::service::capacity::WriteOptions;
 
 /// Start a canary: a second track running another spec on a share of the traffic.
 ///
@@ -21,12 +22,13 @@ use crate::service::canary::{self as service, StartCanary, UpdateCanary};
 /// keeps them). Its spec is a merge patch of the deployment's spec, or a revision's; it
 /// serves the same model name on the same route. `status.canary` reports the track.
 #[utoipa::path(post, path = "/api/v1/projects/{project}/deployments/{name}/canary", tag = "canary",
-    params(DeploymentPath, IfMatchHeader),
+    params(DeploymentPath, IfMatchHeader, WriteOptions),
     request_body = StartCanary,
     responses(
         (status = 201, description = "Canary started", body = Deployment),
+        (status = 200, description = "With `dryRun=true`: what would be started; nothing was written", body = Deployment),
         (status = 404, description = "No such project or deployment", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The deployment already has a canary, or is being deleted", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment already has a canary, or is being deleted, or the project's quota would be exceeded (`quota-exceeded`)", body = Problem, content_type = "application/problem+json"),
         ETagMismatch,
         (status = 422, description = "Invalid weight, header or spec (each error names its field)", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -35,11 +37,25 @@ pub async fn start_canary(
     Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     actor: Actor,
     IfMatch(precondition): IfMatch,
+    Query(options): Query<WriteOptions>,
     JsonBody(request): JsonBody<StartCanary>,
 ) -> Result<Response, ApiError> {
-    let deployment =
-        service::start_canary(&state.ctx, &actor, &project, &name, request, &precondition).await?;
-    Ok(deployment_response(StatusCode::CREATED, deployment))
+    let deployment = service::start_canary(
+        &state.ctx,
+        &actor,
+        &project,
+        &name,
+        request,
+        &precondition,
+        options,
+    )
+    .await?;
+    let status = if options.dry_run {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok(deployment_response(status, deployment))
 }
 
 /// Change the canary's weight or header (an `application/json` body naming what changes).

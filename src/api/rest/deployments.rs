@@ -9,8 +9,8 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::responses::{
-    BeingDeleted, DeploymentPath, ETagMismatch, IfMatchHeader, InvalidParameter, NoSuchDeployment,
-    NoSuchProject, ProjectPath,
+    BeingDeleted, BeingDeletedOrOverQuota, DeploymentPath, ETagMismatch, IfMatchHeader,
+    InvalidParameter, NoSuchDeployment, NoSuchProject, ProjectPath,
 };
 use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
@@ -18,6 +18,7 @@ use crate::api::extract::{IdempotencyKey, IfMatch, JsonBody, MergePatch, Query};
 use crate::domain::{Deployment, Revision, TimelineEvent};
 use crate::service::Actor;
 use crate::service::Page;
+use crate::service::capacity::WriteOptions;
 use crate::service::deployments::{
     self as service, CreateDeployment, DeploymentRef, ListDeployments, ReplaceDeployment,
     RollbackDeployment, ScaleDeployment,
@@ -47,11 +48,23 @@ pub struct ProjectEventParams {
     pub cursor: Option<String>,
 }
 
-/// `200 OK` (or another status) with the deployment and its `ETag`.
+/// `200 OK` (or another status) with the deployment and its `ETag`, and each of its
+/// `warnings` as a `Warning: 299 - "…"` header (as Kubernetes sends admission warnings).
 pub(super) fn deployment_response(status: StatusCode, deployment: Deployment) -> Response {
     let etag = HeaderValue::from_str(&deployment.etag()).expect("an ETag is a valid header");
+    let warnings: Vec<HeaderValue> = deployment
+        .warnings
+        .iter()
+        .filter_map(|w| {
+            let quoted = w.replace('\\', "\\\\").replace('"', "\\\"");
+            HeaderValue::from_str(&format!("299 - \"{quoted}\"")).ok()
+        })
+        .collect();
     let mut response = (status, Json(deployment)).into_response();
     response.headers_mut().insert(header::ETAG, etag);
+    for warning in warnings {
+        response.headers_mut().append(header::WARNING, warning);
+    }
     response
 }
 
@@ -62,25 +75,40 @@ pub(super) fn deployment_response(status: StatusCode, deployment: Deployment) ->
 #[utoipa::path(post, path = "/api/v1/projects/{project}/deployments", tag = "deployments",
     params(
         ProjectPath,
-        ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried create return the original result (kept 24 hours per project and caller)"),
+        WriteOptions,
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried create return the original result (kept 24 hours per project and caller); ignored with `dryRun`"),
     ),
     request_body = CreateDeployment,
     responses(
         (status = 201, description = "Created (or replayed)", body = Deployment,
-            headers(("Location" = String, description = "URL of the deployment"), ("ETag" = String, description = "Entity tag of the spec"))),        NoSuchProject,
-        (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid fields, or an Idempotency-Key reused with another body", body = Problem, content_type = "application/problem+json"),
+            headers(("Location" = String, description = "URL of the deployment"), ("ETag" = String, description = "Entity tag of the spec"),
+                ("Warning" = String, description = "`299 - \"…\"`, once per entry of `warnings`"))),
+        (status = 200, description = "With `dryRun=true`: what would be created; nothing was written", body = Deployment),
+        NoSuchProject,
+        (status = 409, description = "The name is taken, or the project's quota would be exceeded (`quota-exceeded`)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, a replica needing more GPUs than any node has (without `force`), or an Idempotency-Key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn create_deployment(
     State(state): State<AppState>,
     Path(ProjectPath { project }): Path<ProjectPath>,
     actor: Actor,
+    Query(options): Query<WriteOptions>,
     IdempotencyKey(key): IdempotencyKey,
     JsonBody(request): JsonBody<CreateDeployment>,
 ) -> Result<Response, ApiError> {
-    let created =
-        service::create_deployment(&state.ctx, &actor, &project, request, key.as_deref()).await?;
+    let created = service::create_deployment(
+        &state.ctx,
+        &actor,
+        &project,
+        request,
+        key.as_deref(),
+        options,
+    )
+    .await?;
     let deployment = created.deployment;
+    if options.dry_run {
+        return Ok(deployment_response(StatusCode::OK, deployment));
+    }
     let location = format!(
         "/api/v1/projects/{}/deployments/{}",
         deployment.project, deployment.name
@@ -138,13 +166,14 @@ pub async fn get_deployment(
     params(
         DeploymentPath,
         IfMatchHeader,
+        WriteOptions,
     ),
     request_body = ReplaceDeployment,
     responses(
         (status = 200, description = "Updated (a new generation and revision when the spec changed)", body = Deployment,
             headers(("ETag" = String, description = "Entity tag of the spec"))),
         NoSuchDeployment,
-        BeingDeleted,
+        BeingDeletedOrOverQuota,
         ETagMismatch,
         (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -153,11 +182,19 @@ pub async fn replace_deployment(
     Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     actor: Actor,
     IfMatch(precondition): IfMatch,
+    Query(options): Query<WriteOptions>,
     JsonBody(request): JsonBody<ReplaceDeployment>,
 ) -> Result<Response, ApiError> {
-    let deployment =
-        service::replace_deployment(&state.ctx, &actor, &project, &name, request, &precondition)
-            .await?;
+    let deployment = service::replace_deployment(
+        &state.ctx,
+        &actor,
+        &project,
+        &name,
+        request,
+        &precondition,
+        options,
+    )
+    .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
 }
 
@@ -166,13 +203,14 @@ pub async fn replace_deployment(
     params(
         DeploymentPath,
         IfMatchHeader,
+        WriteOptions,
     ),
     request_body(content = serde_json::Value, content_type = "application/merge-patch+json",
         description = "e.g. `{\"spec\": {\"engine\": {\"image\": \"vllm/vllm-openai:v0.11.0\"}}}`; `null` removes a field"),
     responses(
         (status = 200, description = "Updated (a new generation and revision when the spec changed)", body = Deployment,
             headers(("ETag" = String, description = "Entity tag of the spec"))),        NoSuchDeployment,
-        BeingDeleted,
+        BeingDeletedOrOverQuota,
         ETagMismatch,
         (status = 415, description = "Not application/merge-patch+json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The patched spec is invalid", body = Problem, content_type = "application/problem+json"),
@@ -182,11 +220,19 @@ pub async fn patch_deployment(
     Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     actor: Actor,
     IfMatch(precondition): IfMatch,
+    Query(options): Query<WriteOptions>,
     MergePatch(patch): MergePatch,
 ) -> Result<Response, ApiError> {
-    let deployment =
-        service::patch_deployment(&state.ctx, &actor, &project, &name, patch, &precondition)
-            .await?;
+    let deployment = service::patch_deployment(
+        &state.ctx,
+        &actor,
+        &project,
+        &name,
+        patch,
+        &precondition,
+        options,
+    )
+    .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
 }
 
@@ -217,12 +263,13 @@ pub async fn delete_deployment(
     params(
         DeploymentPath,
         IfMatchHeader,
+        WriteOptions,
     ),
     request_body = ScaleDeployment,
     responses(
         (status = 200, description = "Scaled", body = Deployment),
         NoSuchDeployment,
-        BeingDeleted,
+        BeingDeletedOrOverQuota,
         ETagMismatch,
         (status = 422, description = "Invalid replicas", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -231,11 +278,19 @@ pub async fn scale_deployment(
     Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     actor: Actor,
     IfMatch(precondition): IfMatch,
+    Query(options): Query<WriteOptions>,
     JsonBody(request): JsonBody<ScaleDeployment>,
 ) -> Result<Response, ApiError> {
-    let deployment =
-        service::scale_deployment(&state.ctx, &actor, &project, &name, request, &precondition)
-            .await?;
+    let deployment = service::scale_deployment(
+        &state.ctx,
+        &actor,
+        &project,
+        &name,
+        request,
+        &precondition,
+        options,
+    )
+    .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
 }
 
@@ -269,12 +324,13 @@ pub async fn restart_deployment(
     params(
         DeploymentPath,
         IfMatchHeader,
+        WriteOptions,
     ),
     request_body = RollbackDeployment,
     responses(
         (status = 200, description = "Rolled back (unchanged when the revision equals the current spec)", body = Deployment),
         NoSuchDeployment,
-        BeingDeleted,
+        BeingDeletedOrOverQuota,
         ETagMismatch,
         (status = 422, description = "No such revision, or invalid replicas", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -283,11 +339,19 @@ pub async fn rollback_deployment(
     Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     actor: Actor,
     IfMatch(precondition): IfMatch,
+    Query(options): Query<WriteOptions>,
     JsonBody(request): JsonBody<RollbackDeployment>,
 ) -> Result<Response, ApiError> {
-    let deployment =
-        service::rollback_deployment(&state.ctx, &actor, &project, &name, request, &precondition)
-            .await?;
+    let deployment = service::rollback_deployment(
+        &state.ctx,
+        &actor,
+        &project,
+        &name,
+        request,
+        &precondition,
+        options,
+    )
+    .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
 }
 

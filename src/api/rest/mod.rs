@@ -2,6 +2,7 @@
 
 pub mod access;
 pub mod canary;
+pub mod capacity;
 pub mod deployments;
 pub mod health;
 pub mod projects;

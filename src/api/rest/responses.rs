@@ -74,6 +74,8 @@ problem_response! {
     NotProjectAdmin = 403, "Not a project admin";
     NotPlatformAdmin = 403, "Not a platform admin";
     BeingDeleted = 409, "The deployment is being deleted";
+    /// For changes that can ask for more replicas or GPUs.
+    BeingDeletedOrOverQuota = 409, "The deployment is being deleted, or the project's quota would be exceeded (`urn:modelplane:problem:quota-exceeded`, with `quota`)";
     ETagMismatch = 412, "If-Match does not match";
     InvalidField = 422, "Invalid field";
     InvalidParameter = 422, "Invalid parameter";

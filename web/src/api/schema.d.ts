@@ -21,6 +21,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/capacity": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The cluster's GPUs per resource name and product: nodes, allocatable, requested (by
+         *     every pod, and by modelplane's), free, the largest free block and unavailable nodes.
+         * @description Reported by the worker from its watch of Nodes and of the pods on GPU nodes, within
+         *     seconds of a change. Any authenticated caller may read it.
+         */
+        get: operations["get_capacity"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/projects": {
         parameters: {
             query?: never;
@@ -332,6 +354,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/projects/{project}/quota": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A project's quota next to what its specs ask for (any project member).
+         * @description `used` counts desired replicas x GPUs per replica over every deployment and canary
+         *     not being deleted, so it holds before pods exist.
+         */
+        get: operations["get_quota"];
+        /**
+         * Set (replace) a project's quota (platform admins).
+         * @description From then on a create, scale, patch, rollback or canary that would take the project
+         *     past a limit is refused with 409 `quota-exceeded`; a quota below current use blocks
+         *     growth, not what runs.
+         */
+        put: operations["set_quota"];
+        post?: never;
+        /** Remove a project's quota (platform admins). */
+        delete: operations["delete_quota"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/projects/{project}/role-bindings": {
         parameters: {
             query?: never;
@@ -397,6 +447,26 @@ export interface paths {
         post?: never;
         /** Revoke a project token; it stops working at once (project admins). */
         delete: operations["revoke_project_token"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/projects/{project}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * GPU-hours of the project's ready replicas, per deployment and per day (UTC), for the
+         *     last `days` days (project admins). Deleted deployments are included.
+         */
+        get: operations["get_usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -616,6 +686,17 @@ export interface components {
              */
             weight: number;
         };
+        /** @description `GET /capacity`: the cluster's GPUs, kept current by the worker. */
+        CapacityReport: {
+            /** @description One entry per GPU resource name and product. */
+            gpus: components["schemas"]["GpuCapacity"][];
+            /**
+             * Format: date-time
+             * @description When a worker last reported the cluster's nodes; `null`: none has yet, and the
+             *     capacity is unknown.
+             */
+            observedAt?: string | null;
+        };
         /** @description A Kubernetes-style condition. */
         Condition: {
             /** Format: date-time */
@@ -669,6 +750,12 @@ export interface components {
             /** @description Use as `Authorization: Bearer <secret>`. Shown once; only its hash is stored. */
             secret: string;
         };
+        DailyUsage: {
+            /** Format: date */
+            date: string;
+            /** Format: double */
+            gpuHours: number;
+        };
         /** @description A model deployment: the user's spec and what the worker observed. */
         Deployment: {
             canary?: components["schemas"]["Canary"] | null;
@@ -694,6 +781,11 @@ export interface components {
             status: components["schemas"]["DeploymentStatus"];
             /** Format: date-time */
             updatedAt: string;
+            /**
+             * @description Only in the answer to a write: what the request was accepted despite, e.g. that not
+             *     every replica fits on the GPUs free now (also sent as `Warning` headers).
+             */
+            warnings?: string[];
         };
         /** @description What a user asks for. Build it with [`DeploymentSpec::parse`]; a stored one is valid. */
         DeploymentSpec: {
@@ -751,6 +843,13 @@ export interface components {
             phase: components["schemas"]["Phase"];
             replicas: components["schemas"]["ReplicaCounts"];
         };
+        DeploymentUsage: {
+            /** Format: double */
+            gpuHours: number;
+            name: string;
+            product?: string | null;
+            resourceName: string;
+        };
         /** @description Where to call the model; empty (with `reason`) until it can be reached. */
         Endpoints: {
             /** @description In-cluster URL of the Service, e.g. `http://qwen.team-a.svc.cluster.local:8000`. */
@@ -798,6 +897,75 @@ export interface components {
             field: string;
             /** @description What is wrong and, where useful, what would be accepted. */
             message: string;
+        };
+        /** @description The GPUs of one resource name and product. */
+        GpuCapacity: {
+            /**
+             * Format: int64
+             * @description Allocatable on those nodes.
+             */
+            allocatable: number;
+            /**
+             * Format: int64
+             * @description Free on Ready, schedulable nodes.
+             */
+            free: number;
+            /**
+             * Format: int64
+             * @description The most free on one Ready, schedulable node: what one replica can get now.
+             */
+            largestFreeBlock: number;
+            /**
+             * Format: int64
+             * @description The most allocatable on one node: what one replica can ever get.
+             */
+            largestNode: number;
+            /**
+             * Format: int64
+             * @description Nodes offering it.
+             */
+            nodes: number;
+            /** @description The nodes' product label; `null` when they carry none. */
+            product?: string | null;
+            /**
+             * Format: int64
+             * @description Requested by every unfinished pod bound to them.
+             */
+            requested: number;
+            /**
+             * Format: int64
+             * @description Of which by modelplane's pods.
+             */
+            requestedByModelplane: number;
+            resourceName: string;
+            /** @description Nodes that take no new pods now. */
+            unavailableNodes: components["schemas"]["UnavailableNode"][];
+        };
+        /** @description At most `limit` GPUs of `resourceName` (of `product` only, when given). */
+        GpuQuota: {
+            /** Format: int64 */
+            limit: number;
+            /**
+             * @description Counts only deployments that ask for this product; `null`: every deployment
+             *     asking for the resource, whatever its product.
+             */
+            product?: string | null;
+            /** @description An extended resource name, e.g. `nvidia.com/gpu`. */
+            resourceName: string;
+        };
+        GpuQuotaUse: {
+            /** Format: int64 */
+            limit: number;
+            product?: string | null;
+            resourceName: string;
+            /** Format: int64 */
+            used: number;
+        };
+        GpuRequested: {
+            /** Format: int64 */
+            gpus: number;
+            product?: string | null;
+            resourceName: string;
         };
         GpuSpec: {
             /**
@@ -901,6 +1069,11 @@ export interface components {
                 status: components["schemas"]["DeploymentStatus"];
                 /** Format: date-time */
                 updatedAt: string;
+                /**
+                 * @description Only in the answer to a write: what the request was accepted despite, e.g. that not
+                 *     every replica fits on the GPUs free now (also sent as `Warning` headers).
+                 */
+                warnings?: string[];
             }[];
             /** @description Pass as `cursor` (with the same filters) for the next page; absent on the last page. */
             nextCursor?: string | null;
@@ -994,8 +1167,12 @@ export interface components {
         /** @description An RFC 9457 problem document. */
         Problem: {
             detail: string;
-            /** @description One entry per invalid field, for 400/422 responses. */
+            /**
+             * @description One entry per invalid field, for 400/422 responses (and the field asking for more,
+             *     for a quota refusal).
+             */
             errors?: components["schemas"]["FieldError"][];
+            quota?: components["schemas"]["QuotaProblem"] | null;
             /** @description The request id (also in the `x-request-id` header), to quote when reporting a problem. */
             requestId?: string | null;
             /** Format: int32 */
@@ -1015,6 +1192,45 @@ export interface components {
             namespace: string;
             /** @description The namespace existed before the project and survives its deletion. */
             namespaceAdopted: boolean;
+        };
+        /** @description `GET …/quota`: a project's limits next to what its specs ask for. */
+        ProjectQuota: {
+            /** @description One per GPU quota entry; empty: no GPU quota. */
+            gpus: components["schemas"]["GpuQuotaUse"][];
+            replicas: components["schemas"]["QuotaUse"];
+            /** @description Every GPU the project's specs ask for, by resource name and product. */
+            requested: components["schemas"]["GpuRequested"][];
+        };
+        /** @description The numbers of a quota refusal. */
+        QuotaProblem: {
+            /** Format: int64 */
+            limit: number;
+            /** @description `replicas`, or a GPU resource name with its product in parentheses. */
+            name: string;
+            /** Format: int64 */
+            requested: number;
+            /** Format: int64 */
+            used: number;
+        };
+        /** @description A project's quota as a platform admin sets it (`PUT …/quota`). */
+        QuotaSpec: {
+            /** @description GPU limits, each for one resource name and, optionally, one product. */
+            gpus?: components["schemas"]["GpuQuota"][];
+            /**
+             * Format: int64
+             * @description The most model-server replicas the project's specs may ask for (canaries included);
+             *     `null`: no limit.
+             */
+            replicas?: number | null;
+        };
+        QuotaUse: {
+            /**
+             * Format: int64
+             * @description `null`: no limit.
+             */
+            limit?: number | null;
+            /** Format: int64 */
+            used: number;
         };
         /** @description The body of `PUT …/deployments/{name}` (and the document a merge patch applies to). */
         ReplaceDeployment: {
@@ -1229,11 +1445,32 @@ export interface components {
             tolerationSeconds?: number | null;
             value?: string | null;
         };
+        UnavailableNode: {
+            name: string;
+            /** @description `cordoned` or `not Ready`. */
+            reason: string;
+        };
         /** @description The body of `PATCH …/canary`: what to change. */
         UpdateCanary: {
             header?: components["schemas"]["CanaryHeader"] | null;
             /** Format: int32 */
             weight?: number | null;
+        };
+        /** @description `GET …/usage`: GPU-hours of a project's ready replicas over whole days (UTC). */
+        UsageReport: {
+            /** @description One entry per day from `from` to `to`, days without use included. */
+            daily: components["schemas"]["DailyUsage"][];
+            /** @description Per deployment (and GPU kind), most used first; deleted deployments included. */
+            deployments: components["schemas"]["DeploymentUsage"][];
+            /**
+             * Format: date
+             * @description First and last day, inclusive.
+             */
+            from: string;
+            /** Format: double */
+            gpuHours: number;
+            /** Format: date */
+            to: string;
         };
         /** @description The authenticated caller. */
         WhoAmI: {
@@ -1307,6 +1544,73 @@ export interface operations {
             };
             /** @description A field, parameter or header is invalid; `errors` names each */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_capacity: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The cluster's GPUs (`observedAt` null: not reported yet) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CapacityReport"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1894,9 +2198,20 @@ export interface operations {
     };
     create_deployment: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Check everything (validation, quota, fit) and answer as if written, but write
+                 *     nothing.
+                 */
+                dryRun?: boolean;
+                /**
+                 * @description Accept replicas that ask for more GPUs than any node has (for nodes still being
+                 *     added, e.g. by an autoscaler).
+                 */
+                force?: boolean;
+            };
             header?: {
-                /** @description Makes a retried create return the original result (kept 24 hours per project and caller) */
+                /** @description Makes a retried create return the original result (kept 24 hours per project and caller); ignored with `dryRun` */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -1911,6 +2226,15 @@ export interface operations {
             };
         };
         responses: {
+            /** @description With `dryRun=true`: what would be created; nothing was written */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
             /** @description Created (or replayed) */
             201: {
                 headers: {
@@ -1918,6 +2242,8 @@ export interface operations {
                     ETag?: string;
                     /** @description URL of the deployment */
                     Location?: string;
+                    /** @description `299 - "…"`, once per entry of `warnings` */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1960,7 +2286,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The name is taken */
+            /** @description The name is taken, or the project's quota would be exceeded (`quota-exceeded`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1987,7 +2313,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Invalid fields, or an Idempotency-Key reused with another body */
+            /** @description Invalid fields, a replica needing more GPUs than any node has (without `force`), or an Idempotency-Key reused with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2112,7 +2438,18 @@ export interface operations {
     };
     replace_deployment: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Check everything (validation, quota, fit) and answer as if written, but write
+                 *     nothing.
+                 */
+                dryRun?: boolean;
+                /**
+                 * @description Accept replicas that ask for more GPUs than any node has (for nodes still being
+                 *     added, e.g. by an autoscaler).
+                 */
+                force?: boolean;
+            };
             header?: {
                 /** @description Refuse the change (412) unless the spec's ETag still matches */
                 "If-Match"?: string | null;
@@ -2178,7 +2515,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The deployment is being deleted */
+            /** @description The deployment is being deleted, or the project's quota would be exceeded (`urn:modelplane:problem:quota-exceeded`, with `quota`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2358,7 +2695,18 @@ export interface operations {
     };
     patch_deployment: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Check everything (validation, quota, fit) and answer as if written, but write
+                 *     nothing.
+                 */
+                dryRun?: boolean;
+                /**
+                 * @description Accept replicas that ask for more GPUs than any node has (for nodes still being
+                 *     added, e.g. by an autoscaler).
+                 */
+                force?: boolean;
+            };
             header?: {
                 /** @description Refuse the change (412) unless the spec's ETag still matches */
                 "If-Match"?: string | null;
@@ -2425,7 +2773,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The deployment is being deleted */
+            /** @description The deployment is being deleted, or the project's quota would be exceeded (`urn:modelplane:problem:quota-exceeded`, with `quota`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2503,7 +2851,18 @@ export interface operations {
     };
     start_canary: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Check everything (validation, quota, fit) and answer as if written, but write
+                 *     nothing.
+                 */
+                dryRun?: boolean;
+                /**
+                 * @description Accept replicas that ask for more GPUs than any node has (for nodes still being
+                 *     added, e.g. by an autoscaler).
+                 */
+                force?: boolean;
+            };
             header?: {
                 /** @description Refuse the change (412) unless the spec's ETag still matches */
                 "If-Match"?: string | null;
@@ -2522,6 +2881,15 @@ export interface operations {
             };
         };
         responses: {
+            /** @description With `dryRun=true`: what would be started; nothing was written */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
             /** @description Canary started */
             201: {
                 headers: {
@@ -2567,7 +2935,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The deployment already has a canary, or is being deleted */
+            /** @description The deployment already has a canary, or is being deleted, or the project's quota would be exceeded (`quota-exceeded`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3454,7 +3822,18 @@ export interface operations {
     };
     rollback_deployment: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Check everything (validation, quota, fit) and answer as if written, but write
+                 *     nothing.
+                 */
+                dryRun?: boolean;
+                /**
+                 * @description Accept replicas that ask for more GPUs than any node has (for nodes still being
+                 *     added, e.g. by an autoscaler).
+                 */
+                force?: boolean;
+            };
             header?: {
                 /** @description Refuse the change (412) unless the spec's ETag still matches */
                 "If-Match"?: string | null;
@@ -3518,7 +3897,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The deployment is being deleted */
+            /** @description The deployment is being deleted, or the project's quota would be exceeded (`urn:modelplane:problem:quota-exceeded`, with `quota`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3596,7 +3975,18 @@ export interface operations {
     };
     scale_deployment: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Check everything (validation, quota, fit) and answer as if written, but write
+                 *     nothing.
+                 */
+                dryRun?: boolean;
+                /**
+                 * @description Accept replicas that ask for more GPUs than any node has (for nodes still being
+                 *     added, e.g. by an autoscaler).
+                 */
+                force?: boolean;
+            };
             header?: {
                 /** @description Refuse the change (412) unless the spec's ETag still matches */
                 "If-Match"?: string | null;
@@ -3660,7 +4050,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The deployment is being deleted */
+            /** @description The deployment is being deleted, or the project's quota would be exceeded (`urn:modelplane:problem:quota-exceeded`, with `quota`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3886,6 +4276,281 @@ export interface operations {
             };
             /** @description Invalid parameter */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_quota: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Project name */
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Limits (`null`: none) and use */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectQuota"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    set_quota: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Project name */
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuotaSpec"];
+            };
+        };
+        responses: {
+            /** @description The quota, with current use */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectQuota"];
+                };
+            };
+            /** @description The body is not JSON, or repeats a key */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not a platform admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body's Content-Type is not the one this operation takes */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    delete_quota: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Project name */
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No quota any more */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not a platform admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4490,6 +5155,97 @@ export interface operations {
             };
             /** @description No such live token */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_usage: {
+        parameters: {
+            query?: {
+                /** @description Whole days (UTC) up to and including today, 1 to 366 (default 30). */
+                days?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Project name */
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description GPU-hours */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not a project admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid parameter */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,16 +1,38 @@
-import { screen } from '@testing-library/react';
+import { screen, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { ADMIN, json, renderAt, stubFetch, viewerOf } from '../test/render';
+import { Route, Routes } from 'react-router';
+import { ADMIN, deployment, json, renderAt, sse, stubFetch, viewerOf, type Handler } from '../test/render';
 import { CreateDeployment } from './CreateDeployment';
+import { DeploymentPage } from './DeploymentPage';
 
 afterEach(() => vi.unstubAllGlobals());
 
 const PAGE = ['/projects/team-a/deployments/new', '/projects/:project/deployments/new'] as const;
 
+const A100 = {
+  resourceName: 'nvidia.com/gpu',
+  product: 'NVIDIA-A100-SXM4-80GB',
+  nodes: 3,
+  allocatable: 24,
+  requested: 8,
+  requestedByModelplane: 8,
+  free: 16,
+  largestFreeBlock: 8,
+  largestNode: 8,
+  unavailableNodes: [{ name: 'node-2', reason: 'cordoned' }],
+};
+const L4 = { ...A100, product: 'NVIDIA-L4', nodes: 2, allocatable: 8, requested: 0, requestedByModelplane: 0, free: 8, largestFreeBlock: 4, largestNode: 4, unavailableNodes: [] };
+const CAPACITY = { observedAt: '2026-11-25T10:00:00Z', gpus: [A100, L4] };
+
+/** Answers the capacity report with `report`, and the rest with `rest`. */
+function withCapacity(report: unknown, rest: Handler = () => undefined): Handler {
+  return (request) => (request.url.pathname === '/api/v1/capacity' ? json(report) : rest(request));
+}
+
 describe('CreateDeployment', () => {
   it('puts each API field error next to its field and keeps what was typed', async () => {
-    const calls = stubFetch(ADMIN, ({ method, url }) =>
+    const calls = stubFetch(ADMIN, withCapacity(CAPACITY, ({ method, url }) =>
       method === 'POST' && url.pathname === '/api/v1/projects/team-a/deployments'
         ? json(
             {
@@ -26,7 +48,7 @@ describe('CreateDeployment', () => {
             422,
           )
         : undefined,
-    );
+    ));
     renderAt(...PAGE, <CreateDeployment />);
     const user = userEvent.setup();
     await user.type(await screen.findByLabelText('Name'), 'chat');
@@ -46,7 +68,7 @@ describe('CreateDeployment', () => {
   });
 
   it('the curl panel shows the body the form sends', async () => {
-    stubFetch(ADMIN, () => undefined);
+    stubFetch(ADMIN, withCapacity(CAPACITY));
     renderAt(...PAGE, <CreateDeployment />);
     const user = userEvent.setup();
     await user.type(await screen.findByLabelText('Name'), 'demo');
@@ -63,5 +85,86 @@ describe('CreateDeployment', () => {
     renderAt(...PAGE, <CreateDeployment />);
     expect(await screen.findByText('You need the editor role on team-a to create deployments')).toBeInTheDocument();
     expect(screen.queryByRole('button', { name: 'Create' })).toBeNull();
+  });
+
+  it('shows the free GPUs by resource and product beside the GPU fields', async () => {
+    stubFetch(ADMIN, withCapacity(CAPACITY));
+    renderAt(...PAGE, <CreateDeployment />);
+    const free = await screen.findByRole('region', { name: 'Free GPUs' });
+    const entries = await within(free).findAllByTestId('gpu-capacity-entry');
+    expect(entries.map((e) => e.textContent)).toEqual([
+      'nvidia.com/gpu · NVIDIA-A100-SXM4-80GB: 16 free of 24 (largest free block 8) · not counted: node-2 (cordoned)',
+      'nvidia.com/gpu · NVIDIA-L4: 8 free of 8 (largest free block 4)',
+    ]);
+    // The products are offered in the product field.
+    const options = [...document.querySelectorAll('#gpu-products option')].map((o) => (o as HTMLOptionElement).value);
+    expect(options).toEqual(['NVIDIA-A100-SXM4-80GB', 'NVIDIA-L4']);
+    expect(screen.getByLabelText('GPU product')).toHaveAttribute('list', 'gpu-products');
+  });
+
+  it('warns that a replica asking for more GPUs than any node has will never fit', async () => {
+    stubFetch(ADMIN, withCapacity(CAPACITY));
+    renderAt(...PAGE, <CreateDeployment />);
+    const user = userEvent.setup();
+    await screen.findAllByTestId('gpu-capacity-entry');
+    await user.click(screen.getByRole('button', { name: /vLLM/ }));
+    const gpus = screen.getByLabelText('GPUs');
+    expect(screen.queryByTestId('gpu-fit-warning')).toBeNull(); // 1 GPU fits
+    await user.clear(gpus);
+    await user.type(gpus, '16');
+    const warning = screen.getByTestId('gpu-fit-warning');
+    expect(warning).toHaveTextContent('16 GPUs per replica will never fit: the largest node has 8. The server will refuse it.');
+    expect(warning).toHaveAttribute('data-fit', 'never');
+    expect(gpus).toHaveAccessibleDescription(expect.stringContaining('will never fit'));
+    // Only the named product's nodes count: 8 fits an A100 node but no L4 node.
+    await user.clear(gpus);
+    await user.type(gpus, '8');
+    expect(screen.queryByTestId('gpu-fit-warning')).toBeNull();
+    await user.type(screen.getByLabelText('GPU product'), 'NVIDIA-L4');
+    expect(screen.getByTestId('gpu-fit-warning')).toHaveTextContent('8 GPUs per replica will never fit: the largest node has 4.');
+  });
+
+  it('says when the cluster’s capacity is not known yet, and warns of nothing', async () => {
+    stubFetch(ADMIN, withCapacity({ observedAt: null, gpus: [] }));
+    renderAt(...PAGE, <CreateDeployment />);
+    expect(await screen.findByTestId('gpu-capacity-unknown')).toHaveTextContent('The cluster’s GPU capacity is not known yet');
+    const user = userEvent.setup();
+    await user.click(screen.getByRole('button', { name: /vLLM/ }));
+    await user.clear(screen.getByLabelText('GPUs'));
+    await user.type(screen.getByLabelText('GPUs'), '64');
+    expect(screen.queryByTestId('gpu-fit-warning')).toBeNull();
+  });
+
+  it('shows the warnings of the create response on the new deployment’s page', async () => {
+    const warning = 'only 1 of 3 replicas fit on the free nvidia.com/gpu now (8 free on 1 Ready node; largest free block 8)';
+    const created = deployment('big', { replicas: 3, resources: { gpu: { count: 8 } } });
+    const base = '/api/v1/projects/team-a/deployments';
+    stubFetch(
+      ADMIN,
+      withCapacity(CAPACITY, ({ method, url }) => {
+        if (method === 'POST' && url.pathname === base) return json({ ...created, warnings: [warning] }, 201);
+        if (url.pathname === `${base}/big/watch`) return sse([{ event: 'state', data: created }]);
+        if (url.pathname === `${base}/big/events` || url.pathname === `${base}/big/revisions`) return json({ items: [], nextCursor: null });
+        if (url.pathname === '/graphql') return json({ data: { deployment: { objects: [] } } });
+        return undefined;
+      }),
+    );
+    renderAt(
+      '/projects/team-a/deployments/new',
+      '/projects/:project/deployments/*',
+      <Routes>
+        <Route path="new" element={<CreateDeployment />} />
+        <Route path=":name" element={<DeploymentPage />} />
+      </Routes>,
+    );
+    const user = userEvent.setup();
+    await user.type(await screen.findByLabelText('Name'), 'big');
+    await user.click(screen.getByRole('button', { name: 'Create' }));
+    await screen.findByRole('heading', { name: 'big' });
+    const notice = screen.getByTestId('create-warnings');
+    expect(notice).toHaveTextContent('Created, with a warning from the server:');
+    expect(within(notice).getByText(warning)).toBeInTheDocument();
+    await user.click(within(notice).getByRole('button', { name: 'Dismiss' }));
+    expect(screen.queryByTestId('create-warnings')).toBeNull();
   });
 });

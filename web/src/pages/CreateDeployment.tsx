@@ -2,9 +2,11 @@ import { useRef, useState, type FormEvent, type ReactNode } from 'react';
 import { Link, useNavigate, useParams } from 'react-router';
 import { useQueryClient } from '@tanstack/react-query';
 import { api, ApiError, call } from '../api/client';
+import { keys, type DeploymentWithWarnings } from '../api/capacity';
 import { useAuth } from '../auth/AuthProvider';
 import { can } from '../auth/roles';
 import { Field } from '../components/Field';
+import { FreeGpus, fitWarning, gpuFit, gpusPerReplica, products, useCapacity } from '../components/FreeGpus';
 import { Empty } from '../components/States';
 import { useTitle } from '../components/Title';
 import { ADVANCED, applyPreset, buildBody, curlFor, EMPTY, fieldFor, PRESETS, type FormState } from './create/form';
@@ -26,8 +28,10 @@ export function CreateDeployment() {
   const [advancedOpen, setAdvancedOpen] = useState(false);
   const summary = useRef<HTMLDivElement>(null);
   const list = `/projects/${encodeURIComponent(project)}/deployments`;
+  const editor = can.edit(roleOn(project));
+  const capacity = useCapacity(editor);
 
-  if (!can.edit(roleOn(project))) {
+  if (!editor) {
     return (
       <Empty title={`You need the editor role on ${project} to create deployments`}>
         <p>
@@ -39,6 +43,9 @@ export function CreateDeployment() {
 
   const set = (key: keyof FormState) => (value: string) => setState((s) => ({ ...s, [key]: value }));
   const body = buildBody(state);
+  const perReplica = gpusPerReplica(state.gpuCount);
+  const fit = gpuFit(capacity.data, perReplica, state.gpuProduct.trim() || null);
+  const fitText = fitWarning(fit, perReplica);
 
   const submit = async (e: FormEvent) => {
     e.preventDefault();
@@ -47,11 +54,14 @@ export function CreateDeployment() {
     setUnmatched([]);
     setFailure(null);
     try {
-      const created = await call(
+      const created: DeploymentWithWarnings = await call(
         api.POST('/api/v1/projects/{project}/deployments', { params: { path: { project } }, body }),
       );
       client.setQueryData(['deployment', project, created.name], created);
-      navigate(`${list}/${encodeURIComponent(created.name)}`);
+      void client.invalidateQueries({ queryKey: keys.quota(project) });
+      void client.invalidateQueries({ queryKey: keys.capacity });
+      // The deployment page shows what the server warned about (e.g. not every replica fits now).
+      navigate(`${list}/${encodeURIComponent(created.name)}`, { state: { warnings: created.warnings ?? [] } });
     } catch (err) {
       if (err instanceof ApiError && err.problem.errors?.length) {
         const next: Errors = {};
@@ -74,8 +84,13 @@ export function CreateDeployment() {
     }
   };
 
-  const text = (key: keyof FormState, label: string, hint: ReactNode, props: { placeholder?: string; inputMode?: 'numeric' } = {}) => (
-    <Field label={label} hint={hint} error={errors[key]}>
+  const text = (
+    key: keyof FormState,
+    label: string,
+    hint: ReactNode,
+    { warning, ...props }: { placeholder?: string; inputMode?: 'numeric'; list?: string; warning?: ReactNode } = {},
+  ) => (
+    <Field label={label} hint={hint} warning={warning} error={errors[key]}>
       {(a) => <input {...a} {...props} name={key} value={state[key]} onChange={(e) => set(key)(e.target.value)} />}
     </Field>
   );
@@ -164,9 +179,22 @@ export function CreateDeployment() {
         <fieldset>
           <legend>Resources</legend>
           <div className="field-row">
-            {text('gpuCount', 'GPUs', 'GPUs per replica; empty for none (the simulator needs none).', { inputMode: 'numeric' })}
-            {text('gpuProduct', 'GPU product', 'Schedules onto nodes with this GPU, e.g. NVIDIA-L4.')}
+            {text('gpuCount', 'GPUs', 'GPUs per replica; empty for none (the simulator needs none).', {
+              inputMode: 'numeric',
+              warning: fitText && (
+                <span data-testid="gpu-fit-warning" data-fit={fit.kind}>
+                  {fitText}
+                </span>
+              ),
+            })}
+            {text('gpuProduct', 'GPU product', 'Schedules onto nodes with this GPU, e.g. NVIDIA-L4.', { list: 'gpu-products' })}
           </div>
+          <datalist id="gpu-products">
+            {products(capacity.data).map((p) => (
+              <option key={p} value={p} />
+            ))}
+          </datalist>
+          <FreeGpus capacity={capacity} />
           <div className="field-row">
             {text('cpu', 'CPU', 'Per replica, e.g. 4 or 500m.')}
             {text('memory', 'Memory', 'Per replica, e.g. 16Gi.')}

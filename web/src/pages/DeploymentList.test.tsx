@@ -1,7 +1,7 @@
 import { screen, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { ADMIN, deployment, renderAt, sse, stubFetch, viewerOf } from '../test/render';
+import { ADMIN, deployment, json, renderAt, sse, stubFetch, viewerOf } from '../test/render';
 import { DeploymentList } from './DeploymentList';
 
 const qwen = deployment('qwen', { labels: { team: 'nlp' }, resources: { gpu: { count: 2 } }, replicas: 3 }, {
@@ -11,9 +11,19 @@ const qwen = deployment('qwen', { labels: { team: 'nlp' }, resources: { gpu: { c
 });
 const chat = deployment('chat', { labels: { team: 'web' } });
 
+const NO_QUOTA = { replicas: { limit: null, used: 4 }, gpus: [], requested: [] };
+
 function watchWith(...items: unknown[]) {
+  return watchWithQuota(NO_QUOTA, ...items);
+}
+
+function watchWithQuota(quota: unknown, ...items: unknown[]) {
   return stubFetch(ADMIN, ({ url }) =>
-    url.pathname === '/api/v1/projects/team-a/watch' ? sse(items.map((d) => ({ event: 'state', data: d }))) : undefined,
+    url.pathname === '/api/v1/projects/team-a/watch'
+      ? sse(items.map((d) => ({ event: 'state', data: d })))
+      : url.pathname === '/api/v1/projects/team-a/quota'
+        ? json(quota)
+        : undefined,
   );
 }
 
@@ -59,7 +69,9 @@ describe('DeploymentList', () => {
   });
 
   it('offers creation to editors only', async () => {
-    stubFetch(viewerOf('team-a'), ({ url }) => (url.pathname.endsWith('/watch') ? sse([{ event: 'state', data: chat }]) : undefined));
+    stubFetch(viewerOf('team-a'), ({ url }) =>
+      url.pathname.endsWith('/watch') ? sse([{ event: 'state', data: chat }]) : url.pathname.endsWith('/quota') ? json(NO_QUOTA) : undefined,
+    );
     renderAt('/projects/team-a/deployments', '/projects/:project/deployments', <DeploymentList />);
     await screen.findByRole('link', { name: 'chat' });
     expect(screen.queryByRole('link', { name: 'Create deployment' })).toBeNull();
@@ -70,5 +82,43 @@ describe('DeploymentList', () => {
     renderAt('/projects/team-a/deployments', '/projects/:project/deployments', <DeploymentList />);
     expect(await screen.findByText('No deployments in this project yet')).toBeInTheDocument();
     expect(await screen.findAllByRole('link', { name: 'Create deployment' })).not.toHaveLength(0);
+  });
+
+  it('shows each quota as used / limit bars, replicas too when limited', async () => {
+    const calls = watchWithQuota(
+      {
+        replicas: { limit: 10, used: 3 },
+        gpus: [
+          { resourceName: 'nvidia.com/gpu', product: null, limit: 16, used: 8 },
+          { resourceName: 'nvidia.com/gpu', product: 'NVIDIA-L4', limit: 4, used: 6 },
+        ],
+        requested: [{ resourceName: 'nvidia.com/gpu', product: null, gpus: 14 }],
+      },
+      qwen,
+    );
+    renderAt('/projects/team-a/deployments', '/projects/:project/deployments', <DeploymentList />);
+    const quota = await screen.findByRole('region', { name: 'Quota' });
+    const replicas = within(quota).getByRole('progressbar', { name: 'Replicas' });
+    expect(replicas).toHaveAttribute('aria-valuenow', '3');
+    expect(replicas).toHaveAttribute('aria-valuemax', '10');
+    const gpus = within(quota).getByRole('progressbar', { name: 'GPUs nvidia.com/gpu' });
+    expect(gpus).toHaveAttribute('aria-valuenow', '8');
+    expect(gpus).toHaveAttribute('aria-valuemax', '16');
+    expect(gpus).toHaveAttribute('aria-valuetext', '8 of 16 used');
+    // Over the limit (the quota was lowered): a full bar that says so.
+    const l4 = within(quota).getByRole('progressbar', { name: 'GPUs nvidia.com/gpu · NVIDIA-L4' });
+    expect(l4).toHaveAttribute('aria-valuenow', '4');
+    expect(l4).toHaveAttribute('aria-valuetext', '6 of 4 used (over the limit)');
+    expect(within(quota).getAllByTestId('quota-numbers').map((n) => n.textContent)).toEqual(['3 / 10', '8 / 16', '6 / 4 over the limit']);
+    expect(within(quota).queryByTestId('quota-none')).toBeNull();
+    expect(calls.filter((c) => c.url.pathname.endsWith('/quota'))).toHaveLength(1);
+  });
+
+  it('without a quota, shows the GPUs the project requests and “no quota”', async () => {
+    watchWithQuota({ replicas: { limit: null, used: 3 }, gpus: [], requested: [{ resourceName: 'nvidia.com/gpu', product: null, gpus: 6 }] }, qwen);
+    renderAt('/projects/team-a/deployments', '/projects/:project/deployments', <DeploymentList />);
+    const quota = await screen.findByRole('region', { name: 'Quota' });
+    expect(within(quota).getByTestId('quota-none')).toHaveTextContent('nvidia.com/gpu: 6 GPUs requested · no quota');
+    expect(within(quota).queryByRole('progressbar')).toBeNull();
   });
 });

@@ -5,6 +5,7 @@ import { useAuth } from '../auth/AuthProvider';
 import { can } from '../auth/roles';
 import { CopyButton } from '../components/CopyButton';
 import { PhaseBadge } from '../components/PhaseBadge';
+import { ProjectQuota } from '../components/ProjectQuota';
 import { ReplicaBar } from '../components/ReplicaBar';
 import { Empty, ErrorState, Loading } from '../components/States';
 import { useTitle } from '../components/Title';
@@ -67,6 +68,13 @@ export function DeploymentList() {
   const rows = filterDeployments(items.values(), filters);
   const filtered = filters.phase || filters.label || filters.name;
   const base = `/projects/${encodeURIComponent(project)}/deployments`;
+  // Changes whenever a spec does (created, changed, scaled, deleted): the quota's numbers follow.
+  const specs = status.loaded
+    ? [...items.values()]
+        .map((d) => `${d.id}:${d.generation}`)
+        .sort()
+        .join(',')
+    : undefined;
 
   return (
     <>
@@ -83,6 +91,8 @@ export function DeploymentList() {
           </div>
         )}
       </div>
+
+      <ProjectQuota project={project} changes={specs} />
 
       <div className="filters" role="search" aria-label="Filter deployments">
         <div className="field">

@@ -6,6 +6,7 @@ import { PhaseBadge } from '../components/PhaseBadge';
 import { ReplicaBar } from '../components/ReplicaBar';
 import { Empty, ErrorState, Loading } from '../components/States';
 import { useTitle } from '../components/Title';
+import { CreateWarnings } from './deployment/CreateWarnings';
 import { DeleteDeployment, EditSpec } from './deployment/Edit';
 import { Revisions, Timeline } from './deployment/History';
 import { Conditions, Endpoints, KubernetesObjects, Replicas } from './deployment/Status';
@@ -61,6 +62,7 @@ export function DeploymentPage() {
           </div>
         )}
       </div>
+      <CreateWarnings />
       {unhealthy && deployment.status.message && (
         <div className={`notice ${phase === 'Failed' || phase === 'Degraded' ? 'notice-bad' : 'notice-warn'}`} role="status">
           <strong>{phase === 'Failed' ? 'Failed: ' : phase === 'Degraded' ? 'Degraded: ' : ''}</strong>

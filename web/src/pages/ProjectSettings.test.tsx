@@ -7,6 +7,7 @@ import { ProjectSettings } from './ProjectSettings';
 afterEach(() => vi.unstubAllGlobals());
 
 const PAGE = ['/projects/team-a/settings', '/projects/:project/settings'] as const;
+const USAGE = { from: '2026-10-27', to: '2026-11-25', gpuHours: 0, deployments: [], daily: [] };
 const token = { id: 't1', name: 'ci', role: 'editor', createdBy: 'token:admin', createdAt: '2026-11-24T10:00:00Z', project: 'team-a' };
 
 describe('ProjectSettings', () => {
@@ -20,6 +21,7 @@ describe('ProjectSettings', () => {
         return json({ ...token, name, secret: 'mpt_secret_value' }, 201);
       }
       if (url.pathname.endsWith('/role-bindings') || url.pathname.endsWith('/audit')) return json({ items: [], nextCursor: null });
+      if (url.pathname.endsWith('/usage')) return json(USAGE);
       return undefined;
     });
     renderAt(...PAGE, <ProjectSettings />);
@@ -46,6 +48,7 @@ describe('ProjectSettings', () => {
       if (url.pathname === '/api/v1/projects/team-a/tokens' && method === 'GET') return json({ items: [token], nextCursor: null });
       if (url.pathname === '/api/v1/projects/team-a/tokens/t1' && method === 'DELETE') return json({ ...token, revokedAt: '2026-11-24T11:00:00Z' });
       if (url.pathname.endsWith('/role-bindings') || url.pathname.endsWith('/audit')) return json({ items: [], nextCursor: null });
+      if (url.pathname.endsWith('/usage')) return json(USAGE);
       return undefined;
     });
     renderAt(...PAGE, <ProjectSettings />);

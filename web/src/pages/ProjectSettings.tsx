@@ -1,4 +1,4 @@
-// The "Tokens & access" page of a project: its tokens, role bindings and audit log (admins only).
+// The "Tokens & access" page of a project: its tokens, role bindings, audit log and GPU usage (admins only).
 import { useParams } from 'react-router';
 import { useAuth } from '../auth/AuthProvider';
 import { can } from '../auth/roles';
@@ -7,6 +7,7 @@ import { useTitle } from '../components/Title';
 import { Audit } from './settings/Audit';
 import { RoleBindings } from './settings/RoleBindings';
 import { Tokens } from './settings/Tokens';
+import { Usage } from './settings/Usage';
 
 export function ProjectSettings() {
   const { project = '' } = useParams();
@@ -27,6 +28,7 @@ export function ProjectSettings() {
       </div>
       <Tokens project={project} />
       <RoleBindings project={project} />
+      <Usage project={project} />
       <Audit project={project} />
     </>
   );

@@ -1,0 +1,330 @@
+//! GPU capacity, project quotas and GPU usage: reading them, and admitting a change of a
+//! deployment against them.
+
+use chrono::{Duration, Utc};
+use serde::Deserialize;
+use sqlx::{Postgres, Transaction};
+use tracing::instrument;
+use utoipa::IntoParams;
+use uuid::Uuid;
+
+use super::access::{authorize, require_platform_admin};
+use super::{Actor, Context, ServiceError};
+use crate::domain::{
+    CapacityReport, DailyUsage, Demand, DeploymentSpec, DeploymentStatus, DeploymentUsage,
+    FieldErrors, Fit, GpuShape, ProjectQuota, QuotaSpec, Role, TrackDemand, UsageReport,
+    check_quota, fit,
+};
+use crate::store;
+
+/// How a write is carried out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct WriteOptions {
+    /// Check everything (validation, quota, fit) and answer as if written, but write
+    /// nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Accept replicas that ask for more GPUs than any node has (for nodes still being
+    /// added, e.g. by an autoscaler).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// The cluster's GPUs as the worker last reported them (any authenticated caller).
+#[instrument(skip(ctx, _actor))]
+pub async fn get_capacity(ctx: &Context, _actor: &Actor) -> Result<CapacityReport, ServiceError> {
+    let (observed_at, nodes) = store::capacity::gpu_inventory(&ctx.pool, None).await?;
+    Ok(CapacityReport::of(observed_at, &nodes))
+}
+
+/// A project's quota next to what its specs ask for (any member).
+#[instrument(skip(ctx, actor))]
+pub async fn get_quota(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+) -> Result<ProjectQuota, ServiceError> {
+    let project = authorize(ctx, actor, project, Role::Viewer).await?;
+    let quota = store::quota::find_quota(&ctx.pool, project.project().id).await?;
+    let demand = project_demand(ctx, &mut *ctx.pool.acquire().await?, project.project().id).await?;
+    Ok(ProjectQuota::of(quota.as_ref(), &demand))
+}
+
+/// Sets (replaces) a project's quota (platform admins). A quota below what the project
+/// already asks for is accepted: it blocks growth, not what runs.
+#[instrument(skip(ctx, actor, quota))]
+pub async fn set_quota(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    quota: QuotaSpec,
+) -> Result<ProjectQuota, ServiceError> {
+    require_platform_admin(actor)?;
+    quota.validate()?;
+    let project = authorize(ctx, actor, project, Role::Viewer).await?;
+    let project = project.project();
+    let mut tx = ctx.pool.begin().await?;
+    // Waits for changes checked against the old quota to commit.
+    store::quota::lock_quota(&mut *tx, project.id).await?;
+    store::quota::upsert_quota(&mut *tx, project.id, &quota, actor.name()).await?;
+    let demand = project_demand(ctx, &mut tx, project.id).await?;
+    let report = ProjectQuota::of(Some(&quota), &demand);
+    store::audit::insert_audit_event(
+        &mut *tx,
+        Some(project.id),
+        "QuotaSet",
+        &format!("project/{}", project.name),
+        &describe(&quota),
+        actor.name(),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(project_id = %project.id, quota = %describe(&quota), "quota set");
+    Ok(report)
+}
+
+/// Removes a project's quota (platform admins); nothing to remove is not an error.
+#[instrument(skip(ctx, actor))]
+pub async fn delete_quota(ctx: &Context, actor: &Actor, project: &str) -> Result<(), ServiceError> {
+    require_platform_admin(actor)?;
+    let project = authorize(ctx, actor, project, Role::Viewer).await?;
+    let project = project.project();
+    let mut tx = ctx.pool.begin().await?;
+    if store::quota::delete_quota(&mut *tx, project.id).await? {
+        store::audit::insert_audit_event(
+            &mut *tx,
+            Some(project.id),
+            "QuotaRemoved",
+            &format!("project/{}", project.name),
+            "quota removed: no limits",
+            actor.name(),
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+fn describe(quota: &QuotaSpec) -> String {
+    let mut parts: Vec<String> = quota
+        .gpus
+        .iter()
+        .map(|g| {
+            format!(
+                "{} GPUs of {}",
+                g.limit,
+                crate::domain::gpu_quota_name(&g.resource_name, g.product.as_deref())
+            )
+        })
+        .collect();
+    if let Some(replicas) = quota.replicas {
+        parts.push(format!("{replicas} replicas"));
+    }
+    if parts.is_empty() {
+        "quota set: no limits".into()
+    } else {
+        format!("quota set: at most {}", parts.join(", "))
+    }
+}
+
+/// The query of `GET …/usage`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct UsageQuery {
+    /// Whole days (UTC) up to and including today, 1 to 366 (default 30).
+    #[param(minimum = 1, maximum = 366)]
+    pub days: Option<i64>,
+}
+
+/// GPU-hours of a project's ready replicas per day and deployment (project admins).
+#[instrument(skip(ctx, actor))]
+pub async fn get_usage(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    query: &UsageQuery,
+) -> Result<UsageReport, ServiceError> {
+    let project = authorize(ctx, actor, project, Role::Admin).await?;
+    let days = query.days.unwrap_or(30);
+    if !(1..=366).contains(&days) {
+        return Err(FieldErrors::single("days", "must be between 1 and 366").into());
+    }
+    let to = Utc::now().date_naive();
+    let from = to - Duration::days(days - 1);
+    let rows = store::usage::usage_by_day(&ctx.pool, project.project().id, from, to).await?;
+    let mut daily: Vec<DailyUsage> = from
+        .iter_days()
+        .take_while(|d| *d <= to)
+        .map(|date| DailyUsage {
+            date,
+            gpu_hours: 0.0,
+        })
+        .collect();
+    let mut deployments: Vec<DeploymentUsage> = Vec::new();
+    for row in rows {
+        let index = (row.day - from).num_days() as usize;
+        if let Some(day) = daily.get_mut(index) {
+            day.gpu_hours += row.gpu_hours;
+        }
+        match deployments.iter_mut().find(|d| {
+            d.name == row.deployment_name
+                && d.resource_name == row.resource_name
+                && d.product == row.product
+        }) {
+            Some(d) => d.gpu_hours += row.gpu_hours,
+            None => deployments.push(DeploymentUsage {
+                name: row.deployment_name,
+                resource_name: row.resource_name,
+                product: row.product,
+                gpu_hours: row.gpu_hours,
+            }),
+        }
+    }
+    deployments.sort_by(|a, b| b.gpu_hours.total_cmp(&a.gpu_hours));
+    Ok(UsageReport {
+        from,
+        to,
+        gpu_hours: daily.iter().map(|d| d.gpu_hours).sum(),
+        deployments,
+        daily,
+    })
+}
+
+/// What a deployment's stable track (and canary, if any) ask for.
+pub(super) fn tracks_of(
+    ctx: &Context,
+    name: &str,
+    spec: &DeploymentSpec,
+    canary: Option<&DeploymentSpec>,
+) -> Vec<TrackDemand> {
+    [Some(spec), canary]
+        .into_iter()
+        .flatten()
+        // A stored spec that does not resolve asks for nothing the worker would apply.
+        .filter_map(|s| s.serving(name).ok())
+        .map(|serving| TrackDemand::of(&serving, &ctx.gpu_resource_name))
+        .collect()
+}
+
+/// What every deployment of the project asks for (those being deleted do not count).
+async fn project_demand(
+    ctx: &Context,
+    db: &mut sqlx::PgConnection,
+    project_id: Uuid,
+) -> Result<Demand, ServiceError> {
+    let mut demand = Demand::default();
+    for d in store::deployments::specs_of_project(&mut *db, project_id).await? {
+        if d.deleting {
+            continue;
+        }
+        let canary = d.canary.as_ref().map(|c| &c.spec);
+        for track in tracks_of(ctx, &d.name, &d.spec, canary) {
+            demand.add(&track);
+        }
+    }
+    Ok(demand)
+}
+
+/// A change of one deployment's tracks, from `before` to `after` (empty `before`: a new
+/// deployment).
+pub(super) struct Change<'a> {
+    pub project_id: Uuid,
+    pub before: &'a [TrackDemand],
+    pub after: &'a [TrackDemand],
+    /// The deployment's status, for the replicas that already hold their GPUs.
+    pub status: Option<&'a DeploymentStatus>,
+}
+
+/// Admits a change against the project's quota (locked until the transaction ends, so
+/// concurrent changes are counted one after the other) and the cluster's free GPUs.
+/// Returns the warnings to answer with. Runs before the change is written.
+pub(super) async fn admit(
+    ctx: &Context,
+    tx: &mut Transaction<'_, Postgres>,
+    change: Change<'_>,
+    options: WriteOptions,
+) -> Result<Vec<String>, ServiceError> {
+    if let Some(quota) = store::quota::lock_quota(&mut **tx, change.project_id).await? {
+        let before = project_demand(ctx, &mut **tx, change.project_id).await?;
+        let mut after = before.clone();
+        change.before.iter().for_each(|t| after.remove(t));
+        change.after.iter().for_each(|t| after.add(t));
+        check_quota(&quota, &before, &after).map_err(ServiceError::QuotaExceeded)?;
+    }
+    let mut warnings = Vec::new();
+    for (i, track) in change.after.iter().enumerate() {
+        let Some(shape) = &track.gpu else { continue };
+        let was = change.before.get(i);
+        if was == Some(track) || track.replicas == 0 {
+            continue;
+        }
+        // Pods of the same shape already running keep their GPUs through the change.
+        let running = match (was, change.status) {
+            (Some(was), Some(status)) if was.gpu.as_ref() == Some(shape) => {
+                if i == 0 {
+                    status.replicas.ready
+                } else {
+                    status.canary.as_ref().map_or(0, |c| c.replicas.ready)
+                }
+            }
+            _ => 0,
+        };
+        let (observed_at, nodes) =
+            store::capacity::gpu_inventory(&mut **tx, Some(&shape.resource_name)).await?;
+        if observed_at.is_none() {
+            // No worker has reported the cluster yet: nothing to check against.
+            continue;
+        }
+        match fit(&nodes, shape, track.replicas, running) {
+            Fit::Fits => {}
+            Fit::Never { largest_node } => {
+                let message = never_fits(shape, largest_node);
+                if options.force {
+                    warnings.push(format!("{message} (accepted with force=true)"));
+                } else {
+                    return Err(FieldErrors::single(
+                        "spec.resources.gpu.count",
+                        format!("{message}; pass force=true if such nodes are being added"),
+                    )
+                    .into());
+                }
+            }
+            Fit::Partly {
+                fits,
+                free,
+                ready_nodes,
+                largest_free_block,
+            } => warnings.push(format!(
+                "only {fits} of {} replica(s) fit on the free {} now ({free} free on {ready_nodes} Ready, schedulable node(s); largest free block {largest_free_block}, each replica needs {}): the rest stay Pending until GPUs free up",
+                track.replicas,
+                kind(shape),
+                shape.per_replica
+            )),
+        }
+    }
+    Ok(warnings)
+}
+
+fn kind(shape: &GpuShape) -> String {
+    crate::domain::gpu_quota_name(&shape.resource_name, shape.product.as_deref())
+}
+
+fn never_fits(shape: &GpuShape, largest_node: i64) -> String {
+    if largest_node == 0 {
+        format!(
+            "asks for {} {} per replica, but no node in the cluster offers {}",
+            shape.per_replica,
+            kind(shape),
+            kind(shape)
+        )
+    } else {
+        format!(
+            "asks for {} {} per replica, but the largest node offering it has {largest_node}: no replica would ever be scheduled",
+            shape.per_replica,
+            kind(shape)
+        )
+    }
+}

@@ -1,0 +1,50 @@
+import { screen, within } from '@testing-library/react';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { ADMIN, json, renderAt, stubFetch } from '../../test/render';
+import { Usage } from './Usage';
+
+afterEach(() => vi.unstubAllGlobals());
+
+const PAGE = ['/projects/team-a/settings', '/projects/:project/settings'] as const;
+
+describe('Usage', () => {
+  it('shows the last 30 days’ GPU-hours: total, by deployment and by day', async () => {
+    const calls = stubFetch(ADMIN, ({ url }) =>
+      url.pathname === '/api/v1/projects/team-a/usage'
+        ? json({
+            from: '2026-11-23',
+            to: '2026-11-25',
+            gpuHours: 12.5,
+            deployments: [
+              { name: 'llama', resourceName: 'nvidia.com/gpu', product: 'NVIDIA-L4', gpuHours: 10 },
+              { name: 'qwen', resourceName: 'nvidia.com/gpu', product: null, gpuHours: 2.5 },
+            ],
+            daily: [
+              { date: '2026-11-23', gpuHours: 0 },
+              { date: '2026-11-24', gpuHours: 10 },
+              { date: '2026-11-25', gpuHours: 2.5 },
+            ],
+          })
+        : undefined,
+    );
+    renderAt(...PAGE, <Usage project="team-a" />);
+    expect(await screen.findByTestId('gpu-usage-total')).toHaveTextContent('12.5 GPU-hours');
+    expect(calls.find((c) => c.url.pathname.endsWith('/usage'))!.url.searchParams.get('days')).toBe('30');
+    const rows = within(screen.getByRole('table', { name: 'GPU-hours by deployment' })).getAllByRole('row').slice(1);
+    expect(rows.map((r) => r.textContent)).toEqual(['llamanvidia.com/gpu · NVIDIA-L410', 'qwennvidia.com/gpu2.5']);
+    const days = within(screen.getByRole('list', { name: 'By day' })).getAllByRole('listitem');
+    expect(days.map((d) => d.textContent)).toEqual(['2026-11-230', '2026-11-2410', '2026-11-252.5']);
+    // Each bar is as long as its day's share of the busiest day.
+    expect((days[2]!.querySelector('.usage-day-bar > span') as HTMLElement).style.width).toBe('25%');
+  });
+
+  it('shows the API’s words when the usage cannot be read', async () => {
+    stubFetch(ADMIN, ({ url }) =>
+      url.pathname === '/api/v1/projects/team-a/usage'
+        ? json({ type: 'f', title: 'Forbidden', status: 403, detail: 'you need the admin role on team-a' }, 403)
+        : undefined,
+    );
+    renderAt(...PAGE, <Usage project="team-a" />);
+    expect(await screen.findByRole('alert')).toHaveTextContent('you need the admin role on team-a');
+  });
+});
