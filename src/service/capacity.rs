@@ -278,6 +278,15 @@ pub(super) async fn admit(
             // No worker has reported the cluster yet: nothing to check against.
             continue;
         }
+        if nodes.is_empty() {
+            // No node offers the resource at all: a node pool scaled to zero, or not yet
+            // joined. Nothing says it never will.
+            warnings.push(format!(
+                "no node in the cluster offers {} now: the replicas stay Pending until one joins (an autoscaled node pool, say)",
+                shape.resource_name
+            ));
+            continue;
+        }
         match fit(&nodes, shape, track.replicas, running) {
             Fit::Fits => {}
             Fit::Never { largest_node } => {

@@ -13,6 +13,7 @@ mod openapi;
 mod paging;
 mod portal;
 mod projects;
+mod quota;
 mod routing;
 mod validation;
 mod watch;

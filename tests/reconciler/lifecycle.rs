@@ -197,7 +197,16 @@ async fn more_gpus_than_any_node_has_waits_with_the_schedulers_message_then_fail
     h.app.create_project("team-a").await;
     let mut spec = sim_spec();
     spec["resources"]["gpu"] = json!({"count": 16});
-    create_with(&h, "big", spec).await;
+    // Refused at write time once the worker has reported the nodes (tests/reconciler/
+    // capacity.rs); forced, it is up to the scheduler.
+    let response = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments?force=true",
+            &json!({"name": "big", "spec": spec}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
     wait_for(
         "the scheduler's message",
         Duration::from_secs(20),

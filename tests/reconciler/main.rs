@@ -1,6 +1,7 @@
 //! The reconciler against the Kubernetes emulator over HTTP, with a real Postgres.
 
 mod canary;
+mod capacity;
 #[allow(dead_code)]
 #[path = "../api/common.rs"]
 mod common;
