@@ -104,6 +104,12 @@ catalogue! {
     WATCH_RESTARTS = "modelplane_watch_restarts_total", Counter,
         ["kind"],
         "Kubernetes watches interrupted and restarted (with backoff), by watched kind.";
+    CAPACITY_REFUSALS = "modelplane_capacity_refusals_total", Counter,
+        ["reason"],
+        "Changes refused at write time for GPUs, by reason (quota: past a project's quota; never_fits: a replica no node can hold).";
+    GPUS = "modelplane_gpus", Gauge,
+        ["resource", "product", "state"],
+        "The cluster's GPUs as the worker's inventory last wrote them, by resource name, product (empty: none) and state (allocatable, requested, free).";
     WORKER_HEARTBEAT = "modelplane_worker_heartbeat_timestamp_seconds", Gauge in Seconds,
         [],
         "Unix time of the worker loop's last beat.";

@@ -258,6 +258,7 @@ impl Inventory {
                 Ok(()) => {
                     failures = 0;
                     tracing::debug!(nodes = rows.len(), "GPU inventory written");
+                    record_gauges(&rows);
                     written = Some(rows);
                 }
                 Err(err) => {
@@ -271,6 +272,22 @@ impl Inventory {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The `modelplane_gpus` gauges, per resource name and product.
+fn record_gauges(rows: &[GpuNode]) {
+    let report = crate::domain::CapacityReport::of(None, rows);
+    for gpu in report.gpus {
+        let product = gpu.product.unwrap_or_default();
+        for (state, value) in [
+            ("allocatable", gpu.allocatable),
+            ("requested", gpu.requested),
+            ("free", gpu.free),
+        ] {
+            metrics::gauge!(crate::metrics::GPUS, "resource" => gpu.resource_name.clone(), "product" => product.clone(), "state" => state)
+                .set(value as f64);
         }
     }
 }

@@ -248,11 +248,15 @@ pub(super) async fn admit(
     options: WriteOptions,
 ) -> Result<Vec<String>, ServiceError> {
     if let Some(quota) = store::quota::lock_quota(&mut **tx, change.project_id).await? {
-        let before = project_demand(ctx, &mut **tx, change.project_id).await?;
+        let before = project_demand(ctx, tx, change.project_id).await?;
         let mut after = before.clone();
         change.before.iter().for_each(|t| after.remove(t));
         change.after.iter().for_each(|t| after.add(t));
-        check_quota(&quota, &before, &after).map_err(ServiceError::QuotaExceeded)?;
+        check_quota(&quota, &before, &after).map_err(|exceeded| {
+            metrics::counter!(crate::metrics::CAPACITY_REFUSALS, "reason" => "quota").increment(1);
+            tracing::info!(quota = %exceeded.quota, used = exceeded.used, requested = exceeded.requested, limit = exceeded.limit, "refused: quota exceeded");
+            ServiceError::QuotaExceeded(exceeded)
+        })?;
     }
     let mut warnings = Vec::new();
     for (i, track) in change.after.iter().enumerate() {
@@ -294,6 +298,8 @@ pub(super) async fn admit(
                 if options.force {
                     warnings.push(format!("{message} (accepted with force=true)"));
                 } else {
+                    metrics::counter!(crate::metrics::CAPACITY_REFUSALS, "reason" => "never_fits")
+                        .increment(1);
                     return Err(FieldErrors::single(
                         "spec.resources.gpu.count",
                         format!("{message}; pass force=true if such nodes are being added"),

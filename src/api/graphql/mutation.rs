@@ -185,6 +185,7 @@ impl Mutation {
     }
 
     /// Makes an earlier revision's spec current again (as a new generation).
+    #[allow(clippy::too_many_arguments)]
     async fn rollback_deployment(
         &self,
         ctx: &Context<'_>,
