@@ -276,7 +276,7 @@ impl Inventory {
     }
 }
 
-/// The `modelplane_gpus` gauges, per resource name and product.
+/// The GPU gauges (`metrics::GPUS`), per resource name and product.
 fn record_gauges(rows: &[GpuNode]) {
     let report = crate::domain::CapacityReport::of(None, rows);
     for gpu in report.gpus {

@@ -116,8 +116,20 @@ async function signIn(page, token) {
     });
 
     step('create a sim deployment through the form; the API field error shows next to its field');
+    // The project's quota bar: none set yet, so what it asks for and "no quota".
+    await page.getByTestId('quota-none').getByText(/no quota/).waitFor(WAIT);
     await page.getByRole('link', { name: 'Create deployment' }).first().click();
     await page.getByRole('button', { name: /Simulator/ }).click();
+    // The cluster's free GPUs from GET /api/v1/capacity (scripts/run.sh: 3 nodes x 8 GPUs).
+    const capacity = await rest('GET', '/api/v1/capacity');
+    assert.equal(capacity.status, 200, JSON.stringify(capacity.body));
+    const gpus = capacity.body.gpus.find((g) => g.resourceName === 'nvidia.com/gpu');
+    assert.ok(gpus && gpus.allocatable === 24, JSON.stringify(capacity.body));
+    await page
+      .getByRole('region', { name: 'Free GPUs' })
+      .getByTestId('gpu-capacity-entry')
+      .filter({ hasText: `${gpus.free} free of 24` })
+      .waitFor(WAIT);
     await page.getByLabel('Name', { exact: true }).fill(NAME);
     await page.getByLabel('Model source').fill('ftp://example.com/weights');
     await page.getByRole('button', { name: 'Create', exact: true }).click();

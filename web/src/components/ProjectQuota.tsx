@@ -70,7 +70,7 @@ export function ProjectQuota({ project, changes }: { project: string; changes?: 
     <section className="quota" aria-label="Quota" data-testid="quota">
       <h2 className="quota-title">Quota</h2>
       <div className="quota-rows">
-        {q.replicas.limit !== null && <UsageBar label="Replicas" used={q.replicas.used} limit={q.replicas.limit} />}
+        {q.replicas.limit != null && <UsageBar label="Replicas" used={q.replicas.used} limit={q.replicas.limit} />}
         {q.gpus.map((g) => (
           <UsageBar key={`${g.resourceName}/${g.product ?? ''}`} label={`GPUs ${gpuLabel(g)}`} used={g.used} limit={g.limit} />
         ))}
