@@ -47,6 +47,9 @@ use crate::store::work_queue::{Claim, NOTIFY_CHANNEL};
 
 /// The actor of the worker's timeline entries.
 const WORKER_ACTOR: &str = "worker";
+/// Claims between two vacuums of the queue table (see `store::work_queue::vacuum_queue`):
+/// each claim leaves about three dead row versions behind.
+const QUEUE_VACUUM_EVERY: usize = 2_000;
 /// The `track` of a deployment's own pods in `gpu_usage` (its canary's is [`TRACK_CANARY`]).
 const TRACK_STABLE: &str = "stable";
 
@@ -186,6 +189,8 @@ impl Worker {
         // up the others, and a panic fails only its own attempt.
         let slots = Arc::new(tokio::sync::Semaphore::new(self.config.concurrency));
         let mut database_failures = 0;
+        let mut claimed_since_vacuum = 0;
+        let vacuuming = Arc::new(std::sync::atomic::AtomicBool::new(false));
         loop {
             self.health.beat();
             crate::metrics::record_pool(&self.pool);
@@ -224,6 +229,19 @@ impl Worker {
                 }
             };
             if !claims.is_empty() {
+                claimed_since_vacuum += claims.len();
+                if claimed_since_vacuum >= QUEUE_VACUUM_EVERY
+                    && !vacuuming.swap(true, std::sync::atomic::Ordering::AcqRel)
+                {
+                    claimed_since_vacuum = 0;
+                    let (pool, vacuuming) = (self.pool.clone(), vacuuming.clone());
+                    tokio::spawn(async move {
+                        if let Err(err) = store::work_queue::vacuum_queue(&pool).await {
+                            tracing::warn!(error = %err, "cannot vacuum the work queue");
+                        }
+                        vacuuming.store(false, std::sync::atomic::Ordering::Release);
+                    });
+                }
                 let mut permit = Some(first);
                 for claim in claims {
                     let permit = match permit.take() {
