@@ -57,8 +57,8 @@ async fn main() {
             .await
             .unwrap(),
         graphql: api::graphql::schema(api::graphql::GraphqlLimits::default()),
-        graphiql_assets: "web/graphiql/node_modules".into(),
-        web_dir: "web/dist".into(),
+        graphiql_assets: std::path::Path::new("web/graphiql/node_modules").into(),
+        web_dir: std::path::Path::new("web/dist").into(),
         models: service::chat::ModelClient::new(
             service::chat::ChatVia::External,
             std::time::Duration::from_secs(10),
@@ -68,7 +68,7 @@ async fn main() {
         metrics: PrometheusBuilder::new().build_recorder().handle(),
         limiter: Arc::new(RateLimiter::new(10_000_000, 1_000_000)),
         metrics_require_auth: false,
-        readiness: Vec::new(),
+        readiness: Arc::new([]),
     };
     let app = api::router(state, &HttpConfig::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

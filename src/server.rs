@@ -69,7 +69,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
             max_replicas: config.max_replicas,
             allow_plaintext_credentials: config.allow_plaintext_credentials,
         },
-        routing: service::RoutingPolicy {
+        routing: Arc::new(service::RoutingPolicy {
             default_gateway: config.reconciler.gateway.clone(),
             reserved_hostnames: config
                 .reconciler
@@ -78,8 +78,8 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
                 .map(|h| h.trim().to_ascii_lowercase())
                 .filter(|h| !h.is_empty())
                 .collect(),
-        },
-        gpu_resource_name: config.reconciler.gpu_resource_name.clone(),
+        }),
+        gpu_resource_name: config.reconciler.gpu_resource_name.as_str().into(),
     };
     if let Some(token) = &config.auth.bootstrap_token {
         if token.expose().len() < 32 {
@@ -126,8 +126,8 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
             introspection: config.http.graphql_introspection,
             ..Default::default()
         }),
-        graphiql_assets: config.http.graphiql_dir.clone(),
-        web_dir: config.http.web_dir.clone(),
+        graphiql_assets: config.http.graphiql_dir.clone().into(),
+        web_dir: config.http.web_dir.clone().into(),
         models: crate::service::chat::ModelClient::new(
             config.http.chat_via,
             std::time::Duration::from_secs(config.http.chat_timeout_secs),
@@ -146,7 +146,8 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
                 cluster_required: config.role == crate::config::ServeRole::Worker,
                 worker: worker_health,
             }),
-        ],
+        ]
+        .into(),
     };
     let app = if config.role == crate::config::ServeRole::Worker {
         api::health_router(state)

@@ -29,7 +29,8 @@ use rate_limit::RateLimiter;
 
 pub use openapi::openapi_document;
 
-/// Shared by every handler.
+/// Shared by every handler; cloned for every request, so every field is cheap to clone
+/// (handles and `Arc`s, nothing that allocates).
 #[derive(Clone)]
 pub struct AppState {
     pub ctx: service::Context,
@@ -43,13 +44,13 @@ pub struct AppState {
     /// The GraphQL schema (the caller is added per request).
     pub graphql: graphql::ModelplaneSchema,
     /// Where GraphiQL's npm packages are.
-    pub graphiql_assets: std::path::PathBuf,
+    pub graphiql_assets: Arc<std::path::Path>,
     /// Where the built portal is (served at `/`).
-    pub web_dir: std::path::PathBuf,
+    pub web_dir: Arc<std::path::Path>,
     /// Forwards "try it" chat calls to model servers.
     pub models: crate::service::chat::ModelClient,
     /// What `/readyz` checks besides the database (the cluster, the worker).
-    pub readiness: Vec<Arc<dyn crate::domain::ReadinessCheck>>,
+    pub readiness: Arc<[Arc<dyn crate::domain::ReadinessCheck>]>,
 }
 
 /// Health and metrics only, for a process that runs just the worker.

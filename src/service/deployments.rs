@@ -127,7 +127,7 @@ pub async fn create_deployment(
     let (name, serving) = errors.finish(|| (name.unwrap(), serving.unwrap()))?;
     let spec = &serving.spec;
 
-    let mut tx = ctx.pool.begin().await?;
+    let mut tx = store::begin_route_write(&ctx.pool).await?;
     // A dry run writes nothing, so it neither claims nor replays a key.
     let idempotency_key = idempotency_key.filter(|_| !options.dry_run);
     if let Some(key) = idempotency_key {
@@ -588,7 +588,7 @@ async fn change_spec(
     options: WriteOptions,
 ) -> Result<Deployment, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Editor).await?;
-    let mut tx = ctx.pool.begin().await?;
+    let mut tx = store::begin_route_write(&ctx.pool).await?;
     let row = lock_for_change(&mut tx, &project, name, precondition).await?;
     let (new_spec, reason, kind) = compute_spec(ctx, &mut tx, &row, change).await?;
     if new_spec == row.spec.0 {

@@ -16,6 +16,8 @@ pub mod projects;
 pub mod role_bindings;
 pub mod tokens;
 
+use std::sync::Arc;
+
 use sqlx::PgPool;
 
 use crate::domain::{FieldErrors, QuotaExceeded, SpecLimits};
@@ -30,9 +32,9 @@ pub struct Context {
     /// Tokens, projects and roles read on every request (off unless started).
     pub access: access_cache::AccessCache,
     pub limits: SpecLimits,
-    pub routing: RoutingPolicy,
+    pub routing: Arc<RoutingPolicy>,
     /// The GPU resource name of specs that name none (for quotas and the fit check).
-    pub gpu_resource_name: String,
+    pub gpu_resource_name: Arc<str>,
 }
 
 /// How routes on shared Gateways are kept apart (see `domain::routing`).

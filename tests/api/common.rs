@@ -98,10 +98,10 @@ impl TestApp {
                 max_replicas: 20,
                 ..SpecLimits::default()
             },
-            routing: service::RoutingPolicy {
+            routing: Arc::new(service::RoutingPolicy {
                 default_gateway: Some("gateway-system/inference".into()),
                 reserved_hostnames: vec!["gateway.example.com".into()],
-            },
+            }),
             gpu_resource_name: "nvidia.com/gpu".into(),
         };
         service::tokens::ensure_bootstrap_token(&ctx, ADMIN_TOKEN)
@@ -118,8 +118,9 @@ impl TestApp {
             changes,
             graphql: api::graphql::schema(api::graphql::GraphqlLimits::default()),
             graphiql_assets: std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("web/graphiql/node_modules"),
-            web_dir: options.web_dir.clone(),
+                .join("web/graphiql/node_modules")
+                .into(),
+            web_dir: options.web_dir.clone().into(),
             models: service::chat::ModelClient::new(
                 service::chat::ChatVia::External,
                 std::time::Duration::from_secs(10),
@@ -136,7 +137,9 @@ impl TestApp {
                 cluster_required: options.cluster.as_ref().is_some_and(|(_, gates)| *gates),
                 cluster: options.cluster.map(|(cluster, _)| cluster),
                 worker: options.worker,
-            })],
+            })
+                as Arc<dyn modelplane::domain::ReadinessCheck>]
+            .into(),
         };
         let http = HttpConfig {
             cors_origins: options.cors_origins,

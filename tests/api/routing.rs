@@ -371,3 +371,44 @@ async fn paths_the_gateway_api_refuses_are_refused_here(pool: PgPool) {
     }
     assert_eq!(app.count_rows("model_deployment").await, 0);
 }
+
+/// Creates and spec changes run their route-overlap lookup on a generic plan
+/// (`store::begin_route_write`), which a connection keeps until the table's statistics
+/// change. Planned on tables without statistics, as in a fresh installation, the lookup of
+/// migration `route_overlap_index` walked the whole project through the name or phase
+/// index on every create; it must be index probes of its own key whatever the planner knows.
+#[sqlx::test]
+async fn the_route_overlap_lookup_probes_its_own_index_even_without_statistics(pool: PgPool) {
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::query("set plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "prepare overlap(uuid, uuid, text, text, text, text[]) as
+         select * from first_overlapping_route($1, $2, $3, $4, $5, $6)",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(
+        "explain execute overlap(gen_random_uuid(), gen_random_uuid(), '', null, '/a/b',
+                                 array['/', '/a', '/a/b'])",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    let scans: Vec<&String> = plan.iter().filter(|line| line.contains(" Scan ")).collect();
+    let of_deployments: Vec<&&String> = scans
+        .iter()
+        .filter(|line| line.contains("model_deployment"))
+        .collect();
+    assert_eq!(of_deployments.len(), 2, "{}", plan.join("\n"));
+    for scan in of_deployments {
+        assert!(
+            scan.contains("Index Scan using model_deployment_route_key_idx"),
+            "{}",
+            plan.join("\n")
+        );
+    }
+}
