@@ -74,6 +74,7 @@ async fn main() {
 
     let ctx = Context {
         pool: pool.clone(),
+        hot: modelplane::store::hot::HotConnections::new(pool.clone()),
         access: Default::default(),
         limits: SpecLimits::default(),
         routing: Default::default(),

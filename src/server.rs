@@ -64,6 +64,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     let draining = Arc::new(Draining::default());
     let ctx = service::Context {
         pool: pool.clone(),
+        hot: crate::store::hot::HotConnections::new(pool.clone()),
         access: service::access_cache::AccessCache::start(pool.clone(), shutdown.clone()).await?,
         limits: SpecLimits {
             max_replicas: config.max_replicas,

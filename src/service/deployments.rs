@@ -127,7 +127,8 @@ pub async fn create_deployment(
     let (name, serving) = errors.finish(|| (name.unwrap(), serving.unwrap()))?;
     let spec = &serving.spec;
 
-    let mut tx = store::begin_route_write(&ctx.pool).await?;
+    let mut conn = ctx.hot.acquire().await?;
+    let mut tx = store::begin_route_write(&mut conn).await?;
     // A dry run writes nothing, so it neither claims nor replays a key.
     let idempotency_key = idempotency_key.filter(|_| !options.dry_run);
     if let Some(key) = idempotency_key {
@@ -218,6 +219,7 @@ pub async fn create_deployment(
         .await?;
     }
     tx.commit().await?;
+    conn.reuse();
     tracing::info!(deployment_id = %deployment.id, "deployment created");
     Ok(Created {
         deployment,
@@ -301,9 +303,10 @@ pub async fn get_deployment_in(
 
 async fn find(ctx: &Context, project: &Project, name: &str) -> Result<DeploymentRow, ServiceError> {
     check_name_could_exist(name)?;
-    store::deployments::find_deployment(&ctx.pool, project.id, name)
-        .await?
-        .ok_or_else(|| ServiceError::not_found("deployment", name))
+    let mut conn = ctx.hot.acquire().await?;
+    let row = store::deployments::find_deployment(&mut *conn, project.id, name).await?;
+    conn.reuse();
+    row.ok_or_else(|| ServiceError::not_found("deployment", name))
 }
 
 #[instrument(skip(ctx, actor))]
@@ -378,7 +381,9 @@ pub async fn list_deployments_in(
         after,
         limit: limit + 1,
     };
-    let rows = store::deployments::list_deployments(&ctx.pool, project.id, &filter).await?;
+    let mut conn = ctx.hot.acquire().await?;
+    let rows = store::deployments::list_deployments(&mut *conn, project.id, &filter).await?;
+    conn.reuse();
     let page = cursor::page(rows, limit, &filters, |row| row.id.to_string());
     Ok(Page {
         items: page
@@ -588,7 +593,8 @@ async fn change_spec(
     options: WriteOptions,
 ) -> Result<Deployment, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Editor).await?;
-    let mut tx = store::begin_route_write(&ctx.pool).await?;
+    let mut conn = ctx.hot.acquire().await?;
+    let mut tx = store::begin_route_write(&mut conn).await?;
     let row = lock_for_change(&mut tx, &project, name, precondition).await?;
     let (new_spec, reason, kind) = compute_spec(ctx, &mut tx, &row, change).await?;
     if new_spec == row.spec.0 {
@@ -647,6 +653,7 @@ async fn change_spec(
         return Ok(record);
     }
     tx.commit().await?;
+    conn.reuse();
     tracing::info!(deployment_id = %record.id, generation = record.generation, %reason, "spec changed");
     Ok(record)
 }

@@ -29,6 +29,9 @@ pub use cursor::Page;
 #[derive(Clone)]
 pub struct Context {
     pub pool: PgPool,
+    /// Connections passed from request to request on the busiest paths (get, list,
+    /// create) without sqlx's ping on every return; see `store::hot`.
+    pub hot: Arc<crate::store::hot::HotConnections>,
     /// Tokens, projects and roles read on every request (off unless started).
     pub access: access_cache::AccessCache,
     pub limits: SpecLimits,

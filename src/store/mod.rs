@@ -8,6 +8,7 @@ pub mod capacity;
 pub mod changes;
 pub mod deployments;
 pub mod events;
+pub mod hot;
 pub mod idempotency;
 pub mod projects;
 pub mod quota;
@@ -22,7 +23,7 @@ use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, PgPool, Postgres, Transaction};
+use sqlx::{ConnectOptions, Connection, PgConnection, PgPool, Postgres, Transaction};
 
 /// The migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
@@ -59,9 +60,9 @@ pub async fn connect(database_url: &str, max_connections: u32) -> Result<PgPool,
 /// (migration `route_key`), so the generic plan is right whatever the statistics. The
 /// setting rides on BEGIN: no extra round trip, and it ends with the transaction.
 pub async fn begin_route_write(
-    pool: &PgPool,
-) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-    pool.begin_with("begin; set local plan_cache_mode = force_generic_plan")
+    conn: &mut PgConnection,
+) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
+    conn.begin_with("begin; set local plan_cache_mode = force_generic_plan")
         .await
 }
 

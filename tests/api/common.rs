@@ -91,6 +91,7 @@ impl TestApp {
         let stop = tokio_util::sync::CancellationToken::new();
         let ctx = service::Context {
             pool: pool.clone(),
+            hot: modelplane::store::hot::HotConnections::new(pool.clone()),
             access: service::access_cache::AccessCache::start(pool.clone(), stop.clone())
                 .await
                 .unwrap(),

@@ -8,6 +8,7 @@ mod deployments;
 mod errors;
 mod graphql;
 mod hardening;
+mod hot_connections;
 mod metrics;
 mod openapi;
 mod paging;
