@@ -135,11 +135,10 @@ pub fn describe() {
     }
 }
 
-/// Sets the pool gauges from `pool` (cheap: counters the pool keeps, no query). `kept`:
-/// connections idle between requests outside sqlx's own idle list (`store::hot`).
-pub fn record_pool(pool: &PgPool, kept: usize) {
+/// Sets the pool gauges from `pool` (cheap: counters the pool keeps, no query).
+pub fn record_pool(pool: &PgPool) {
     let open = pool.size();
-    let idle = pool.num_idle() + kept;
+    let idle = pool.num_idle();
     metrics::gauge!(DB_POOL_CONNECTIONS).set(f64::from(open));
     metrics::gauge!(DB_POOL_IDLE_CONNECTIONS).set(idle as f64);
     metrics::gauge!(DB_POOL_MAX_CONNECTIONS).set(f64::from(pool.options().get_max_connections()));

@@ -193,7 +193,7 @@ impl Worker {
         let vacuuming = Arc::new(std::sync::atomic::AtomicBool::new(false));
         loop {
             self.health.beat();
-            crate::metrics::record_pool(&self.pool, 0);
+            crate::metrics::record_pool(&self.pool);
             if shutdown.is_cancelled() {
                 break;
             }

@@ -184,6 +184,8 @@ pub async fn create_deployment(
         Ok(inserted) => inserted,
         Err(err) if store::is_unique_violation(&err, "model_deployment_project_name_key") => {
             tx.rollback().await?;
+            // Given back before `name_taken` takes a connection of its own.
+            conn.reuse();
             return Err(name_taken(ctx, &project, name.as_str()).await);
         }
         Err(err) => return Err(err.into()),

@@ -30,7 +30,7 @@ pub use cursor::Page;
 pub struct Context {
     pub pool: PgPool,
     /// Connections passed from request to request on the busiest paths (get, list,
-    /// create) without sqlx's ping on every return; see `store::hot`.
+    /// create, spec changes) without sqlx's ping on every return; see `store::hot`.
     pub hot: Arc<crate::store::hot::HotConnections>,
     /// Tokens, projects and roles read on every request (off unless started).
     pub access: access_cache::AccessCache,

@@ -7,21 +7,23 @@
 //! other side: about a tenth of the API's CPU on a get. Here a connection whose work ended
 //! cleanly goes onto a short stack instead, for the next request to take as it is.
 //!
-//! What the ping was for stays covered, and nothing waits on a kept connection:
+//! What the ping was for stays covered:
 //! - only a connection its user marked [`HotConnection::reuse`] after its last statement
 //!   succeeded (and with nothing queued to send, such as a rollback, and no transaction
 //!   open) is kept; any other goes back to sqlx, which pings or closes it as before;
 //! - a connection kept [`STALE`] without serving goes back to sqlx (a task returns it), so
 //!   only a busy path holds connections: an idle one is proven by sqlx before it serves
-//!   again (`store::connect`), other paths waiting for the pool get it, and closing the
-//!   pool is not held up;
-//! - at most half the pool is kept, so the other paths, which use the pool directly,
-//!   always have the rest;
-//! - while a request waits for sqlx's pool, a finished connection goes back to sqlx (to the
-//!   waiter) instead of onto the stack, where nobody waiting would see it.
+//!   again (`store::connect`), and closing the pool is not held up;
+//! - a connection out of sqlx's hands for [`MAX_HELD`] goes back at its next release, so
+//!   sqlx's own checks (its `max_lifetime`) still reach connections that never rest;
+//! - while a request of this stack waits for sqlx's pool, a finished connection goes back to
+//!   sqlx (to the waiter) instead of onto the stack, where the waiter would not see it.
+//!
+//! At most half the pool is kept idle here. Code that takes connections from the pool
+//! directly may wait up to [`STALE`] for one kept here when the rest are all in use. Kept
+//! connections count as in use in the pool's gauges.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -33,17 +35,35 @@ use tokio::time::Instant;
 /// How long a kept connection may wait for the next request before it goes back to sqlx.
 pub const STALE: Duration = Duration::from_millis(250);
 
+/// How long a connection may pass from request to request before it goes back to sqlx.
+pub const MAX_HELD: Duration = Duration::from_secs(60);
+
 /// The stack of connections kept between requests; see the module docs.
 pub struct HotConnections {
     pool: PgPool,
-    /// Oldest first; each with the moment it was kept.
-    kept: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
+    state: Mutex<Kept>,
     keep: usize,
-    /// Requests waiting for a connection from sqlx's pool now.
-    waiting: AtomicUsize,
     /// Wakes the task that returns stale connections (a connection was kept, or the stack
     /// is gone).
     kept_one: Arc<Notify>,
+}
+
+/// What the lock guards: the stack, and who is waiting for sqlx's pool. One lock for both,
+/// so a release never misses a request that found the stack empty.
+#[derive(Default)]
+struct Kept {
+    /// Oldest first.
+    stack: Vec<Entry>,
+    /// Requests of this stack waiting for a connection from sqlx's pool now.
+    waiting: usize,
+}
+
+struct Entry {
+    conn: PoolConnection<Postgres>,
+    /// When it was kept.
+    at: Instant,
+    /// When it left sqlx's pool.
+    since: Instant,
 }
 
 impl HotConnections {
@@ -53,27 +73,38 @@ impl HotConnections {
         let keep = (pool.options().get_max_connections() / 2) as usize;
         let hot = Arc::new(Self {
             pool,
-            kept: Mutex::new(Vec::new()),
+            state: Mutex::new(Kept::default()),
             keep,
-            waiting: AtomicUsize::new(0),
             kept_one: Arc::new(Notify::new()),
         });
         tokio::spawn(return_stale(Arc::downgrade(&hot), hot.kept_one.clone()));
         hot
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.state.lock().expect("hot connections lock")
+    }
+
     /// The most recently kept connection, else one from the pool.
     pub async fn acquire(&self) -> Result<HotConnection<'_>, sqlx::Error> {
-        let fresh = self.kept.lock().expect("hot connections lock").pop();
-        let conn = match fresh {
-            Some((conn, _)) => conn,
+        let popped = {
+            let mut kept = self.lock();
+            let popped = kept.stack.pop();
+            if popped.is_none() {
+                kept.waiting += 1;
+            }
+            popped
+        };
+        let (conn, since) = match popped {
+            Some(entry) => (entry.conn, entry.since),
             None => {
-                let _waiting = Waiting::count(&self.waiting);
-                self.pool.acquire().await?
+                let _waiting = Waiting(self);
+                (self.pool.acquire().await?, Instant::now())
             }
         };
         Ok(HotConnection {
             conn: Some(conn),
+            since,
             home: self,
             reusable: false,
         })
@@ -81,16 +112,18 @@ impl HotConnections {
 
     /// Takes the connections kept [`STALE`] or longer; returns when the oldest left will be.
     fn take_stale(&self) -> (Vec<PoolConnection<Postgres>>, Option<Instant>) {
-        let mut kept = self.kept.lock().expect("hot connections lock");
+        let mut kept = self.lock();
         let now = Instant::now();
-        let stale = kept.partition_point(|(_, at)| now.duration_since(*at) >= STALE);
-        let taken = kept.drain(..stale).map(|(conn, _)| conn).collect();
-        (taken, kept.first().map(|(_, at)| *at + STALE))
+        let stale = kept
+            .stack
+            .partition_point(|entry| now.duration_since(entry.at) >= STALE);
+        let taken = kept.stack.drain(..stale).map(|entry| entry.conn).collect();
+        (taken, kept.stack.first().map(|entry| entry.at + STALE))
     }
 
-    /// How many connections are kept now (for tests and metrics).
+    /// How many connections are kept now (for tests).
     pub fn kept(&self) -> usize {
-        self.kept.lock().expect("hot connections lock").len()
+        self.lock().stack.len()
     }
 }
 
@@ -119,20 +152,13 @@ impl Drop for HotConnections {
     }
 }
 
-/// Counts one request waiting for sqlx's pool for as long as it lives (also when the
-/// waiting request is cancelled).
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl<'a> Waiting<'a> {
-    fn count(counter: &'a AtomicUsize) -> Self {
-        counter.fetch_add(1, Ordering::SeqCst);
-        Self(counter)
-    }
-}
+/// One request of the stack waiting for sqlx's pool, counted until it is done waiting
+/// (also when it is cancelled).
+struct Waiting<'a>(&'a HotConnections);
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.lock().waiting -= 1;
     }
 }
 
@@ -140,6 +166,8 @@ impl Drop for Waiting<'_> {
 /// functions and transactions.
 pub struct HotConnection<'a> {
     conn: Option<PoolConnection<Postgres>>,
+    /// When it left sqlx's pool.
+    since: Instant,
     home: &'a HotConnections,
     reusable: bool,
 }
@@ -174,15 +202,22 @@ impl Drop for HotConnection<'_> {
         if !self.reusable || conn.should_flush() || conn.is_in_transaction() {
             return;
         }
-        if self.home.waiting.load(Ordering::SeqCst) > 0 {
+        if self.since.elapsed() >= MAX_HELD {
             return;
         }
-        let mut kept = self.home.kept.lock().expect("hot connections lock");
-        if kept.len() < self.home.keep {
-            kept.push((conn, Instant::now()));
+        let mut kept = self.home.lock();
+        if kept.waiting == 0 && kept.stack.len() < self.home.keep {
+            let now = Instant::now();
+            kept.stack.push(Entry {
+                conn,
+                at: now,
+                since: self.since,
+            });
             drop(kept);
             self.home.kept_one.notify_one();
+            return;
         }
+        drop(kept);
         // Otherwise `conn` goes back to sqlx when it drops here.
     }
 }
