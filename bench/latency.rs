@@ -72,9 +72,12 @@ async fn main() {
     };
     tokio::spawn(Worker::new(pool.clone(), cluster, config).run(shutdown.clone()));
 
+    let hot = modelplane::store::hot::HotConnections::new(pool.clone());
+
     let ctx = Context {
         pool: pool.clone(),
-        hot: modelplane::store::hot::HotConnections::new(pool.clone()),
+        hot: hot.clone(),
+        lookups: modelplane::store::lookups::DeploymentLookups::new(hot),
         access: Default::default(),
         limits: SpecLimits::default(),
         routing: Default::default(),

@@ -41,9 +41,12 @@ async fn main() {
     let database = support::ScratchDatabase::create("modelplane_bench_live").await;
     let pool = database.pool.clone();
 
+    let hot = modelplane::store::hot::HotConnections::new(pool.clone());
+
     let ctx = Context {
         pool: pool.clone(),
-        hot: modelplane::store::hot::HotConnections::new(pool.clone()),
+        hot: hot.clone(),
+        lookups: modelplane::store::lookups::DeploymentLookups::new(hot),
         access: Default::default(),
         limits: SpecLimits::default(),
         routing: Default::default(),

@@ -62,9 +62,11 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     store::migrate(&pool).await?;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let draining = Arc::new(Draining::default());
+    let hot = crate::store::hot::HotConnections::new(pool.clone());
     let ctx = service::Context {
         pool: pool.clone(),
-        hot: crate::store::hot::HotConnections::new(pool.clone()),
+        hot: hot.clone(),
+        lookups: crate::store::lookups::DeploymentLookups::new(hot),
         access: service::access_cache::AccessCache::start(pool.clone(), shutdown.clone()).await?,
         limits: SpecLimits {
             max_replicas: config.max_replicas,

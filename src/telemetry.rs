@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
@@ -92,6 +92,11 @@ pub fn continue_trace(span: &tracing::Span, traceparent: &str) {
 pub fn init_metrics() -> PrometheusHandle {
     let handle = PrometheusBuilder::new()
         .set_buckets(crate::metrics::DURATION_BUCKETS)
+        .expect("the buckets are not empty")
+        .set_buckets_for_metric(
+            Matcher::Full(crate::metrics::DB_LOOKUPS_PER_STATEMENT.to_owned()),
+            crate::metrics::BATCH_SIZE_BUCKETS,
+        )
         .expect("the buckets are not empty")
         .install_recorder()
         .expect("the metrics recorder is installed once per process");

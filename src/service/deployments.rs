@@ -305,9 +305,7 @@ pub async fn get_deployment_in(
 
 async fn find(ctx: &Context, project: &Project, name: &str) -> Result<DeploymentRow, ServiceError> {
     check_name_could_exist(name)?;
-    let mut conn = ctx.hot.acquire().await?;
-    let row = store::deployments::find_deployment(&mut *conn, project.id, name).await?;
-    conn.reuse();
+    let row = ctx.lookups.find(project.id, name).await?;
     row.ok_or_else(|| ServiceError::not_found("deployment", name))
 }
 

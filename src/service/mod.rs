@@ -32,6 +32,9 @@ pub struct Context {
     /// Connections passed from request to request on the busiest paths (get, list,
     /// create, spec changes) without sqlx's ping on every return; see `store::hot`.
     pub hot: Arc<crate::store::hot::HotConnections>,
+    /// Gets of one deployment, read together while they arrive faster than Postgres
+    /// answers; see `store::lookups`.
+    pub lookups: Arc<crate::store::lookups::DeploymentLookups>,
     /// Tokens, projects and roles read on every request (off unless started).
     pub access: access_cache::AccessCache,
     pub limits: SpecLimits,

@@ -10,6 +10,7 @@ pub mod deployments;
 pub mod events;
 pub mod hot;
 pub mod idempotency;
+pub mod lookups;
 pub mod projects;
 pub mod quota;
 pub mod revisions;

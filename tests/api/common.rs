@@ -89,9 +89,11 @@ impl TestApp {
 
     pub async fn spawn_with(pool: PgPool, options: Options) -> Self {
         let stop = tokio_util::sync::CancellationToken::new();
+        let hot = modelplane::store::hot::HotConnections::new(pool.clone());
         let ctx = service::Context {
             pool: pool.clone(),
-            hot: modelplane::store::hot::HotConnections::new(pool.clone()),
+            hot: hot.clone(),
+            lookups: modelplane::store::lookups::DeploymentLookups::new(hot),
             access: service::access_cache::AccessCache::start(pool.clone(), stop.clone())
                 .await
                 .unwrap(),

@@ -9,6 +9,7 @@ mod errors;
 mod graphql;
 mod hardening;
 mod hot_connections;
+mod lookups;
 mod metrics;
 mod openapi;
 mod paging;

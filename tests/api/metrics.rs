@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use metrics::Unit;
 use modelplane::metrics::{ALL, Kind};
 use reqwest::StatusCode;
 use sqlx::PgPool;
@@ -88,7 +89,18 @@ fn every_metric_is_declared_in_src_metrics_rs_and_recorded() {
         );
         match metric.kind {
             Kind::Counter => assert!(metric.name.ends_with("_total"), "{}", metric.name),
-            Kind::Histogram => assert!(metric.name.ends_with("_seconds"), "{}", metric.name),
+            // A histogram is of durations (`_seconds`) or of counts (no unit suffix).
+            Kind::Histogram => match metric.unit {
+                Some(Unit::Seconds) => {
+                    assert!(metric.name.ends_with("_seconds"), "{}", metric.name)
+                }
+                Some(Unit::Count) => assert!(
+                    !metric.name.ends_with("_seconds") && !metric.name.ends_with("_total"),
+                    "{}",
+                    metric.name
+                ),
+                other => panic!("{}: a histogram in {other:?}", metric.name),
+            },
             Kind::Gauge => assert!(!metric.name.ends_with("_total"), "{}", metric.name),
         }
     }
