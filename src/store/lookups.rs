@@ -17,8 +17,9 @@
 //!   too);
 //! - the reads run in their own task, so a request that is cancelled does not cancel the
 //!   others' reads;
-//! - if a batch fails (or its task panics), each of its requests reads alone, so each gets
-//!   its own answer or its own error.
+//! - if a batch's statement fails (or its task panics), each of its requests reads alone,
+//!   so each gets its own answer or its own error; if no connection could be had in the
+//!   pool's timeout, each gets that error at once rather than waiting as long again.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -57,8 +58,18 @@ struct Queue {
 struct Lookup {
     project_id: Uuid,
     name: String,
-    /// `None` when the batch failed: the request then reads alone.
-    answer: oneshot::Sender<Option<Option<DeploymentRow>>>,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// What a batch tells each of its requests.
+enum Answer {
+    /// The row, if it exists (boxed: a row is kilobytes, the other answers are not).
+    Read(Option<Box<DeploymentRow>>),
+    /// No connection could be had (the pool timed out or is closed): the request's own
+    /// attempt would fail the same way, after as long again.
+    NoConnection(sqlx::Error),
+    /// The statement failed: the request reads alone, for its own answer or error.
+    ReadAlone,
 }
 
 impl DeploymentLookups {
@@ -103,9 +114,10 @@ impl DeploymentLookups {
             tokio::spawn(Arc::clone(self).drain());
         }
         match answered.await {
-            Ok(Some(row)) => Ok(row),
-            // The batch failed, or its task ended without answering: read alone.
-            Ok(None) | Err(_) => {
+            Ok(Answer::Read(row)) => Ok(row.map(|row| *row)),
+            Ok(Answer::NoConnection(err)) => Err(err),
+            // The statement failed, or the batch's task ended without answering.
+            Ok(Answer::ReadAlone) | Err(_) => {
                 let mut conn = self.hot.acquire().await?;
                 let row = find_deployment(&mut *conn, project_id, name).await?;
                 conn.reuse();
@@ -146,33 +158,58 @@ impl DeploymentLookups {
                         .iter()
                         .find(|r| r.project_id == lookup.project_id && r.name == lookup.name);
                     // A request that went away does not take its answer.
-                    let _ = lookup.answer.send(Some(row.cloned()));
+                    let _ = lookup
+                        .answer
+                        .send(Answer::Read(row.map(|row| Box::new(row.clone()))));
                 }
             }
-            Err(err) => {
+            Err(Failure::NoConnection(err)) => {
+                for lookup in batch {
+                    // The error is not `Clone`; these two carry nothing to copy.
+                    let copy = match &err {
+                        sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
+                        _ => sqlx::Error::PoolTimedOut,
+                    };
+                    let _ = lookup.answer.send(Answer::NoConnection(copy));
+                }
+            }
+            Err(Failure::Statement(err)) => {
                 tracing::warn!(error = %err, size = batch.len(), "batched deployment read failed; reading one by one");
                 for lookup in batch {
-                    let _ = lookup.answer.send(None);
+                    let _ = lookup.answer.send(Answer::ReadAlone);
                 }
             }
         }
     }
 
-    async fn fetch(&self, batch: &[Lookup]) -> Result<Vec<DeploymentRow>, sqlx::Error> {
-        let mut conn = self.hot.acquire().await?;
+    async fn fetch(&self, batch: &[Lookup]) -> Result<Vec<DeploymentRow>, Failure> {
+        let mut conn = self.hot.acquire().await.map_err(|err| match err {
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => Failure::NoConnection(err),
+            // Opening a new connection failed: each request tries its own.
+            other => Failure::Statement(other),
+        })?;
         let rows = if let [one] = batch {
             find_deployment(&mut *conn, one.project_id, &one.name)
-                .await?
+                .await
+                .map_err(Failure::Statement)?
                 .into_iter()
                 .collect()
         } else {
             let projects: Vec<Uuid> = batch.iter().map(|l| l.project_id).collect();
             let names: Vec<String> = batch.iter().map(|l| l.name.clone()).collect();
-            find_deployments(&mut conn, &projects, &names).await?
+            find_deployments(&mut conn, &projects, &names)
+                .await
+                .map_err(Failure::Statement)?
         };
         conn.reuse();
         Ok(rows)
     }
+}
+
+/// Why a batch was not read.
+enum Failure {
+    NoConnection(sqlx::Error),
+    Statement(sqlx::Error),
 }
 
 /// The deployments named by the pairs `(projects[i], names[i])` that exist, in no order.
