@@ -16,13 +16,16 @@
 //!   write committed before the request arrived (read-your-writes, across API processes
 //!   too);
 //! - the reads run in their own task, so a request that is cancelled does not cancel the
-//!   others' reads;
+//!   others' reads (and is not read at all if it went away before its batch started);
+//! - a batch read that takes longer than [`BATCH_TIMEOUT`] is dropped with its connection,
+//!   and its gets read alone: a stuck connection holds up one batch, not every get;
 //! - if a batch's statement fails (or its task panics), each of its requests reads alone,
 //!   so each gets its own answer or its own error; if no connection could be had in the
 //!   pool's timeout, each gets that error at once rather than waiting as long again.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use sqlx::types::Json;
 use tokio::sync::oneshot;
@@ -39,6 +42,10 @@ pub const IN_FLIGHT: usize = 2;
 
 /// The most gets one statement reads.
 pub const MAX_BATCH: usize = 64;
+
+/// How long a batch read may take before its gets read alone. A batch is at most 64 index
+/// probes; one stuck connection must not hold up every get of the process.
+pub const BATCH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Reads deployments by project and name, batching concurrent reads; see the module docs.
 pub struct DeploymentLookups {
@@ -81,8 +88,10 @@ impl DeploymentLookups {
         })
     }
 
+    /// The queue. Nothing panics while holding it, but if something ever did, the queue
+    /// is still consistent (each change is one push or one drain), so it is used as it is.
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.state.lock().expect("deployment lookups lock")
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How many batch statements have run (for tests).
@@ -111,7 +120,13 @@ impl DeploymentLookups {
             start
         };
         if start {
-            tokio::spawn(Arc::clone(self).drain());
+            // The slot travels with the task: if the task ends without giving it back (a
+            // panic, or a runtime shutting down that drops it unpolled), its drop does.
+            let slot = Slot {
+                lookups: Arc::clone(self),
+                held: true,
+            };
+            tokio::spawn(drain(slot));
         }
         match answered.await {
             Ok(Answer::Read(row)) => Ok(row.map(|row| *row)),
@@ -126,32 +141,15 @@ impl DeploymentLookups {
         }
     }
 
-    /// Reads batches until nobody is waiting.
-    async fn drain(self: Arc<Self>) {
-        let mut slot = Slot {
-            lookups: &self,
-            held: true,
-        };
-        loop {
-            let batch: Vec<Lookup> = {
-                let mut queue = self.lock();
-                if queue.waiting.is_empty() {
-                    queue.in_flight -= 1;
-                    slot.held = false;
-                    return;
-                }
-                let n = queue.waiting.len().min(MAX_BATCH);
-                queue.waiting.drain(..n).collect()
-            };
-            self.read(batch).await;
-        }
-    }
-
     /// Reads one batch and answers each of its requests.
     async fn read(&self, batch: Vec<Lookup>) {
         metrics::histogram!(crate::metrics::DB_LOOKUPS_PER_STATEMENT).record(batch.len() as f64);
         self.statements.fetch_add(1, Ordering::Relaxed);
-        match self.fetch(&batch).await {
+        let fetched = tokio::time::timeout(BATCH_TIMEOUT, self.fetch(&batch))
+            .await
+            // Its connection is dropped with the read, not reused: sqlx closes it.
+            .unwrap_or(Err(Failure::TimedOut));
+        match fetched {
             Ok(rows) => {
                 for lookup in batch {
                     let row = rows
@@ -175,9 +173,11 @@ impl DeploymentLookups {
             }
             Err(Failure::Statement(err)) => {
                 tracing::warn!(error = %err, size = batch.len(), "batched deployment read failed; reading one by one");
-                for lookup in batch {
-                    let _ = lookup.answer.send(Answer::ReadAlone);
-                }
+                read_alone(batch);
+            }
+            Err(Failure::TimedOut) => {
+                tracing::warn!(timeout = ?BATCH_TIMEOUT, size = batch.len(), "batched deployment read timed out; reading one by one");
+                read_alone(batch);
             }
         }
     }
@@ -210,6 +210,7 @@ impl DeploymentLookups {
 enum Failure {
     NoConnection(sqlx::Error),
     Statement(sqlx::Error),
+    TimedOut,
 }
 
 /// The deployments named by the pairs `(projects[i], names[i])` that exist, in no order.
@@ -234,29 +235,53 @@ async fn find_deployments(
     .await
 }
 
+/// Tells each request of a batch that was not read to read alone.
+fn read_alone(batch: Vec<Lookup>) {
+    for lookup in batch {
+        let _ = lookup.answer.send(Answer::ReadAlone);
+    }
+}
+
+/// Reads batches until nobody is waiting, then gives its slot back.
+async fn drain(mut slot: Slot) {
+    let lookups = Arc::clone(&slot.lookups);
+    loop {
+        let batch: Vec<Lookup> = {
+            let mut queue = lookups.lock();
+            // Requests that went away (a client gone, a request timed out) are not read.
+            queue.waiting.retain(|lookup| !lookup.answer.is_closed());
+            if queue.waiting.is_empty() {
+                queue.in_flight -= 1;
+                slot.held = false;
+                return;
+            }
+            let n = queue.waiting.len().min(MAX_BATCH);
+            queue.waiting.drain(..n).collect()
+        };
+        lookups.read(batch).await;
+    }
+}
+
 /// A batch task's place among the [`IN_FLIGHT`]. Given back under the lock when the queue is
-/// empty; if the task ends any other way (a panic), given back here, and a new task is
-/// started for anyone still waiting.
-struct Slot<'a> {
-    lookups: &'a Arc<DeploymentLookups>,
+/// empty. If the task ends any other way (a panic, or dropped by a runtime shutting down),
+/// it is given back on drop, and the requests still queued are let go: each reads alone
+/// (starting another task here could loop in a runtime that drops every new task).
+struct Slot {
+    lookups: Arc<DeploymentLookups>,
     held: bool,
 }
 
-impl Drop for Slot<'_> {
+impl Drop for Slot {
     fn drop(&mut self) {
         if !self.held {
             return;
         }
-        // Not `lock()`: a panic while the lock was held must not become a second one here.
-        let mut queue = match self.lookups.state.lock() {
-            Ok(queue) => queue,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if queue.waiting.is_empty() {
+        let waiting = {
+            let mut queue = self.lookups.lock();
             queue.in_flight -= 1;
-        } else {
-            drop(queue);
-            tokio::spawn(Arc::clone(self.lookups).drain());
-        }
+            std::mem::take(&mut queue.waiting)
+        };
+        // Dropped outside the lock: each request sees its answer channel closed.
+        drop(waiting);
     }
 }
