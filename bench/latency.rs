@@ -77,7 +77,8 @@ async fn main() {
     let ctx = Context {
         pool: pool.clone(),
         hot: hot.clone(),
-        lookups: modelplane::store::lookups::DeploymentLookups::new(hot),
+        lookups: modelplane::store::lookups::DeploymentLookups::new(hot.clone()),
+        creates: modelplane::store::creates::DeploymentCreates::new(hot),
         access: Default::default(),
         limits: SpecLimits::default(),
         routing: Default::default(),

@@ -86,6 +86,9 @@ catalogue! {
     DB_LOOKUPS_PER_STATEMENT = "modelplane_db_lookups_per_statement", Histogram in Count,
         [],
         "Deployment gets read from Postgres in one statement: how many per statement (more than 1 only while gets arrive faster than Postgres answers).";
+    DB_CREATES_PER_STATEMENT = "modelplane_db_creates_per_statement", Histogram in Count,
+        [],
+        "Deployment creates committed in one transaction: how many per transaction (more than 1 only while creates arrive faster than Postgres commits them).";
     KUBERNETES_REQUESTS = "modelplane_kubernetes_requests_total", Counter,
         ["verb", "kind"],
         "Kubernetes API requests the reconciler made, by verb and object kind.";
@@ -123,7 +126,8 @@ pub const DURATION_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
-/// Buckets of [`DB_LOOKUPS_PER_STATEMENT`] (a count, up to `store::lookups::MAX_BATCH`).
+/// Buckets of [`DB_LOOKUPS_PER_STATEMENT`] and [`DB_CREATES_PER_STATEMENT`] (counts, up to
+/// `store::lookups::MAX_BATCH` and `store::creates::MAX_BATCH`).
 pub const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 
 /// Gives every metric its description and unit; call once the recorder is installed.

@@ -66,7 +66,8 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     let ctx = service::Context {
         pool: pool.clone(),
         hot: hot.clone(),
-        lookups: crate::store::lookups::DeploymentLookups::new(hot),
+        lookups: crate::store::lookups::DeploymentLookups::new(hot.clone()),
+        creates: crate::store::creates::DeploymentCreates::new(hot),
         access: service::access_cache::AccessCache::start(pool.clone(), shutdown.clone()).await?,
         limits: SpecLimits {
             max_replicas: config.max_replicas,

@@ -98,6 +98,11 @@ pub fn init_metrics() -> PrometheusHandle {
             crate::metrics::BATCH_SIZE_BUCKETS,
         )
         .expect("the buckets are not empty")
+        .set_buckets_for_metric(
+            Matcher::Full(crate::metrics::DB_CREATES_PER_STATEMENT.to_owned()),
+            crate::metrics::BATCH_SIZE_BUCKETS,
+        )
+        .expect("the buckets are not empty")
         .install_recorder()
         .expect("the metrics recorder is installed once per process");
     crate::metrics::describe();

@@ -22,7 +22,9 @@ use crate::domain::{
     canonical_json, check_not_canary_name, check_shared_gateway_rules, entity_tag, from_json_value,
 };
 use crate::store;
-use crate::store::deployments::{DeploymentFilter, DeploymentRow, NewDeployment};
+use crate::store::deployments::{
+    CreateOutcome, DeploymentFilter, DeploymentRow, NewDeployment, RouteSpace,
+};
 use crate::store::events::NewEvent;
 
 /// The body of `POST …/deployments`.
@@ -126,11 +128,57 @@ pub async fn create_deployment(
     };
     let (name, serving) = errors.finish(|| (name.unwrap(), serving.unwrap()))?;
     let spec = &serving.spec;
+    let route = route_claim(ctx, &project, name.as_str(), spec);
+    if let Err(rules) =
+        check_shared_gateway_rules(spec, &project, &route, &ctx.routing.reserved_hostnames)
+    {
+        // A taken name is reported as such rather than as its route's.
+        return Err(
+            match store::deployments::find_deployment(&ctx.pool, project.id, name.as_str()).await? {
+                Some(row) => name_taken(&project, name.as_str(), &row),
+                None => rules.into(),
+            },
+        );
+    }
 
-    let mut conn = ctx.hot.acquire().await?;
-    let mut tx = store::begin_route_write(&mut conn).await?;
+    let tracks = capacity::tracks_of(ctx, name.as_str(), spec, None);
+    let id = Uuid::now_v7();
+    let status = DeploymentStatus::pending(i64::from(serving.replicas));
+    let message = format!(
+        "created with {} replica(s) of {} serving {}",
+        serving.replicas,
+        spec.engine.kind.as_str(),
+        spec.model.source
+    );
+    let trace_parent = crate::telemetry::current_traceparent();
+    let new = NewDeployment {
+        id,
+        project_id: project.id,
+        name: name.as_str(),
+        spec,
+        route: &route,
+        status: &status,
+        message: &message,
+        actor: actor.name(),
+        trace_parent: trace_parent.as_deref(),
+    };
+    let space = RouteSpace::of(project.id, &route);
     // A dry run writes nothing, so it neither claims nor replays a key.
     let idempotency_key = idempotency_key.filter(|_| !options.dry_run);
+
+    // One call, committed with the creates that wait beside it, unless something must share
+    // its transaction: a key to claim, a dry run to roll back, GPUs to fit, or (answered by
+    // the call) a quota to admit.
+    if idempotency_key.is_none() && !options.dry_run && tracks.iter().all(|t| t.gpu.is_none()) {
+        match written(ctx.creates.create(new, &space).await, &route) {
+            Ok(Some(row)) => return Ok(created(row, &project, Vec::new())),
+            Ok(None) => {}
+            Err(refused) => return Err(refused.into_error(ctx, &project, name.as_str()).await),
+        }
+    }
+
+    let mut conn = ctx.hot.acquire().await?;
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     if let Some(key) = idempotency_key {
         let claimed = store::idempotency::claim_idempotency_key(
             &mut *tx,
@@ -144,8 +192,6 @@ pub async fn create_deployment(
             return replay(&mut tx, &project, actor, key, &request_hash).await;
         }
     }
-
-    let tracks = capacity::tracks_of(ctx, name.as_str(), spec, None);
     let change = capacity::Change {
         project_id: project.id,
         before: &[],
@@ -153,63 +199,29 @@ pub async fn create_deployment(
         status: None,
     };
     let warnings = capacity::admit(ctx, &mut tx, change, options).await?;
-
-    let id = Uuid::now_v7();
-    let route = route_claim(ctx, &project, name.as_str(), spec);
-    let status = DeploymentStatus::pending(i64::from(serving.replicas));
-    let message = format!(
-        "created with {} replica(s) of {} serving {}",
-        serving.replicas,
-        spec.engine.kind.as_str(),
-        spec.model.source
-    );
-    // The route checks ride on the insert, under the route space's lock.
-    lock_route_space(&mut tx, &project, &route).await?;
-    let inserted = match store::deployments::insert_deployment(
-        &mut *tx,
-        NewDeployment {
-            id,
-            project_id: project.id,
-            name: name.as_str(),
-            spec,
-            route: &route,
-            status: &status,
-            message: &message,
-            actor: actor.name(),
-            trace_parent: crate::telemetry::current_traceparent().as_deref(),
-        },
-    )
-    .await
-    {
-        Ok(inserted) => inserted,
-        Err(err) if store::is_unique_violation(&err, "model_deployment_project_name_key") => {
-            tx.rollback().await?;
-            // Given back before `name_taken` takes a connection of its own.
-            conn.reuse();
-            return Err(name_taken(ctx, &project, name.as_str()).await);
+    let result = store::deployments::create_deployment_record(&mut *tx, new, &space, false).await;
+    let row = match written(result, &route) {
+        Ok(Some(row)) => row,
+        Ok(None) => {
+            return Err(sqlx::Error::Protocol(
+                "a create without the quota check asked for admission".into(),
+            )
+            .into());
         }
-        Err(err) => return Err(err.into()),
+        Err(refused) => {
+            tx.rollback().await?;
+            // Given back before a taken name's message takes a connection of its own.
+            conn.reuse();
+            return Err(refused.into_error(ctx, &project, name.as_str()).await);
+        }
     };
-    // A taken name is reported as such (above) rather than as its own route.
-    check_shared_gateway_rules(spec, &project, &route, &ctx.routing.reserved_hostnames)?;
-    route_conflict(
-        &route,
-        inserted.hostname_taken,
-        inserted.overlapping.as_ref(),
-    )?;
-    let row = inserted.row;
-
-    let mut deployment = row.into_record(&project.name);
-    deployment.warnings = warnings;
+    let outcome = created(row, &project, warnings);
     if options.dry_run {
         tx.rollback().await?;
-        return Ok(Created {
-            deployment,
-            replayed: false,
-        });
+        return Ok(outcome);
     }
     if let Some(key) = idempotency_key {
-        let body = serde_json::to_value(&deployment).expect("a deployment serialises");
+        let body = serde_json::to_value(&outcome.deployment).expect("a deployment serialises");
         store::idempotency::save_idempotent_response(
             &mut *tx,
             project.id,
@@ -222,11 +234,67 @@ pub async fn create_deployment(
     }
     tx.commit().await?;
     conn.reuse();
+    Ok(outcome)
+}
+
+/// A new record, as the create answers it.
+fn created(row: DeploymentRow, project: &Project, warnings: Vec<String>) -> Created {
+    let mut deployment = row.into_record(&project.name);
+    deployment.warnings = warnings;
     tracing::info!(deployment_id = %deployment.id, "deployment created");
-    Ok(Created {
+    Created {
         deployment,
         replayed: false,
-    })
+    }
+}
+
+/// Why a create wrote nothing.
+enum Refused {
+    NameTaken,
+    Conflict(ServiceError),
+    Failed(sqlx::Error),
+}
+
+impl Refused {
+    async fn into_error(self, ctx: &Context, project: &Project, name: &str) -> ServiceError {
+        match self {
+            // Read again for the message: the name may belong to a record being deleted.
+            Refused::NameTaken => {
+                match store::deployments::find_deployment(&ctx.pool, project.id, name).await {
+                    Ok(Some(row)) => name_taken(project, name, &row),
+                    // Gone meanwhile (or unreadable): still the answer to this request.
+                    _ => ServiceError::conflict(
+                        Some("name"),
+                        format!(
+                            "deployment `{name}` already exists in project `{}`",
+                            project.name
+                        ),
+                    ),
+                }
+            }
+            Refused::Conflict(err) => err,
+            Refused::Failed(err) => err.into(),
+        }
+    }
+}
+
+/// The record a create's call wrote; `None` when the project's quota must admit it first.
+fn written(
+    result: Result<CreateOutcome, sqlx::Error>,
+    route: &RouteClaim,
+) -> Result<Option<DeploymentRow>, Refused> {
+    match result {
+        Ok(CreateOutcome::Created(row)) => Ok(Some(*row)),
+        Ok(CreateOutcome::NeedsAdmission) => Ok(None),
+        Ok(CreateOutcome::NameTaken) => Err(Refused::NameTaken),
+        Ok(CreateOutcome::HostnameTaken) => Err(Refused::Conflict(hostname_conflict(
+            route.hostname.as_deref().unwrap_or_default(),
+        ))),
+        Ok(CreateOutcome::Overlaps { name, path }) => {
+            Err(Refused::Conflict(path_conflict(route, &name, &path)))
+        }
+        Err(err) => Err(Refused::Failed(err)),
+    }
 }
 
 /// Answers a retried create with the response remembered for its key.
@@ -264,13 +332,8 @@ async fn replay(
 }
 
 /// The 409 for a taken name, saying when it will be free again.
-async fn name_taken(ctx: &Context, project: &Project, name: &str) -> ServiceError {
-    let deleting = store::deployments::find_deployment(&ctx.pool, project.id, name)
-        .await
-        .ok()
-        .flatten()
-        .is_some_and(|row| row.deletion_requested_at.is_some());
-    let message = if deleting {
+fn name_taken(project: &Project, name: &str, existing: &DeploymentRow) -> ServiceError {
+    let message = if existing.deletion_requested_at.is_some() {
         format!("deployment `{name}` is being deleted; the name is free again once it is gone")
     } else {
         format!(
@@ -762,24 +825,14 @@ async fn check_route(
 }
 
 /// Takes the part of the Gateways' request space a route lives in, so two concurrent
-/// writers cannot both find it free. A hostname is one space for every project, locked
-/// whole (its owner is checked across projects). A project's host-less routes are locked
-/// by path, so writers of paths that cannot overlap do not wait for each other.
+/// writers cannot both find it free (see [`RouteSpace`]).
 async fn lock_route_space(
     tx: &mut Transaction<'_, Postgres>,
     project: &Project,
     route: &RouteClaim,
 ) -> Result<(), sqlx::Error> {
-    match &route.hostname {
-        Some(host) => {
-            store::deployments::lock_route_space(&mut **tx, &format!("host:{host}"), &[]).await
-        }
-        None => {
-            let space = format!("project:{}", project.id);
-            store::deployments::lock_route_space(&mut **tx, &space, &route.path_and_ancestors())
-                .await
-        }
-    }
+    let space = RouteSpace::of(project.id, route);
+    store::deployments::lock_route_space(&mut **tx, &space.space, &space.paths).await
 }
 
 /// The 409 for a route whose hostname belongs to another project, or whose path overlaps
@@ -790,22 +843,30 @@ fn route_conflict(
     overlapping: Option<&(String, String)>,
 ) -> Result<(), ServiceError> {
     if let Some(host) = route.hostname.as_ref().filter(|_| hostname_taken) {
-        return Err(ServiceError::conflict(
-            Some("spec.routing.hostname"),
-            format!("hostname `{host}` is already used by another project"),
-        ));
+        return Err(hostname_conflict(host));
     }
     if let Some((other, path)) = overlapping {
-        return Err(ServiceError::conflict(
-            Some("spec.routing.pathPrefix"),
-            format!(
-                "path prefix `{}` overlaps `{path}` of deployment `{other}` on the same Gateway and hostname: \
-                 one would receive the other's requests",
-                route.path_prefix
-            ),
-        ));
+        return Err(path_conflict(route, other, path));
     }
     Ok(())
+}
+
+fn hostname_conflict(host: &str) -> ServiceError {
+    ServiceError::conflict(
+        Some("spec.routing.hostname"),
+        format!("hostname `{host}` is already used by another project"),
+    )
+}
+
+fn path_conflict(route: &RouteClaim, other: &str, path: &str) -> ServiceError {
+    ServiceError::conflict(
+        Some("spec.routing.pathPrefix"),
+        format!(
+            "path prefix `{}` overlaps `{path}` of deployment `{other}` on the same Gateway and hostname: \
+             one would receive the other's requests",
+            route.path_prefix
+        ),
+    )
 }
 
 /// Sets the restart marker: pods are replaced without a spec change.

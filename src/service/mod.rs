@@ -35,6 +35,8 @@ pub struct Context {
     /// Gets of one deployment, read together while they arrive faster than Postgres
     /// answers; see `store::lookups`.
     pub lookups: Arc<crate::store::lookups::DeploymentLookups>,
+    /// Creates, committing those that wait together in one transaction; see `store::creates`.
+    pub creates: Arc<crate::store::creates::DeploymentCreates>,
     /// Tokens, projects and roles read on every request (off unless started).
     pub access: access_cache::AccessCache,
     pub limits: SpecLimits,

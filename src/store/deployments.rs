@@ -59,6 +59,7 @@ pub struct DeploymentFilter {
 }
 
 /// A new deployment's row and what its creation writes beside it.
+#[derive(Clone, Copy)]
 pub struct NewDeployment<'a> {
     pub id: Uuid,
     pub project_id: Uuid,
@@ -73,60 +74,75 @@ pub struct NewDeployment<'a> {
     pub trace_parent: Option<&'a str>,
 }
 
-/// The stored row, and what another record's route claims of the new one's request space.
-pub struct InsertedDeployment {
-    pub row: DeploymentRow,
-    /// Another project's record routes the same hostname.
-    pub hostname_taken: bool,
-    /// A record of this project whose path overlaps on the same Gateway and hostname: its
-    /// name and path.
-    pub overlapping: Option<(String, String)>,
+/// What [`create_deployment_record`] did. Nothing is written unless it is `Created`.
+#[derive(Debug)]
+pub enum CreateOutcome {
+    Created(Box<DeploymentRow>),
+    /// The project has a quota: admit the create against it, then call again (in the same
+    /// transaction) without the quota check.
+    NeedsAdmission,
+    /// The project has a deployment of that name.
+    NameTaken,
+    /// Another project's deployment routes the hostname.
+    HostnameTaken,
+    /// A deployment of the project routes an overlapping path on the same Gateway and
+    /// hostname: its name and path.
+    Overlaps {
+        name: String,
+        path: String,
+    },
 }
 
-/// Creates a deployment in one statement: the row, revision 1, the `Created` timeline entry
-/// and its reconcile work item (waking the workers). The route checks are read in the same
-/// statement, so the caller must hold the route space's lock (see [`lock_route_space`])
-/// before, so that the snapshot includes every earlier holder's commit. A taken name fails
-/// the statement with `model_deployment_project_name_key`.
-#[instrument(skip(db, new), fields(deployment_id = %new.id))]
-pub async fn insert_deployment(
+/// The part of the Gateways' request space a route lives in: its lock's key and paths (see
+/// [`lock_route_space`]). A hostname is one space for every project, locked whole (its owner
+/// is checked across projects). A project's host-less routes are locked by path, so writers
+/// of paths that cannot overlap do not wait for each other.
+pub struct RouteSpace {
+    pub space: String,
+    pub paths: Vec<String>,
+}
+
+impl RouteSpace {
+    pub fn of(project_id: Uuid, route: &RouteClaim) -> Self {
+        match &route.hostname {
+            Some(host) => Self {
+                space: format!("host:{host}"),
+                paths: Vec::new(),
+            },
+            None => Self {
+                space: format!("project:{project_id}"),
+                paths: route.path_and_ancestors(),
+            },
+        }
+    }
+}
+
+/// Creates a deployment in one call (migration `create_in_one_call`): takes the quota lock
+/// when `check_quota` (answering `NeedsAdmission` if the project has a quota), then the route
+/// space's lock, checks the name and the route, and writes the row, revision 1, the `Created`
+/// timeline entry and its reconcile work item (waking the workers). Run alone it is one
+/// round trip and commits; in a transaction, it commits with it.
+#[instrument(skip(db, new, space), fields(deployment_id = %new.id))]
+pub async fn create_deployment_record(
     db: impl PgExecutor<'_>,
     new: NewDeployment<'_>,
-) -> Result<InsertedDeployment, sqlx::Error> {
-    let row = sqlx::query!(
-        r#"with d as (
-               insert into model_deployment
-                   (id, project_id, name, spec, spec_version, labels, engine, phase, status,
-                    route_gateway, route_hostname, route_path)
-               values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-               returning id, project_id, name, generation, spec, status, restarted_at,
-                         deletion_requested_at, canary, created_at, updated_at
-           ), revision as (
-               insert into deployment_revision (deployment_id, revision, spec, reason, actor)
-               select id, generation, spec, 'created', $14 from d
-           ), event as (
-               insert into deployment_event
-                   (deployment_id, project_id, deployment_name, kind, message, actor)
-               select id, project_id, name, 'Created', $13, $14 from d
-           ), queued as (
-               insert into reconcile_work (deployment_id, trace_parent) select id, $16 from d
-               returning deployment_id
-           )
-           select d.id as "id!", d.project_id as "project_id!", d.name as "name!",
-                  d.generation as "generation!",
-                  d.spec as "spec!: Json<DeploymentSpec>",
-                  d.status as "status!: Json<DeploymentStatus>",
-                  d.restarted_at, d.deletion_requested_at,
-                  d.canary as "canary: Json<Canary>",
-                  d.created_at as "created_at!", d.updated_at as "updated_at!",
-                  (select count(pg_notify('modelplane_reconcile', deployment_id::text))
-                   from queued) as "queued!",
-                  ($11::text is not null and exists (
-                      select 1 from model_deployment o
-                      where o.route_hostname = $11 and o.project_id <> $2)) as "hostname_taken!",
-                  (select o.name || ' ' || o.route_path
-                   from first_overlapping_route($2, $1, $10, $11, $12, $15) o) as "overlapping"
-           from d"#,
+    space: &RouteSpace,
+    check_quota: bool,
+) -> Result<CreateOutcome, sqlx::Error> {
+    let result = sqlx::query_as!(
+        CreatedRecord,
+        r#"select r.outcome as "outcome!", null::text as "error_code?", null::text as "error_detail?",
+                  (r.created).id as "id?", (r.created).project_id as "project_id?",
+                  (r.created).name as "name?", (r.created).generation as "generation?",
+                  (r.created).spec as "spec?: Json<DeploymentSpec>",
+                  (r.created).status as "status?: Json<DeploymentStatus>",
+                  (r.created).restarted_at as "restarted_at?",
+                  (r.created).deletion_requested_at as "deletion_requested_at?",
+                  (r.created).canary as "canary?: Json<Canary>",
+                  (r.created).created_at as "created_at?", (r.created).updated_at as "updated_at?"
+           from create_deployment_record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+                                         $13, $14, $15, $16, $17, $18, $19) r"#,
+        check_quota,
         new.id,
         new.project_id,
         new.name,
@@ -139,34 +155,100 @@ pub async fn insert_deployment(
         new.route.gateway,
         new.route.hostname,
         new.route.path_prefix,
+        space.space,
+        &space.paths,
+        &new.route.path_and_ancestors() as &[String],
         new.message,
         new.actor,
-        &new.route.path_and_ancestors() as &[String],
         new.trace_parent,
     )
     .fetch_one(db)
-    .await?;
-    debug_assert_eq!(row.queued, 1);
-    Ok(InsertedDeployment {
-        row: DeploymentRow {
-            id: row.id,
-            project_id: row.project_id,
-            name: row.name,
-            generation: row.generation,
-            spec: row.spec,
-            status: row.status,
-            restarted_at: row.restarted_at,
-            deletion_requested_at: row.deletion_requested_at,
-            canary: row.canary,
-            created_at: row.created_at,
-            updated_at: row.updated_at,
-        },
-        hostname_taken: row.hostname_taken,
-        overlapping: row.overlapping.and_then(|o| {
-            o.split_once(' ')
-                .map(|(name, path)| (name.to_owned(), path.to_owned()))
-        }),
-    })
+    .await;
+    match result {
+        Ok(record) => record.outcome(),
+        // A route another deployment holds fails the call (nothing of it stays written).
+        Err(sqlx::Error::Database(err)) => {
+            let detail = err
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .and_then(|pg| pg.detail());
+            match err
+                .code()
+                .as_deref()
+                .and_then(|code| route_refusal(code, detail))
+            {
+                Some(refusal) => Ok(refusal),
+                None => Err(sqlx::Error::Database(err)),
+            }
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// What `create_deployment_record` (or one item of `create_deployment_records`) answered.
+#[derive(Debug)]
+pub struct CreatedRecord {
+    pub outcome: String,
+    /// For an item that failed: its SQLSTATE and DETAIL.
+    pub error_code: Option<String>,
+    pub error_detail: Option<String>,
+    pub id: Option<Uuid>,
+    pub project_id: Option<Uuid>,
+    pub name: Option<String>,
+    pub generation: Option<i64>,
+    pub spec: Option<Json<DeploymentSpec>>,
+    pub status: Option<Json<DeploymentStatus>>,
+    pub restarted_at: Option<DateTime<Utc>>,
+    pub deletion_requested_at: Option<DateTime<Utc>>,
+    pub canary: Option<Json<Canary>>,
+    pub created_at: Option<DateTime<Utc>>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+impl CreatedRecord {
+    /// The outcome; an item that failed answers its route refusal, or its error as a
+    /// database error (`error_code` then holds the SQLSTATE).
+    pub fn outcome(self) -> Result<CreateOutcome, sqlx::Error> {
+        let missing = |column: &str| sqlx::Error::ColumnNotFound(format!("created.{column}"));
+        Ok(match self.outcome.as_str() {
+            "created" => CreateOutcome::Created(Box::new(DeploymentRow {
+                id: self.id.ok_or_else(|| missing("id"))?,
+                project_id: self.project_id.ok_or_else(|| missing("project_id"))?,
+                name: self.name.ok_or_else(|| missing("name"))?,
+                generation: self.generation.ok_or_else(|| missing("generation"))?,
+                spec: self.spec.ok_or_else(|| missing("spec"))?,
+                status: self.status.ok_or_else(|| missing("status"))?,
+                restarted_at: self.restarted_at,
+                deletion_requested_at: self.deletion_requested_at,
+                canary: self.canary,
+                created_at: self.created_at.ok_or_else(|| missing("created_at"))?,
+                updated_at: self.updated_at.ok_or_else(|| missing("updated_at"))?,
+            })),
+            "admission" => CreateOutcome::NeedsAdmission,
+            "name_taken" => CreateOutcome::NameTaken,
+            _ => {
+                let code = self.error_code.unwrap_or_default();
+                return route_refusal(&code, self.error_detail.as_deref()).ok_or_else(|| {
+                    sqlx::Error::Protocol(format!("create answered `{}` ({code})", self.outcome))
+                });
+            }
+        })
+    }
+}
+
+/// The refusal a create's SQLSTATE stands for (migration `create_in_one_call`), if any.
+fn route_refusal(code: &str, detail: Option<&str>) -> Option<CreateOutcome> {
+    match code {
+        "MP001" => Some(CreateOutcome::HostnameTaken),
+        "MP002" => {
+            let other = detail.unwrap_or_default();
+            let (name, path) = other.split_once(' ').unwrap_or((other, ""));
+            Some(CreateOutcome::Overlaps {
+                name: name.to_owned(),
+                path: path.to_owned(),
+            })
+        }
+        _ => None,
+    }
 }
 
 #[instrument(skip(db))]
@@ -395,35 +477,17 @@ pub async fn finish_canary(
 /// `paths` narrows it: writers take the space's path hierarchy from the root down, shared
 /// on every ancestor and exclusive on the path itself, so only writers whose paths overlap
 /// (one is a prefix of the other, or equal) take turns. Without `paths` the whole space is
-/// locked. Both orders run root first, so no two writers can deadlock.
+/// locked. Both orders run root first, so no two writers can deadlock. The SQL function of
+/// the same name (migration `create_in_one_call`) does it; creates call it from there.
 #[instrument(skip(db))]
 pub async fn lock_route_space(
     db: impl PgExecutor<'_>,
     space: &str,
     paths: &[String],
 ) -> Result<(), sqlx::Error> {
-    if paths.is_empty() {
-        sqlx::query!(
-            "select pg_advisory_xact_lock(hashtextextended('route:' || $1, 0))",
-            space
-        )
+    sqlx::query!("select lock_route_space($1, $2)", space, paths)
         .fetch_one(db)
         .await?;
-        return Ok(());
-    }
-    // Volatile functions in the select list run after the sort, so in the array's order.
-    sqlx::query!(
-        r#"select case when t.i = cardinality($2::text[])
-                       then pg_advisory_xact_lock(hashtextextended('route:' || $1 || ':' || t.k, 0))::text
-                       else pg_advisory_xact_lock_shared(hashtextextended('route:' || $1 || ':' || t.k, 0))::text
-                  end as "locked"
-           from unnest($2::text[]) with ordinality as t(k, i)
-           order by t.i"#,
-        space,
-        paths
-    )
-    .fetch_all(db)
-    .await?;
     Ok(())
 }
 

@@ -23,14 +23,15 @@
 //!   so each gets its own answer or its own error; if no connection could be had in the
 //!   pool's timeout, each gets that error at once rather than waiting as long again.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use sqlx::types::Json;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use super::batch::{BatchWork, Batcher};
 use super::deployments::{DeploymentRow, find_deployment};
 use super::hot::HotConnections;
 use crate::domain::{Canary, DeploymentSpec, DeploymentStatus};
@@ -50,19 +51,12 @@ pub const BATCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reads deployments by project and name, batching concurrent reads; see the module docs.
 pub struct DeploymentLookups {
     hot: Arc<HotConnections>,
-    state: Mutex<Queue>,
+    batcher: Batcher<Lookup>,
     /// Batch statements run so far (for tests).
     statements: AtomicU64,
 }
 
-#[derive(Default)]
-struct Queue {
-    waiting: Vec<Lookup>,
-    /// Tasks reading batches now.
-    in_flight: usize,
-}
-
-struct Lookup {
+pub struct Lookup {
     project_id: Uuid,
     name: String,
     answer: oneshot::Sender<Answer>,
@@ -83,15 +77,9 @@ impl DeploymentLookups {
     pub fn new(hot: Arc<HotConnections>) -> Arc<Self> {
         Arc::new(Self {
             hot,
-            state: Mutex::new(Queue::default()),
+            batcher: Batcher::new(IN_FLIGHT, MAX_BATCH),
             statements: AtomicU64::new(0),
         })
-    }
-
-    /// The queue. Nothing panics while holding it, but if something ever did, the queue
-    /// is still consistent (each change is one push or one drain), so it is used as it is.
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How many batch statements have run (for tests).
@@ -106,28 +94,14 @@ impl DeploymentLookups {
         name: &str,
     ) -> Result<Option<DeploymentRow>, sqlx::Error> {
         let (answer, answered) = oneshot::channel();
-        let start = {
-            let mut queue = self.lock();
-            queue.waiting.push(Lookup {
+        Batcher::submit(
+            self,
+            Lookup {
                 project_id,
                 name: name.to_owned(),
                 answer,
-            });
-            let start = queue.in_flight < IN_FLIGHT;
-            if start {
-                queue.in_flight += 1;
-            }
-            start
-        };
-        if start {
-            // The slot travels with the task: if the task ends without giving it back (a
-            // panic, or a runtime shutting down that drops it unpolled), its drop does.
-            let slot = Slot {
-                lookups: Arc::clone(self),
-                held: true,
-            };
-            tokio::spawn(drain(slot));
-        }
+            },
+        );
         match answered.await {
             Ok(Answer::Read(row)) => Ok(row.map(|row| *row)),
             Ok(Answer::NoConnection(err)) => Err(err),
@@ -242,46 +216,18 @@ fn read_alone(batch: Vec<Lookup>) {
     }
 }
 
-/// Reads batches until nobody is waiting, then gives its slot back.
-async fn drain(mut slot: Slot) {
-    let lookups = Arc::clone(&slot.lookups);
-    loop {
-        let batch: Vec<Lookup> = {
-            let mut queue = lookups.lock();
-            // Requests that went away (a client gone, a request timed out) are not read.
-            queue.waiting.retain(|lookup| !lookup.answer.is_closed());
-            if queue.waiting.is_empty() {
-                queue.in_flight -= 1;
-                slot.held = false;
-                return;
-            }
-            let n = queue.waiting.len().min(MAX_BATCH);
-            queue.waiting.drain(..n).collect()
-        };
-        lookups.read(batch).await;
+impl BatchWork for DeploymentLookups {
+    type Item = Lookup;
+
+    fn batcher(&self) -> &Batcher<Lookup> {
+        &self.batcher
     }
-}
 
-/// A batch task's place among the [`IN_FLIGHT`]. Given back under the lock when the queue is
-/// empty. If the task ends any other way (a panic, or dropped by a runtime shutting down),
-/// it is given back on drop, and the requests still queued are let go: each reads alone
-/// (starting another task here could loop in a runtime that drops every new task).
-struct Slot {
-    lookups: Arc<DeploymentLookups>,
-    held: bool,
-}
+    fn abandoned(lookup: &Lookup) -> bool {
+        lookup.answer.is_closed()
+    }
 
-impl Drop for Slot {
-    fn drop(&mut self) {
-        if !self.held {
-            return;
-        }
-        let waiting = {
-            let mut queue = self.lookups.lock();
-            queue.in_flight -= 1;
-            std::mem::take(&mut queue.waiting)
-        };
-        // Dropped outside the lock: each request sees its answer channel closed.
-        drop(waiting);
+    async fn run(self: &Arc<Self>, batch: Vec<Lookup>) {
+        self.read(batch).await;
     }
 }

@@ -4,8 +4,10 @@
 //! what runs atomically.
 
 pub mod audit;
+pub mod batch;
 pub mod capacity;
 pub mod changes;
+pub mod creates;
 pub mod deployments;
 pub mod events;
 pub mod hot;

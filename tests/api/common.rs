@@ -93,7 +93,8 @@ impl TestApp {
         let ctx = service::Context {
             pool: pool.clone(),
             hot: hot.clone(),
-            lookups: modelplane::store::lookups::DeploymentLookups::new(hot),
+            lookups: modelplane::store::lookups::DeploymentLookups::new(hot.clone()),
+            creates: modelplane::store::creates::DeploymentCreates::new(hot),
             access: service::access_cache::AccessCache::start(pool.clone(), stop.clone())
                 .await
                 .unwrap(),

@@ -4,6 +4,7 @@ mod access;
 mod canary;
 mod common;
 mod conformance;
+mod creates;
 mod deployments;
 mod errors;
 mod graphql;

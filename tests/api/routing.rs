@@ -21,6 +21,31 @@ async fn create(app: &TestApp, project: &str, name: &str, routing: Value) -> req
     .await
 }
 
+/// [`create`], taking the other way when `batched`: without a GPU to fit, a create is
+/// committed with the creates waiting beside it (`store::creates`), and with one, in a
+/// transaction of its own. Racing both ways checks that they lock the same things in the
+/// same order.
+async fn create_either_way(
+    app: &TestApp,
+    project: &str,
+    name: &str,
+    routing: Value,
+    batched: bool,
+) -> reqwest::Response {
+    let mut spec = spec_with_routing(routing);
+    if batched {
+        spec["resources"]
+            .as_object_mut()
+            .expect("the valid spec has resources")
+            .remove("gpu");
+    }
+    app.post_json(
+        &format!("/api/v1/projects/{project}/deployments"),
+        &json!({"name": name, "spec": spec}),
+    )
+    .await
+}
+
 async fn two_projects(pool: PgPool) -> TestApp {
     let app = TestApp::spawn(pool).await;
     app.create_project("team-a").await;
@@ -167,7 +192,7 @@ async fn concurrent_claims_of_one_hostname_leave_it_with_one_project(pool: PgPoo
     let attempts = (0..16).map(|i| async move {
         let project = if i % 2 == 0 { "team-a" } else { "team-b" };
         let routing = json!({"hostname": "race.example.com", "pathPrefix": format!("/p{i}")});
-        create(app, project, &format!("d{i}"), routing)
+        create_either_way(app, project, &format!("d{i}"), routing, i % 4 < 2)
             .await
             .status()
     });
@@ -185,7 +210,8 @@ async fn concurrent_claims_of_one_hostname_leave_it_with_one_project(pool: PgPoo
 
 /// Writers of one project's host-less routes lock by path (shared on ancestors, exclusive
 /// on the path), so only overlapping paths take turns: of concurrent creates at nested
-/// paths, exactly one wins, while creates at unrelated paths all succeed together.
+/// paths, exactly one wins, while creates at unrelated paths all succeed together. Half of
+/// them are committed in batches and half alone ([`create_either_way`]).
 #[sqlx::test]
 async fn concurrent_creates_of_nested_paths_leave_exactly_one(pool: PgPool) {
     let app = two_projects(pool).await;
@@ -199,13 +225,14 @@ async fn concurrent_creates_of_nested_paths_leave_exactly_one(pool: PgPool) {
         ];
         let attempts = paths.iter().enumerate().map(|(i, path)| async move {
             let routing = json!({"pathPrefix": path});
-            create(app, "team-a", &format!("n{round}-{i}"), routing)
+            let batched = (i + round) % 2 == 0;
+            create_either_way(app, "team-a", &format!("n{round}-{i}"), routing, batched)
                 .await
                 .status()
         });
         let unrelated = (0..4).map(|i| async move {
             let routing = json!({"pathPrefix": format!("/team-a/u{round}-{i}")});
-            create(app, "team-a", &format!("u{round}-{i}"), routing)
+            create_either_way(app, "team-a", &format!("u{round}-{i}"), routing, i % 2 == 0)
                 .await
                 .status()
         });
