@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # API throughput next to raw Postgres doing the same row work, in one run on this machine.
 #
-#   bench/api.sh                 # 10 s per measurement, 16 connections, 1,000 rows
+#   bench/api.sh                 # 10 s per measurement (after 3 s unmeasured), 16 connections, 1,000 rows
 #   DURATION=30 CONNECTIONS=32 ROWS=5000 bench/api.sh
 #
 # modelplane (release build, `--role api`, its own scratch database) is loaded with wrk (the
@@ -15,6 +15,10 @@ cd "$(dirname "$0")/.."
 source scripts/postgres.sh
 
 DURATION=${DURATION:-10}
+# Unmeasured seconds before each measurement, on both sides: the first seconds after start
+# (connections opening, caches filling, autovacuum analysing the new rows) are not the
+# steady state the ratio is about.
+WARMUP=${WARMUP:-3}
 CONNECTIONS=${CONNECTIONS:-16}
 ROWS=${ROWS:-1000}
 
@@ -118,6 +122,7 @@ SQL
 
 threads=2
 run_wrk() { # script → "req/s p99_ms"
+  wrk -t"$threads" -c"$CONNECTIONS" -d"${WARMUP}s" -s "$work/$1.lua" "$base" >/dev/null 2>&1
   wrk -t"$threads" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$work/$1.lua" "$base" >"$work/$1.wrk" 2>&1
   local rps p99 errors
   rps=$(awk '/Requests\/sec/ {print $2}' "$work/$1.wrk")
@@ -127,6 +132,7 @@ run_wrk() { # script → "req/s p99_ms"
   echo "$rps $p99"
 }
 run_pgbench() { # script → "tps"
+  pgbench -n -M prepared -c "$CONNECTIONS" -j "$threads" -T "$WARMUP" -f "$work/$1.sql" "$db" >/dev/null 2>&1
   pgbench -n -M prepared -c "$CONNECTIONS" -j "$threads" -T "$DURATION" -f "$work/$1.sql" "$db" 2>/dev/null |
     awk '/^tps/ {print $3; exit}'
 }

@@ -57,7 +57,7 @@ async fn main() {
         .await
         .unwrap();
     let stop = CancellationToken::new();
-    let state = AppState {
+    let state = AppState::new(modelplane::api::SharedState {
         changes: service::live::ChangeHub::start(pool.clone(), stop.clone())
             .await
             .unwrap(),
@@ -74,7 +74,7 @@ async fn main() {
         limiter: Arc::new(RateLimiter::new(10_000_000, 1_000_000)),
         metrics_require_auth: false,
         readiness: Arc::new([]),
-    };
+    });
     let app = api::router(state, &HttpConfig::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base_url = format!("http://{}", listener.local_addr().unwrap());

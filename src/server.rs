@@ -123,7 +123,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     };
     let changes = crate::service::live::ChangeHub::start(pool.clone(), shutdown.clone()).await?;
     let hub = changes.clone();
-    let state = AppState {
+    let state = AppState::new(crate::api::SharedState {
         auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
         changes,
         graphql: crate::api::graphql::schema(crate::api::graphql::GraphqlLimits {
@@ -152,7 +152,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
             }),
         ]
         .into(),
-    };
+    });
     let app = if config.role == crate::config::ServeRole::Worker {
         api::health_router(state)
     } else {

@@ -118,7 +118,7 @@ impl TestApp {
         let changes = service::live::ChangeHub::start(pool.clone(), stop.clone())
             .await
             .unwrap();
-        let state = AppState {
+        let state = AppState::new(api::SharedState {
             changes,
             graphql: api::graphql::schema(api::graphql::GraphqlLimits::default()),
             graphiql_assets: std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -144,7 +144,7 @@ impl TestApp {
             })
                 as Arc<dyn modelplane::domain::ReadinessCheck>]
             .into(),
-        };
+        });
         let http = HttpConfig {
             cors_origins: options.cors_origins,
             request_timeout_secs: options.request_timeout_secs,
