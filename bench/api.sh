@@ -78,13 +78,18 @@ wrk.headers["Authorization"] = "Bearer $token"
 wrk.headers["Content-Type"] = "application/json"
 local thread_id = 0
 local n = 0
+local run = "m"
 setup = function(thread)
   thread_id = thread_id + 1
   thread:set("tid", thread_id)
 end
+-- The warm-up and the measurement create different names.
+init = function(args)
+  run = args[1] or run
+end
 request = function()
   n = n + 1
-  local body = string.format('{"name":"w%d-%d","spec":$spec}', tid, n)
+  local body = string.format('{"name":"%s%d-%d","spec":$spec}', run, tid, n)
   return wrk.format("POST", "/api/v1/projects/bench/deployments", nil, body)
 end
 LUA
@@ -122,7 +127,7 @@ SQL
 
 threads=2
 run_wrk() { # script → "req/s p99_ms"
-  wrk -t"$threads" -c"$CONNECTIONS" -d"${WARMUP}s" -s "$work/$1.lua" "$base" >/dev/null 2>&1
+  wrk -t"$threads" -c"$CONNECTIONS" -d"${WARMUP}s" -s "$work/$1.lua" "$base" -- w >/dev/null 2>&1
   wrk -t"$threads" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$work/$1.lua" "$base" >"$work/$1.wrk" 2>&1
   local rps p99 errors
   rps=$(awk '/Requests\/sec/ {print $2}' "$work/$1.wrk")
