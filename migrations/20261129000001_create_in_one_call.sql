@@ -23,6 +23,19 @@ as $$
     from unnest(paths) with ordinality as p (path, i)
 $$;
 
+-- Takes one route key's lock until the transaction ends.
+create function lock_route_key(key text, exclusive boolean) returns void
+    language plpgsql volatile
+as $$
+begin
+    if exclusive then
+        perform pg_advisory_xact_lock(hashtextextended(key, 0));
+    else
+        perform pg_advisory_xact_lock_shared(hashtextextended(key, 0));
+    end if;
+end
+$$;
+
 -- Takes a route space's locks (see route_space_keys), root first.
 create function lock_route_space(space text, paths text[]) returns void
     language plpgsql volatile
@@ -31,11 +44,7 @@ declare
     k record;
 begin
     for k in select * from route_space_keys(space, paths) order by key collate "C" loop
-        if k.exclusive then
-            perform pg_advisory_xact_lock(hashtextextended(k.key, 0));
-        else
-            perform pg_advisory_xact_lock_shared(hashtextextended(k.key, 0));
-        end if;
+        perform lock_route_key(k.key, k.exclusive);
     end loop;
 end
 $$;
@@ -138,11 +147,18 @@ $$;
 --
 -- Every lock the batch needs is taken first, in the order every other writer takes them: the
 -- quota rows of its projects (by id), then its route spaces' keys in byte order (root first,
--- as one create takes them). Two writers that both take locks in one order cannot deadlock.
+-- as one create takes them). The items are then written in one order too, by project and
+-- name, since an insert waits for another transaction's uncommitted row of the same name.
+-- Writers that wait for one another only in one order cannot deadlock.
+--
+-- No lock is waited for longer than lock_timeout: past it the statement fails (and rolls
+-- back) or, inside an item, the item does, and the caller runs those creates again alone. A
+-- batch is never abandoned by its caller while it may still commit.
 create function create_deployment_records(items jsonb)
     returns table (item bigint, outcome text, created model_deployment, error_code text, error_detail text)
     language plpgsql volatile
     set plan_cache_mode = force_generic_plan
+    set lock_timeout = '5s'
 as $$
 declare
     r record;
@@ -160,11 +176,7 @@ begin
         group by s.key
         order by s.key collate "C"
     loop
-        if k.exclusive then
-            perform pg_advisory_xact_lock(hashtextextended(k.key, 0));
-        else
-            perform pg_advisory_xact_lock_shared(hashtextextended(k.key, 0));
-        end if;
+        perform lock_route_key(k.key, k.exclusive);
     end loop;
 
     for r in
@@ -176,6 +188,7 @@ begin
                  new_status jsonb, on_gateway text, on_hostname text, on_path text,
                  route_space text, route_paths text[], path_and_ancestors text[],
                  event_message text, by_actor text, new_trace_parent text)
+        order by x.of_project, x.new_name, e.n
     loop
         item := r.n;
         created := null;

@@ -129,17 +129,7 @@ pub async fn create_deployment(
     let (name, serving) = errors.finish(|| (name.unwrap(), serving.unwrap()))?;
     let spec = &serving.spec;
     let route = route_claim(ctx, &project, name.as_str(), spec);
-    if let Err(rules) =
-        check_shared_gateway_rules(spec, &project, &route, &ctx.routing.reserved_hostnames)
-    {
-        // A taken name is reported as such rather than as its route's.
-        return Err(
-            match store::deployments::find_deployment(&ctx.pool, project.id, name.as_str()).await? {
-                Some(row) => name_taken(&project, name.as_str(), &row),
-                None => rules.into(),
-            },
-        );
-    }
+    let rules = check_shared_gateway_rules(spec, &project, &route, &ctx.routing.reserved_hostnames);
 
     let tracks = capacity::tracks_of(ctx, name.as_str(), spec, None);
     let id = Uuid::now_v7();
@@ -167,9 +157,14 @@ pub async fn create_deployment(
     let idempotency_key = idempotency_key.filter(|_| !options.dry_run);
 
     // One call, committed with the creates that wait beside it, unless something must share
-    // its transaction: a key to claim, a dry run to roll back, GPUs to fit, or (answered by
-    // the call) a quota to admit.
-    if idempotency_key.is_none() && !options.dry_run && tracks.iter().all(|t| t.gpu.is_none()) {
+    // its transaction: a key to claim, a dry run to roll back, GPUs to fit, (answered by the
+    // call) a quota to admit, or a refusal by the shared Gateway's rules, which comes after
+    // the key, the quota and a taken name.
+    if idempotency_key.is_none()
+        && !options.dry_run
+        && tracks.iter().all(|t| t.gpu.is_none())
+        && rules.is_ok()
+    {
         match written(ctx.creates.create(new, &space).await, &route) {
             Ok(Some(row)) => return Ok(created(row, &project, Vec::new())),
             Ok(None) => {}
@@ -212,9 +207,18 @@ pub async fn create_deployment(
             tx.rollback().await?;
             // Given back before a taken name's message takes a connection of its own.
             conn.reuse();
-            return Err(refused.into_error(ctx, &project, name.as_str()).await);
+            // A taken name is reported as such; the Gateway's rules come before the routes.
+            return Err(match rules {
+                Err(rules) if !matches!(refused, Refused::NameTaken) => rules.into(),
+                _ => refused.into_error(ctx, &project, name.as_str()).await,
+            });
         }
     };
+    if let Err(rules) = rules {
+        tx.rollback().await?;
+        conn.reuse();
+        return Err(rules.into());
+    }
     let outcome = created(row, &project, warnings);
     if options.dry_run {
         tx.rollback().await?;

@@ -9,6 +9,7 @@
 //! [`super::creates`] (creates).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Work done in batches: what a batch task runs.
@@ -27,6 +28,8 @@ pub struct Batcher<I> {
     queue: Mutex<Queue<I>>,
     in_flight: usize,
     max_batch: usize,
+    /// Batches run so far (for tests).
+    batches: AtomicU64,
 }
 
 struct Queue<I> {
@@ -44,7 +47,13 @@ impl<I: Send + 'static> Batcher<I> {
             }),
             in_flight,
             max_batch,
+            batches: AtomicU64::new(0),
         }
+    }
+
+    /// How many batches have run (for tests).
+    pub fn batches(&self) -> u64 {
+        self.batches.load(Ordering::Relaxed)
     }
 
     /// The queue. Nothing panics while holding it, but if something ever did, the queue
@@ -90,6 +99,7 @@ async fn drain<W: BatchWork>(mut slot: Slot<W>) {
                 return;
             }
             let n = queue.waiting.len().min(batcher.max_batch);
+            batcher.batches.fetch_add(1, Ordering::Relaxed);
             queue.waiting.drain(..n).collect()
         };
         work.run(batch).await;

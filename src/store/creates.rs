@@ -14,15 +14,16 @@
 //!
 //! What stays true:
 //! - each create gets its own outcome: written, its name taken, or its route held;
-//! - a create that fails in the batch for any other reason (or whose batch failed before
-//!   committing) runs again alone, for its own answer or its own error;
-//! - when the batch's outcome is unknown (its connection was lost, or it took longer than
-//!   [`BATCH_TIMEOUT`]), each create answers an error, as a lone create whose connection
-//!   drops at COMMIT does; none runs again (it may have been written).
+//! - a create that fails in the batch for any other reason, or whose batch statement failed
+//!   (so rolled back), runs again alone, for its own answer or its own error; if that finds
+//!   its name taken by its own id (it was written after all), it answers the record;
+//! - when the batch's outcome is unknown (its connection was lost, or an answer could not be
+//!   read), each create answers an error, as a lone create whose connection drops at COMMIT
+//!   does; none runs again (it may have been written). No batch is given up while it may
+//!   still commit: Postgres bounds its lock waits (`lock_timeout` on the function), as it
+//!   bounds nothing for a lone create.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use sqlx::types::Json;
 use tokio::sync::oneshot;
@@ -30,6 +31,7 @@ use tokio::sync::oneshot;
 use super::batch::{BatchWork, Batcher};
 use super::deployments::{
     CreateOutcome, CreatedRecord, NewDeployment, RouteSpace, create_deployment_record,
+    find_deployment,
 };
 use super::hot::HotConnections;
 use crate::domain::{Canary, DeploymentSpec, DeploymentStatus};
@@ -41,15 +43,10 @@ pub const IN_FLIGHT: usize = 2;
 /// most 64 per transaction in shared memory before every snapshot gets slower.
 pub const MAX_BATCH: usize = 32;
 
-/// How long a batch may take before its creates answer an error.
-pub const BATCH_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Creates deployments, committing concurrent creates together; see the module docs.
 pub struct DeploymentCreates {
     hot: Arc<HotConnections>,
     batcher: Batcher<Create>,
-    /// Batch statements run so far (for tests).
-    statements: AtomicU64,
 }
 
 pub struct Create {
@@ -71,13 +68,12 @@ impl DeploymentCreates {
         Arc::new(Self {
             hot,
             batcher: Batcher::new(IN_FLIGHT, MAX_BATCH),
-            statements: AtomicU64::new(0),
         })
     }
 
     /// How many batch statements have run (for tests).
     pub fn statements(&self) -> u64 {
-        self.statements.load(Ordering::Relaxed)
+        self.batcher.batches()
     }
 
     /// Creates a deployment whose project's quota is checked by the call (see
@@ -98,10 +94,19 @@ impl DeploymentCreates {
         match answered.await {
             Ok(Answer::Done(outcome)) => Ok(outcome),
             Ok(Answer::Failed(err)) => Err(err),
-            // Not written, or the batch's task ended without answering (before its statement).
+            // Not written, or the batch's task ended without answering (which may have been
+            // after its commit: a name taken by this very create is the record).
             Ok(Answer::Alone) | Err(_) => {
                 let mut conn = self.hot.acquire().await?;
-                let outcome = create_deployment_record(&mut *conn, new, space, true).await?;
+                let outcome = match create_deployment_record(&mut *conn, new, space, true).await? {
+                    CreateOutcome::NameTaken => {
+                        match find_deployment(&mut *conn, new.project_id, new.name).await? {
+                            Some(row) if row.id == new.id => CreateOutcome::Created(Box::new(row)),
+                            _ => CreateOutcome::NameTaken,
+                        }
+                    }
+                    outcome => outcome,
+                };
                 conn.reuse();
                 Ok(outcome)
             }
@@ -110,7 +115,6 @@ impl DeploymentCreates {
 
     async fn commit(&self, batch: Vec<Create>) {
         metrics::histogram!(crate::metrics::DB_CREATES_PER_STATEMENT).record(batch.len() as f64);
-        self.statements.fetch_add(1, Ordering::Relaxed);
         let mut conn = match self.hot.acquire().await {
             Ok(conn) => conn,
             Err(err @ (sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed)) => {
@@ -123,28 +127,26 @@ impl DeploymentCreates {
             Err(_) => return alone(batch),
         };
         let items = serde_json::Value::Array(batch.iter().map(|c| c.item.clone()).collect());
-        let result = tokio::time::timeout(BATCH_TIMEOUT, create_records(&mut conn, &items)).await;
-        match result {
-            Ok(Ok(rows)) => {
+        match create_records(&mut conn, &items).await {
+            Ok(rows) => {
                 conn.reuse();
                 let mut rows = rows.into_iter();
                 for create in batch {
-                    let answer = match rows.next() {
-                        Some(row) => row,
-                        None => Answer::Failed(sqlx::Error::Protocol(
+                    let answer = rows.next().unwrap_or_else(|| {
+                        Answer::Failed(sqlx::Error::Protocol(
                             "create_deployment_records answered fewer rows than creates".into(),
-                        )),
-                    };
+                        ))
+                    });
                     let _ = create.answer.send(answer);
                 }
             }
             // Postgres answered an error: the statement, and so its transaction, rolled back.
-            Ok(Err(sqlx::Error::Database(err))) => {
+            Err(sqlx::Error::Database(err)) => {
                 tracing::warn!(error = %err, size = batch.len(), "batched create failed; creating one by one");
                 alone(batch);
             }
-            // Lost on the way: it may have committed.
-            Ok(Err(err)) => {
+            // Lost on the way, or unreadable: it may have committed.
+            Err(err) => {
                 tracing::warn!(error = %err, size = batch.len(), "batched create's outcome unknown");
                 for create in batch {
                     let _ = create
@@ -152,15 +154,6 @@ impl DeploymentCreates {
                         .send(Answer::Failed(sqlx::Error::Protocol(format!(
                             "the create's outcome is unknown: {err}"
                         ))));
-                }
-            }
-            Err(_) => {
-                // Its connection is dropped with the statement, not reused: sqlx closes it.
-                tracing::warn!(timeout = ?BATCH_TIMEOUT, size = batch.len(), "batched create timed out");
-                for create in batch {
-                    let _ = create
-                        .answer
-                        .send(Answer::Failed(sqlx::Error::PoolTimedOut));
                 }
             }
         }
@@ -247,10 +240,16 @@ async fn create_records(
     .await?;
     Ok(records
         .into_iter()
-        .map(|record| match record.outcome() {
-            Ok(outcome) => Answer::Done(outcome),
-            // Failed in the batch for another reason: alone, it gets its own error.
-            Err(_) => Answer::Alone,
+        .map(|record| {
+            // Failed in the batch for another reason (its subtransaction rolled back): alone,
+            // it gets its own answer or error.
+            let failed = record.outcome == "error";
+            match record.outcome() {
+                Ok(outcome) => Answer::Done(outcome),
+                Err(_) if failed => Answer::Alone,
+                // Anything else may be a written record that could not be read.
+                Err(err) => Answer::Failed(err),
+            }
         })
         .collect())
 }

@@ -24,7 +24,6 @@
 //!   pool's timeout, each gets that error at once rather than waiting as long again.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::types::Json;
@@ -54,8 +53,6 @@ pub const BATCH_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct DeploymentLookups {
     hot: Arc<HotConnections>,
     batcher: Batcher<Lookup>,
-    /// Batch statements run so far (for tests).
-    statements: AtomicU64,
 }
 
 pub struct Lookup {
@@ -80,13 +77,12 @@ impl DeploymentLookups {
         Arc::new(Self {
             hot,
             batcher: Batcher::new(IN_FLIGHT, MAX_BATCH),
-            statements: AtomicU64::new(0),
         })
     }
 
     /// How many batch statements have run (for tests).
     pub fn statements(&self) -> u64 {
-        self.statements.load(Ordering::Relaxed)
+        self.batcher.batches()
     }
 
     /// The deployment `name` of project `project_id`, if there is one.
@@ -120,10 +116,10 @@ impl DeploymentLookups {
     /// Reads one batch and answers each of its requests.
     async fn read(&self, batch: Vec<Lookup>) {
         metrics::histogram!(crate::metrics::DB_LOOKUPS_PER_STATEMENT).record(batch.len() as f64);
-        self.statements.fetch_add(1, Ordering::Relaxed);
         let fetched = tokio::time::timeout(BATCH_TIMEOUT, self.fetch(&batch))
             .await
-            // Its connection is dropped with the read, not reused: sqlx closes it.
+            // Its connection is dropped with the read, not kept: sqlx takes it back once the
+            // statement has ended (a read commits nothing).
             .unwrap_or(Err(Failure::TimedOut));
         match fetched {
             Ok(rows) => {

@@ -437,3 +437,57 @@ async fn the_route_overlap_lookup_probes_its_own_index_even_without_statistics(p
         assert!(scan.contains("model_deployment_route_key_idx"), "{text}");
     }
 }
+
+/// What a refused create answers does not depend on how it is written (batched or in a
+/// transaction of its own): a taken name first, then the shared Gateway's rules, then a
+/// route another deployment holds.
+#[sqlx::test]
+async fn a_refused_create_answers_the_same_error_either_way(pool: PgPool) {
+    let app = two_projects(pool).await;
+    for batched in [true, false] {
+        let taken = if batched { "taken-b" } else { "taken-t" };
+        assert_eq!(
+            create_either_way(&app, "team-a", taken, json!({}), batched)
+                .await
+                .status(),
+            StatusCode::CREATED
+        );
+        let refusals = [
+            // Its name is taken, and its path breaks the rules: the name.
+            (
+                taken,
+                json!({"pathPrefix": "/team-b"}),
+                StatusCode::CONFLICT,
+                "name",
+            ),
+            // A free name and a path that breaks the rules and overlaps `taken`: the rules.
+            (
+                "free",
+                json!({"pathPrefix": "/"}),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "spec.routing.pathPrefix",
+            ),
+            // A free name under `taken`'s path: the overlap.
+            (
+                "free",
+                json!({"pathPrefix": format!("/team-a/{taken}/v1")}),
+                StatusCode::CONFLICT,
+                "spec.routing.pathPrefix",
+            ),
+        ];
+        for (name, routing, status, field) in refusals {
+            let problem = expect_problem(
+                create_either_way(&app, "team-a", name, routing.clone(), batched).await,
+                status,
+            )
+            .await;
+            assert_eq!(
+                error_fields(&problem),
+                [field],
+                "{name} {routing} {batched}"
+            );
+        }
+    }
+    assert_eq!(app.count_rows("model_deployment").await, 2);
+    assert_eq!(app.count_rows("deployment_event").await, 2);
+}
