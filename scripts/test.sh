@@ -23,7 +23,11 @@ ensure_sqlx_cli
 check_db="${DATABASE_URL%/*}/modelplane_sqlx_check"
 # A scratch database, made afresh: one left by an earlier run could hold a migration as it
 # was then, and sqlx refuses a migration whose text changed since it was applied.
-psql "${DATABASE_URL%/*}/postgres" -qc 'drop database if exists modelplane_sqlx_check with (force)' >/dev/null
+if command -v psql >/dev/null 2>&1; then
+  psql "${DATABASE_URL%/*}/postgres" -qc 'drop database if exists modelplane_sqlx_check with (force)' >/dev/null
+else
+  DATABASE_URL=$check_db sqlx database drop -y >/dev/null
+fi
 ensure_database "$check_db"
 DATABASE_URL=$check_db sqlx migrate run --source migrations >/dev/null
 DATABASE_URL=$check_db SQLX_OFFLINE=false cargo sqlx prepare --workspace --check -- --all-targets --quiet
