@@ -56,12 +56,13 @@ pub async fn connect(database_url: &str, max_connections: u32) -> Result<PgPool,
         .await
 }
 
-/// Begins a transaction for a write that checks routes (a create, a spec change), in which
-/// every statement runs on its generic plan. Left to choose, Postgres re-planned the create
-/// statement on every execution (it keeps custom plans when they look cheaper), about a third
-/// of its CPU per create; the route lookups in it are probes of an index nothing else serves
-/// (migration `route_key`), so the generic plan is right whatever the statistics. The
-/// setting rides on BEGIN: no extra round trip, and it ends with the transaction.
+/// Begins a transaction for a spec change, which checks routes, in which every statement runs
+/// on its generic plan (creates get the same from their function's `SET`, migration
+/// `create_in_one_call`). Left to choose, Postgres re-planned the create statement on every
+/// execution (it keeps custom plans when they look cheaper), about a third of its CPU per
+/// create; the route lookups are probes of an index nothing else serves (migration
+/// `route_key`), so the generic plan is right whatever the statistics. The setting rides on
+/// BEGIN: no extra round trip, and it ends with the transaction.
 pub async fn begin_route_write(
     conn: &mut PgConnection,
 ) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
