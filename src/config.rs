@@ -62,6 +62,10 @@ pub struct DatabaseConfig {
     /// Largest number of pooled database connections.
     #[arg(long, env = "MODELPLANE_DB_MAX_CONNECTIONS", default_value_t = 10)]
     pub db_max_connections: u32,
+    /// Database connections of the reconciler worker's own pool (when the process runs
+    /// it), which API requests cannot take: a flood of requests cannot stop reconciling.
+    #[arg(long, env = "MODELPLANE_DB_WORKER_CONNECTIONS", default_value_t = 5)]
+    pub db_worker_connections: u32,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -293,12 +297,56 @@ pub struct HttpConfig {
     /// Answer GraphQL introspection queries (GraphiQL needs them).
     #[arg(long, env = "MODELPLANE_GRAPHQL_INTROSPECTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub graphql_introspection: bool,
+    /// Aliases one GraphQL document may use.
+    #[arg(long, env = "MODELPLANE_GRAPHQL_MAX_ALIASES", default_value_t = 50)]
+    pub graphql_max_aliases: usize,
+    /// Mutation fields one GraphQL document may hold; each counts against the rate limit.
+    #[arg(long, env = "MODELPLANE_GRAPHQL_MAX_MUTATIONS", default_value_t = 20)]
+    pub graphql_max_mutations: usize,
+    /// Seconds a client has to send a request's headers; an idle keep-alive connection is
+    /// closed after the same time.
+    #[arg(
+        long,
+        env = "MODELPLANE_HEADER_READ_TIMEOUT_SECS",
+        default_value_t = 10
+    )]
+    pub header_read_timeout_secs: u64,
+    /// Connections open at once on the API's port (past it, new ones are closed at once).
+    #[arg(long, env = "MODELPLANE_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+    /// Connections open at once from one client address.
+    #[arg(
+        long,
+        env = "MODELPLANE_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = 256
+    )]
+    pub max_connections_per_address: usize,
+    /// Watches (SSE) and GraphQL subscriptions open at once per credential (token or user).
+    #[arg(long, env = "MODELPLANE_MAX_STREAMS_PER_CALLER", default_value_t = 32)]
+    pub max_streams_per_caller: usize,
+    /// Watches and GraphQL subscriptions open at once from one client address.
+    #[arg(
+        long,
+        env = "MODELPLANE_MAX_STREAMS_PER_ADDRESS",
+        default_value_t = 128
+    )]
+    pub max_streams_per_address: usize,
     /// The built portal (`web/dist`, made by `scripts/portal.sh`), served at `/`.
     #[arg(long, env = "MODELPLANE_WEB_DIR", default_value = "web/dist")]
     pub web_dir: std::path::PathBuf,
-    /// Which URL of a deployment the portal's "try it" calls go to.
-    #[arg(long, env = "MODELPLANE_CHAT_VIA", value_enum, default_value_t = ChatVia::External)]
+    /// How the portal's "try it" calls reach a deployment's own Service: `api-server`
+    /// (through the Kubernetes API's service proxy; modelplane outside the cluster) or
+    /// `cluster` (its in-cluster DNS name; modelplane in the cluster).
+    #[arg(long, env = "MODELPLANE_CHAT_VIA", value_enum, default_value_t = ChatVia::ApiServer)]
     pub chat_via: ChatVia,
+    /// Let "try it" (with `cluster`) connect to loopback and link-local addresses, which it
+    /// refuses by default (cloud metadata services live there).
+    #[arg(
+        long,
+        env = "MODELPLANE_CHAT_ALLOW_LOCAL_ADDRESSES",
+        default_value_t = false
+    )]
+    pub chat_allow_local_addresses: bool,
     /// Seconds a "try it" call may wait for the model (less than the request timeout).
     #[arg(long, env = "MODELPLANE_CHAT_TIMEOUT_SECS", default_value_t = 25)]
     pub chat_timeout_secs: u64,
@@ -315,11 +363,31 @@ pub struct HttpConfig {
 /// Which of a deployment's URLs modelplane calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ChatVia {
-    /// The first external URL (through the Gateway): works wherever the Gateway is reachable,
-    /// e.g. modelplane on a laptop beside the emulator.
-    External,
-    /// The in-cluster Service URL: for modelplane running inside the cluster.
+    /// The Kubernetes API server's service proxy, with the cluster credentials modelplane
+    /// already holds: works wherever the API server is reachable (modelplane on a laptop
+    /// beside the emulator, or outside the cluster).
+    ApiServer,
+    /// The Service's in-cluster DNS name: for modelplane running inside the cluster.
     Cluster,
+}
+
+impl HttpConfig {
+    pub fn connection_limits(&self) -> crate::listener::ConnectionLimits {
+        crate::listener::ConnectionLimits {
+            header_read_timeout: std::time::Duration::from_secs(
+                self.header_read_timeout_secs.max(1),
+            ),
+            max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address,
+        }
+    }
+
+    pub fn stream_limits(&self) -> crate::service::live::StreamLimits {
+        crate::service::live::StreamLimits {
+            per_caller: self.max_streams_per_caller,
+            per_address: self.max_streams_per_address,
+        }
+    }
 }
 
 impl Default for HttpConfig {
@@ -329,8 +397,16 @@ impl Default for HttpConfig {
             request_timeout_secs: 30,
             graphiql_dir: "web/graphiql/node_modules".into(),
             graphql_introspection: true,
+            graphql_max_aliases: 50,
+            graphql_max_mutations: 20,
+            header_read_timeout_secs: 10,
+            max_connections: 4096,
+            max_connections_per_address: 256,
+            max_streams_per_caller: 32,
+            max_streams_per_address: 128,
             web_dir: "web/dist".into(),
-            chat_via: ChatVia::External,
+            chat_via: ChatVia::ApiServer,
+            chat_allow_local_addresses: false,
             chat_timeout_secs: 25,
             shutdown_drain_secs: 5,
             shutdown_timeout_secs: 20,

@@ -7,6 +7,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod domain;
+pub mod listener;
 pub mod metrics;
 pub mod reconciler;
 pub mod server;

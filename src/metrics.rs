@@ -71,18 +71,27 @@ catalogue! {
     HTTP_REQUEST_DURATION = "modelplane_http_request_duration_seconds", Histogram in Seconds,
         ["method", "route", "status"],
         "HTTP request latency in seconds, by method, route template and status code.";
+    HTTP_CONNECTIONS_OPEN = "modelplane_http_connections_open", Gauge,
+        [],
+        "HTTP connections open on the API's listener (WebSockets and streams included).";
+    HTTP_CONNECTIONS_REFUSED = "modelplane_http_connections_refused_total", Counter,
+        ["reason"],
+        "Connections closed as soon as accepted, by the cap they were over (max_connections, max_connections_per_address).";
+    STREAMS_REFUSED = "modelplane_streams_refused_total", Counter,
+        ["reason"],
+        "Watches and subscriptions refused, by the cap they were over (per_caller, per_address).";
     GRAPHQL_REQUESTS = "modelplane_graphql_requests_total", Counter,
         ["outcome"],
         "GraphQL operations over HTTP, by outcome (ok, error).";
     DB_POOL_CONNECTIONS = "modelplane_db_pool_connections", Gauge,
-        [],
-        "Database connections the pool holds open, idle or in use (read at each scrape and worker loop).";
+        ["pool"],
+        "Database connections a pool holds open, idle or in use, by pool (api: requests; worker: the reconciler's own, which requests cannot take), read at each scrape and worker loop.";
     DB_POOL_IDLE_CONNECTIONS = "modelplane_db_pool_idle_connections", Gauge,
-        [],
-        "Open database connections the pool holds idle; open minus idle are in use.";
+        ["pool"],
+        "Open database connections a pool holds idle, by pool; open minus idle are in use.";
     DB_POOL_MAX_CONNECTIONS = "modelplane_db_pool_max_connections", Gauge,
-        [],
-        "The most connections the pool opens (MODELPLANE_DB_MAX_CONNECTIONS).";
+        ["pool"],
+        "The most connections a pool opens, by pool (MODELPLANE_DB_MAX_CONNECTIONS, MODELPLANE_DB_WORKER_CONNECTIONS).";
     DB_LOOKUPS_PER_STATEMENT = "modelplane_db_lookups_per_statement", Histogram in Count,
         [],
         "Deployment gets read from Postgres in one statement: how many per statement (more than 1 only while gets arrive faster than Postgres answers).";
@@ -146,12 +155,13 @@ pub fn describe() {
 }
 
 /// Sets the pool gauges from `pool` (cheap: counters the pool keeps, no query).
-pub fn record_pool(pool: &PgPool) {
+pub fn record_pool(pool: &PgPool, name: &'static str) {
     let open = pool.size();
     let idle = pool.num_idle();
-    metrics::gauge!(DB_POOL_CONNECTIONS).set(f64::from(open));
-    metrics::gauge!(DB_POOL_IDLE_CONNECTIONS).set(idle as f64);
-    metrics::gauge!(DB_POOL_MAX_CONNECTIONS).set(f64::from(pool.options().get_max_connections()));
+    metrics::gauge!(DB_POOL_CONNECTIONS, "pool" => name).set(f64::from(open));
+    metrics::gauge!(DB_POOL_IDLE_CONNECTIONS, "pool" => name).set(idle as f64);
+    metrics::gauge!(DB_POOL_MAX_CONNECTIONS, "pool" => name)
+        .set(f64::from(pool.options().get_max_connections()));
 }
 
 /// The README's table of metrics, as Markdown (header included).

@@ -1,6 +1,5 @@
 //! Process roles: serve the API, migrate the database.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +53,16 @@ pub async fn migrate(config: &DatabaseConfig) -> Result<(), StartupError> {
 
 /// `modelplane serve`: migrate, then serve HTTP until SIGINT or SIGTERM.
 pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(), StartupError> {
+    // The port first: a process that cannot listen must not start the worker or anything
+    // else that it would have to stop again.
+    let listener =
+        TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| StartupError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+    let addr = listener.local_addr().map_err(StartupError::Serve)?;
     let pool = store::connect(
         config.database.database_url.expose(),
         config.database.db_max_connections,
@@ -112,7 +121,13 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     };
     let (worker, worker_health) = match (&cluster, config.role.runs_worker()) {
         (Some(cluster), true) => {
-            let worker = Worker::new(pool.clone(), cluster.clone(), worker_config);
+            // Its own pool: API requests, however many, cannot take the worker's connections.
+            let worker_pool = store::connect(
+                config.database.database_url.expose(),
+                config.database.db_worker_connections.max(1),
+            )
+            .await?;
+            let worker = Worker::new(worker_pool, cluster.clone(), worker_config);
             let health = worker.health();
             (
                 Some(tokio::spawn(worker.run(shutdown.clone()))),
@@ -121,13 +136,20 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         }
         _ => (None, None),
     };
-    let changes = crate::service::live::ChangeHub::start(pool.clone(), shutdown.clone()).await?;
+    let changes = crate::service::live::ChangeHub::start_with(
+        pool.clone(),
+        shutdown.clone(),
+        config.http.stream_limits(),
+    )
+    .await?;
     let hub = changes.clone();
     let state = AppState::new(crate::api::SharedState {
         auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
         changes,
         graphql: crate::api::graphql::schema(crate::api::graphql::GraphqlLimits {
             introspection: config.http.graphql_introspection,
+            max_aliases: config.http.graphql_max_aliases,
+            max_mutations: config.http.graphql_max_mutations,
             ..Default::default()
         }),
         graphiql_assets: config.http.graphiql_dir.clone().into(),
@@ -135,6 +157,8 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         models: crate::service::chat::ModelClient::new(
             config.http.chat_via,
             std::time::Duration::from_secs(config.http.chat_timeout_secs),
+            cluster.as_ref().map(|c| c.client.clone()),
+            config.http.chat_allow_local_addresses,
         ),
         ctx,
         metrics,
@@ -158,14 +182,6 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     } else {
         api::router(state, &config.http)
     };
-    let listener =
-        TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| StartupError::Listen {
-                addr: config.listen,
-                source,
-            })?;
-    let addr = listener.local_addr().map_err(StartupError::Serve)?;
     tracing::info!(%addr, "modelplane API listening: REST at http://{addr}/api/v1, reference at http://{addr}/api/docs");
     // SIGTERM: readiness goes false while requests are still served (the drain), then the
     // listener closes, watches and subscriptions end, the worker stops claiming, and what is
@@ -174,20 +190,21 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     let drain = Duration::from_secs(config.http.shutdown_drain_secs);
     let grace = Duration::from_secs(config.http.shutdown_timeout_secs);
     let flag = draining.clone();
-    let served = axum::serve(
+    let served = crate::listener::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        shutdown_signal().await;
-        flag.start();
-        tracing::info!(drain = ?drain, "shutting down: readiness is false; still serving while load balancers notice");
-        tokio::time::sleep(drain).await;
-        tracing::info!(grace = ?grace, "shutting down: no new connections; finishing requests in flight");
-        stop.cancel();
-    });
+        app,
+        config.http.connection_limits(),
+        async move {
+            shutdown_signal().await;
+            flag.start();
+            tracing::info!(drain = ?drain, "shutting down: readiness is false; still serving while load balancers notice");
+            tokio::time::sleep(drain).await;
+            tracing::info!(grace = ?grace, "shutting down: no new connections; finishing requests in flight");
+            stop.cancel();
+        },
+    );
     let served = tokio::select! {
-        served = served => served.map_err(StartupError::Serve),
+        () = served => Ok(()),
         () = async {
             shutdown.cancelled().await;
             tokio::time::sleep(grace).await;

@@ -59,6 +59,9 @@ pub enum ApiError {
     Forbidden(String),
     #[error("too many requests; retry in {} s", .0.as_secs().max(1))]
     RateLimited(std::time::Duration),
+    /// Too many open watches or subscriptions for the caller or its address.
+    #[error("{0}")]
+    TooManyStreams(String),
     #[error("{0}")]
     NotFound(String),
     #[error("{message}")]
@@ -94,6 +97,7 @@ impl From<ServiceError> for ApiError {
                 Self::Invalid(FieldErrors::single("Idempotency-Key", err.to_string()))
             }
             ServiceError::ModelUnreachable { message } => Self::BadGateway(message),
+            ServiceError::TooManyStreams(message) => Self::TooManyStreams(message),
             ServiceError::Database(db) => Self::Internal(Box::new(db)),
         }
     }
@@ -128,6 +132,11 @@ impl ApiError {
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate-limited",
                 "Too many requests",
+            ),
+            Self::TooManyStreams(_) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too-many-streams",
+                "Too many open streams",
             ),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             Self::Conflict { .. } => (StatusCode::CONFLICT, "conflict", "Conflict"),

@@ -13,6 +13,18 @@ use crate::service::Precondition;
 /// Largest request body accepted, in bytes.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// The client's address (`unknown` when not served over TCP), for per-address caps.
+#[derive(Debug, Clone)]
+pub struct ClientAddress(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(super::middleware::client_address(&parts.extensions)))
+    }
+}
+
 /// A JSON body (`application/json`) deserialised into `T`; unknown fields are refused.
 pub struct JsonBody<T>(pub T);
 

@@ -57,6 +57,19 @@ impl RateLimiter {
             .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
     }
 
+    /// Counts `n` operations at once for `key` (a GraphQL document with `n` mutations);
+    /// more than the burst can ever allow is refused with a minute's wait.
+    pub fn check_n(&self, key: &str, n: u32) -> Result<(), Duration> {
+        let Some(n) = NonZeroU32::new(n) else {
+            return Ok(());
+        };
+        match self.limiter.check_key_n(&key.to_owned(), n) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(not_until)) => Err(not_until.wait_time_from(DefaultClock::default().now())),
+            Err(_) => Err(Duration::from_secs(60)),
+        }
+    }
+
     /// Counts one failed authentication from `client`; once over the limit, the client is
     /// refused by [`RateLimiter::penalty`] until its bucket refills.
     pub fn check_failure(&self, client: &str) -> Result<(), Duration> {

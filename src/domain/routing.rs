@@ -96,6 +96,25 @@ fn is_path_prefix(prefix: &str, path: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// Whether `host` is an IP address in any spelling a client or proxy would accept as one:
+/// an IPv6 literal, or a name whose last label is a number (`127.0.0.1`, `127.1`,
+/// `0x7f.0.0.1`, `2130706433`), which the WHATWG URL Standard's host parser ("ends in a
+/// number") turns into an IPv4 address. The Gateway API's `Hostname` says "IPs are not
+/// allowed" (apis/v1/shared_types.go), but its pattern lets dotted numbers through; a
+/// route "for" an address would take every request sent to that address.
+pub fn is_ip_literal(host: &str) -> bool {
+    let host = host.trim_end_matches('.');
+    if host.contains(':') || host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    let last = host.rsplit('.').next().unwrap_or("");
+    let hex = last
+        .strip_prefix("0x")
+        .or_else(|| last.strip_prefix("0X"))
+        .is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()));
+    hex || (!last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Checks a path prefix as the Gateway API's `HTTPPathMatch` CEL rules do for `PathPrefix`
 /// (gateway-api `apis/v1/httproute_types.go`: absolute, no `//`, `/./`, `/../`, no trailing
 /// `/.` or `/..`, at most 1024 characters), with a narrower character set: letters, digits
@@ -203,6 +222,34 @@ fn hostname_matches(pattern: &str, host: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ip_literals_in_every_spelling_are_recognised() {
+        for ip in [
+            "127.0.0.1",
+            "127.1",
+            "0x7f.0.0.1",
+            "0X7F.1",
+            "2130706433",
+            "017700000001",
+            "169.254.169.254",
+            "10.0.0.1.",
+            "::1",
+            "[::1]",
+            "fe80::1",
+            "a.b.0x10",
+        ] {
+            assert!(super::is_ip_literal(ip), "{ip} is an address");
+        }
+        for name in [
+            "qwen.example.com",
+            "1.example.com",
+            "v1.models.internal",
+            "0xfood.example",
+        ] {
+            assert!(!super::is_ip_literal(name), "{name} is a name");
+        }
+    }
+
     use chrono::Utc;
     use serde_json::json;
     use uuid::Uuid;

@@ -914,7 +914,14 @@ impl DeploymentSpec {
         }
         if let Some(host) = &routing.hostname {
             let plain = host.strip_prefix("*.").unwrap_or(host);
-            if !is_dns1123_subdomain(plain) || !plain.contains('.') {
+            if super::routing::is_ip_literal(plain) {
+                errors.push(
+                    "spec.routing.hostname",
+                    format!(
+                        "`{host}` is an IP address; a hostname must be a DNS name (the Gateway API allows no IPs here)"
+                    ),
+                );
+            } else if !is_dns1123_subdomain(plain) || !plain.contains('.') {
                 errors.push(
                     "spec.routing.hostname",
                     format!("`{host}` is not a valid hostname (e.g. `qwen.models.example.com`)"),

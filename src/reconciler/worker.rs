@@ -193,7 +193,7 @@ impl Worker {
         let vacuuming = Arc::new(std::sync::atomic::AtomicBool::new(false));
         loop {
             self.health.beat();
-            crate::metrics::record_pool(&self.pool);
+            crate::metrics::record_pool(&self.pool, "worker");
             if shutdown.is_cancelled() {
                 break;
             }

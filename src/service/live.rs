@@ -26,6 +26,13 @@ use crate::store;
 pub const FEED_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// How often a watcher checks that its credential still holds (revoked, expired, unbound).
 const RECHECK: Duration = Duration::from_secs(2);
+/// A watcher whose client has taken no event for this long (its queue full) is ended.
+pub const SLOW_CLIENT: Duration = Duration::from_secs(30);
+/// Events queued for one watcher.
+const QUEUE: usize = 64;
+
+pub use super::streams::StreamLimits;
+use super::streams::{StreamSlot, StreamSlots};
 const BATCH: i64 = 500;
 
 /// The process's view of the change feed.
@@ -41,6 +48,8 @@ pub struct ChangeHub {
     /// Open WebSocket connections, which the HTTP server's graceful shutdown does not track
     /// once upgraded: the process waits for them to close.
     sockets: tokio_util::task::TaskTracker,
+    /// Open watches and subscriptions, per caller and per address.
+    slots: Arc<StreamSlots>,
 }
 
 /// What a change's watchers send, read once.
@@ -54,10 +63,19 @@ enum Loaded {
 const SHARED_LOADS: i64 = 1024;
 
 impl ChangeHub {
-    /// Starts following the feed until `shutdown`.
+    /// Starts following the feed until `shutdown`, with the default stream caps.
     pub async fn start(
         pool: PgPool,
         shutdown: CancellationToken,
+    ) -> Result<Arc<Self>, sqlx::Error> {
+        Self::start_with(pool, shutdown, StreamLimits::default()).await
+    }
+
+    /// Starts following the feed until `shutdown`; `limits` caps the open streams.
+    pub async fn start_with(
+        pool: PgPool,
+        shutdown: CancellationToken,
+        limits: StreamLimits,
     ) -> Result<Arc<Self>, sqlx::Error> {
         let (sender, _) = broadcast::channel(4096);
         let (_, newest) = store::changes::feed_bounds(&pool).await?;
@@ -67,6 +85,7 @@ impl ChangeHub {
             loaded: Mutex::default(),
             shutdown: shutdown.clone(),
             sockets: tokio_util::task::TaskTracker::new(),
+            slots: Arc::new(StreamSlots::new(limits)),
         });
         tokio::spawn(hub.clone().follow(pool.clone(), shutdown.clone()));
         tokio::spawn(prune(pool, shutdown));
@@ -252,15 +271,18 @@ pub enum Watched<'a> {
 
 /// Starts a watch: the current state first (or, with `resume_after`, every change since),
 /// then every change, until the caller goes away or its credential stops holding.
+/// `address` is the client's, for the per-address stream cap.
 pub async fn watch(
     ctx: &Context,
     hub: &Arc<ChangeHub>,
     actor: &Actor,
+    address: &str,
     project: &str,
     watched: Watched<'_>,
     resume_after: Option<i64>,
 ) -> Result<impl Stream<Item = WatchEvent> + Send + use<>, ServiceError> {
     let project = authorize(ctx, actor, project, Role::Viewer).await?;
+    let slot = hub.slots.take(&actor.key(), address)?;
     // Subscribed before reading anything: no change can fall between the two.
     let receiver = hub.sender.subscribe();
     // The feed's newest row, read now (the hub may not have caught up with it yet): every
@@ -274,8 +296,9 @@ pub async fn watch(
         }
         Watched::Project => None,
     };
-    let (sender, events) = mpsc::channel(64);
+    let (sender, events) = mpsc::channel(QUEUE);
     let watcher = Watcher {
+        _slot: slot,
         hub: hub.clone(),
         ctx: ctx.clone(),
         actor: actor.clone(),
@@ -292,6 +315,8 @@ pub async fn watch(
 }
 
 struct Watcher {
+    /// Held while the watch runs: its place under the stream caps.
+    _slot: StreamSlot,
     hub: Arc<ChangeHub>,
     ctx: Context,
     actor: Actor,
@@ -482,8 +507,15 @@ impl Watcher {
         }
     }
 
+    /// Queues `event`; a client that has taken nothing for [`SLOW_CLIENT`] ends the watch.
     async fn send(&self, event: WatchEvent) -> Result<(), Ended> {
-        self.sender.send(event).await.map_err(|_| Ended)
+        match tokio::time::timeout(SLOW_CLIENT, self.sender.send(event)).await {
+            Ok(sent) => sent.map_err(|_| Ended),
+            Err(_) => {
+                tracing::info!(actor = %self.actor.name, "a watch ended: its client read nothing for 30 s (it resumes from its last seq)");
+                Err(Ended)
+            }
+        }
     }
 }
 

@@ -14,6 +14,7 @@ pub mod health;
 pub mod live;
 pub mod projects;
 pub mod role_bindings;
+pub mod streams;
 pub mod tokens;
 
 use std::sync::Arc;
@@ -83,6 +84,9 @@ pub enum ServiceError {
     /// A model server could not be reached or did not answer usefully ("try it").
     #[error("{message}")]
     ModelUnreachable { message: String },
+    /// The caller (or its address) holds as many open watches and subscriptions as allowed.
+    #[error("{0}")]
+    TooManyStreams(String),
     #[error("database error")]
     Database(#[from] sqlx::Error),
 }

@@ -1,6 +1,5 @@
 //! A test server: the real router on a random port over a fresh database.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -33,6 +32,13 @@ pub struct Options {
     pub worker: Option<Arc<modelplane::reconciler::health::WorkerHealth>>,
     /// The built portal served at `/` (none: a directory with nothing in it).
     pub web_dir: std::path::PathBuf,
+    /// The listener's bounds (header deadline, connection caps).
+    pub connections: modelplane::listener::ConnectionLimits,
+    /// Open watches and subscriptions per caller and per address.
+    pub streams: service::live::StreamLimits,
+    pub graphql: api::graphql::GraphqlLimits,
+    /// How "try it" reaches a model (the cluster's client goes with `cluster` above).
+    pub chat_via: service::chat::ChatVia,
 }
 
 impl Default for Options {
@@ -47,6 +53,10 @@ impl Default for Options {
             cluster: None,
             worker: None,
             web_dir: "/nonexistent/modelplane-web".into(),
+            connections: modelplane::listener::ConnectionLimits::default(),
+            streams: service::live::StreamLimits::default(),
+            graphql: api::graphql::GraphqlLimits::default(),
+            chat_via: service::chat::ChatVia::ApiServer,
         }
     }
 }
@@ -115,19 +125,22 @@ impl TestApp {
             Some(config) => Some(OidcVerifier::new(config).await.unwrap()),
             None => None,
         };
-        let changes = service::live::ChangeHub::start(pool.clone(), stop.clone())
-            .await
-            .unwrap();
+        let changes =
+            service::live::ChangeHub::start_with(pool.clone(), stop.clone(), options.streams)
+                .await
+                .unwrap();
         let state = AppState::new(api::SharedState {
             changes,
-            graphql: api::graphql::schema(api::graphql::GraphqlLimits::default()),
+            graphql: api::graphql::schema(options.graphql),
             graphiql_assets: std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .join("web/graphiql/node_modules")
                 .into(),
             web_dir: options.web_dir.clone().into(),
             models: service::chat::ModelClient::new(
-                service::chat::ChatVia::External,
+                options.chat_via,
                 std::time::Duration::from_secs(10),
+                options.cluster.as_ref().map(|(c, _)| c.client.clone()),
+                false,
             ),
             auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
             ctx,
@@ -153,13 +166,16 @@ impl TestApp {
         let app = api::router(state, &http);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let limits = options.connections;
+        let serving = stop.clone();
         tokio::spawn(async move {
-            axum::serve(
+            modelplane::listener::serve(
                 listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
+                app,
+                limits,
+                async move { serving.cancelled().await },
             )
             .await
-            .unwrap()
         });
         Self {
             base: format!("http://{addr}"),
@@ -433,6 +449,8 @@ pub struct WsClient {
     socket: tokio_tungstenite::WebSocketStream<
         tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
     >,
+    /// The close frame's code and reason, once the server closed the connection.
+    pub closed: Option<(u16, String)>,
 }
 
 #[allow(dead_code)]
@@ -451,7 +469,10 @@ impl WsClient {
             response.headers()["sec-websocket-protocol"],
             "graphql-transport-ws"
         );
-        let mut client = Self { socket };
+        let mut client = Self {
+            socket,
+            closed: None,
+        };
         client
             .send(json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {token}")}}))
             .await;
@@ -480,7 +501,10 @@ impl WsClient {
                 tokio_tungstenite::tungstenite::Message::Text(text) => {
                     return Some(serde_json::from_str(&text).unwrap());
                 }
-                tokio_tungstenite::tungstenite::Message::Close(_) => return None,
+                tokio_tungstenite::tungstenite::Message::Close(frame) => {
+                    self.closed = frame.map(|f| (u16::from(f.code), f.reason.to_string()));
+                    return None;
+                }
                 _ => continue,
             }
         }

@@ -18,5 +18,6 @@ mod portal;
 mod projects;
 mod quota;
 mod routing;
+mod security;
 mod validation;
 mod watch;

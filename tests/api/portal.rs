@@ -127,45 +127,35 @@ async fn an_unbuilt_portal_says_how_to_build_it(pool: PgPool) {
     assert_eq!(app.get("/api/v1/projects").await.status(), StatusCode::OK);
 }
 
-/// A model server that answers chat completions and records what it was sent.
+/// A model server that answers chat completions and records what it was sent: what an
+/// attacker would point a route's hostname, or a forged status URL, at.
 struct FakeModel {
     addr: SocketAddr,
     received: Arc<Mutex<Vec<Value>>>,
 }
 
-async fn fake_model(status: AxumStatus) -> FakeModel {
+async fn fake_model() -> FakeModel {
     let received = Arc::new(Mutex::new(Vec::new()));
     let seen = received.clone();
-    let app = axum::Router::new().route(
-        "/team-a/qwen/v1/chat/completions",
-        axum::routing::post(move |Json(body): Json<Value>| {
-            let seen = seen.clone();
-            async move {
-                let model = body["model"].clone();
-                seen.lock().unwrap().push(body);
-                let body = if status == AxumStatus::OK {
-                    json!({"object": "chat.completion", "model": model,
-                           "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello back"}}]})
-                    .to_string()
-                } else {
-                    "model overloaded".to_owned()
-                };
-                (status, [("content-type", "application/json")], body)
-            }
-        }),
-    );
+    let app = axum::Router::new().fallback(move |Json(body): Json<Value>| {
+        let seen = seen.clone();
+        async move {
+            seen.lock().unwrap().push(body);
+            (AxumStatus::OK, "{\"choices\": []}")
+        }
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     FakeModel { addr, received }
 }
 
-/// What the worker would write once the route is accepted: the deployment's external URL.
-async fn set_external_url(pool: &PgPool, url: &str) {
+/// Endpoints as the worker writes them, here all pointing at `url`.
+async fn set_endpoints(pool: &PgPool, url: &str) {
     sqlx::query(
         "update model_deployment set status = jsonb_set(status, '{endpoints}', \
-         jsonb_build_object('external', jsonb_build_array($1::text), 'openaiBase', $1::text || '/v1')) \
-         where name = 'qwen'",
+         jsonb_build_object('cluster', $1::text, 'external', jsonb_build_array($1::text), \
+         'openaiBase', $1::text || '/v1')) where name = 'qwen'",
     )
     .bind(url)
     .execute(pool)
@@ -176,59 +166,11 @@ async fn set_external_url(pool: &PgPool, url: &str) {
 const CHAT: &str = "/api/v1/projects/team-a/deployments/qwen/chat/completions";
 
 #[sqlx::test]
-async fn try_it_forwards_one_chat_completion_for_a_viewer(pool: PgPool) {
-    let app = TestApp::spawn(pool.clone()).await;
-    app.create_project("team-a").await;
-    assert_eq!(
-        app.create_deployment("team-a", "qwen").await.status(),
-        StatusCode::CREATED
-    );
-    let viewer = app.token_for("team-a", "viewer", "viewer").await;
-    let message = json!({"messages": [{"role": "user", "content": "Hi"}]});
-
-    // No endpoint yet: a conflict that says why, and nothing is sent anywhere.
-    let early = app
-        .request_as(Some(&viewer), Method::POST, CHAT)
-        .json(&message)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(early.status(), StatusCode::CONFLICT);
-    let problem: Value = early.json().await.unwrap();
-    assert!(
-        problem["detail"]
-            .as_str()
-            .unwrap()
-            .contains("no external endpoint"),
-        "{problem}"
-    );
-
-    let model = fake_model(AxumStatus::OK).await;
-    set_external_url(&pool, &format!("http://{}/team-a/qwen", model.addr)).await;
-    let answer = app
-        .request_as(Some(&viewer), Method::POST, CHAT)
-        .json(&message)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), StatusCode::OK);
-    let answer: Value = answer.json().await.unwrap();
-    assert_eq!(answer["choices"][0]["message"]["content"], "Hello back");
-    // `model` defaults to the served name (the spec's, else the deployment's name).
-    let sent = model.received.lock().unwrap().clone();
-    assert_eq!(sent.len(), 1);
-    assert_eq!(sent[0]["model"], answer["model"]);
-    assert_eq!(sent[0]["messages"][0]["content"], "Hi");
-}
-
-#[sqlx::test]
 async fn try_it_needs_a_caller_of_the_project_and_a_chat_body(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     app.create_project("team-a").await;
     app.create_project("team-b").await;
     app.create_deployment("team-a", "qwen").await;
-    let model = fake_model(AxumStatus::OK).await;
-    set_external_url(&pool, &format!("http://{}/team-a/qwen", model.addr)).await;
     let message = json!({"messages": [{"role": "user", "content": "Hi"}]});
 
     let anonymous = app
@@ -264,35 +206,32 @@ async fn try_it_needs_a_caller_of_the_project_and_a_chat_body(pool: PgPool) {
         let problem: Value = response.json().await.unwrap();
         assert_eq!(problem["errors"][0]["field"], field, "{problem}");
     }
+
+    // No endpoint yet: a conflict that says why.
+    let early = app.post_json(CHAT, &message).await;
+    assert_eq!(early.status(), StatusCode::CONFLICT);
+    let problem: Value = early.json().await.unwrap();
     assert!(
-        model.received.lock().unwrap().is_empty(),
-        "nothing reached the model"
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no endpoint yet"),
+        "{problem}"
     );
 }
 
+/// Security finding 4: "try it" followed the status's URL, which a route's hostname made
+/// any address (another tenant's model, a metadata service). It now reaches only the
+/// deployment's own Service, by an address modelplane builds, and echoes no upstream body.
 #[sqlx::test]
-async fn a_failing_or_absent_model_server_is_a_502_naming_the_cause(pool: PgPool) {
+async fn try_it_never_goes_where_a_status_url_or_route_points(pool: PgPool) {
+    let message = json!({"messages": [{"role": "user", "content": "Hi"}]});
+    let model = fake_model().await;
+    // Through the API server (the default): without a cluster there is nowhere to go.
     let app = TestApp::spawn(pool.clone()).await;
     app.create_project("team-a").await;
     app.create_deployment("team-a", "qwen").await;
-    let message = json!({"messages": [{"role": "user", "content": "Hi"}]});
-
-    let failing = fake_model(AxumStatus::SERVICE_UNAVAILABLE).await;
-    set_external_url(&pool, &format!("http://{}/team-a/qwen", failing.addr)).await;
-    let response = app.post_json(CHAT, &message).await;
-    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
-    let problem: Value = response.json().await.unwrap();
-    let detail = problem["detail"].as_str().unwrap();
-    assert!(
-        detail.contains("HTTP 503") && detail.contains("model overloaded"),
-        "{detail}"
-    );
-
-    // A port nothing listens on.
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = closed.local_addr().unwrap();
-    drop(closed);
-    set_external_url(&pool, &format!("http://{addr}/team-a/qwen")).await;
+    set_endpoints(&pool, &format!("http://{}/b/demo", model.addr)).await;
     let response = app.post_json(CHAT, &message).await;
     assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
     let problem: Value = response.json().await.unwrap();
@@ -300,7 +239,26 @@ async fn a_failing_or_absent_model_server_is_a_502_naming_the_cause(pool: PgPool
         problem["detail"]
             .as_str()
             .unwrap()
-            .contains("could not be reached"),
+            .contains("needs a cluster connection"),
         "{problem}"
+    );
+    // In the cluster: the Service's own DNS name, which does not resolve here.
+    let in_cluster = TestApp::spawn_with(
+        pool.clone(),
+        Options {
+            chat_via: modelplane::service::chat::ChatVia::Cluster,
+            ..Options::default()
+        },
+    )
+    .await;
+    let response = in_cluster.post_json(CHAT, &message).await;
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    let problem: Value = response.json().await.unwrap();
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("could not be reached"), "{detail}");
+    assert!(!detail.contains(&model.addr.to_string()), "{detail}");
+    assert!(
+        model.received.lock().unwrap().is_empty(),
+        "nothing reached the address the status named"
     );
 }

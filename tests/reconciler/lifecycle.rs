@@ -102,6 +102,71 @@ async fn a_sim_deployment_becomes_ready_and_answers_at_its_external_url(pool: Pg
     assert!(answer["usage"]["total_tokens"].as_i64().unwrap() > 0);
 }
 
+/// "Try it" reaches the deployment's own Service through the Kubernetes API server's service
+/// proxy (`/api/v1/namespaces/{ns}/services/{name}:{port}/proxy/…`), whatever its route's
+/// hostname says: two projects' models each answer for themselves.
+#[sqlx::test]
+async fn try_it_reaches_the_deployments_own_service(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    for (project, served) in [("team-a", "a-model"), ("team-b", "b-model")] {
+        h.app.create_project(project).await;
+        let mut spec = sim_spec();
+        spec["model"]["servedName"] = json!(served);
+        let created = h
+            .app
+            .post_json(
+                &format!("/api/v1/projects/{project}/deployments"),
+                &json!({"name": "qwen", "spec": spec}),
+            )
+            .await;
+        assert_eq!(created.status(), StatusCode::CREATED);
+    }
+    for project in ["team-a", "team-b"] {
+        wait_for(
+            &format!("{project}/qwen to be Ready"),
+            Duration::from_secs(30),
+            || async {
+                let record: Value = h
+                    .app
+                    .get(&format!("/api/v1/projects/{project}/deployments/qwen"))
+                    .await
+                    .json()
+                    .await
+                    .unwrap();
+                record["status"]["phase"] == "Ready"
+            },
+        )
+        .await;
+    }
+    let viewer = h.app.token_for("team-a", "viewer", "viewer").await;
+    let answer = h
+        .app
+        .request_as(
+            Some(&viewer),
+            Method::POST,
+            "/api/v1/projects/team-a/deployments/qwen/chat/completions",
+        )
+        .json(&json!({"messages": [{"role": "user", "content": "Hello"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    let answer: Value = answer.json().await.unwrap();
+    assert_eq!(answer["model"], "a-model");
+    assert!(answer["choices"][0]["message"]["content"].is_string());
+    let other: Value = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-b/deployments/qwen/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Hello"}]}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(other["model"], "b-model");
+}
+
 #[sqlx::test]
 async fn scale_restart_and_rollback_roll_out_to_ready(pool: PgPool) {
     let h = harness_on(pool, cluster(), |_| {}).await;

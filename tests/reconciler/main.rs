@@ -111,7 +111,21 @@ async fn harness_on(
         .await
         .unwrap();
     let kube = cluster.client.clone();
-    let app = TestApp::spawn(pool.clone()).await;
+    // The API has the cluster too, as `serve` gives it: "try it" goes through its API server.
+    let app = TestApp::spawn_with(
+        pool.clone(),
+        common::Options {
+            cluster: Some((
+                cluster::Cluster {
+                    client: kube.clone(),
+                    description: "the emulator".into(),
+                },
+                false,
+            )),
+            ..common::Options::default()
+        },
+    )
+    .await;
     let shutdown = CancellationToken::new();
     tokio::spawn(Worker::new(pool, cluster, config).run(shutdown.clone()));
     Harness {

@@ -13,7 +13,7 @@ pub fn code(err: &ApiError) -> &'static str {
         ApiError::MalformedBody(_) | ApiError::Invalid(_) => "INVALID_INPUT",
         ApiError::Unauthorized(_) => "UNAUTHENTICATED",
         ApiError::Forbidden(_) => "FORBIDDEN",
-        ApiError::RateLimited(_) => "RATE_LIMITED",
+        ApiError::RateLimited(_) | ApiError::TooManyStreams(_) => "RATE_LIMITED",
         ApiError::NotFound(_) => "NOT_FOUND",
         ApiError::Conflict { .. } => "CONFLICT",
         ApiError::QuotaExceeded(_) => "QUOTA_EXCEEDED",

@@ -28,6 +28,7 @@ pub struct DeploymentFilter {
 #[Object]
 impl Query {
     /// Who the credential is, and its roles.
+    #[graphql(complexity = "5 * super::DB_COST + child_complexity")]
     async fn viewer(&self, ctx: &Context<'_>) -> Result<Viewer> {
         let (state, actor) = state(ctx)?;
         let mut roles = Vec::new();
@@ -66,7 +67,9 @@ impl Query {
     }
 
     /// The projects the caller has a role on, oldest first.
-    #[graphql(complexity = "first.unwrap_or(50).clamp(1, 200) as usize * child_complexity + 1")]
+    #[graphql(
+        complexity = "first.unwrap_or(50).clamp(1, 200) as usize * child_complexity + super::DB_COST"
+    )]
     async fn projects(
         &self,
         ctx: &Context<'_>,
@@ -80,6 +83,7 @@ impl Query {
         Ok(connection(page, after.is_some(), Project::from))
     }
 
+    #[graphql(complexity = "super::DB_COST + child_complexity")]
     async fn project(&self, ctx: &Context<'_>, name: String) -> Result<Project> {
         let (state, actor) = state(ctx)?;
         let project = service::projects::get_project(&state.ctx, actor, &name)
@@ -89,6 +93,7 @@ impl Query {
     }
 
     /// A deployment by `project` and `name`, or by `id` (which works in any project).
+    #[graphql(complexity = "super::DB_COST + child_complexity")]
     async fn deployment(
         &self,
         ctx: &Context<'_>,
@@ -127,7 +132,9 @@ impl Query {
     }
 
     /// A project's deployments, oldest first.
-    #[graphql(complexity = "first.unwrap_or(50).clamp(1, 200) as usize * child_complexity + 1")]
+    #[graphql(
+        complexity = "first.unwrap_or(50).clamp(1, 200) as usize * child_complexity + super::DB_COST"
+    )]
     async fn deployments(
         &self,
         ctx: &Context<'_>,
@@ -160,12 +167,14 @@ impl Query {
     }
 
     /// How many of the project's deployments are in each phase.
+    #[graphql(complexity = "super::DB_COST + child_complexity")]
     async fn phase_counts(&self, ctx: &Context<'_>, project: String) -> Result<Vec<PhaseCount>> {
         let project = authorized(ctx, &project).await?;
         phase_counts(ctx, &project).await
     }
 
     /// The cluster's GPUs per resource name and product, as the worker last reported them.
+    #[graphql(complexity = "super::DB_COST + child_complexity")]
     async fn capacity(&self, ctx: &Context<'_>) -> Result<super::capacity::Capacity> {
         let (state, actor) = state(ctx)?;
         let report = service::capacity::get_capacity(&state.ctx, actor)
@@ -175,6 +184,7 @@ impl Query {
     }
 
     /// GPUs the project's deployments ask for, and hold in ready pods.
+    #[graphql(complexity = "super::DB_COST + child_complexity")]
     async fn gpus(&self, ctx: &Context<'_>, project: String) -> Result<GpuUsage> {
         let (state, _) = state(ctx)?;
         let project = authorized(ctx, &project).await?;

@@ -139,10 +139,14 @@ async fn watch(
     after_seq: Option<i64>,
 ) -> Result<impl Stream<Item = WatchEvent> + use<>> {
     let (state, actor) = state(ctx)?;
+    let address = ctx
+        .data_opt::<crate::api::extract::ClientAddress>()
+        .map_or("unknown", |a| a.0.as_str());
     live::watch(
         &state.ctx,
         &state.changes,
         actor,
+        address,
         project,
         watched,
         after_seq,

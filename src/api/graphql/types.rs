@@ -206,12 +206,14 @@ pub struct Project {
 #[ComplexObject]
 impl Project {
     /// The deployments of the project in each phase.
+    #[graphql(complexity = "super::DB_COST + child_complexity")]
     async fn phase_counts(&self, ctx: &Context<'_>) -> Result<Vec<PhaseCount>> {
         let project = authorized(ctx, &self.name).await?;
         phase_counts(ctx, &project).await
     }
 
     /// The project's quota next to what its specs ask for.
+    #[graphql(complexity = "super::DB_COST + child_complexity")]
     async fn quota(&self, ctx: &Context<'_>) -> Result<super::capacity::ProjectQuota> {
         let (state, actor) = super::state(ctx)?;
         let quota = crate::service::capacity::get_quota(&state.ctx, actor, &self.name)
@@ -222,6 +224,7 @@ impl Project {
 
     /// GPU-hours of the project's ready replicas over the last `days` days (project
     /// admins).
+    #[graphql(complexity = "super::DB_COST + child_complexity")]
     async fn usage(&self, ctx: &Context<'_>, days: Option<i64>) -> Result<super::capacity::Usage> {
         let (state, actor) = super::state(ctx)?;
         let query = crate::service::capacity::UsageQuery { days };
@@ -431,7 +434,9 @@ impl DeploymentNode {
             .unwrap_or(0))
     }
     /// Spec revisions, newest first.
-    #[graphql(complexity = "first.unwrap_or(50).clamp(1, 200) as usize * child_complexity + 1")]
+    #[graphql(
+        complexity = "first.unwrap_or(50).clamp(1, 200) as usize * child_complexity + super::DB_COST"
+    )]
     async fn revisions(
         &self,
         ctx: &Context<'_>,
@@ -451,7 +456,9 @@ impl DeploymentNode {
         Ok(connection(page, after.is_some(), RevisionNode))
     }
     /// The timeline, oldest first.
-    #[graphql(complexity = "first.unwrap_or(50).clamp(1, 200) as usize * child_complexity + 1")]
+    #[graphql(
+        complexity = "first.unwrap_or(50).clamp(1, 200) as usize * child_complexity + super::DB_COST"
+    )]
     async fn events(
         &self,
         ctx: &Context<'_>,

@@ -146,7 +146,7 @@ pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Respo
     if let Ok(depth) = service::health::queue_depth(&state.ctx).await {
         metrics::gauge!(crate::metrics::QUEUE_DEPTH).set(depth as f64);
     }
-    crate::metrics::record_pool(&state.ctx.pool);
+    crate::metrics::record_pool(&state.ctx.pool, "api");
     (
         [(
             axum::http::header::CONTENT_TYPE,

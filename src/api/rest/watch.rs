@@ -15,6 +15,7 @@ use futures::{Stream, StreamExt};
 use super::responses::{DeploymentPath, NoSuchDeployment, NoSuchProject, ProjectPath};
 use crate::api::AppState;
 use crate::api::error::ApiError;
+use crate::api::extract::ClientAddress;
 use crate::service::Actor;
 use crate::service::live::{self, WatchEvent, Watched};
 
@@ -32,6 +33,7 @@ use crate::service::live::{self, WatchEvent, Watched};
 pub async fn watch_deployment(
     State(state): State<AppState>,
     actor: Actor,
+    ClientAddress(address): ClientAddress,
     Path(DeploymentPath { project, name }): Path<DeploymentPath>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
@@ -40,6 +42,7 @@ pub async fn watch_deployment(
         &state.ctx,
         &state.changes,
         &actor,
+        &address,
         &project,
         Watched::Deployment(&name),
         resume,
@@ -62,6 +65,7 @@ pub async fn watch_deployment(
 pub async fn watch_project(
     State(state): State<AppState>,
     actor: Actor,
+    ClientAddress(address): ClientAddress,
     Path(ProjectPath { project }): Path<ProjectPath>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
@@ -70,6 +74,7 @@ pub async fn watch_project(
         &state.ctx,
         &state.changes,
         &actor,
+        &address,
         &project,
         Watched::Project,
         resume,
