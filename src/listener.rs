@@ -6,7 +6,7 @@
 //!   from the moment the server waits for the next request);
 //! - at most `max_connections` connections are open at once, and at most
 //!   `max_connections_per_address` from one client address; a connection past either cap
-//!   is closed at once (counted in `modelplane_http_connections_refused_total`);
+//!   is closed at once (counted in [`crate::metrics::HTTP_CONNECTIONS_REFUSED`]);
 //! - an accept that fails (out of file descriptors, …) is logged and retried: the listener
 //!   never stops for it.
 //!

@@ -61,9 +61,10 @@ pub async fn set_quota(
     project: &str,
     quota: QuotaSpec,
 ) -> Result<ProjectQuota, ServiceError> {
+    // A caller with no role on the project is told it does not exist (404), as everywhere.
+    let project = authorize(ctx, actor, project, Role::Viewer).await?;
     require_platform_admin(actor)?;
     quota.validate()?;
-    let project = authorize(ctx, actor, project, Role::Viewer).await?;
     let project = project.project();
     let mut tx = ctx.pool.begin().await?;
     // Waits for changes checked against the old quota to commit.
@@ -88,8 +89,8 @@ pub async fn set_quota(
 /// Removes a project's quota (platform admins); nothing to remove is not an error.
 #[instrument(skip(ctx, actor))]
 pub async fn delete_quota(ctx: &Context, actor: &Actor, project: &str) -> Result<(), ServiceError> {
-    require_platform_admin(actor)?;
     let project = authorize(ctx, actor, project, Role::Viewer).await?;
+    require_platform_admin(actor)?;
     let project = project.project();
     let mut tx = ctx.pool.begin().await?;
     if store::quota::delete_quota(&mut *tx, project.id).await? {

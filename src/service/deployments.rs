@@ -52,6 +52,8 @@ pub struct ReplaceDeployment {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ScaleDeployment {
+    /// 0 up to the server's `MODELPLANE_MAX_REPLICAS` (default 100).
+    #[schema(minimum = 0, maximum = 100)]
     pub replicas: i64,
 }
 

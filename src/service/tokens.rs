@@ -29,7 +29,8 @@ pub struct CreateToken {
     /// 1 to 63 letters, digits, '.', '_' or '-'; unique among the live tokens.
     #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
     pub name: String,
-    /// `viewer`, `editor` or `admin` on the project (platform tokens are always `platform-admin`).
+    /// `viewer`, `editor` or `admin` on the project: required for a project token (platform
+    /// tokens are always `platform-admin` and take none).
     #[serde(default)]
     pub role: Option<Role>,
     /// When the token stops working: in the future, at most 10 years away; default 90 days from now.

@@ -340,6 +340,22 @@ async fn only_platform_admins_set_quotas_and_members_read_them(pool: PgPool) {
         .await
         .unwrap();
     expect_problem(removed, StatusCode::FORBIDDEN).await;
+    // A caller with no role on the project is told it does not exist, as everywhere.
+    app.create_project("team-b").await;
+    let outsider = app.token_for("team-b", "outsider", "admin").await;
+    for method in [Method::PUT, Method::DELETE] {
+        let response = app
+            .request_as(
+                Some(&outsider),
+                method.clone(),
+                "/api/v1/projects/team-a/quota",
+            )
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        expect_problem(response, StatusCode::NOT_FOUND).await;
+    }
     let read = app
         .request_as(Some(&viewer), Method::GET, "/api/v1/projects/team-a/quota")
         .send()

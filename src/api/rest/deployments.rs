@@ -32,6 +32,7 @@ pub struct PageParams {
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// `nextCursor` from the previous page.
+    #[param(min_length = 1)]
     pub cursor: Option<String>,
 }
 
@@ -45,6 +46,7 @@ pub struct ProjectEventParams {
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// `nextCursor` from the previous page.
+    #[param(min_length = 1)]
     pub cursor: Option<String>,
 }
 

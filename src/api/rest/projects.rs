@@ -26,6 +26,7 @@ pub struct ListProjects {
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// `nextCursor` from the previous page.
+    #[param(min_length = 1)]
     pub cursor: Option<String>,
 }
 

@@ -49,8 +49,12 @@ pub struct IdPath {
 #[derive(Debug, IntoParams)]
 #[into_params(parameter_in = Header)]
 pub struct IfMatchHeader {
-    /// Refuse the change (412) unless the spec's ETag still matches
-    #[param(rename = "If-Match")]
+    /// Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+    /// entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+    #[param(
+        rename = "If-Match",
+        pattern = r#"^(\*|(W/)?"[^"]*"(\s*,\s*(W/)?"[^"]*")*)$"#
+    )]
     pub if_match: Option<String>,
 }
 

@@ -1326,7 +1326,10 @@ export interface components {
         };
         /** @description The body of `POST …/scale`. */
         ScaleDeployment: {
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description 0 up to the server's `MODELPLANE_MAX_REPLICAS` (default 100).
+             */
             replicas: number;
         };
         SchedulingSpec: {
@@ -2451,7 +2454,10 @@ export interface operations {
                 force?: boolean;
             };
             header?: {
-                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                /**
+                 * @description Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+                 *     entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+                 */
                 "If-Match"?: string | null;
             };
             path: {
@@ -2595,7 +2601,10 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                /**
+                 * @description Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+                 *     entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+                 */
                 "If-Match"?: string | null;
             };
             path: {
@@ -2708,7 +2717,10 @@ export interface operations {
                 force?: boolean;
             };
             header?: {
-                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                /**
+                 * @description Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+                 *     entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+                 */
                 "If-Match"?: string | null;
             };
             path: {
@@ -2864,7 +2876,10 @@ export interface operations {
                 force?: boolean;
             };
             header?: {
-                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                /**
+                 * @description Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+                 *     entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+                 */
                 "If-Match"?: string | null;
             };
             path: {
@@ -3015,7 +3030,10 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                /**
+                 * @description Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+                 *     entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+                 */
                 "If-Match"?: string | null;
             };
             path: {
@@ -3157,7 +3175,10 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                /**
+                 * @description Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+                 *     entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+                 */
                 "If-Match"?: string | null;
             };
             path: {
@@ -3268,7 +3289,10 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                /**
+                 * @description Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+                 *     entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+                 */
                 "If-Match"?: string | null;
             };
             path: {
@@ -3618,7 +3642,10 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                /**
+                 * @description Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+                 *     entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+                 */
                 "If-Match"?: string | null;
             };
             path: {
@@ -3835,7 +3862,10 @@ export interface operations {
                 force?: boolean;
             };
             header?: {
-                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                /**
+                 * @description Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+                 *     entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+                 */
                 "If-Match"?: string | null;
             };
             path: {
@@ -3988,7 +4018,10 @@ export interface operations {
                 force?: boolean;
             };
             header?: {
-                /** @description Refuse the change (412) unless the spec's ETag still matches */
+                /**
+                 * @description Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+                 *     entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+                 */
                 "If-Match"?: string | null;
             };
             path: {
