@@ -58,15 +58,25 @@ async fn main() {
         .unwrap();
     let stop = CancellationToken::new();
     let state = AppState::new(modelplane::api::SharedState {
-        changes: service::live::ChangeHub::start(pool.clone(), stop.clone())
-            .await
-            .unwrap(),
+        changes: service::live::ChangeHub::start_with(
+            pool.clone(),
+            stop.clone(),
+            service::live::StreamLimits {
+                per_caller: usize::MAX,
+                per_address: usize::MAX,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap(),
         graphql: api::graphql::schema(api::graphql::GraphqlLimits::default()),
         graphiql_assets: std::path::Path::new("web/graphiql/node_modules").into(),
         web_dir: std::path::Path::new("web/dist").into(),
         models: service::chat::ModelClient::new(
-            service::chat::ChatVia::External,
+            service::chat::ChatVia::ApiServer,
             std::time::Duration::from_secs(10),
+            None,
+            false,
         ),
         auth: Arc::new(Authenticator::new(ctx.clone(), None)),
         ctx: ctx.clone(),
@@ -79,12 +89,13 @@ async fn main() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base_url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-        )
-        .await
-        .unwrap();
+        // Every watcher of the bench is one caller on one address: no caps in the way.
+        let limits = modelplane::listener::ConnectionLimits {
+            max_connections: 1_000_000,
+            max_connections_per_address: 1_000_000,
+            ..Default::default()
+        };
+        modelplane::listener::serve(listener, app, limits, std::future::pending()).await;
     });
 
     let actor = Actor::system();

@@ -331,6 +331,10 @@ pub struct HttpConfig {
         default_value_t = 128
     )]
     pub max_streams_per_address: usize,
+    /// Seconds a watch or subscription whose client reads nothing is kept (its queue full);
+    /// then it ends, and the client resumes from its last sequence number.
+    #[arg(long, env = "MODELPLANE_STREAM_SLOW_CLIENT_SECS", default_value_t = 30)]
+    pub stream_slow_client_secs: u64,
     /// The built portal (`web/dist`, made by `scripts/portal.sh`), served at `/`.
     #[arg(long, env = "MODELPLANE_WEB_DIR", default_value = "web/dist")]
     pub web_dir: std::path::PathBuf,
@@ -386,6 +390,7 @@ impl HttpConfig {
         crate::service::live::StreamLimits {
             per_caller: self.max_streams_per_caller,
             per_address: self.max_streams_per_address,
+            slow_client: std::time::Duration::from_secs(self.stream_slow_client_secs.max(1)),
         }
     }
 }
@@ -404,6 +409,7 @@ impl Default for HttpConfig {
             max_connections_per_address: 256,
             max_streams_per_caller: 32,
             max_streams_per_address: 128,
+            stream_slow_client_secs: 30,
             web_dir: "web/dist".into(),
             chat_via: ChatVia::ApiServer,
             chat_allow_local_addresses: false,

@@ -1784,9 +1784,20 @@ impl Worker {
             };
             match event {
                 None => return,
+                Some(Ok(watcher::Event::InitApply(gateway))) => {
+                    self.record_gateway_hostnames(&gateway, false).await;
+                }
                 Some(Ok(
-                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
+                    ref event @ (watcher::Event::Apply(ref gateway)
+                    | watcher::Event::Delete(ref gateway)),
                 )) => {
+                    let deleted = matches!(event, watcher::Event::Delete(_));
+                    self.record_gateway_hostnames(gateway, deleted).await;
+                    if let Err(err) = store::work_queue::enqueue_all(&self.pool).await {
+                        tracing::warn!(error = %err, "cannot requeue after a Gateway change");
+                    }
+                }
+                Some(Ok(watcher::Event::InitDone)) => {
                     if let Err(err) = store::work_queue::enqueue_all(&self.pool).await {
                         tracing::warn!(error = %err, "cannot requeue after a Gateway change");
                     }
@@ -1803,6 +1814,44 @@ impl Worker {
 }
 
 impl Worker {
+    /// Stores the hostnames `gateway` answers for, which no route on it may claim (see
+    /// `service::deployments::reserved_hostnames`): its listeners' exact hostnames and its
+    /// status's `Hostname` addresses. A wildcard listener hostname is left out (it would
+    /// reserve every name under it); IP addresses are refused as hostnames anyway.
+    async fn record_gateway_hostnames(&self, gateway: &Gateway, deleted: bool) {
+        let (Some(namespace), Some(name)) = (&gateway.metadata.namespace, &gateway.metadata.name)
+        else {
+            return;
+        };
+        let key = format!("{namespace}/{name}");
+        let result = if deleted {
+            store::gateways::delete_gateway_hostnames(&self.pool, &key).await
+        } else {
+            let mut hostnames: Vec<String> = gateway
+                .spec
+                .listeners
+                .iter()
+                .filter_map(|l| l.hostname.clone())
+                .chain(
+                    gateway
+                        .status
+                        .iter()
+                        .flat_map(|s| s.addresses.iter().flatten())
+                        .filter(|a| a.r#type.as_deref() == Some("Hostname"))
+                        .map(|a| a.value.clone()),
+                )
+                .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+                .filter(|h| !h.is_empty() && !h.starts_with("*."))
+                .collect();
+            hostnames.sort();
+            hostnames.dedup();
+            store::gateways::replace_gateway_hostnames(&self.pool, &key, &hostnames).await
+        };
+        if let Err(err) = result {
+            tracing::warn!(gateway = %key, error = %err, "cannot record the Gateway's hostnames");
+        }
+    }
+
     /// Watches Events about pods (they carry no labels): each is mapped to its record through
     /// the pod's labels, so a BackOff or FailedScheduling reaches the status at once.
     async fn watch_pod_events(self: Arc<Self>, shutdown: CancellationToken) {

@@ -131,7 +131,8 @@ pub async fn create_deployment(
     let (name, serving) = errors.finish(|| (name.unwrap(), serving.unwrap()))?;
     let spec = &serving.spec;
     let route = route_claim(ctx, &project, name.as_str(), spec);
-    let rules = check_shared_gateway_rules(spec, &project, &route, &ctx.routing.reserved_hostnames);
+    let reserved = reserved_hostnames(ctx, &route).await?;
+    let rules = check_shared_gateway_rules(spec, &project, &route, &reserved);
 
     let tracks = capacity::tracks_of(ctx, name.as_str(), spec, None);
     let id = Uuid::now_v7();
@@ -791,6 +792,40 @@ fn check_replicas(ctx: &Context, replicas: i64) -> Result<(), FieldErrors> {
     }
 }
 
+/// The hostnames a route on `route`'s Gateway may not claim: the platform's
+/// (`MODELPLANE_RESERVED_HOSTNAMES`) and, always, those the Gateway itself answers for, as
+/// the worker last saw it (its listeners' hostnames and its status's hostname addresses).
+async fn reserved_hostnames<'a>(
+    ctx: &'a Context,
+    route: &RouteClaim,
+) -> Result<std::borrow::Cow<'a, [String]>, ServiceError> {
+    if route.hostname.is_none() {
+        return Ok(std::borrow::Cow::Borrowed(
+            ctx.routing.reserved_hostnames.as_slice(),
+        ));
+    }
+    let gateway = if route.gateway.is_empty() {
+        match ctx
+            .routing
+            .default_gateway
+            .as_deref()
+            .map(crate::domain::parse_gateway_ref)
+        {
+            Some(Ok((namespace, name, _))) => format!("{namespace}/{name}"),
+            _ => {
+                return Ok(std::borrow::Cow::Borrowed(
+                    ctx.routing.reserved_hostnames.as_slice(),
+                ));
+            }
+        }
+    } else {
+        route.gateway.clone()
+    };
+    let mut reserved = ctx.routing.reserved_hostnames.clone();
+    reserved.extend(store::gateways::hostnames_of_gateway(&ctx.pool, &gateway).await?);
+    Ok(std::borrow::Cow::Owned(reserved))
+}
+
 pub(super) fn route_claim(
     ctx: &Context,
     project: &Project,
@@ -815,7 +850,8 @@ async fn check_route(
     spec: &DeploymentSpec,
     route: &RouteClaim,
 ) -> Result<(), ServiceError> {
-    check_shared_gateway_rules(spec, project, route, &ctx.routing.reserved_hostnames)?;
+    let reserved = reserved_hostnames(ctx, route).await?;
+    check_shared_gateway_rules(spec, project, route, &reserved)?;
     lock_route_space(tx, project, route).await?;
     let hostname_taken = match &route.hostname {
         Some(host) => {

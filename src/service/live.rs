@@ -26,8 +26,6 @@ use crate::store;
 pub const FEED_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// How often a watcher checks that its credential still holds (revoked, expired, unbound).
 const RECHECK: Duration = Duration::from_secs(2);
-/// A watcher whose client has taken no event for this long (its queue full) is ended.
-pub const SLOW_CLIENT: Duration = Duration::from_secs(30);
 /// Events queued for one watcher.
 const QUEUE: usize = 64;
 
@@ -507,12 +505,14 @@ impl Watcher {
         }
     }
 
-    /// Queues `event`; a client that has taken nothing for [`SLOW_CLIENT`] ends the watch.
+    /// Queues `event`; a client that has taken nothing for the slow-client time (its queue
+    /// full all along) ends the watch.
     async fn send(&self, event: WatchEvent) -> Result<(), Ended> {
-        match tokio::time::timeout(SLOW_CLIENT, self.sender.send(event)).await {
+        let patience = self.hub.slots.limits().slow_client;
+        match tokio::time::timeout(patience, self.sender.send(event)).await {
             Ok(sent) => sent.map_err(|_| Ended),
             Err(_) => {
-                tracing::info!(actor = %self.actor.name, "a watch ended: its client read nothing for 30 s (it resumes from its last seq)");
+                tracing::info!(actor = %self.actor.name, ?patience, "a watch ended: its client read nothing (it resumes from its last seq)");
                 Err(Ended)
             }
         }

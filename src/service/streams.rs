@@ -7,11 +7,14 @@ use std::sync::{Arc, Mutex};
 
 use super::ServiceError;
 
-/// The caps (`MODELPLANE_MAX_STREAMS_PER_CALLER`, `MODELPLANE_MAX_STREAMS_PER_ADDRESS`).
+/// The caps (`MODELPLANE_MAX_STREAMS_PER_CALLER`, `MODELPLANE_MAX_STREAMS_PER_ADDRESS`),
+/// and how long a stream whose client reads nothing is kept
+/// (`MODELPLANE_STREAM_SLOW_CLIENT_SECS`).
 #[derive(Debug, Clone, Copy)]
 pub struct StreamLimits {
     pub per_caller: usize,
     pub per_address: usize,
+    pub slow_client: std::time::Duration,
 }
 
 impl Default for StreamLimits {
@@ -19,6 +22,7 @@ impl Default for StreamLimits {
         Self {
             per_caller: 32,
             per_address: 128,
+            slow_client: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -42,6 +46,10 @@ impl StreamSlots {
             limits,
             open: Mutex::default(),
         }
+    }
+
+    pub fn limits(&self) -> StreamLimits {
+        self.limits
     }
 
     /// A place for one more stream of `caller` (a credential's key) from `address`, or the
@@ -101,6 +109,7 @@ mod tests {
         let slots = Arc::new(StreamSlots::new(StreamLimits {
             per_caller: 2,
             per_address: 3,
+            ..StreamLimits::default()
         }));
         let a1 = slots.take("token:a", "10.0.0.1").unwrap();
         let _a2 = slots.take("token:a", "10.0.0.1").unwrap();

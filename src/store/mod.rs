@@ -10,6 +10,7 @@ pub mod changes;
 pub mod creates;
 pub mod deployments;
 pub mod events;
+pub mod gateways;
 pub mod hot;
 pub mod idempotency;
 pub mod lookups;

@@ -337,6 +337,7 @@ async fn open_watches_are_capped_per_credential(pool: PgPool) {
             streams: modelplane::service::live::StreamLimits {
                 per_caller: 3,
                 per_address: 100,
+                ..Default::default()
             },
             ..Options::default()
         },
@@ -379,19 +380,10 @@ async fn open_watches_are_capped_per_credential(pool: PgPool) {
     let admin = app.get("/api/v1/projects/team-a/watch").await;
     assert_eq!(admin.status(), StatusCode::OK);
     drop(open.pop());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let again = watch().await.unwrap();
-        if again.status() == StatusCode::OK {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the closed watch's place came back"
-        );
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::common::wait_until("the closed watch's place to come back", || async {
+        watch().await.unwrap().status() == StatusCode::OK
+    })
+    .await;
 }
 
 /// Finding 8: with introspection off, errors still suggested field names.
@@ -408,4 +400,153 @@ async fn without_introspection_errors_suggest_no_field_names(pool: PgPool) {
     let open = modelplane::api::graphql::schema(Default::default());
     let response = open.execute("{ deploymen { name } }").await;
     assert!(response.errors[0].message.contains("Did you mean"));
+}
+
+/// Finding 7: a client that never reads kept its watch, and memory, growing. Its watch is
+/// bounded (64 queued events) and ended once it has read nothing for the slow-client time,
+/// which gives its place back; the client resumes from its last sequence number.
+#[sqlx::test]
+async fn a_watch_whose_client_reads_nothing_is_ended(pool: PgPool) {
+    let app = TestApp::spawn_with(
+        pool,
+        Options {
+            streams: modelplane::service::live::StreamLimits {
+                per_caller: 1,
+                per_address: 100,
+                slow_client: Duration::from_secs(1),
+            },
+            ..Options::default()
+        },
+    )
+    .await;
+    app.create_project("team-a").await;
+    let viewer = app.token_for("team-a", "viewer", "viewer").await;
+    // A client with a tiny receive window that sends its request and never reads.
+    let addr: std::net::SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket.connect(addr).await.unwrap();
+    stalled
+        .write_all(
+            format!(
+                "GET /api/v1/projects/team-a/watch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {viewer}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // Its watch started (the status line is read; nothing more ever is)...
+    let mut head = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(20), stalled.read(&mut head))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        head[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&head[..n])
+    );
+    // ...and holds the credential's one place.
+    let watch = || {
+        app.request_as(Some(&viewer), Method::GET, "/api/v1/projects/team-a/watch")
+            .send()
+    };
+    assert_eq!(
+        watch().await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Changes pile up: far more than its queue and the sockets' buffers hold.
+    let mut spec = crate::common::valid_spec();
+    spec["labels"] = json!({"padding": "x".repeat(60)});
+    spec["engine"]["env"] = json!(
+        (0..40)
+            .map(|i| json!({"name": format!("VAR_{i}"), "value": "y".repeat(1500)}))
+            .collect::<Vec<_>>()
+    );
+    for i in 0..150 {
+        let created = app
+            .post_json(
+                "/api/v1/projects/team-a/deployments",
+                &json!({"name": format!("d{i}"), "spec": spec}),
+            )
+            .await;
+        assert_eq!(
+            created.status(),
+            StatusCode::CREATED,
+            "{}",
+            created.text().await.unwrap()
+        );
+    }
+    // The stalled watch is ended and its place comes back.
+    crate::common::wait_until("the stalled watch to be ended", || async {
+        watch().await.unwrap().status() == StatusCode::OK
+    })
+    .await;
+    drop(stalled);
+}
+
+/// Finding 3, the other half: out of file descriptors, the listener keeps accepting once
+/// connections close (the test process's own limit is lowered: nextest runs each test in its
+/// own process).
+#[sqlx::test]
+async fn the_listener_outlives_running_out_of_file_descriptors(pool: PgPool) {
+    let app = TestApp::spawn_with(
+        pool,
+        Options {
+            connections: modelplane::listener::ConnectionLimits {
+                header_read_timeout: Duration::from_secs(1),
+                max_connections: 100_000,
+                max_connections_per_address: 100_000,
+            },
+            ..Options::default()
+        },
+    )
+    .await;
+    assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
+    let open_now = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+    let limit = libc::rlimit {
+        rlim_cur: open_now + 64,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain system calls on this process's own limit, with valid pointers.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut old), 0);
+        assert_eq!(
+            libc::setrlimit(
+                libc::RLIMIT_NOFILE,
+                &libc::rlimit {
+                    rlim_max: old.rlim_max,
+                    ..limit
+                }
+            ),
+            0
+        );
+    }
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let mut held = Vec::new();
+    // Until this process (client and server share its table) has no descriptor left.
+    for _ in 0..200 {
+        match tokio::net::TcpStream::connect(&addr).await {
+            Ok(stream) => held.push(stream),
+            Err(_) => break,
+        }
+    }
+    assert!(held.len() < 200, "the descriptor table filled up");
+    drop(held);
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &old), 0);
+    }
+    crate::common::wait_until("the listener to serve again", || async {
+        app.request(Method::GET, "/healthz")
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == StatusCode::OK)
+    })
+    .await;
 }

@@ -1468,3 +1468,101 @@ async fn several_replicas_get_a_disruption_budget_that_follows_the_scale(pool: P
     })
     .await;
 }
+
+/// Security finding 2: the Gateway's own names are reserved whatever the platform listed.
+/// A route with one of them as its hostname would outrank every project's host-less routes
+/// for that host (Gateway API: `HTTPRouteSpec.Hostnames`, precedence to "the largest number
+/// of characters in a matching non-wildcard hostname"), so the worker records the names a
+/// Gateway answers for (its listeners' hostnames, its status's Hostname addresses) and no
+/// route on it may claim them.
+#[sqlx::test]
+async fn a_gateways_own_hostnames_cannot_be_claimed(pool: PgPool) {
+    let h = harness(pool.clone(), true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(h.kube.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "gateway-system"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let gateways = Api::<DynamicObject>::namespaced_with(
+        h.kube.clone(),
+        "gateway-system",
+        &resource_of("gateway.networking.k8s.io/v1", "Gateway"),
+    );
+    gateways
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "inference"},
+                "spec": {"gatewayClassName": "any",
+                         "listeners": [
+                             {"name": "http", "port": 80, "protocol": "HTTP", "hostname": "Models.Example.NET"},
+                             {"name": "wild", "port": 8080, "protocol": "HTTP", "hostname": "*.apps.example.net"}]}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the Gateway's hostnames to be recorded",
+        Duration::from_secs(20),
+        || async {
+            modelplane::store::gateways::hostnames_of_gateway(&pool, "gateway-system/inference")
+                .await
+                .unwrap()
+                == ["models.example.net"]
+        },
+    )
+    .await;
+    let mut spec = sim_spec();
+    spec["routing"] = json!({"hostname": "models.example.net", "pathPrefix": "/"});
+    let refused = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": "capture", "spec": spec}),
+        )
+        .await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(
+        problem["errors"][0]["field"], "spec.routing.hostname",
+        "{problem}"
+    );
+    assert!(
+        problem["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("reserved")
+    );
+    // A name the Gateway does not answer for by itself is the project's to take.
+    spec["routing"] = json!({"hostname": "qwen.apps.example.net", "pathPrefix": "/"});
+    let created = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": "qwen", "spec": spec}),
+        )
+        .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    // A deleted Gateway's names are forgotten.
+    gateways
+        .delete("inference", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the deleted Gateway's hostnames to go",
+        Duration::from_secs(20),
+        || async {
+            modelplane::store::gateways::hostnames_of_gateway(&pool, "gateway-system/inference")
+                .await
+                .unwrap()
+                .is_empty()
+        },
+    )
+    .await;
+}
