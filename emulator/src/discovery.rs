@@ -154,6 +154,12 @@ pub fn resource_list(kinds: &Kinds, group: &str, version: &str) -> Option<Value>
             let (kind, verbs) = match *sub {
                 "binding" => ("Binding", json!(["create"])),
                 "scale" => ("Scale", json!(["get", "patch", "update"])),
+                // A connecter's verbs follow its HTTP methods (GET get, POST create, PUT
+                // update, PATCH patch, DELETE delete; pkg/registry/core/service/proxy.go).
+                "proxy" => (
+                    "ServiceProxyOptions",
+                    json!(["create", "delete", "get", "patch", "update"]),
+                ),
                 _ => (k.kind, json!(["update"])),
             };
             let mut entry = json!({

@@ -156,6 +156,8 @@ impl EmulatorBuilder {
         let log = RequestLog::default();
         let faults = Faults::default();
         let metrics = metrics::Metrics::default();
+        // The Gateway data plane's state, shared with the API server's service proxy.
+        let plane = cluster::dataplane::Plane::new(store.clone());
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let state = http::AppState {
             store: store.clone(),
@@ -167,6 +169,7 @@ impl EmulatorBuilder {
             },
             faults: faults.clone(),
             metrics: metrics.clone(),
+            plane: plane.clone(),
         };
         let app = http::router(state);
         let server_faults = faults.clone();
@@ -180,7 +183,7 @@ impl EmulatorBuilder {
         });
         let gc = tokio::spawn(gc::run(store.clone()));
         let cluster = match self.cluster {
-            Some(c) => Some(cluster::start(store.clone(), c).await?),
+            Some(c) => Some(cluster::start(store.clone(), c, plane).await?),
             None => None,
         };
         tracing::info!(%addr, "kubernetes api emulator listening");

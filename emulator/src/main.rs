@@ -84,7 +84,17 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
-async fn main() -> std::io::Result<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("modelplane-emulator: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> std::io::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -117,7 +127,19 @@ async fn main() -> std::io::Result<()> {
             builder = builder.gateway(ns, name);
         }
     }
-    let emu = builder.start().await?;
+    let emu = builder.start().await.map_err(|err| {
+        if err.kind() == std::io::ErrorKind::AddrInUse {
+            std::io::Error::new(
+                err.kind(),
+                format!(
+                    "{err}: another process listens on --listen {} or --gateway-listen {}; choose free addresses",
+                    args.listen, args.gateway_listen
+                ),
+            )
+        } else {
+            err
+        }
+    })?;
     if let Some(path) = &args.kubeconfig_out {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;

@@ -115,6 +115,7 @@ impl ResourceKind {
     pub fn extra_subresources(&self) -> &'static [&'static str] {
         match (self.group, self.plural) {
             ("", "pods") => &["binding"],
+            ("", "services") => &["proxy"],
             ("", "namespaces") => &["finalize"],
             ("apps", "deployments") | ("apps", "replicasets") => &["scale"],
             _ => &[],

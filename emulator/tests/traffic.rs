@@ -67,7 +67,8 @@ impl Resp {
     }
 }
 
-/// A minimal HTTP/1.1 client, one request per connection.
+/// A minimal HTTP/1.1 client, one request per connection. The Host header is
+/// `127.0.0.1` unless `headers` has one.
 async fn http(
     addr: SocketAddr,
     method: &str,
@@ -78,11 +79,16 @@ async fn http(
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let is_host = |k: &str| k.eq_ignore_ascii_case("host");
+    let host = headers
+        .iter()
+        .find(|(k, _)| is_host(k))
+        .map_or("127.0.0.1", |(_, v)| *v);
     let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
         body.len()
     );
-    for (k, v) in headers {
+    for (k, v) in headers.iter().filter(|(k, _)| !is_host(k)) {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
@@ -469,6 +475,70 @@ async fn header_and_query_matches_take_precedence() {
                 r.pod()
             );
         }
+    }
+    emu.shutdown().await;
+}
+
+// Precedence across routes by hostname, from the doc comment of HTTPRouteSpec.Hostnames
+// in kubernetes-sigs/gateway-api apis/v1/httproute_types.go: "precedence must be given
+// to rules from the HTTPRoute with the largest number of: * Characters in a matching
+// non-wildcard hostname. * Characters in a matching hostname. If ties exist across
+// multiple Routes, the matching precedence rules for HTTPRouteMatches takes over."
+// "Implementations MUST ignore any port value specified in the HTTP Host header", and
+// hosts compare case-insensitively. Project A's route has no hostnames, project B's has
+// one, both on the path `/team-a/demo`: B's hostname goes to B although A's route is
+// older and first by name; any other host goes to A.
+#[tokio::test]
+async fn hostnames_take_precedence_over_paths() {
+    let (emu, client, addr) = start().await;
+    deploy(&client, "team-a", 1, SIM, &["--model", "m"], json!({})).await;
+    deploy(&client, "team-b", 1, SIM, &["--model", "m"], json!({})).await;
+    for s in ["team-a", "team-b"] {
+        apply(&client, service(s)).await;
+    }
+    let rule = |svc: &str| json!([{"matches": [prefix("/team-a/demo")], "backendRefs": [svc_ref(svc, 1)]}]);
+    apply(&client, route("project-a", rule("team-a"))).await;
+    let mut b = route("project-b", rule("team-b"));
+    b["spec"]["hostnames"] = json!(["demo.b.example.com"]);
+    apply(&client, b).await;
+    ready(&client, "team-a", 1).await;
+    ready(&client, "team-b", 1).await;
+    routed(addr, "/team-a/demo/health").await;
+    wait_for("project B's route", || async {
+        let r = http(
+            addr,
+            "GET",
+            "/team-a/demo/health",
+            &[("Host", "demo.b.example.com")],
+            None,
+        )
+        .await;
+        r.pod().starts_with("team-b-").then_some(())
+    })
+    .await;
+
+    // (Host header, the deployment that must answer)
+    let cases = [
+        ("demo.b.example.com", "team-b"),
+        ("Demo.B.Example.COM:8080", "team-b"),
+        ("127.0.0.1", "team-a"),
+        ("other.example.com:80", "team-a"),
+    ];
+    for (host, want) in cases {
+        let r = http(
+            addr,
+            "GET",
+            "/team-a/demo/v1/models",
+            &[("Host", host)],
+            None,
+        )
+        .await;
+        assert_eq!(r.status, 200, "{host}: {r:?}");
+        assert!(
+            r.pod().starts_with(&format!("{want}-")),
+            "{host} went to {} instead of {want}",
+            r.pod()
+        );
     }
     emu.shutdown().await;
 }

@@ -15,6 +15,7 @@ pub(crate) mod faults;
 mod kubelet;
 mod networking;
 mod scheduler;
+pub(crate) mod service_proxy;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -520,8 +521,13 @@ pub(crate) struct Running {
     pub tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Creates the nodes (and Gateway), binds the data plane and starts the loop.
-pub(crate) async fn start(store: Store, config: ClusterConfig) -> std::io::Result<Running> {
+/// Creates the nodes (and Gateway), binds the data plane and starts the loop. `plane` is
+/// the data plane's state, shared with the API server's service proxy.
+pub(crate) async fn start(
+    store: Store,
+    config: ClusterConfig,
+    plane: dataplane::Plane,
+) -> std::io::Result<Running> {
     let k = K::new(&store);
     let listener = tokio::net::TcpListener::bind(config.gateway_listen).await?;
     let gateway_addr = listener.local_addr()?;
@@ -553,7 +559,7 @@ pub(crate) async fn start(store: Store, config: ClusterConfig) -> std::io::Resul
     };
     sim.create_nodes();
     networking::create_gateway(&sim);
-    let dp = tokio::spawn(dataplane::serve(listener, store.clone()));
+    let dp = tokio::spawn(dataplane::serve(listener, plane));
     let main = tokio::spawn(async move { sim.run().await });
     tracing::info!(%gateway_addr, "simulated cluster running");
     Ok(Running {

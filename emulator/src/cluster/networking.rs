@@ -14,6 +14,7 @@ use super::{
 use crate::ops;
 use crate::resources::meta_str;
 use crate::selectors::LabelSelector;
+use crate::store::Store;
 
 const GW_GROUP: &str = "gateway.networking.k8s.io";
 const INFERENCE_GROUP: &str = "inference.networking.k8s.io";
@@ -62,7 +63,7 @@ pub(super) fn reconcile(sim: &mut Sim) {
 }
 
 /// Resolves a Service targetPort against a pod's container ports.
-fn target_port(pod: &Value, port: &Value) -> Option<i64> {
+pub(super) fn target_port(pod: &Value, port: &Value) -> Option<i64> {
     let target = port.get("targetPort").or_else(|| port.get("port"))?;
     if let Some(n) = target.as_i64() {
         return Some(n);
@@ -336,13 +337,19 @@ fn host_matches(pattern: &str, host: &str) -> bool {
 }
 
 /// The outcome of attaching one parentRef of a route.
-struct Attachment {
-    accepted: (bool, &'static str, String),
+pub(super) struct Attachment {
+    pub accepted: (bool, &'static str, String),
     /// Names of the listeners the route attached to.
-    listeners: Vec<String>,
+    pub listeners: Vec<String>,
+    /// Their hostnames, in the same order (None: the listener has none and takes any host).
+    pub hostnames: Vec<Option<String>>,
 }
 
-fn attach(sim: &Sim, route: &Value, parent: &Value, gw: &Value) -> Attachment {
+/// Attaches one parentRef of a route to the Gateway it names: the listeners the parentRef
+/// selects (sectionName, port), that allow the route (namespace, kind, protocol) and whose
+/// hostname intersects the route's. The data plane uses it too, for the listener hostnames
+/// a request must match.
+pub(super) fn attach(store: &Store, route: &Value, parent: &Value, gw: &Value) -> Attachment {
     let route_ns = meta_str(route, "namespace").unwrap_or("");
     let gw_ns = meta_str(gw, "namespace").unwrap_or("");
     let section = parent.get("sectionName").and_then(Value::as_str);
@@ -362,11 +369,13 @@ fn attach(sim: &Sim, route: &Value, parent: &Value, gw: &Value) -> Attachment {
                 "No listeners match this parent ref".into(),
             ),
             listeners: Vec::new(),
+            hostnames: Vec::new(),
         };
     }
-    let ns_labels = sim
-        .store
-        .get(sim.k.namespace, "", route_ns)
+    let ns_labels = store
+        .kinds()
+        .by_resource("", "v1", "namespaces")
+        .and_then(|k| store.get(k, "", route_ns))
         .and_then(|n| n.pointer("/metadata/labels").cloned());
     let allowed: Vec<&Value> = listeners
         .iter()
@@ -402,6 +411,7 @@ fn attach(sim: &Sim, route: &Value, parent: &Value, gw: &Value) -> Attachment {
                 "No listeners included by this parent ref allowed this attachment.".into(),
             ),
             listeners: Vec::new(),
+            hostnames: Vec::new(),
         };
     }
     let hostnames: Vec<&str> = route
@@ -409,8 +419,9 @@ fn attach(sim: &Sim, route: &Value, parent: &Value, gw: &Value) -> Attachment {
         .and_then(Value::as_array)
         .map(|h| h.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let matching: Vec<String> = allowed
+    let matching: Vec<&Value> = allowed
         .iter()
+        .copied()
         .filter(|l| match l.get("hostname").and_then(Value::as_str) {
             None => true,
             Some(lh) => {
@@ -420,7 +431,6 @@ fn attach(sim: &Sim, route: &Value, parent: &Value, gw: &Value) -> Attachment {
                         .any(|h| host_matches(lh, h) || host_matches(h, lh))
             }
         })
-        .map(|l| l["name"].as_str().unwrap_or("").to_string())
         .collect();
     if matching.is_empty() {
         return Attachment {
@@ -430,11 +440,19 @@ fn attach(sim: &Sim, route: &Value, parent: &Value, gw: &Value) -> Attachment {
                 "No hostnames match parent listener hostnames".into(),
             ),
             listeners: Vec::new(),
+            hostnames: Vec::new(),
         };
     }
     Attachment {
         accepted: (true, "Accepted", "Route is accepted".into()),
-        listeners: matching,
+        listeners: matching
+            .iter()
+            .map(|l| l["name"].as_str().unwrap_or("").to_string())
+            .collect(),
+        hostnames: matching
+            .iter()
+            .map(|l| l.get("hostname").and_then(Value::as_str).map(String::from))
+            .collect(),
     }
 }
 
@@ -720,7 +738,7 @@ fn gateways(sim: &Sim) {
             }) else {
                 continue;
             };
-            let a = attach(sim, &route, parent, gw);
+            let a = attach(&sim.store, &route, parent, gw);
             for pool in pool_refs(&route) {
                 *pool_parents
                     .entry(pool)
