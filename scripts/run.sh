@@ -18,6 +18,21 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# Each address this command listens on must be free; say which variable moves it.
+port_free() {
+  local host=${1%:*} port=${1##*:}
+  [ "$host" = 0.0.0.0 ] && host=127.0.0.1
+  ! (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
+}
+check_free() {
+  port_free "$2" || die "$2 is already in use (by another ./scripts/run.sh?): stop what listens there, or set $1 to another address, e.g. $1=${2%:*}:$(( ${2##*:} + 100 ))"
+}
+check_free MODELPLANE_LISTEN "${MODELPLANE_LISTEN:-127.0.0.1:8080}"
+if [ -z "${MODELPLANE_KUBECONFIG:-}" ]; then
+  check_free MODELPLANE_EMULATOR_LISTEN "${MODELPLANE_EMULATOR_LISTEN:-127.0.0.1:6443}"
+  check_free MODELPLANE_EMULATOR_GATEWAY_LISTEN "${MODELPLANE_EMULATOR_GATEWAY_LISTEN:-127.0.0.1:8081}"
+fi
+
 ensure_postgres modelplane
 ensure_database "$DATABASE_URL"
 

@@ -28,7 +28,9 @@ pub enum StartupError {
     Database(#[from] sqlx::Error),
     #[error("cannot apply migrations: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error(
+        "cannot listen on {addr} (set MODELPLANE_LISTEN or --listen to another address): {source}"
+    )]
     Listen {
         addr: std::net::SocketAddr,
         source: std::io::Error,
@@ -157,7 +159,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         models: crate::service::chat::ModelClient::new(
             config.http.chat_via,
             std::time::Duration::from_secs(config.http.chat_timeout_secs),
-            cluster.as_ref().map(|c| c.client.clone()),
+            cluster.as_ref().map(|c| c.client_once.clone()),
             config.http.chat_allow_local_addresses,
         ),
         ctx,

@@ -16,6 +16,10 @@ use super::desired::FIELD_MANAGER;
 #[derive(Clone)]
 pub struct Cluster {
     pub client: kube::Client,
+    /// The same cluster without the client's retries (it retries a 503 up to 15 times, with
+    /// back-off): for calls a person waits on, such as "try it" through the service proxy,
+    /// where a 503 from the model must come back at once.
+    pub client_once: kube::Client,
     pub description: String,
 }
 
@@ -125,9 +129,13 @@ pub async fn connect(
             .headers
             .push((http::HeaderName::from_static("x-client-id"), value));
     }
+    let mut once = config.clone();
+    once.default_retry = false;
+    let client_once = kube::Client::try_from(once).map_err(ClusterError::Api)?;
     let client = kube::Client::try_from(config).map_err(ClusterError::Api)?;
     Ok(Cluster {
         client,
+        client_once,
         description,
     })
 }

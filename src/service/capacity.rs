@@ -253,7 +253,14 @@ pub(super) async fn admit(
         let mut after = before.clone();
         change.before.iter().for_each(|t| after.remove(t));
         change.after.iter().for_each(|t| after.add(t));
-        check_quota(&quota, &before, &after).map_err(|exceeded| {
+        check_quota(&quota, &before, &after).map_err(|mut exceeded| {
+            // GPUs past the quota because replicas were added (each of the same shape) are
+            // the replica count's doing, and the refusal names that field.
+            let same_shapes = change.before.len() == change.after.len()
+                && change.before.iter().zip(change.after).all(|(b, a)| b.gpu == a.gpu);
+            if same_shapes {
+                exceeded.field = "spec.replicas";
+            }
             metrics::counter!(crate::metrics::CAPACITY_REFUSALS, "reason" => "quota").increment(1);
             tracing::info!(quota = %exceeded.quota, used = exceeded.used, requested = exceeded.requested, limit = exceeded.limit, "refused: quota exceeded");
             ServiceError::QuotaExceeded(exceeded)

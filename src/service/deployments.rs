@@ -568,6 +568,26 @@ pub async fn gpu_usage(ctx: &Context, project: &Authorized) -> Result<GpuUsage, 
     Ok(usage)
 }
 
+/// A patch that switches `routing.mode` away from `InferencePool` without saying what
+/// becomes of `routing.inferencePool` drops the pool settings too: they only apply in that
+/// mode, and asking for a second field (`inferencePool: null`) just to leave it was a 422
+/// users hit. A patch that names `inferencePool` itself is taken as written.
+fn leaving_pool_mode_drops_its_settings(
+    patch: &serde_json::Value,
+    document: &mut serde_json::Value,
+) {
+    let routing = &patch["spec"]["routing"];
+    let leaves = routing
+        .get("mode")
+        .is_some_and(|mode| mode != "InferencePool");
+    if leaves
+        && routing.get("inferencePool").is_none()
+        && let Some(routing) = document["spec"]["routing"].as_object_mut()
+    {
+        routing.remove("inferencePool");
+    }
+}
+
 /// Applies a JSON merge patch (RFC 7386) to `{"spec": …}`.
 pub async fn patch_deployment(
     ctx: &Context,
@@ -666,6 +686,7 @@ async fn change_spec(
     let mut conn = ctx.hot.acquire().await?;
     let mut tx = store::begin_route_write(&mut conn).await?;
     let row = lock_for_change(&mut tx, &project, name, precondition).await?;
+    let is_scale = matches!(change, SpecChange::Scale(_));
     let (new_spec, reason, kind) = compute_spec(ctx, &mut tx, &row, change).await?;
     if new_spec == row.spec.0 {
         // Nothing changed: no new generation, revision or reconcile.
@@ -688,7 +709,18 @@ async fn change_spec(
         after: &after,
         status: Some(&row.status.0),
     };
-    let warnings = capacity::admit(ctx, &mut tx, change, options).await?;
+    let warnings = capacity::admit(ctx, &mut tx, change, options)
+        .await
+        .map_err(|err| match err {
+            // `scale` takes `{"replicas": n}`: its refusal names that field.
+            ServiceError::QuotaExceeded(mut exceeded)
+                if is_scale && exceeded.field == "spec.replicas" =>
+            {
+                exceeded.field = "replicas";
+                ServiceError::QuotaExceeded(exceeded)
+            }
+            other => other,
+        })?;
     let route = route_claim(ctx, &project, &row.name, &new_spec);
     // A route is checked when it moves; one that was accepted before stays accepted.
     if route != route_claim(ctx, &project, &row.name, &row.spec.0) {
@@ -740,6 +772,7 @@ async fn compute_spec(
         SpecChange::MergePatch(patch) => {
             let mut document = serde_json::json!({ "spec": serde_json::to_value(&row.spec.0).expect("spec serialises") });
             json_patch::merge(&mut document, &patch);
+            leaving_pool_mode_drops_its_settings(&patch, &mut document);
             let request: ReplaceDeployment = from_json_value(document)?;
             (
                 parse(request.spec)?,

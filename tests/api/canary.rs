@@ -351,3 +351,53 @@ async fn a_canarys_gpus_count_in_the_projects_usage(pool: PgPool) {
     assert_eq!(started.status(), StatusCode::CREATED);
     assert_eq!(usage().await, 1 + 2 * 2);
 }
+
+/// Leaving InferencePool mode is one field: `{"routing": {"mode": "Service"}}` drops the pool
+/// settings with it (it used to be refused with `spec.routing.inferencePool: only with mode:
+/// InferencePool` until `inferencePool: null` was sent too). Naming the settings while
+/// leaving is still refused, since they would not apply.
+#[sqlx::test]
+async fn switching_the_mode_away_from_inference_pool_drops_its_settings(pool: PgPool) {
+    let app = app_with_qwen(pool).await;
+    let into_pool = app
+        .patch(
+            QWEN,
+            &json!({"spec": {"routing": {"mode": "InferencePool",
+                "inferencePool": {"scorers": {"queue": 2, "kvCache": 1, "prefixCache": 1}}}}}),
+            None,
+        )
+        .await;
+    assert_eq!(into_pool.status(), StatusCode::OK);
+    let out = app
+        .patch(
+            QWEN,
+            &json!({"spec": {"routing": {"mode": "Service"}}}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        out.status(),
+        StatusCode::OK,
+        "{}",
+        out.text().await.unwrap()
+    );
+    let record: Value = app.get(QWEN).await.json().await.unwrap();
+    assert_eq!(record["spec"]["routing"]["mode"], "Service");
+    assert!(
+        record["spec"]["routing"]["inferencePool"].is_null(),
+        "{record}"
+    );
+    let both = app
+        .patch(
+            QWEN,
+            &json!({"spec": {"routing": {"mode": "Service", "inferencePool": {"scorers": {"queue": 1}}}}}),
+            None,
+        )
+        .await;
+    let problem = expect_problem(both, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert!(
+        error_fields(&problem)
+            .iter()
+            .any(|f| f == "spec.routing.inferencePool")
+    );
+}

@@ -139,7 +139,7 @@ impl TestApp {
             models: service::chat::ModelClient::new(
                 options.chat_via,
                 std::time::Duration::from_secs(10),
-                options.cluster.as_ref().map(|(c, _)| c.client.clone()),
+                options.cluster.as_ref().map(|(c, _)| c.client_once.clone()),
                 false,
             ),
             auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),

@@ -74,7 +74,8 @@ async fn an_over_quota_scale_is_refused_with_the_numbers_and_nothing_written(poo
         problem["quota"],
         json!({"name": "nvidia.com/gpu", "limit": 8, "used": 4, "requested": 10})
     );
-    assert_eq!(error_fields(&problem), ["spec.resources.gpu.count"]);
+    // The GPUs past the quota come from the replicas asked for: the scale body's field.
+    assert_eq!(error_fields(&problem), ["replicas"]);
     assert!(
         problem["detail"]
             .as_str()

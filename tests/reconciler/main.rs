@@ -115,13 +115,7 @@ async fn harness_on(
     let app = TestApp::spawn_with(
         pool.clone(),
         common::Options {
-            cluster: Some((
-                cluster::Cluster {
-                    client: kube.clone(),
-                    description: "the emulator".into(),
-                },
-                false,
-            )),
+            cluster: Some((cluster.clone(), false)),
             ..common::Options::default()
         },
     )
@@ -1565,4 +1559,68 @@ async fn a_gateways_own_hostnames_cannot_be_claimed(pool: PgPool) {
         },
     )
     .await;
+}
+
+/// A process that cannot listen on its port starts nothing else: before, the worker began
+/// claiming and applying work, then the process exited 160 ms later on `Address already in
+/// use`. Now the port is bound first, and the error names it and the setting that moves it.
+#[sqlx::test]
+async fn a_taken_port_stops_the_process_before_the_worker_starts(pool: PgPool) {
+    let emulator = Emulator::builder().start().await.unwrap();
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("modelplane-port-{}", uuid::Uuid::now_v7())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let kubeconfig = dir.0.join("kubeconfig");
+    std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
+    let options = pool.connect_options();
+    let database_url = format!(
+        "postgres://{}@{}:{}/{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap()
+    );
+    let app = TestApp::spawn(pool.clone()).await;
+    app.create_project("team-a").await;
+    create_with_app(&app, "waiting").await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_modelplane"))
+            .args(["serve", "--listen", &address])
+            .env("DATABASE_URL", database_url)
+            .env("MODELPLANE_KUBECONFIG", kubeconfig)
+            .env("MODELPLANE_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env_remove("MODELPLANE_BOOTSTRAP_TOKEN")
+            .output()
+            .expect("the modelplane binary runs")
+    })
+    .await
+    .unwrap();
+    drop(taken);
+    assert!(!output.status.success());
+    let log = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(log.contains("cannot listen on 127.0.0.1:"), "{log}");
+    assert!(log.contains("MODELPLANE_LISTEN"), "{log}");
+    assert!(!log.contains("reconciler started"), "{log}");
+    // Nothing was applied: the waiting record's work item is there, never claimed.
+    let untouched: i64 = sqlx::query_scalar(
+        "select count(*) from reconcile_work where attempts = 0 and lease_owner is null",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(untouched, 1);
+}
+
+async fn create_with_app(app: &TestApp, name: &str) {
+    let response = app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": name, "spec": sim_spec()}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
 }
