@@ -397,10 +397,12 @@ pub fn compute(
         && counts.available < desired
         && !deadline_exceeded
         && total <= desired
-        && (problem.is_some() || starting_pods(observed) == 0)
+        && (problem.is_some() || (starting_pods(observed) == 0 && pods_known(observed) >= total))
     {
         // Fewer serve than asked and nothing is on its way (or something is wrong): degraded.
-        // Pods still starting without a problem are a rollout, e.g. every scale-up.
+        // Pods still starting without a problem are a rollout, e.g. every scale-up; so are
+        // pods the Deployment counts that the pod watch has not delivered yet (a scale-up's
+        // new pods reach the Deployment's status before they reach us).
         let cause = problem
             .map(|p| format!(": {}", p.message))
             .unwrap_or_default();
@@ -411,6 +413,12 @@ pub fn compute(
                 counts.available, desired
             ),
         )
+    } else if total > desired && counts.available >= desired && counts.updated >= desired {
+        // Replicas being removed: "rolling out: 2/1 updated" read as nonsense.
+        (
+            Phase::Deploying,
+            format!("scaling down to {desired}: {total} pods still running"),
+        )
     } else {
         (
             Phase::Deploying,
@@ -420,10 +428,12 @@ pub fn compute(
             ),
         )
     };
-    // Progressing names what holds the rollout: False when it will not get better on its
-    // own (and always when the phase is Failed), True with the cause while it waits.
+    // Progressing names what holds the rollout. Held by a cause, it is not progressing
+    // (False, the cause as reason: "Progressing: Yes / Unschedulable" read as a
+    // contradiction); the phase says whether it is still waited for (Deploying) or given up
+    // (Failed), and the message for how long.
     let (progressing, reason, detail) = match progressing_cause {
-        Some((fatal, reason, message)) => (!fatal && phase != Phase::Failed, reason, message),
+        Some((_, reason, message)) => (false, reason, message),
         None if phase == Phase::Failed => (false, "Failed".to_owned(), message.clone()),
         None if rolled_out => (
             true,
@@ -492,6 +502,15 @@ fn condition(
 
 /// The first problem on a pod of the current generation, fatal ones first.
 /// Pods of the current generation on their way up: not ready yet, not being removed.
+/// Pods of the deployment the worker has seen that are not going away.
+fn pods_known(observed: &Observed) -> i64 {
+    observed
+        .pods
+        .iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .count() as i64
+}
+
 fn starting_pods(observed: &Observed) -> usize {
     observed
         .pods
@@ -1328,7 +1347,7 @@ mod tests {
         let progressing = condition_of(&status, "Progressing");
         assert_eq!(
             (progressing.status, progressing.reason.as_str()),
-            (ConditionStatus::True, "Unschedulable")
+            (ConditionStatus::False, "Unschedulable")
         );
         assert!(progressing.message.contains("Insufficient nvidia.com/gpu"));
     }
@@ -1500,9 +1519,64 @@ mod tests {
 
     #[test]
     fn fewer_available_than_desired_after_a_rollout_is_degraded() {
-        let status = run(spec(3), &observed(deployment(3, 3, 2, 3), vec![]));
+        // A pod went away and nothing replaces it yet: the two left serve.
+        let ready = |name: &str| {
+            pod(
+                name,
+                "new",
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}),
+            )
+        };
+        let status = run(
+            spec(3),
+            &observed(
+                deployment(3, 3, 2, 2),
+                vec![ready("qwen-1"), ready("qwen-2")],
+            ),
+        );
         assert_eq!(status.phase, Phase::Degraded);
         assert_eq!(status.message, "only 2/3 replicas available");
+    }
+
+    #[test]
+    fn a_scale_down_says_so() {
+        let ready = |name: &str| {
+            pod(
+                name,
+                "new",
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}),
+            )
+        };
+        let status = run(
+            spec(1),
+            &observed(
+                deployment(1, 2, 2, 2),
+                vec![ready("qwen-1"), ready("qwen-2")],
+            ),
+        );
+        assert_eq!(status.phase, Phase::Deploying);
+        assert_eq!(status.message, "scaling down to 1: 2 pods still running");
+    }
+
+    /// The regression a new user saw four times out of four: scaling 1 → 4 went Deploying →
+    /// Degraded ("only 1/4 replicas available") → Ready. The Deployment controller counts the
+    /// new ReplicaSet pods in `updatedReplicas` as soon as it creates them, and its status
+    /// reached the worker before the pods did; the old test always handed the status every
+    /// pod at once, so it never saw that order.
+    #[test]
+    fn a_scale_up_whose_pods_are_not_seen_yet_is_deploying() {
+        let ready = pod(
+            "qwen-1",
+            "new",
+            json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}),
+        );
+        let status = run(spec(4), &observed(deployment(4, 4, 1, 4), vec![ready]));
+        assert_eq!(status.phase, Phase::Deploying, "{}", status.message);
+        assert!(
+            status.message.starts_with("rolling out"),
+            "{}",
+            status.message
+        );
     }
 
     #[test]

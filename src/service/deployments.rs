@@ -83,6 +83,7 @@ pub struct ListDeployments {
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// `nextCursor` from the previous page, with the same filters.
+    #[param(min_length = 1)]
     pub cursor: Option<String>,
 }
 

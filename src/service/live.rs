@@ -376,8 +376,11 @@ impl Watcher {
             let (oldest, _) = store::changes::feed_bounds(&self.ctx.pool)
                 .await
                 .map_err(|_| Ended)?;
-            // Nothing older than the oldest row kept may be missing, else start afresh.
-            if oldest.is_none_or(|oldest| after >= oldest - 1) {
+            // Nothing older than the oldest row kept may be missing, else start afresh; a
+            // resume point past the newest change (a client of another installation, or of
+            // a database that was restored) is no point in this feed: start afresh too.
+            let known = after <= self.cursor;
+            if known && oldest.is_none_or(|oldest| after >= oldest - 1) {
                 return self.replay(after).await;
             }
             self.send(WatchEvent::Reset { seq: self.cursor }).await?;

@@ -90,6 +90,20 @@ async fn a_deployment_watch_sends_its_state_then_each_change_and_resumes_without
     assert_eq!(state.event, "state");
     assert_eq!(state.data["spec"]["replicas"], 1);
 
+    // A resume point from the future (another installation's, a restored database's) is
+    // no point in this feed: `reset`, then the state, then `synced` (it used to get only
+    // `synced`, and a client kept a state it never had).
+    let mut future = watch(&app, &format!("{QWEN}/watch"), Some(last + 1_000_000)).await;
+    let reset = future.next_within(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(reset.event, "reset");
+    let state = future.next_within(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(state.event, "state");
+    assert_eq!(state.data["name"], "qwen");
+    assert_eq!(
+        future.next_within(Duration::from_secs(10)).await.unwrap().event,
+        "synced"
+    );
+
     let bad = app
         .request(Method::GET, &format!("{QWEN}/watch"))
         .header("Last-Event-ID", "yesterday")
