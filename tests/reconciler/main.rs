@@ -1217,32 +1217,12 @@ async fn a_missing_or_unrun_gateway_is_named_in_the_status(pool: PgPool) {
     )
     .await;
     // Now the Gateway exists, but no controller runs its class.
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(h.kube.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "gateway-system"}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    let gateways = Api::<DynamicObject>::namespaced_with(
-        h.kube.clone(),
-        "gateway-system",
-        &resource_of("gateway.networking.k8s.io/v1", "Gateway"),
-    );
-    gateways
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-                "metadata": {"name": "inference"},
-                "spec": {"gatewayClassName": "nobody-runs-this",
-                         "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    create_gateway(
+        &h,
+        "nobody-runs-this",
+        json!([{"name": "http", "port": 80, "protocol": "HTTP"}]),
+    )
+    .await;
     wait_for("the unrun Gateway to be named", Duration::from_secs(20), || async {
         routed(&h.deployment("qwen").await)
             == "Gateway gateway-system/inference is not accepted: Accepted=Unknown (Pending): Waiting for controller"
@@ -1473,34 +1453,15 @@ async fn several_replicas_get_a_disruption_budget_that_follows_the_scale(pool: P
 async fn a_gateways_own_hostnames_cannot_be_claimed(pool: PgPool) {
     let h = harness(pool.clone(), true, |_| {}).await;
     h.app.create_project("team-a").await;
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(h.kube.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "gateway-system"}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    let gateways = Api::<DynamicObject>::namespaced_with(
-        h.kube.clone(),
-        "gateway-system",
-        &resource_of("gateway.networking.k8s.io/v1", "Gateway"),
-    );
-    gateways
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-                "metadata": {"name": "inference"},
-                "spec": {"gatewayClassName": "any",
-                         "listeners": [
-                             {"name": "http", "port": 80, "protocol": "HTTP", "hostname": "Models.Example.NET"},
-                             {"name": "wild", "port": 8080, "protocol": "HTTP", "hostname": "*.apps.example.net"}]}
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let gateways = create_gateway(
+        &h,
+        "any",
+        json!([
+            {"name": "http", "port": 80, "protocol": "HTTP", "hostname": "Models.Example.NET"},
+            {"name": "wild", "port": 8080, "protocol": "HTTP", "hostname": "*.apps.example.net"}
+        ]),
+    )
+    .await;
     wait_for(
         "the Gateway's hostnames to be recorded",
         Duration::from_secs(20),
@@ -1623,4 +1584,34 @@ async fn create_with_app(app: &TestApp, name: &str) {
         )
         .await;
     assert_eq!(response.status(), StatusCode::CREATED);
+}
+
+/// Makes the namespace `gateway-system` and the Gateway `inference` in it.
+async fn create_gateway(h: &Harness, class: &str, listeners: Value) -> Api<DynamicObject> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(h.kube.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "gateway-system"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let gateways = Api::<DynamicObject>::namespaced_with(
+        h.kube.clone(),
+        "gateway-system",
+        &resource_of("gateway.networking.k8s.io/v1", "Gateway"),
+    );
+    gateways
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "inference"},
+                "spec": {"gatewayClassName": class, "listeners": listeners}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    gateways
 }

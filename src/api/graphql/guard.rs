@@ -16,7 +16,7 @@ use async_graphql::extensions::{
     Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextPrepareRequest,
 };
 use async_graphql::parser::types::{
-    DocumentOperations, ExecutableDocument, OperationType, Selection, SelectionSet,
+    DocumentOperations, ExecutableDocument, Field, OperationType, Selection, SelectionSet,
 };
 use async_graphql::{Pos, Request, ServerError, ServerResult, Variables};
 use tokio_util::sync::CancellationToken;
@@ -203,68 +203,27 @@ const MAX_FRAGMENT_DEPTH: usize = 32;
 fn count_aliases(document: &ExecutableDocument, cap: usize) -> usize {
     let mut count = 0;
     for (_, operation) in document.operations.iter() {
-        walk(
+        let selections = &operation.node.selection_set.node;
+        count_fields(
             document,
-            &operation.node.selection_set.node,
+            selections,
             0,
             cap,
             &mut count,
+            &|f| f.alias.is_some(),
+            true,
         );
     }
     count
 }
 
-fn walk(
-    document: &ExecutableDocument,
-    set: &SelectionSet,
-    depth: usize,
-    cap: usize,
-    count: &mut usize,
-) {
-    if depth > MAX_FRAGMENT_DEPTH {
-        return;
-    }
-    for selection in &set.items {
-        if *count > cap {
-            return;
-        }
-        match &selection.node {
-            Selection::Field(field) => {
-                if field.node.alias.is_some() {
-                    *count += 1;
-                }
-                walk(document, &field.node.selection_set.node, depth, cap, count);
-            }
-            Selection::InlineFragment(fragment) => {
-                walk(
-                    document,
-                    &fragment.node.selection_set.node,
-                    depth + 1,
-                    cap,
-                    count,
-                );
-            }
-            Selection::FragmentSpread(spread) => {
-                if let Some(fragment) = document.fragments.get(&spread.node.fragment_name.node) {
-                    walk(
-                        document,
-                        &fragment.node.selection_set.node,
-                        depth + 1,
-                        cap,
-                        count,
-                    );
-                }
-            }
-        }
-    }
-}
-
 /// The most mutation fields any one mutation operation of the document holds at its root
 /// (an operation name picks one to run), counting no further than just past `cap`.
 fn count_mutation_fields(document: &ExecutableDocument, cap: usize) -> usize {
+    let is_field = |f: &Field| !f.name.node.starts_with("__");
     let count_root = |set: &SelectionSet| {
         let mut count = 0;
-        root_fields(document, set, 0, cap, &mut count);
+        count_fields(document, set, 0, cap, &mut count, &is_field, false);
         count
     };
     match &document.operations {
@@ -281,12 +240,16 @@ fn count_mutation_fields(document: &ExecutableDocument, cap: usize) -> usize {
     }
 }
 
-fn root_fields(
+/// Adds to `count` the fields of `set` that `counts` picks, through fragments (inline and
+/// spread, where they are spread) and, with `nested`, through the fields' own selections.
+fn count_fields(
     document: &ExecutableDocument,
     set: &SelectionSet,
     depth: usize,
     cap: usize,
     count: &mut usize,
+    counts: &dyn Fn(&Field) -> bool,
+    nested: bool,
 ) {
     if depth > MAX_FRAGMENT_DEPTH {
         return;
@@ -295,30 +258,23 @@ fn root_fields(
         if *count > cap {
             return;
         }
-        match &selection.node {
-            Selection::Field(field) if !field.node.name.node.starts_with("__") => *count += 1,
-            Selection::Field(_) => {}
-            Selection::InlineFragment(fragment) => {
-                root_fields(
-                    document,
-                    &fragment.node.selection_set.node,
-                    depth + 1,
-                    cap,
-                    count,
-                );
+        let inner = match &selection.node {
+            Selection::Field(field) => {
+                *count += usize::from(counts(&field.node));
+                if !nested {
+                    continue;
+                }
+                (&field.node.selection_set.node, depth)
             }
+            Selection::InlineFragment(fragment) => (&fragment.node.selection_set.node, depth + 1),
             Selection::FragmentSpread(spread) => {
-                if let Some(fragment) = document.fragments.get(&spread.node.fragment_name.node) {
-                    root_fields(
-                        document,
-                        &fragment.node.selection_set.node,
-                        depth + 1,
-                        cap,
-                        count,
-                    );
+                match document.fragments.get(&spread.node.fragment_name.node) {
+                    Some(fragment) => (&fragment.node.selection_set.node, depth + 1),
+                    None => continue,
                 }
             }
-        }
+        };
+        count_fields(document, inner.0, inner.1, cap, count, counts, nested);
     }
 }
 
