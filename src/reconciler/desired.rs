@@ -478,6 +478,24 @@ fn volume(name: &str, with: impl FnOnce(&mut Volume)) -> Volume {
     volume
 }
 
+/// The model downloader's requests and limits. A namespace with a ResourceQuota on cpu or
+/// memory admits only pods whose every container, init containers included, states them
+/// (kubernetes pkg/quota/v1/evaluator/core/pods.go: "must specify" for each constrained
+/// resource), and a real cluster refused `resources: {}` here. `aws s3 sync` is I/O bound.
+fn downloader_resources() -> ResourceRequirements {
+    let quantities = |cpu: &str, memory: &str| {
+        BTreeMap::from([
+            ("cpu".to_owned(), Quantity(cpu.to_owned())),
+            ("memory".to_owned(), Quantity(memory.to_owned())),
+        ])
+    };
+    ResourceRequirements {
+        requests: Some(quantities("500m", "512Mi")),
+        limits: Some(quantities("2", "2Gi")),
+        ..ResourceRequirements::default()
+    }
+}
+
 fn empty_dir(medium: Option<&str>, size: Option<&crate::domain::Quantity>) -> EmptyDirVolumeSource {
     EmptyDirVolumeSource {
         medium: medium.map(str::to_owned),
@@ -531,6 +549,7 @@ fn model_location(serving: &ServingSpec, config: &BuildConfig) -> ModelLocation 
                     MODEL_MOUNT.into(),
                 ]),
                 volume_mounts: Some(vec![mount("model", MODEL_MOUNT, false)]),
+                resources: Some(downloader_resources()),
                 // The Secret's keys (AWS_ACCESS_KEY_ID, …) become the downloader's environment.
                 env_from: serving.spec.model.secret_ref.as_ref().map(|secret| {
                     vec![EnvFromSource {
