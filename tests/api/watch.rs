@@ -100,7 +100,11 @@ async fn a_deployment_watch_sends_its_state_then_each_change_and_resumes_without
     assert_eq!(state.event, "state");
     assert_eq!(state.data["name"], "qwen");
     assert_eq!(
-        future.next_within(Duration::from_secs(10)).await.unwrap().event,
+        future
+            .next_within(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .event,
         "synced"
     );
 

@@ -1,0 +1,285 @@
+//! Server-side apply of a record's desired objects (refusals noted for the status, not
+//! always fatal), and reading them back to find what drifted.
+
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use super::Worker;
+use crate::reconciler::cluster::{ClusterError, Object, contains, kind_of};
+use crate::reconciler::desired::{DesiredObjects, as_json};
+use crate::reconciler::inference_pool::PoolObjects;
+use crate::reconciler::status::Observed;
+
+/// The objects observation needs, as read during one reconcile. The outer `None`: not read
+/// this pass (the cluster does not serve the kind, or none is wanted); the inner: it does
+/// not exist.
+#[derive(Default)]
+pub(super) struct LiveObjects {
+    pub(super) deployment: Option<Option<K8sDeployment>>,
+    pub(super) service: Option<Option<Service>>,
+    pub(super) route: Option<Option<HttpRoute>>,
+    pub(super) canary_deployment: Option<Option<K8sDeployment>>,
+    pub(super) canary_service: Option<Option<Service>>,
+}
+
+impl Worker {
+    /// Applies every desired object; returns them as the API server stored them, so the
+    /// status of this pass need not read them again.
+    pub(super) async fn apply_all(
+        &self,
+        desired: &DesiredObjects,
+        observed: &mut Observed,
+        canary_observed: &mut Observed,
+    ) -> Result<LiveObjects, ClusterError> {
+        // The project's namespace serves all its records: unless the watch shows it lacks
+        // something, a record's change need not write it again.
+        let namespace_holds = self
+            .seen
+            .of::<Namespace>()
+            .and_then(|seen| seen.get(None, desired.namespace.metadata.name.as_deref()?))
+            .flatten()
+            .is_some_and(|live| contains(&as_json(&live), &as_json(&desired.namespace)));
+        if !namespace_holds {
+            self.apply_required(&desired.namespace, observed).await?;
+        }
+        let deployment = self.apply_required(&desired.deployment, observed).await?;
+        let service = self.apply_required(&desired.service, observed).await?;
+        self.apply_disruption_budget(desired, observed).await?;
+        // The canary's refusal fails its track, not the deployment; it goes before the route,
+        // which names its Service.
+        let (mut canary_deployment, mut canary_service) = (None, None);
+        if let Some(canary) = &desired.canary {
+            match self.apply_unless_refused(&canary.deployment).await? {
+                Ok(applied) => canary_deployment = Some(Some(applied)),
+                Err(message) => {
+                    canary_observed.rejected = Some(("Deployment".into(), message));
+                }
+            }
+            match self.apply_unless_refused(&canary.service).await? {
+                Ok(applied) => canary_service = Some(Some(applied)),
+                Err(message) => canary_observed.rejected = Some(("Service".into(), message)),
+            }
+        }
+        let route_wanted = match &desired.pool {
+            Some(pool) => self.apply_pool(desired, pool, observed).await?,
+            None => desired.http_route.as_ref(),
+        };
+        let mut route = None;
+        if let Some(desired_route) = route_wanted {
+            match self.apply_unless_refused(desired_route).await {
+                Ok(Ok(applied)) => route = Some(Some(applied)),
+                // The rest is applied and may serve in the cluster; status says what failed.
+                Ok(Err(refused)) => observed.route_rejected = Some(refused),
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
+                    observed.route_problem = Some("the cluster does not serve the Gateway API (HTTPRoute CRD missing); no route was made".into());
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(LiveObjects {
+            deployment: Some(Some(deployment)),
+            service: Some(Some(service)),
+            route,
+            canary_deployment,
+            canary_service,
+        })
+    }
+
+    /// Applies the record's PodDisruptionBudget, or removes one it no longer wants.
+    async fn apply_disruption_budget(
+        &self,
+        desired: &DesiredObjects,
+        observed: &mut Observed,
+    ) -> Result<(), ClusterError> {
+        if let Some(budget) = &desired.disruption_budget {
+            // The model serves without it: a refusal is said, but decides no phase.
+            observed.budget_rejected = self.apply_unless_refused(budget).await?.err();
+        }
+        if desired.disruption_budget.is_none() {
+            // One replica (or none) has no budget: remove one left from a larger scale.
+            let meta = &desired.deployment.metadata;
+            let name = meta.name.as_deref().unwrap_or_default();
+            let seen = self
+                .seen
+                .of::<PodDisruptionBudget>()
+                .and_then(|seen| seen.get(meta.namespace.as_deref(), name));
+            // Known absent: nothing to delete (the common case, and no request for it).
+            if !matches!(seen, Some(None)) {
+                match self
+                    .cluster
+                    .delete::<PodDisruptionBudget>(meta.namespace.as_deref(), name)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// InferencePool mode: the pool first, so a cluster without its CRD gets nothing of the
+    /// mode (no picker, no route to a pool that cannot exist); then its endpoint picker.
+    /// Returns the route to apply: the fallback one, or none, when pools are not served.
+    async fn apply_pool<'d>(
+        &self,
+        desired: &'d DesiredObjects,
+        pool: &PoolObjects,
+        observed: &mut Observed,
+    ) -> Result<Option<&'d HttpRoute>, ClusterError> {
+        let mut route_wanted = desired.http_route.as_ref();
+        match self.cluster.apply(&pool.pool).await {
+            Ok(applied) => {
+                observed.pool = Some(applied);
+                self.apply_required(&pool.config_map, observed).await?;
+                self.apply_required(&pool.service_account, observed).await?;
+                self.apply_required(&pool.role, observed).await?;
+                self.apply_required(&pool.role_binding, observed).await?;
+                observed.picker = Some(self.apply_required(&pool.picker, observed).await?);
+                self.apply_required(&pool.picker_service, observed).await?;
+            }
+            Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
+                observed.pool_unavailable = true;
+                route_wanted = desired.fallback_route.as_ref();
+                if route_wanted.is_none() {
+                    observed.route_problem = Some(
+                        "the cluster does not serve InferencePools (inference.networking.k8s.io/v1 CRD missing) \
+                         and spec.routing.inferencePool.whenUnavailable is Fail: no route was made"
+                            .into(),
+                    );
+                    // A route of the old mode would keep routing some other way.
+                    if let Some(old) = &desired.http_route {
+                        let meta = &old.metadata;
+                        match self
+                            .cluster
+                            .delete::<HttpRoute>(
+                                meta.namespace.as_deref(),
+                                meta.name.as_deref().unwrap_or_default(),
+                            )
+                            .await
+                        {
+                            Ok(()) => {}
+                            Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {}
+                            Err(err) => return Err(err),
+                        }
+                    }
+                }
+            }
+            Err(err) => return Err(err),
+        }
+        Ok(route_wanted)
+    }
+
+    /// Applies an object the deployment cannot serve without; a refusal (400/422) is noted
+    /// in `observed` for the status, and fails the pass.
+    async fn apply_required<K: Object>(
+        &self,
+        object: &K,
+        observed: &mut Observed,
+    ) -> Result<K, ClusterError> {
+        let result = self.cluster.apply(object).await;
+        if let Err(err) = &result
+            && let Some(status) = err.api_status().filter(|s| s.code == 422 || s.code == 400)
+        {
+            observed.rejected = Some((kind_of::<K>(), status.message.clone()));
+        }
+        result
+    }
+
+    /// Applies `object`; when the API server refuses it (400/422), says so in the log and
+    /// the error metric and returns its message (`Err`) instead of failing the pass.
+    async fn apply_unless_refused<K: Object>(
+        &self,
+        object: &K,
+    ) -> Result<Result<K, String>, ClusterError> {
+        match self.cluster.apply(object).await {
+            Ok(applied) => Ok(Ok(applied)),
+            Err(err)
+                if err
+                    .api_status()
+                    .is_some_and(|s| s.code == 422 || s.code == 400) =>
+            {
+                let message = err
+                    .api_status()
+                    .map(|s| s.message.clone())
+                    .unwrap_or_default();
+                let kind = kind_of::<K>();
+                tracing::warn!(%kind, %message, "the API server rejected an object");
+                metrics::counter!(crate::metrics::RECONCILE_ERRORS, "kind" => "api_refused")
+                    .increment(1);
+                Ok(Err(message))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Reads the desired objects back: which exist and still hold what modelplane manages
+    /// (the kinds that drifted), and what was read, so observation can reuse it.
+    pub(super) async fn live_objects(
+        &self,
+        desired: &DesiredObjects,
+    ) -> Result<(Vec<String>, LiveObjects), ClusterError> {
+        let mut drifted = Vec::new();
+        self.read_back(&desired.namespace, &mut drifted).await?;
+        let read = LiveObjects {
+            deployment: self.read_back(&desired.deployment, &mut drifted).await?,
+            service: self.read_back(&desired.service, &mut drifted).await?,
+            route: match &desired.http_route {
+                Some(route) => self.read_back(route, &mut drifted).await?,
+                None => None,
+            },
+            canary_deployment: match &desired.canary {
+                Some(canary) => self.read_back(&canary.deployment, &mut drifted).await?,
+                None => None,
+            },
+            canary_service: match &desired.canary {
+                Some(canary) => self.read_back(&canary.service, &mut drifted).await?,
+                None => None,
+            },
+        };
+        if let Some(budget) = &desired.disruption_budget {
+            self.read_back(budget, &mut drifted).await?;
+        }
+        Ok((drifted, read))
+    }
+
+    /// Reads `desired` back from the cluster and notes whether it drifted. `None`: the
+    /// cluster does not serve the kind (no Gateway API) — reported, not fatal, and not drift
+    /// (nothing could repair it); observation finds out why. When the kind appears, its
+    /// watch relists and every record is looked at again.
+    async fn read_back<K: Object>(
+        &self,
+        desired: &K,
+        drifted: &mut Vec<String>,
+    ) -> Result<Option<Option<K>>, ClusterError> {
+        let meta = desired.meta();
+        let name = meta.name.as_deref().unwrap_or_default();
+        // As the watch saw it, when that still holds what is wanted: anything that looks
+        // like drift is read again, since the watch may not have caught up yet.
+        if let Some(Some(seen)) = self
+            .seen
+            .of::<K>()
+            .and_then(|seen| seen.get(meta.namespace.as_deref(), name))
+            && contains(&as_json(&seen), &as_json(desired))
+        {
+            return Ok(Some(Some(seen)));
+        }
+        let live = match self.cluster.get::<K>(meta.namespace.as_deref(), name).await {
+            Ok(live) => live,
+            Err(err) if err.api_status().is_some_and(|s| s.code == 404) => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let kind = kind_of::<K>();
+        match &live {
+            None => drifted.push(format!("{kind} {name} was deleted")),
+            Some(l) if !contains(&as_json(l), &as_json(desired)) => {
+                drifted.push(format!("{kind} {name} was changed"))
+            }
+            Some(_) => {}
+        }
+        Ok(Some(live))
+    }
+}

@@ -1,0 +1,132 @@
+//! The worker: claims records from the Postgres queue, reconciles each into Kubernetes
+//! objects, reports status, and watches the cluster so changes there requeue the owning
+//! record.
+//!
+//! The files, in the order of a record's life:
+//! - `queue.rs`: the loop that claims records under a lease, runs each in its own task
+//!   (bounded, a panic fails only its attempt), finishes or retries it; the resync safety
+//!   net; the queue's vacuum; giving leases back at shutdown.
+//! - `reconcile.rs`: one pass over one record, a pipeline of named steps: load → desired →
+//!   apply → observe → clean up → status → report.
+//! - `apply.rs`: server-side apply of the desired objects, and reading them back to find
+//!   what drifted.
+//! - `observe.rs`: what the cluster reports about the record's objects, both tracks.
+//! - `canary.rs`: the canary track: its routed weight, promotion (the stable track settled
+//!   on the canary's spec), and removal of its objects.
+//! - `pool.rs`: removal of InferencePool mode's objects once the route no longer names them.
+//! - `report.rs`: the status write, the timeline, Kubernetes Events, GPU usage.
+//! - `deletion.rs`: deleting a record's objects, orphans, and deleted projects' namespaces.
+//! - `watches.rs`: the watches that requeue records when the cluster changes (managed
+//!   objects, Gateways and their hostnames, pod Events).
+//! - `reachability.rs`: the cluster probe and the `ClusterReachable=False` condition.
+
+mod apply;
+mod canary;
+mod deletion;
+mod observe;
+mod pool;
+mod queue;
+mod reachability;
+mod reconcile;
+mod report;
+mod watches;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::cluster::Cluster;
+use super::desired::{BuildConfig, LABEL_DEPLOYMENT_ID};
+use super::health::WorkerHealth;
+use super::inference_pool::InferencePool;
+use super::kube_events::{self, Publisher};
+use super::seen::SeenKinds;
+use super::status::Budgets;
+
+/// The actor of the worker's timeline entries.
+const WORKER_ACTOR: &str = "worker";
+
+/// How the worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub build: BuildConfig,
+    pub budgets: Budgets,
+    /// Identifies this worker in leases and in the `x-modelplane-worker` header.
+    pub worker_id: String,
+    pub lease: Duration,
+    /// How often every record is requeued anyway (the safety net, not the mechanism).
+    pub resync: Duration,
+    pub concurrency: usize,
+}
+
+/// Where a record stands after a reconcile, and when to look again.
+enum Outcome {
+    Done,
+    Again(Duration),
+}
+
+/// The reconciler's worker (see the module documentation for its parts).
+pub struct Worker {
+    pool: PgPool,
+    cluster: Cluster,
+    config: WorkerConfig,
+    health: Arc<WorkerHealth>,
+    /// What the watches have seen of the kinds read during reconciles.
+    seen: SeenKinds,
+    /// Records to requeue after cluster changes, written to the queue in batches.
+    requeue: tokio::sync::mpsc::UnboundedSender<Uuid>,
+    requeued: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>>>,
+    /// Kubernetes Events on the managed objects, telling what the timeline tells.
+    events: Publisher,
+}
+
+impl Worker {
+    pub fn new(pool: PgPool, cluster: Cluster, config: WorkerConfig) -> Arc<Self> {
+        let (requeue, requeued) = tokio::sync::mpsc::unbounded_channel();
+        let events = Publisher::new(cluster.client.clone(), &config.worker_id);
+        Arc::new(Self {
+            events,
+            requeue,
+            requeued: std::sync::Mutex::new(Some(requeued)),
+            pool,
+            cluster,
+            config,
+            health: Arc::default(),
+            seen: SeenKinds::default()
+                .with::<Namespace>()
+                .with::<K8sDeployment>()
+                .with::<Service>()
+                .with::<Pod>()
+                .with::<HttpRoute>()
+                .with::<InferencePool>()
+                .with::<PodDisruptionBudget>(),
+        })
+    }
+
+    /// The worker's liveness and recent cluster results, for readiness.
+    pub fn health(&self) -> Arc<WorkerHealth> {
+        self.health.clone()
+    }
+}
+
+fn deployment_ref(deployment: Option<&K8sDeployment>) -> Option<ObjectReference> {
+    kube_events::reference("apps/v1", "Deployment", &deployment?.metadata)
+}
+
+/// The record id an object is labelled with.
+fn record_id(labels: Option<&std::collections::BTreeMap<String, String>>) -> Option<Uuid> {
+    labels?.get(LABEL_DEPLOYMENT_ID)?.parse().ok()
+}
+
+/// Exponential backoff with jitter: 1 s, 2 s, 4 s … up to 5 minutes.
+fn backoff(attempts: i32) -> Duration {
+    let base = 2f64.powi(attempts.clamp(1, 9) - 1).min(300.0);
+    let jitter = rand::random::<f64>() * 0.5 + 0.75;
+    Duration::from_secs_f64(base * jitter)
+}

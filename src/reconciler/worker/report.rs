@@ -1,0 +1,182 @@
+//! Reporting: the status written back to the record (only when it changed), the GPUs its
+//! ready pods hold, the timeline, and the Kubernetes Events that tell the same story.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use super::{WORKER_ACTOR, Worker, deployment_ref};
+use crate::domain::{ConditionStatus, Deployment, DeploymentStatus, EventKind, GpuShape, Phase};
+use crate::reconciler::cluster::ClusterError;
+use crate::reconciler::desired::TRACK_CANARY;
+use crate::reconciler::kube_events;
+use crate::reconciler::status::Observed;
+use crate::store;
+use crate::store::deployments::ReconcileTarget;
+use crate::store::events::{NewEvent, Note};
+use crate::store::usage::Held;
+
+/// The `track` of a deployment's own pods in `gpu_usage` (its canary's is [`TRACK_CANARY`]).
+const TRACK_STABLE: &str = "stable";
+
+/// The objects a record's status events are about (`None`: not there, nothing published).
+pub(super) struct Subjects {
+    pub(super) deployment: Option<ObjectReference>,
+    pub(super) route: Option<ObjectReference>,
+}
+
+impl Subjects {
+    /// The record's Deployment and HTTPRoute, as observed.
+    pub(super) fn of(observed: &Observed) -> Self {
+        Self {
+            deployment: deployment_ref(observed.deployment.as_ref()),
+            route: observed.route.as_ref().and_then(|route| {
+                kube_events::reference("gateway.networking.k8s.io/v1", "HTTPRoute", &route.metadata)
+            }),
+        }
+    }
+}
+
+impl Worker {
+    /// Stores a status that changed, with a timeline entry when the phase did, and the
+    /// same as a Kubernetes Event on the record's Deployment (a `Warning` naming the cause
+    /// when the phase turns Failed or Degraded, on the HTTPRoute as well when the route is
+    /// the cause).
+    pub(super) async fn write_status(
+        &self,
+        record: &Deployment,
+        mut status: DeploymentStatus,
+        subjects: &Subjects,
+    ) -> Result<(), ClusterError> {
+        // The cluster answered, so it is reachable: drop a stale outage condition.
+        status.conditions.retain(|c| c.type_ != "ClusterReachable");
+        if status == record.status {
+            return Ok(());
+        }
+        let phase_changed = status.phase != record.status.phase;
+        let message = format!(
+            "{} → {}: {}",
+            record.status.phase, status.phase, status.message
+        );
+        // The timeline entry commits with the status it tells of.
+        let note = phase_changed.then_some(Note {
+            kind: EventKind::PhaseChanged,
+            message: &message,
+            actor: WORKER_ACTOR,
+        });
+        if !store::deployments::update_status(
+            &self.pool,
+            record.id,
+            record.generation,
+            &status,
+            note,
+        )
+        .await?
+        {
+            // The spec changed meanwhile; its own reconcile reports the new generation.
+            return Ok(());
+        }
+        let held = self.gpus_held(record, &status);
+        if held != self.gpus_held(record, &record.status) {
+            store::usage::record_held(&self.pool, record.id, &record.name, &held).await?;
+        }
+        if phase_changed {
+            tracing::info!(deployment_id = %record.id, from = %record.status.phase, to = %status.phase, message = %status.message, "phase changed");
+            self.publish_phase(record.status.phase, &status, &message, subjects)
+                .await;
+        }
+        Ok(())
+    }
+
+    /// The GPUs the record's ready pods hold, per track, by the status given (for the
+    /// GPU-hours of `gpu_usage`).
+    fn gpus_held(&self, record: &Deployment, status: &DeploymentStatus) -> Vec<Held> {
+        let default = &self.config.build.engines.gpu_resource_name;
+        let canary = record.canary.as_ref().zip(status.canary.as_ref());
+        [
+            Some((TRACK_STABLE, &record.spec, status.replicas.ready)),
+            canary.map(|(c, s)| (TRACK_CANARY, &c.spec, s.replicas.ready)),
+        ]
+        .into_iter()
+        .flatten()
+        .filter_map(|(track, spec, ready)| {
+            let serving = spec.serving(&record.name).ok()?;
+            let shape = GpuShape::of(&serving, default)?;
+            Some(Held {
+                track,
+                resource_name: shape.resource_name,
+                product: shape.product,
+                gpus: ready * shape.per_replica,
+            })
+        })
+        .filter(|h| h.gpus > 0)
+        .collect()
+    }
+
+    /// The Kubernetes Events of a phase change (see [`Worker::write_status`]): a `Warning`
+    /// when it turns Failed or Degraded, and a `Normal` one when it recovers from either.
+    /// An ordinary rollout (Pending → Deploying → Ready) is told by the Deployment
+    /// controller's own events and `Applied`: one event per change, not three.
+    async fn publish_phase(
+        &self,
+        from: Phase,
+        status: &DeploymentStatus,
+        message: &str,
+        subjects: &Subjects,
+    ) {
+        if !matches!(status.phase, Phase::Failed | Phase::Degraded) {
+            if !matches!(from, Phase::Failed | Phase::Degraded) {
+                return;
+            }
+            if let Some(regarding) = &subjects.deployment {
+                self.events
+                    .normal(regarding, "PhaseChanged", "ReportStatus", message)
+                    .await;
+            }
+            return;
+        }
+        let (reason, condition) = warning_reason(status);
+        if let Some(regarding) = &subjects.deployment {
+            self.events
+                .warning(regarding, &reason, "ReportStatus", message)
+                .await;
+        }
+        if condition == Some("Routed")
+            && let Some(route) = &subjects.route
+        {
+            self.events
+                .warning(route, &reason, "ReportStatus", message)
+                .await;
+        }
+    }
+
+    /// Adds an entry to the record's timeline (a failure to is logged, not fatal).
+    pub(super) async fn timeline(&self, target: &ReconcileTarget, kind: EventKind, message: &str) {
+        let event = NewEvent {
+            deployment_id: target.row.id,
+            project_id: target.row.project_id,
+            deployment_name: &target.row.name,
+            kind,
+            message,
+            actor: WORKER_ACTOR,
+        };
+        if let Err(err) = store::events::insert_event(&self.pool, event).await {
+            tracing::warn!(error = %err, "cannot record a timeline event");
+        }
+    }
+}
+
+/// The reason of a Failed or Degraded phase's `Warning`: that of the first condition that
+/// does not hold and names its cause (`Rejected`, `ImagePullBackOff`, `InvalidSpec`,
+/// `NotAccepted`, …), with the condition's type; else the phase.
+fn warning_reason(status: &DeploymentStatus) -> (String, Option<&'static str>) {
+    for type_ in ["Applied", "Progressing", "Routed", "InferencePool"] {
+        if let Some(c) = status.conditions.iter().find(|c| {
+            c.type_ == type_
+                && c.status == ConditionStatus::False
+                && !c.reason.is_empty()
+                && c.reason != "Failed"
+        }) {
+            return (c.reason.clone(), Some(type_));
+        }
+    }
+    (status.phase.to_string(), None)
+}
