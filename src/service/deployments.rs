@@ -23,7 +23,7 @@ use crate::domain::{
 };
 use crate::store;
 use crate::store::deployments::{
-    CreateOutcome, DeploymentFilter, DeploymentRow, NewDeployment, RouteSpace,
+    CreateOutcome, DeploymentFilter, DeploymentRow, NewDeployment, RouteRefusal, RouteSpace,
 };
 use crate::store::events::NewEvent;
 
@@ -887,17 +887,15 @@ async fn check_route(
     let reserved = reserved_hostnames(ctx, route).await?;
     check_shared_gateway_rules(spec, project, route, &reserved)?;
     lock_route_space(tx, project, route).await?;
-    let hostname_taken = match &route.hostname {
-        Some(host) => {
-            store::deployments::hostname_used_by_another_project(&mut **tx, host, project.id)
-                .await?
-        }
-        None => false,
-    };
-    let overlapping =
-        store::deployments::find_overlapping_route(&mut **tx, project.id, deployment_id, route)
-            .await?;
-    route_conflict(route, hostname_taken, overlapping.as_ref())
+    // The rules that need the other deployments live in SQL only, where creates run them too.
+    match store::deployments::check_route_claim(&mut **tx, project.id, deployment_id, route).await?
+    {
+        None => Ok(()),
+        Some(RouteRefusal::HostnameTaken) => Err(hostname_conflict(
+            route.hostname.as_deref().unwrap_or_default(),
+        )),
+        Some(RouteRefusal::Overlaps { name, path }) => Err(path_conflict(route, &name, &path)),
+    }
 }
 
 /// Takes the part of the Gateways' request space a route lives in, so two concurrent
@@ -909,22 +907,6 @@ async fn lock_route_space(
 ) -> Result<(), sqlx::Error> {
     let space = RouteSpace::of(project.id, route);
     store::deployments::lock_route_space(&mut **tx, &space.space, &space.paths).await
-}
-
-/// The 409 for a route whose hostname belongs to another project, or whose path overlaps
-/// another deployment's (`overlapping`: its name and path).
-fn route_conflict(
-    route: &RouteClaim,
-    hostname_taken: bool,
-    overlapping: Option<&(String, String)>,
-) -> Result<(), ServiceError> {
-    if let Some(host) = route.hostname.as_ref().filter(|_| hostname_taken) {
-        return Err(hostname_conflict(host));
-    }
-    if let Some((other, path)) = overlapping {
-        return Err(path_conflict(route, other, path));
-    }
-    Ok(())
 }
 
 fn hostname_conflict(host: &str) -> ServiceError {

@@ -167,21 +167,24 @@ pub async fn create_deployment_record(
     match result {
         Ok(record) => record.outcome(),
         // A route another deployment holds fails the call (nothing of it stays written).
-        Err(sqlx::Error::Database(err)) => {
-            let detail = err
+        Err(err) => refused_route(err).map(CreateOutcome::from),
+    }
+}
+
+/// The route rule's refusal a database error stands for, or the error itself.
+fn refused_route(err: sqlx::Error) -> Result<RouteRefusal, sqlx::Error> {
+    let refusal = match &err {
+        sqlx::Error::Database(db) => {
+            let detail = db
                 .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
                 .and_then(|pg| pg.detail());
-            match err
-                .code()
+            db.code()
                 .as_deref()
                 .and_then(|code| route_refusal(code, detail))
-            {
-                Some(refusal) => Ok(refusal),
-                None => Err(sqlx::Error::Database(err)),
-            }
         }
-        Err(err) => Err(err),
-    }
+        _ => None,
+    };
+    refusal.ok_or(err)
 }
 
 /// What `create_deployment_record` (or one item of `create_deployment_records`) answered.
@@ -227,27 +230,41 @@ impl CreatedRecord {
             "name_taken" => CreateOutcome::NameTaken,
             _ => {
                 let code = self.error_code.unwrap_or_default();
-                return route_refusal(&code, self.error_detail.as_deref()).ok_or_else(|| {
-                    sqlx::Error::Protocol(format!("create answered `{}` ({code})", self.outcome))
-                });
+                return route_refusal(&code, self.error_detail.as_deref())
+                    .map(CreateOutcome::from)
+                    .ok_or_else(|| {
+                        sqlx::Error::Protocol(format!(
+                            "create answered `{}` ({code})",
+                            self.outcome
+                        ))
+                    });
             }
         })
     }
 }
 
-/// The refusal a create's SQLSTATE stands for (migration `create_in_one_call`), if any.
-fn route_refusal(code: &str, detail: Option<&str>) -> Option<CreateOutcome> {
+/// The refusal a route rule's SQLSTATE stands for (function `check_route_claim`), if any.
+fn route_refusal(code: &str, detail: Option<&str>) -> Option<RouteRefusal> {
     match code {
-        "MP001" => Some(CreateOutcome::HostnameTaken),
+        "MP001" => Some(RouteRefusal::HostnameTaken),
         "MP002" => {
             let other = detail.unwrap_or_default();
             let (name, path) = other.split_once(' ').unwrap_or((other, ""));
-            Some(CreateOutcome::Overlaps {
+            Some(RouteRefusal::Overlaps {
                 name: name.to_owned(),
                 path: path.to_owned(),
             })
         }
         _ => None,
+    }
+}
+
+impl From<RouteRefusal> for CreateOutcome {
+    fn from(refusal: RouteRefusal) -> Self {
+        match refusal {
+            RouteRefusal::HostnameTaken => Self::HostnameTaken,
+            RouteRefusal::Overlaps { name, path } => Self::Overlaps { name, path },
+        }
     }
 }
 
@@ -491,36 +508,29 @@ pub async fn lock_route_space(
     Ok(())
 }
 
-/// Whether a deployment of another project (being deleted or not) routes `hostname`.
-#[instrument(skip(db))]
-pub async fn hostname_used_by_another_project(
-    db: impl PgExecutor<'_>,
-    hostname: &str,
-    project_id: Uuid,
-) -> Result<bool, sqlx::Error> {
-    let row = sqlx::query_scalar!(
-        "select exists (select 1 from model_deployment
-                        where route_hostname = $1 and project_id <> $2) as \"used!\"",
-        hostname,
-        project_id
-    )
-    .fetch_one(db)
-    .await?;
-    Ok(row)
+/// Why the route rules that need the other deployments refuse a route (SQLSTATEs MP001 and
+/// MP002 of the SQL function `check_route_claim`, migration `route_rules_once`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteRefusal {
+    /// Another project's deployment (being deleted or not) routes the hostname.
+    HostnameTaken,
+    /// A deployment of the project routes an overlapping path on the same Gateway and
+    /// hostname: its name and path.
+    Overlaps { name: String, path: String },
 }
 
-/// A deployment of the project whose route overlaps `route` on the same Gateway and
-/// hostname (one path prefix contains the other, element by element), if any.
+/// Runs the route rules that need the other deployments for `route`, as a create does (one
+/// implementation, in SQL): `None` when `except`'s route may be taken. The caller holds the
+/// route-space lock. A refusal aborts the transaction, which the caller then rolls back.
 #[instrument(skip(db))]
-pub async fn find_overlapping_route(
+pub async fn check_route_claim(
     db: impl PgExecutor<'_>,
     project_id: Uuid,
     except: Uuid,
     route: &RouteClaim,
-) -> Result<Option<(String, String)>, sqlx::Error> {
-    let row = sqlx::query!(
-        r#"select name as "name!", route_path as "route_path!"
-           from first_overlapping_route($1, $2, $3, $4, $5, $6)"#,
+) -> Result<Option<RouteRefusal>, sqlx::Error> {
+    let result = sqlx::query!(
+        "select check_route_claim($1, $2, $3, $4, $5, $6)",
         project_id,
         except,
         route.gateway,
@@ -528,9 +538,12 @@ pub async fn find_overlapping_route(
         route.path_prefix,
         &route.path_and_ancestors() as &[String],
     )
-    .fetch_optional(db)
-    .await?;
-    Ok(row.map(|r| (r.name, r.route_path)))
+    .fetch_one(db)
+    .await;
+    match result {
+        Ok(_) => Ok(None),
+        Err(err) => refused_route(err).map(Some),
+    }
 }
 
 /// Sets the restart marker to now; the generation is unchanged (a restart is not a spec change).
