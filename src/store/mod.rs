@@ -1,27 +1,27 @@
 //! All SQL lives here: one module per table or aggregate, functions named after their SQL.
 //!
 //! Functions take any executor (`&PgPool` or a transaction) so the service layer decides
-//! what runs atomically.
+//! what runs atomically. The batching and connection machinery that serves the busiest
+//! paths is in [`throughput`] (re-exported here under its old paths).
 
 pub mod audit;
-pub mod batch;
 pub mod capacity;
 pub mod changes;
-pub mod creates;
 pub mod deployments;
 pub mod events;
 pub mod gateways;
-pub mod hot;
 pub mod idempotency;
-pub mod lookups;
 pub mod projects;
 pub mod quota;
 pub mod revisions;
 pub mod role_bindings;
 pub mod text;
+pub mod throughput;
 pub mod tokens;
 pub mod usage;
 pub mod work_queue;
+
+pub use throughput::{batch, creates, hot, lookups};
 
 use std::time::Duration;
 

@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::batch::{BatchWork, Batcher};
-use super::deployments::{DeploymentRow, find_deployment};
+use crate::store::deployments::{DeploymentRow, find_deployment};
 use super::hot::HotConnections;
 use crate::domain::{Canary, DeploymentSpec, DeploymentStatus};
 

@@ -29,7 +29,7 @@ use sqlx::types::Json;
 use tokio::sync::oneshot;
 
 use super::batch::{BatchWork, Batcher};
-use super::deployments::{
+use crate::store::deployments::{
     CreateOutcome, CreatedRecord, NewDeployment, RouteSpace, create_deployment_record,
     find_deployment,
 };
