@@ -173,7 +173,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, slug, title) = self.parts();
-        let request_id = super::middleware::current_request_id();
+        let request_id = super::request::current_request_id();
         let extra_header = match &self {
             Self::Unauthorized(_) => Some((header::WWW_AUTHENTICATE, "Bearer".to_owned())),
             Self::RateLimited(wait) => Some((

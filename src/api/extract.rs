@@ -21,7 +21,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Self(super::middleware::client_address(&parts.extensions)))
+        Ok(Self(super::request::client_address(&parts.extensions)))
     }
 }
 

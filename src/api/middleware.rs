@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::error::{ApiError, PROBLEM_JSON, problem_response};
 use super::extract::MAX_BODY_BYTES;
+pub use super::request::{REQUEST_ID, client_address, current_request_id};
 use super::rate_limit::RateLimiter;
 
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
@@ -30,14 +31,6 @@ fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
-tokio::task_local! {
-    static REQUEST_ID: String;
-}
-
-/// The id of the request being handled, if called while handling one.
-pub fn current_request_id() -> Option<String> {
-    REQUEST_ID.try_with(Clone::clone).ok()
-}
 
 /// Accepts the caller's `x-request-id` (if sane) or makes one, echoes it on the response,
 /// wraps the request in a span with method, route and id, and records metrics.
@@ -211,13 +204,6 @@ pub async fn limit_anonymous(
     next.run(request).await
 }
 
-/// The peer address of the connection, as text (`unknown` when not served over TCP).
-pub fn client_address(extensions: &axum::http::Extensions) -> String {
-    extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip().to_string())
-        .unwrap_or_else(|| "unknown".into())
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,5 @@
-//! HTTP front-end: the REST API under `/api/v1`, health, metrics and the API reference.
+//! HTTP front-end: the REST API under `/api/v1`, GraphQL at `/graphql`, health, metrics,
+//! the API reference and the portal.
 
 mod authn;
 pub mod error;
@@ -8,6 +9,7 @@ pub mod middleware;
 mod openapi;
 mod portal;
 pub mod rate_limit;
+pub mod request;
 pub mod rest;
 
 use std::sync::Arc;

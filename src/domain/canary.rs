@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::spec::DeploymentSpec;
-use super::status::{Endpoints, Phase, ReplicaCounts};
 use super::{DeploymentName, FieldErrors};
 
 /// Appended to a deployment's name for its canary's Kubernetes objects, and therefore
@@ -125,26 +124,4 @@ pub struct Canary {
     /// Who started it, and when.
     pub started_by: String,
     pub started_at: DateTime<Utc>,
-}
-
-/// What the reconciler reports about a canary track.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CanaryStatus {
-    /// The canary track's own phase (`Deploying`, `Ready`, `Failed`, …).
-    pub phase: Phase,
-    /// One line naming the cause when something is wrong with the canary track.
-    pub message: String,
-    pub replicas: ReplicaCounts,
-    /// The weight asked for.
-    pub weight: i32,
-    /// The percent of header-less requests the applied route sends to the canary now: the
-    /// weight once the canary has a ready replica, 0 before (so stable keeps them), 100
-    /// while a promotion rolls the stable track.
-    pub routed_weight: i32,
-    pub header: CanaryHeader,
-    pub promoting: bool,
-    /// The canary's own in-cluster Service URL; the external URLs are the deployment's
-    /// (send the header to reach the canary through them).
-    pub endpoints: Endpoints,
 }

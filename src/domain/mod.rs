@@ -20,7 +20,7 @@ mod status;
 
 pub use access::{Role, SubjectKind, TokenRole};
 pub use canary::{
-    CANARY_SUFFIX, Canary, CanaryHeader, CanaryStatus, DEFAULT_CANARY_HEADER, MAX_CANARY_WEIGHT,
+    CANARY_SUFFIX, Canary, CanaryHeader, DEFAULT_CANARY_HEADER, MAX_CANARY_WEIGHT,
     canary_object_name, check_canary_weight, check_not_canary_name,
 };
 pub use capacity::{
@@ -32,17 +32,15 @@ pub use errors::{FieldError, FieldErrors, from_json_value};
 pub use health::{CheckResult, ReadinessCheck};
 pub use json::{canonical_json, parse_strict as parse_json_strict};
 pub use names::{
-    DeploymentName, ProjectName, is_dns1123_label, is_dns1123_subdomain, validate_label_key,
-    validate_label_value,
+    DeploymentName, ProjectName, is_dns1123_label, is_dns1123_subdomain, is_ip_literal,
+    validate_label_key, validate_label_value, validate_path_prefix,
 };
 pub use quantity::Quantity;
 pub use records::{
     ApiToken, AuditEvent, Change, ChangeKind, Deployment, EventKind, Project, Revision,
     RoleBinding, TimelineEvent, entity_tag,
 };
-pub use routing::{
-    RouteClaim, check_shared_gateway_rules, effective_path_prefix, validate_path_prefix,
-};
+pub use routing::{RouteClaim, check_shared_gateway_rules, effective_path_prefix};
 pub use selector::{LabelRequirement, LabelSelector};
 pub use serving::{CacheStorage, PodCount, ServingSpec};
 pub use spec::{
@@ -52,4 +50,6 @@ pub use spec::{
     ScorerWeights, SecretKeyRef, SecurityProfile, SecuritySpec, ShutdownSpec, SpecLimits,
     StorageSpec, Toleration, check_extended_resource_name, parse_gateway_ref,
 };
-pub use status::{Condition, ConditionStatus, DeploymentStatus, Endpoints, Phase, ReplicaCounts};
+pub use status::{
+    CanaryStatus, Condition, ConditionStatus, DeploymentStatus, Endpoints, Phase, ReplicaCounts,
+};

@@ -164,8 +164,88 @@ pub fn validate_label_value(value: &str) -> Result<(), String> {
     }
 }
 
+/// Hostnames and paths of routes: what a Gateway's request space is named by.
+/// Longest path value the Gateway API accepts (`HTTPPathMatch.value`, `MaxLength=1024`).
+pub const MAX_PATH_LENGTH: usize = 1024;
+
+/// Whether `host` is an IP address in any spelling a client or proxy would accept as one:
+/// an IPv6 literal, or a name whose last label is a number (`127.0.0.1`, `127.1`,
+/// `0x7f.0.0.1`, `2130706433`), which the WHATWG URL Standard's host parser ("ends in a
+/// number") turns into an IPv4 address. The Gateway API's `Hostname` says "IPs are not
+/// allowed" (apis/v1/shared_types.go), but its pattern lets dotted numbers through; a
+/// route "for" an address would take every request sent to that address.
+pub fn is_ip_literal(host: &str) -> bool {
+    let host = host.trim_end_matches('.');
+    if host.contains(':') || host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    let last = host.rsplit('.').next().unwrap_or("");
+    let hex = last
+        .strip_prefix("0x")
+        .or_else(|| last.strip_prefix("0X"))
+        .is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()));
+    hex || (!last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Checks a path prefix as the Gateway API's `HTTPPathMatch` CEL rules do for `PathPrefix`
+/// (gateway-api `apis/v1/httproute_types.go`: absolute, no `//`, `/./`, `/../`, no trailing
+/// `/.` or `/..`, at most 1024 characters), with a narrower character set: letters, digits
+/// and `/-._~` (no percent-encoding, so one path has one spelling).
+pub fn validate_path_prefix(prefix: &str) -> Result<(), String> {
+    if !prefix.starts_with('/') {
+        return Err("must start with '/'".into());
+    }
+    if prefix.len() > MAX_PATH_LENGTH {
+        return Err(format!("must be at most {MAX_PATH_LENGTH} characters"));
+    }
+    if !prefix
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/-._~".contains(&b))
+    {
+        return Err("must contain only letters, digits and `/-._~`".into());
+    }
+    if prefix.contains("//") {
+        return Err("must not contain '//'".into());
+    }
+    if prefix
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
+    {
+        return Err("must not contain `.` or `..` segments (such as '/../')".into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ip_literals_in_every_spelling_are_recognised() {
+        for ip in [
+            "127.0.0.1",
+            "127.1",
+            "0x7f.0.0.1",
+            "0X7F.1",
+            "2130706433",
+            "017700000001",
+            "169.254.169.254",
+            "10.0.0.1.",
+            "::1",
+            "[::1]",
+            "fe80::1",
+            "a.b.0x10",
+        ] {
+            assert!(super::is_ip_literal(ip), "{ip} is an address");
+        }
+        for name in [
+            "qwen.example.com",
+            "1.example.com",
+            "v1.models.internal",
+            "0xfood.example",
+        ] {
+            assert!(!super::is_ip_literal(name), "{name} is a name");
+        }
+    }
+
     use super::*;
 
     #[test]

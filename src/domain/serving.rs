@@ -8,12 +8,12 @@
 
 use super::errors::FieldErrors;
 use super::quantity::Quantity;
-use super::spec::{DeploymentSpec, EngineKind, ModelSource, SecurityProfile};
+use super::spec::{
+    CURRENT_SPEC_VERSION, DEFAULT_PORT, DEFAULT_REPLICAS, DeploymentSpec, EngineKind,
+    MAX_SPEC_BYTES, ModelSource, SecurityProfile, SpecLimits, find_nul_characters,
+    validate_user_map,
+};
 
-/// Model server pods when the spec names no count.
-pub const DEFAULT_REPLICAS: i64 = 1;
-/// The engine's HTTP port when the spec names none.
-pub const DEFAULT_PORT: i64 = 8000;
 /// `/dev/shm` of GPU engines when the spec names no size: engines exchange tensors there,
 /// and the container runtime's default (64 MiB) is too small.
 pub const DEFAULT_SHARED_MEMORY: &str = "2Gi";
@@ -265,5 +265,75 @@ mod tests {
             fields,
             ["spec.replicas", "spec.engine.port", "spec.model.source"]
         );
+    }
+}
+
+/// Parsing lives beside what it yields (the spec knows nothing of [`ServingSpec`]).
+impl DeploymentSpec {
+    /// Validates a spec deserialised from user input, fills context-free defaults into it
+    /// (they are stored, so the API shows them), and returns it with its defaults resolved,
+    /// or every problem with its field path (prefixed `spec.`). `served_name_default` is the
+    /// deployment's name, used when `model.servedName` is unset.
+    pub fn parse(
+        mut self,
+        served_name_default: &str,
+        limits: &SpecLimits,
+    ) -> Result<ServingSpec, FieldErrors> {
+        let mut errors = FieldErrors::new();
+        if self.spec_version == 0 {
+            self.spec_version = CURRENT_SPEC_VERSION;
+        } else if self.spec_version != CURRENT_SPEC_VERSION {
+            errors.push(
+                "spec.specVersion",
+                format!("must be {CURRENT_SPEC_VERSION} (or omitted)"),
+            );
+        }
+        self.replicas.get_or_insert(DEFAULT_REPLICAS);
+        self.engine.port.get_or_insert(DEFAULT_PORT);
+        if self.model.served_name.is_none() {
+            self.model.served_name = Some(served_name_default.to_owned());
+        }
+
+        self.validate_model(&mut errors);
+        self.validate_engine(&mut errors);
+        self.validate_contradictions(limits, &mut errors);
+        let replicas = self.replicas.unwrap_or(DEFAULT_REPLICAS);
+        if !(0..=limits.max_replicas).contains(&replicas) {
+            errors.push(
+                "spec.replicas",
+                format!("must be between 0 and {}", limits.max_replicas),
+            );
+        }
+        self.validate_resources(&mut errors);
+        self.validate_scheduling(&mut errors);
+        self.validate_storage(&mut errors);
+        self.validate_routing(&mut errors);
+        self.validate_probes(&mut errors);
+        self.validate_rollout_and_shutdown(&mut errors);
+        validate_user_map(&mut errors, "spec.labels", &self.labels, true);
+        validate_user_map(&mut errors, "spec.podLabels", &self.pod_labels, true);
+        validate_user_map(&mut errors, "spec.annotations", &self.annotations, false);
+        // Postgres cannot store NUL in text or JSONB, and no Kubernetes field wants one.
+        let json = serde_json::to_value(&self).expect("a spec serialises");
+        find_nul_characters(&json, "spec", &mut errors);
+        let size = json.to_string().len();
+        if errors.is_empty() && size > MAX_SPEC_BYTES {
+            errors.push(
+                "spec",
+                format!("must be at most {MAX_SPEC_BYTES} bytes as JSON (this one is {size})"),
+            );
+        }
+        // Resolving checks what only it reads (the rollout counts); a field is named once.
+        match self.serving(served_name_default) {
+            Ok(serving) => errors.finish(|| serving),
+            Err(resolving) => {
+                for error in resolving.into_vec() {
+                    if !errors.as_slice().iter().any(|e| e.field == error.field) {
+                        errors.push(error.field, error.message);
+                    }
+                }
+                Err(errors)
+            }
+        }
     }
 }

@@ -19,9 +19,13 @@ use super::names::{
     is_dns1123_label, is_dns1123_subdomain, validate_label_key, validate_label_value,
 };
 use super::quantity::Quantity;
-use super::serving::{DEFAULT_PORT, DEFAULT_REPLICAS, ServingSpec};
 
 /// The schema version written into every new spec; older revisions keep theirs.
+/// Model server pods when the spec names no count.
+pub const DEFAULT_REPLICAS: i64 = 1;
+/// The engine's HTTP port when the spec names none.
+pub const DEFAULT_PORT: i64 = 8000;
+
 pub const CURRENT_SPEC_VERSION: u32 = 1;
 const MAX_GPUS: i64 = 64;
 const MAX_TENSOR_PARALLEL: i64 = 64;
@@ -560,74 +564,7 @@ impl ModelSource {
 }
 
 impl DeploymentSpec {
-    /// Validates a spec deserialised from user input, fills context-free defaults into it
-    /// (they are stored, so the API shows them), and returns it with its defaults resolved,
-    /// or every problem with its field path (prefixed `spec.`). `served_name_default` is the
-    /// deployment's name, used when `model.servedName` is unset.
-    pub fn parse(
-        mut self,
-        served_name_default: &str,
-        limits: &SpecLimits,
-    ) -> Result<ServingSpec, FieldErrors> {
-        let mut errors = FieldErrors::new();
-        if self.spec_version == 0 {
-            self.spec_version = CURRENT_SPEC_VERSION;
-        } else if self.spec_version != CURRENT_SPEC_VERSION {
-            errors.push(
-                "spec.specVersion",
-                format!("must be {CURRENT_SPEC_VERSION} (or omitted)"),
-            );
-        }
-        self.replicas.get_or_insert(DEFAULT_REPLICAS);
-        self.engine.port.get_or_insert(DEFAULT_PORT);
-        if self.model.served_name.is_none() {
-            self.model.served_name = Some(served_name_default.to_owned());
-        }
-
-        self.validate_model(&mut errors);
-        self.validate_engine(&mut errors);
-        self.validate_contradictions(limits, &mut errors);
-        let replicas = self.replicas.unwrap_or(DEFAULT_REPLICAS);
-        if !(0..=limits.max_replicas).contains(&replicas) {
-            errors.push(
-                "spec.replicas",
-                format!("must be between 0 and {}", limits.max_replicas),
-            );
-        }
-        self.validate_resources(&mut errors);
-        self.validate_scheduling(&mut errors);
-        self.validate_storage(&mut errors);
-        self.validate_routing(&mut errors);
-        self.validate_probes(&mut errors);
-        self.validate_rollout_and_shutdown(&mut errors);
-        validate_user_map(&mut errors, "spec.labels", &self.labels, true);
-        validate_user_map(&mut errors, "spec.podLabels", &self.pod_labels, true);
-        validate_user_map(&mut errors, "spec.annotations", &self.annotations, false);
-        // Postgres cannot store NUL in text or JSONB, and no Kubernetes field wants one.
-        let json = serde_json::to_value(&self).expect("a spec serialises");
-        find_nul_characters(&json, "spec", &mut errors);
-        let size = json.to_string().len();
-        if errors.is_empty() && size > MAX_SPEC_BYTES {
-            errors.push(
-                "spec",
-                format!("must be at most {MAX_SPEC_BYTES} bytes as JSON (this one is {size})"),
-            );
-        }
-        // Resolving checks what only it reads (the rollout counts); a field is named once.
-        match self.serving(served_name_default) {
-            Ok(serving) => errors.finish(|| serving),
-            Err(resolving) => {
-                for error in resolving.into_vec() {
-                    if !errors.as_slice().iter().any(|e| e.field == error.field) {
-                        errors.push(error.field, error.message);
-                    }
-                }
-                Err(errors)
-            }
-        }
-    }
-
-    fn validate_model(&self, errors: &mut FieldErrors) {
+    pub(super) fn validate_model(&self, errors: &mut FieldErrors) {
         errors.check("spec.model.source", ModelSource::parse(&self.model.source));
         if let Some(served) = &self.model.served_name
             && (served.is_empty()
@@ -654,7 +591,7 @@ impl DeploymentSpec {
         }
     }
 
-    fn validate_engine(&self, errors: &mut FieldErrors) {
+    pub(super) fn validate_engine(&self, errors: &mut FieldErrors) {
         let engine = &self.engine;
         if let Some(image) = &engine.image
             && !IMAGE_REFERENCE.is_match(image)
@@ -748,7 +685,7 @@ impl DeploymentSpec {
 
     /// Specs whose parts contradict each other, or that would put a secret where every
     /// viewer can read it.
-    fn validate_contradictions(&self, limits: &SpecLimits, errors: &mut FieldErrors) {
+    pub(super) fn validate_contradictions(&self, limits: &SpecLimits, errors: &mut FieldErrors) {
         let port = self.engine.port.unwrap_or(DEFAULT_PORT);
         let args = &self.engine.args;
         for (i, arg) in args.iter().enumerate() {
@@ -802,7 +739,7 @@ impl DeploymentSpec {
         }
     }
 
-    fn validate_resources(&self, errors: &mut FieldErrors) {
+    pub(super) fn validate_resources(&self, errors: &mut FieldErrors) {
         let res = &self.resources;
         for (field, value) in [
             ("spec.resources.cpu", &res.cpu),
@@ -845,7 +782,7 @@ impl DeploymentSpec {
         }
     }
 
-    fn validate_scheduling(&self, errors: &mut FieldErrors) {
+    pub(super) fn validate_scheduling(&self, errors: &mut FieldErrors) {
         let sched = &self.scheduling;
         if sched.node_selector.len() > MAX_NODE_SELECTOR {
             errors.push(
@@ -885,7 +822,7 @@ impl DeploymentSpec {
         }
     }
 
-    fn validate_storage(&self, errors: &mut FieldErrors) {
+    pub(super) fn validate_storage(&self, errors: &mut FieldErrors) {
         if let Some(cache) = &self.storage.cache {
             match (&cache.claim_name, &cache.size_limit) {
                 (Some(_), Some(_)) => errors.push(
@@ -904,7 +841,7 @@ impl DeploymentSpec {
         }
     }
 
-    fn validate_routing(&self, errors: &mut FieldErrors) {
+    pub(super) fn validate_routing(&self, errors: &mut FieldErrors) {
         let routing = &self.routing;
         if let Some(gateway) = &routing.gateway {
             errors.check(
@@ -914,7 +851,7 @@ impl DeploymentSpec {
         }
         if let Some(host) = &routing.hostname {
             let plain = host.strip_prefix("*.").unwrap_or(host);
-            if super::routing::is_ip_literal(plain) {
+            if super::names::is_ip_literal(plain) {
                 errors.push(
                     "spec.routing.hostname",
                     format!(
@@ -931,7 +868,7 @@ impl DeploymentSpec {
         if let Some(prefix) = &routing.path_prefix {
             errors.check(
                 "spec.routing.pathPrefix",
-                super::routing::validate_path_prefix(prefix),
+                super::names::validate_path_prefix(prefix),
             );
         }
         if let Some(pool) = &routing.inference_pool {
@@ -967,7 +904,7 @@ impl DeploymentSpec {
     }
 
     /// The rollout counts are checked where they are resolved ([`DeploymentSpec::serving`]).
-    fn validate_rollout_and_shutdown(&self, errors: &mut FieldErrors) {
+    pub(super) fn validate_rollout_and_shutdown(&self, errors: &mut FieldErrors) {
         let shutdown = &self.shutdown;
         if let Some(drain) = shutdown.drain_seconds
             && !(0..=600).contains(&drain)
@@ -991,7 +928,7 @@ impl DeploymentSpec {
         }
     }
 
-    fn validate_probes(&self, errors: &mut FieldErrors) {
+    pub(super) fn validate_probes(&self, errors: &mut FieldErrors) {
         if let Some(secs) = self.probes.startup_timeout_seconds
             && !(1..=MAX_STARTUP_SECONDS).contains(&secs)
         {
@@ -1089,7 +1026,7 @@ fn validate_toleration(errors: &mut FieldErrors, path: &str, t: &Toleration) {
 }
 
 /// Reports every string (value or key) below `value` that contains a NUL character.
-fn find_nul_characters(value: &serde_json::Value, path: &str, errors: &mut FieldErrors) {
+pub(super) fn find_nul_characters(value: &serde_json::Value, path: &str, errors: &mut FieldErrors) {
     match value {
         serde_json::Value::String(s) if s.contains('\0') => {
             errors.push(path, "must not contain NUL characters");
@@ -1128,7 +1065,7 @@ fn is_reserved_key(key: &str) -> bool {
         || domain.is_some_and(|d| d == RESERVED_DOMAIN || d.ends_with(".modelplane.io"))
 }
 
-fn validate_user_map(
+pub(super) fn validate_user_map(
     errors: &mut FieldErrors,
     path: &str,
     map: &BTreeMap<String, String>,

@@ -7,6 +7,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::canary::CanaryHeader;
+
 /// Where a deployment stands. Each phase's meaning, when it is entered and left, and what
 /// to do about it: the table in the repository's `docs/API-DESIGN.md#phases`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -128,7 +130,7 @@ pub struct DeploymentStatus {
     pub endpoints: Endpoints,
     /// The canary track, while the deployment has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub canary: Option<super::canary::CanaryStatus>,
+    pub canary: Option<CanaryStatus>,
 }
 
 impl DeploymentStatus {
@@ -147,4 +149,26 @@ impl DeploymentStatus {
             canary: None,
         }
     }
+}
+
+/// What the reconciler reports about a canary track.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStatus {
+    /// The canary track's own phase (`Deploying`, `Ready`, `Failed`, …).
+    pub phase: Phase,
+    /// One line naming the cause when something is wrong with the canary track.
+    pub message: String,
+    pub replicas: ReplicaCounts,
+    /// The weight asked for.
+    pub weight: i32,
+    /// The percent of header-less requests the applied route sends to the canary now: the
+    /// weight once the canary has a ready replica, 0 before (so stable keeps them), 100
+    /// while a promotion rolls the stable track.
+    pub routed_weight: i32,
+    pub header: CanaryHeader,
+    pub promoting: bool,
+    /// The canary's own in-cluster Service URL; the external URLs are the deployment's
+    /// (send the header to reach the canary through them).
+    pub endpoints: Endpoints,
 }
