@@ -14,12 +14,7 @@ base_db="${DATABASE_URL%/*}/postgres"
 browser_dir=$(scripts/browser.sh)
 
 # A fresh database each run, so the bootstrap token below is the one stored.
-if command -v psql >/dev/null 2>&1; then
-  psql "$base_db" -qc 'drop database if exists modelplane_e2e with (force)' >/dev/null
-else
-  ensure_sqlx_cli
-  DATABASE_URL=$e2e_db sqlx database drop -y >/dev/null
-fi
+drop_database "$e2e_db"
 ensure_database "$e2e_db"
 
 free_port() {

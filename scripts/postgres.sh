@@ -93,6 +93,21 @@ ensure_database() {
   fi
 }
 
+# Drops the database at `url` if it exists (connections to it are ended).
+drop_database() {
+  local url=$1 base name
+  base=${url%/*}
+  name=${url##*/}
+  name=${name%%\?*}
+  if command -v psql >/dev/null 2>&1; then
+    psql "$base/postgres" -qc "drop database if exists \"$name\" with (force)" >/dev/null
+  else
+    ensure_sqlx_cli
+    DATABASE_URL=$url sqlx database drop -y >/dev/null
+  fi
+}
+
+# sqlx-cli, only where there is no psql to create and drop databases with.
 ensure_sqlx_cli() {
   if ! command -v sqlx >/dev/null 2>&1 || ! sqlx --version 2>/dev/null | grep -q '0\.9\.'; then
     log "installing sqlx-cli 0.9.0 (about two minutes, once)"

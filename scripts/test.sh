@@ -19,18 +19,33 @@ log "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 log "sqlx offline data (.sqlx) matches the queries"
-ensure_sqlx_cli
+# What `cargo sqlx prepare --check` does, without compiling sqlx-cli (minutes on a fresh
+# machine): a scratch database with every migration (applied by modelplane itself), then
+# the crates checked against it with the query macros online, writing what each query
+# describes to a scratch folder, which must be .sqlx to the byte. The scratch database is
+# made afresh: one left by an earlier run could hold a migration as it was then, and sqlx
+# refuses a migration whose text changed since it was applied.
 check_db="${DATABASE_URL%/*}/modelplane_sqlx_check"
-# A scratch database, made afresh: one left by an earlier run could hold a migration as it
-# was then, and sqlx refuses a migration whose text changed since it was applied.
-if command -v psql >/dev/null 2>&1; then
-  psql "${DATABASE_URL%/*}/postgres" -qc 'drop database if exists modelplane_sqlx_check with (force)' >/dev/null
-else
-  DATABASE_URL=$check_db sqlx database drop -y >/dev/null
-fi
+drop_database "$check_db"
 ensure_database "$check_db"
-DATABASE_URL=$check_db sqlx migrate run --source migrations >/dev/null
-DATABASE_URL=$check_db SQLX_OFFLINE=false cargo sqlx prepare --workspace --check -- --all-targets --quiet
+if command -v psql >/dev/null 2>&1; then
+  # Each migration in one transaction, as sqlx applies them (none opts out of one).
+  for migration in migrations/*.sql; do
+    psql "$check_db" -q -v ON_ERROR_STOP=1 --single-transaction -f "$migration" >/dev/null \
+      || die "migration $migration does not apply to a fresh database"
+  done
+else
+  DATABASE_URL=$check_db cargo run --quiet --bin modelplane -- migrate >/dev/null \
+    || die "the migrations do not apply to a fresh database"
+fi
+sqlx_dir=target/sqlx-check
+rm -rf "$sqlx_dir" && mkdir -p "$sqlx_dir"
+# Only modelplane uses the query macros; it is checked again so they all run, online.
+cargo clean --quiet -p modelplane
+DATABASE_URL=$check_db SQLX_OFFLINE=false SQLX_OFFLINE_DIR=$PWD/$sqlx_dir \
+  cargo check -p modelplane --all-targets --quiet
+diff -r .sqlx "$sqlx_dir" >&2 \
+  || die ".sqlx is stale: run 'DATABASE_URL=$check_db cargo sqlx prepare --workspace -- --all-targets' (or copy $sqlx_dir over .sqlx)"
 
 log "OpenAPI document (openapi/openapi.json) matches the code"
 cargo run --quiet --bin modelplane -- openapi | diff -u openapi/openapi.json - \
