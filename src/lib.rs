@@ -1,7 +1,9 @@
 //! modelplane: a control plane for LLM and model servers on Kubernetes.
 //!
-//! Layers, outermost first: `api` (HTTP) → `service` (use cases) → `store` (SQL), with
-//! `domain` holding the validated types every layer shares.
+//! Layers, outermost first: `api` (HTTP: REST and GraphQL, served by `listener`) →
+//! `service` (use cases) → `store` (SQL), with `domain` holding the validated types every
+//! layer shares. The `reconciler` runs beside the API: Postgres through `store`, Kubernetes
+//! through kube. The picture and the flows: `docs/ARCHITECTURE.md`.
 
 pub mod api;
 pub mod auth;

@@ -1,4 +1,5 @@
-//! Process roles: serve the API, migrate the database.
+//! What the process runs: `serve` (the API, the reconciler worker or both, by `--role`)
+//! and `migrate`.
 
 use std::sync::Arc;
 use std::time::Duration;

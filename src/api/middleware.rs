@@ -10,8 +10,8 @@ use tracing::Instrument;
 
 use super::error::{ApiError, PROBLEM_JSON, problem_response};
 use super::extract::MAX_BODY_BYTES;
-pub use super::request::{REQUEST_ID, client_address, current_request_id};
 use super::rate_limit::RateLimiter;
+pub use super::request::{REQUEST_ID, client_address, current_request_id};
 
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
@@ -30,7 +30,6 @@ fn method_label(method: &axum::http::Method) -> &'static str {
         _ => "OTHER",
     }
 }
-
 
 /// Accepts the caller's `x-request-id` (if sane) or makes one, echoes it on the response,
 /// wraps the request in a span with method, route and id, and records metrics.
@@ -203,7 +202,6 @@ pub async fn limit_anonymous(
     }
     next.run(request).await
 }
-
 
 #[cfg(test)]
 mod tests {

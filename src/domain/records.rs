@@ -1,4 +1,4 @@
-//! The records the service returns to every front-end (REST now, GraphQL and the portal later).
+//! The records the service returns to every front-end (REST and GraphQL).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

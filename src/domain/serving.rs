@@ -220,54 +220,6 @@ fn in_range(value: i64, min: i64, max: i64) -> Result<i32, String> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use crate::domain::SpecLimits;
-
-    fn serving(spec: serde_json::Value) -> ServingSpec {
-        let spec: DeploymentSpec = serde_json::from_value(spec).unwrap();
-        spec.parse("qwen", &SpecLimits::default()).unwrap()
-    }
-
-    #[test]
-    fn defaults_are_resolved_once_to_concrete_values() {
-        let s = serving(json!({"model": {"source": "hf://a/b"}}));
-        assert_eq!((s.replicas, s.port, s.gpus), (1, 8000, 0));
-        assert_eq!(s.served_name, "qwen");
-        assert_eq!(s.health_path, "/health");
-        assert_eq!(s.model, ModelSource::HuggingFace { repo: "a/b".into() });
-        assert_eq!(s.shared_memory.as_ref().map(Quantity::as_str), Some("2Gi"));
-        // `restricted` is the default profile: the cache gets a writable place.
-        assert_eq!(s.cache, Some(CacheStorage::EmptyDir(None)));
-        let sim = serving(
-            json!({"model": {"source": "hf://a/b"}, "engine": {"kind": "sim"}, "security": {"profile": "image-default"}}),
-        );
-        assert_eq!((sim.shared_memory, sim.cache), (None, None));
-        let tp =
-            serving(json!({"model": {"source": "hf://a/b"}, "engine": {"tensorParallelSize": 4}}));
-        assert_eq!(tp.gpus, 4);
-        let one = serving(json!({"model": {"source": "hf://a/b"}, "resources": {"gpu": {}}}));
-        assert_eq!(one.gpus, 1);
-    }
-
-    #[test]
-    fn a_stored_spec_that_is_not_valid_is_refused_with_its_fields_not_assumed() {
-        let spec: DeploymentSpec = serde_json::from_value(
-            json!({"model": {"source": "ftp://x"}, "replicas": -1, "engine": {"port": 70000}}),
-        )
-        .unwrap();
-        let errors = spec.serving("qwen").unwrap_err();
-        let fields: Vec<_> = errors.into_vec().into_iter().map(|e| e.field).collect();
-        assert_eq!(
-            fields,
-            ["spec.replicas", "spec.engine.port", "spec.model.source"]
-        );
-    }
-}
-
 /// Parsing lives beside what it yields (the spec knows nothing of [`ServingSpec`]).
 impl DeploymentSpec {
     /// Validates a spec deserialised from user input, fills context-free defaults into it
@@ -335,5 +287,53 @@ impl DeploymentSpec {
                 Err(errors)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::SpecLimits;
+
+    fn serving(spec: serde_json::Value) -> ServingSpec {
+        let spec: DeploymentSpec = serde_json::from_value(spec).unwrap();
+        spec.parse("qwen", &SpecLimits::default()).unwrap()
+    }
+
+    #[test]
+    fn defaults_are_resolved_once_to_concrete_values() {
+        let s = serving(json!({"model": {"source": "hf://a/b"}}));
+        assert_eq!((s.replicas, s.port, s.gpus), (1, 8000, 0));
+        assert_eq!(s.served_name, "qwen");
+        assert_eq!(s.health_path, "/health");
+        assert_eq!(s.model, ModelSource::HuggingFace { repo: "a/b".into() });
+        assert_eq!(s.shared_memory.as_ref().map(Quantity::as_str), Some("2Gi"));
+        // `restricted` is the default profile: the cache gets a writable place.
+        assert_eq!(s.cache, Some(CacheStorage::EmptyDir(None)));
+        let sim = serving(
+            json!({"model": {"source": "hf://a/b"}, "engine": {"kind": "sim"}, "security": {"profile": "image-default"}}),
+        );
+        assert_eq!((sim.shared_memory, sim.cache), (None, None));
+        let tp =
+            serving(json!({"model": {"source": "hf://a/b"}, "engine": {"tensorParallelSize": 4}}));
+        assert_eq!(tp.gpus, 4);
+        let one = serving(json!({"model": {"source": "hf://a/b"}, "resources": {"gpu": {}}}));
+        assert_eq!(one.gpus, 1);
+    }
+
+    #[test]
+    fn a_stored_spec_that_is_not_valid_is_refused_with_its_fields_not_assumed() {
+        let spec: DeploymentSpec = serde_json::from_value(
+            json!({"model": {"source": "ftp://x"}, "replicas": -1, "engine": {"port": 70000}}),
+        )
+        .unwrap();
+        let errors = spec.serving("qwen").unwrap_err();
+        let fields: Vec<_> = errors.into_vec().into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            ["spec.replicas", "spec.engine.port", "spec.model.source"]
+        );
     }
 }

@@ -4,7 +4,6 @@
 pub mod cluster;
 pub mod desired;
 pub mod health;
-pub mod inference_pool;
 pub mod inventory;
 pub mod kube_events;
 pub mod seen;

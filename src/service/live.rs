@@ -1,10 +1,10 @@
 //! Live status: one change feed per process, fanned out to every watcher.
 //!
-//! Each process holds one `LISTEN` connection. A notification only says "something is new":
-//! the hub reads the feed table after the last sequence number it has seen and broadcasts
-//! what it finds, so a missed notification (a reconnect) loses nothing. Watchers (SSE now,
-//! GraphQL subscriptions next) filter the broadcast, load what changed through the same
-//! reads REST uses, and resume from a sequence number out of the table.
+//! Each process holds one `LISTEN` connection for the feed. A notification only says
+//! "something is new": the hub reads the feed table after the last sequence number it has
+//! seen and broadcasts what it finds, so a missed notification (a reconnect) loses nothing.
+//! Watchers (the SSE streams and GraphQL subscriptions alike) filter the broadcast, load
+//! what changed once for all of them, and resume from a sequence number out of the table.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -1,5 +1,6 @@
-//! The use cases shared by every front-end (REST now; GraphQL and the portal later):
-//! parse → transaction → store → enqueue → timeline. Handlers stay thin.
+//! The use cases shared by every front-end (REST and GraphQL; the portal uses REST):
+//! authorise → parse → transaction → store → enqueue → timeline. Handlers and resolvers
+//! stay thin.
 
 pub mod access;
 pub mod access_cache;

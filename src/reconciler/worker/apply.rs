@@ -8,8 +8,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::Worker;
 use crate::reconciler::cluster::{ClusterError, Object, contains, kind_of};
-use crate::reconciler::desired::{DesiredObjects, as_json};
-use crate::reconciler::inference_pool::PoolObjects;
+use crate::reconciler::desired::{DesiredObjects, PoolObjects, as_json};
 use crate::reconciler::status::Observed;
 
 /// The objects observation needs, as read during one reconcile. The outer `None`: not read

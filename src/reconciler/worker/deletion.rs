@@ -15,10 +15,9 @@ use super::{Outcome, Worker, record_id};
 use crate::domain::EventKind;
 use crate::reconciler::cluster::{ClusterError, Object};
 use crate::reconciler::desired::{
-    LABEL_DEPLOYMENT_ID, LABEL_INSTALLATION, LABEL_MANAGED_BY, LABEL_NAMESPACE_ADOPTED,
-    LABEL_PROJECT,
+    InferencePool, LABEL_DEPLOYMENT_ID, LABEL_INSTALLATION, LABEL_MANAGED_BY,
+    LABEL_NAMESPACE_ADOPTED, LABEL_PROJECT,
 };
-use crate::reconciler::inference_pool::InferencePool;
 use crate::store;
 use crate::store::deployments::ReconcileTarget;
 

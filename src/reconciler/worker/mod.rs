@@ -42,9 +42,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::cluster::Cluster;
-use super::desired::{BuildConfig, LABEL_DEPLOYMENT_ID};
+use super::desired::{BuildConfig, InferencePool, LABEL_DEPLOYMENT_ID};
 use super::health::WorkerHealth;
-use super::inference_pool::InferencePool;
 use super::kube_events::{self, Publisher};
 use super::seen::SeenKinds;
 use super::status::Budgets;

@@ -8,7 +8,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use super::{Worker, deployment_ref};
 use crate::domain::{Deployment, EventKind};
 use crate::reconciler::cluster::ClusterError;
-use crate::reconciler::inference_pool::{InferencePool, picker_name};
+use crate::reconciler::desired::{InferencePool, picker_name};
 use crate::reconciler::status::{Observed, route_settled};
 use crate::store::deployments::ReconcileTarget;
 

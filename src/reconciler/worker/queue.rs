@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::watches::Owner;
 use super::{Outcome, Worker, backoff};
 use crate::reconciler::cluster::ClusterError;
-use crate::reconciler::inference_pool::InferencePool;
+use crate::reconciler::desired::InferencePool;
 use crate::reconciler::inventory::{Inventory, InventoryConfig};
 use crate::store;
 use crate::store::work_queue::{Claim, NOTIFY_CHANNEL};

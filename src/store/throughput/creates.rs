@@ -29,12 +29,12 @@ use sqlx::types::Json;
 use tokio::sync::oneshot;
 
 use super::batch::{BatchWork, Batcher};
+use super::hot::HotConnections;
+use crate::domain::{Canary, DeploymentSpec, DeploymentStatus};
 use crate::store::deployments::{
     CreateOutcome, CreatedRecord, NewDeployment, RouteSpace, create_deployment_record,
     find_deployment,
 };
-use super::hot::HotConnections;
-use crate::domain::{Canary, DeploymentSpec, DeploymentStatus};
 
 /// How many batches may be committing at once: one filling while the other flushes.
 pub const IN_FLIGHT: usize = 2;

@@ -31,9 +31,9 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::batch::{BatchWork, Batcher};
-use crate::store::deployments::{DeploymentRow, find_deployment};
 use super::hot::HotConnections;
 use crate::domain::{Canary, DeploymentSpec, DeploymentStatus};
+use crate::store::deployments::{DeploymentRow, find_deployment};
 
 /// How many batch reads may run at once. One: a read is a single index probe per get, so
 /// the next batch waits little, and gathers everything that arrived meanwhile. On the bench

@@ -1,0 +1,205 @@
+//! What to tell the user: phase, conditions, counts, a one-line cause and the URLs,
+//! computed from what the cluster reports. A pure function, so every case is unit-tested.
+//!
+//! [`compute`] reads as the list of what it decides; one file per concern decides it,
+//! each using only the shared items here and the files listed before it:
+//!
+//! - `rollout`: the Deployment's counts, and the Available condition.
+//! - `problems`: what holds a rollout (a pod's image, crash loop, missing config or
+//!   scheduling; pods the cluster refuses to create; the deadline), and when a judgement
+//!   that depends on time falls due ([`recheck_after`]).
+//! - `phase`: the phase and its one-line message, and the Progressing condition, which
+//!   agrees with it.
+//! - `routing`: whether the Gateway accepted the route (and the InferencePool): the Routed
+//!   and InferencePool conditions.
+//! - `endpoints`: the in-cluster, external and OpenAI base URLs.
+//! - `applied`: what the API server took: the Applied condition (and the status before
+//!   anything is applied, or when an object is refused), the DisruptionBudget condition.
+//! - `canary`: the canary track's status, and how it weighs on the deployment's.
+
+mod applied;
+mod canary;
+mod endpoints;
+mod phase;
+mod problems;
+mod rollout;
+mod routing;
+#[cfg(test)]
+mod tests;
+
+use chrono::{DateTime, Utc};
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
+use k8s_openapi::api::core::v1::Pod;
+
+pub use self::applied::invalid_spec;
+use self::applied::{applied, disruption_budget, not_applied};
+pub use self::canary::{canary_status, with_canary};
+use self::endpoints::endpoints;
+use self::phase::{phase, progressing};
+pub use self::problems::recheck_after;
+use self::problems::rollout_problem;
+use self::rollout::{Rollout, available};
+pub use self::routing::route_settled;
+use self::routing::{inference_pool, route_state, routed};
+use super::desired::{GatewayRef, InferencePool, Target};
+use crate::domain::{
+    Condition, ConditionStatus, Deployment, DeploymentStatus, Endpoints, Phase, ReplicaCounts,
+};
+
+/// Everything observed about one record's objects.
+#[derive(Debug, Default)]
+pub struct Observed {
+    pub deployment: Option<K8sDeployment>,
+    /// Pods selected by the record's stable selector.
+    pub pods: Vec<Pod>,
+    pub service_exists: bool,
+    /// The config hash the current generation's pods carry.
+    pub config_hash: String,
+    /// The live HTTPRoute, when one is wanted and exists.
+    pub route: Option<HttpRoute>,
+    /// Why no route could be made (e.g. the Gateway API is not installed).
+    pub route_problem: Option<String>,
+    pub gateway: Option<GatewayRef>,
+    pub gateway_object: Option<Gateway>,
+    /// The API server refused an object: (kind, message).
+    pub rejected: Option<(String, String)>,
+    /// The API server refused the HTTPRoute (the rest was applied): its message.
+    pub route_rejected: Option<String>,
+    /// The API server refused the PodDisruptionBudget: its message.
+    pub budget_rejected: Option<String>,
+    /// InferencePool mode: the route's backend is the pool.
+    pub pool_mode: bool,
+    /// InferencePool mode on a cluster without the InferencePool CRD.
+    pub pool_unavailable: bool,
+    /// The live InferencePool and endpoint picker Deployment, in InferencePool mode.
+    pub pool: Option<InferencePool>,
+    pub picker: Option<K8sDeployment>,
+}
+
+/// How long (or how often) a problem that may still clear is tolerated before the
+/// deployment counts as Failed.
+#[derive(Debug, Clone, Copy)]
+pub struct Budgets {
+    pub unschedulable_seconds: i64,
+    /// Restarts after which a crash loop counts as Failed.
+    pub crash_restarts: i32,
+}
+
+pub fn compute(
+    t: &Target,
+    namespace: &str,
+    observed: &Observed,
+    budgets: Budgets,
+    now: DateTime<Utc>,
+) -> DeploymentStatus {
+    let record = t.record;
+    let Some(dep) = observed
+        .deployment
+        .as_ref()
+        .filter(|_| observed.rejected.is_none())
+    else {
+        return not_applied(t, namespace, observed, now);
+    };
+    let rollout = Rollout::of(dep, i64::from(t.serving.replicas));
+    let problem = rollout_problem(observed, dep, &rollout, budgets, now);
+    let route = route_state(observed);
+    // Progressing is decided once the phase is known, so the two always agree.
+    let (phase, message) = phase(record, observed, &rollout, problem.as_ref(), &route);
+    let conditions = [
+        Some(applied(record)),
+        Some(available(&rollout)),
+        Some(routed(observed, &route)),
+        inference_pool(observed),
+        disruption_budget(observed),
+        Some(progressing(&rollout, problem.as_ref(), phase, &message)),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|check| check.at(&record.status, now))
+    .collect();
+    let endpoints = endpoints(t, namespace, observed);
+    status(
+        phase,
+        record,
+        message,
+        rollout.counts,
+        conditions,
+        endpoints,
+    )
+}
+
+/// One condition's verdict, before it is dated ([`Check::at`]).
+struct Check {
+    type_: &'static str,
+    ok: bool,
+    reason: String,
+    message: String,
+}
+
+impl Check {
+    fn new(type_: &'static str, ok: bool, reason: impl Into<String>, message: String) -> Self {
+        Check {
+            type_,
+            ok,
+            reason: reason.into(),
+            message,
+        }
+    }
+
+    /// The condition, dated by [`condition`].
+    fn at(self, previous: &DeploymentStatus, now: DateTime<Utc>) -> Condition {
+        condition(
+            previous,
+            self.type_,
+            self.ok,
+            &self.reason,
+            self.message,
+            now,
+        )
+    }
+}
+
+fn status(
+    phase: Phase,
+    record: &Deployment,
+    message: String,
+    replicas: ReplicaCounts,
+    conditions: Vec<Condition>,
+    endpoints: Endpoints,
+) -> DeploymentStatus {
+    DeploymentStatus {
+        phase,
+        observed_generation: record.generation,
+        message,
+        replicas,
+        conditions,
+        endpoints,
+        canary: None,
+    }
+}
+
+/// A condition that keeps its last transition time while its status does not change.
+fn condition(
+    previous: &DeploymentStatus,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    now: DateTime<Utc>,
+) -> Condition {
+    let status = ConditionStatus::holds(ok);
+    let since = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or(now, |c| c.last_transition_time);
+    Condition {
+        type_: type_.to_owned(),
+        status,
+        reason: reason.to_owned(),
+        message,
+        last_transition_time: since,
+    }
+}

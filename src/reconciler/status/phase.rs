@@ -1,0 +1,151 @@
+//! The phase and its one-line message: what the rollout, its problem and the route add up
+//! to; and the Progressing condition, which agrees with it.
+
+use super::problems::Problem;
+use super::rollout::Rollout;
+use super::{Check, Observed};
+use crate::domain::{Deployment, Phase};
+
+/// The phase and message of an applied record. `route`: whether the route works, and what
+/// to say about it.
+pub(super) fn phase(
+    record: &Deployment,
+    observed: &Observed,
+    rollout: &Rollout,
+    problem: Option<&Problem>,
+    route: &(bool, String),
+) -> (Phase, String) {
+    if rollout.desired == 0 {
+        scaling_to_zero(rollout)
+    } else if rollout.counts.available == 0 {
+        none_available(observed, rollout, problem, &route.1)
+    } else {
+        some_available(record, observed, rollout, problem, route)
+    }
+}
+
+fn scaling_to_zero(rollout: &Rollout) -> (Phase, String) {
+    let total = rollout.total;
+    if total == 0 {
+        (
+            Phase::ScaledToZero,
+            "scaled to zero; objects kept".to_owned(),
+        )
+    } else {
+        (
+            Phase::Deploying,
+            format!("scaling to zero: {total} pod(s) still running"),
+        )
+    }
+}
+
+/// Nothing serves yet: Failed on a cause that will not clear, else still deploying.
+fn none_available(
+    observed: &Observed,
+    rollout: &Rollout,
+    problem: Option<&Problem>,
+    route_message: &str,
+) -> (Phase, String) {
+    match problem {
+        Some(p) if p.fatal => (Phase::Failed, p.message.clone()),
+        // A refused route never serves until the spec changes.
+        _ if observed.route_rejected.is_some() => (Phase::Failed, route_message.to_owned()),
+        Some(p) => (Phase::Deploying, format!("waiting: {}", p.message)),
+        None => (
+            Phase::Deploying,
+            format!(
+                "rolling out: {}/{} replicas available",
+                rollout.counts.available, rollout.desired
+            ),
+        ),
+    }
+}
+
+/// Some replicas serve: Ready once rolled out and routed, Degraded when something stands
+/// in the way, else still deploying.
+fn some_available(
+    record: &Deployment,
+    observed: &Observed,
+    rollout: &Rollout,
+    problem: Option<&Problem>,
+    (route_ok, route_message): &(bool, String),
+) -> (Phase, String) {
+    let (desired, counts, total) = (rollout.desired, &rollout.counts, rollout.total);
+    if rollout.rolled_out && *route_ok {
+        (
+            Phase::Ready,
+            format!("{desired}/{desired} replicas available"),
+        )
+    } else if let Some(p) = problem.filter(|p| p.fatal) {
+        (
+            Phase::Degraded,
+            format!(
+                "generation {} is failing ({}) while {}/{} replicas of the previous one still serve",
+                record.generation, p.message, counts.available, desired
+            ),
+        )
+    } else if observed.route_rejected.is_some() {
+        (
+            Phase::Degraded,
+            format!(
+                "{}/{desired} replicas serve in the cluster, but {route_message}",
+                counts.available
+            ),
+        )
+    } else if rollout.rolled_out && !route_ok {
+        (
+            Phase::Degraded,
+            format!("replicas serve, but the route is not working: {route_message}"),
+        )
+    } else if rollout.short_of_replicas(observed, problem.is_some()) {
+        let cause = problem
+            .map(|p| format!(": {}", p.message))
+            .unwrap_or_default();
+        (
+            Phase::Degraded,
+            format!(
+                "only {}/{} replicas available{cause}",
+                counts.available, desired
+            ),
+        )
+    } else if total > desired && counts.available >= desired && counts.updated >= desired {
+        // Replicas being removed: "rolling out: 2/1 updated" read as nonsense.
+        (
+            Phase::Deploying,
+            format!("scaling down to {desired}: {total} pods still running"),
+        )
+    } else {
+        (
+            Phase::Deploying,
+            format!(
+                "rolling out: {}/{} updated, {}/{} available",
+                counts.updated, desired, counts.available, desired
+            ),
+        )
+    }
+}
+
+/// Progressing names what holds the rollout. Held by a cause, it is not progressing
+/// (False, the cause as reason: "Progressing: Yes / Unschedulable" read as a
+/// contradiction); the phase says whether it is still waited for (Deploying) or given up
+/// (Failed), and the message for how long.
+pub(super) fn progressing(
+    rollout: &Rollout,
+    problem: Option<&Problem>,
+    phase: Phase,
+    message: &str,
+) -> Check {
+    let updated = || {
+        format!(
+            "{}/{} replicas updated",
+            rollout.counts.updated, rollout.desired
+        )
+    };
+    let (ok, reason, detail) = match problem {
+        Some(p) => (false, p.reason.clone(), p.message.clone()),
+        None if phase == Phase::Failed => (false, "Failed".to_owned(), message.to_owned()),
+        None if rollout.rolled_out => (true, "RolloutComplete".to_owned(), updated()),
+        None => (true, "RollingOut".to_owned(), updated()),
+    };
+    Check::new("Progressing", ok, reason, detail)
+}
