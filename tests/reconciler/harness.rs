@@ -296,20 +296,7 @@ impl ServeProcess {
         emulator: &RunningEmulator,
         env: &[(&str, &str)],
     ) -> Self {
-        let dir = TempDir(
-            std::env::temp_dir().join(format!("modelplane-serve-{}", uuid::Uuid::now_v7())),
-        );
-        std::fs::create_dir_all(&dir.0).unwrap();
-        let kubeconfig = dir.0.join("kubeconfig");
-        std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
-        let options = pool.connect_options();
-        let database_url = format!(
-            "postgres://{}@{}:{}/{}",
-            options.get_username(),
-            options.get_host(),
-            options.get_port(),
-            options.get_database().unwrap()
-        );
+        let (dir, kubeconfig, database_url) = process_setup(pool, emulator, "serve");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -436,4 +423,27 @@ pub(crate) async fn create_gateway(
         .await
         .unwrap();
     gateways
+}
+
+/// What a modelplane process started by a test needs: a folder (removed when dropped) with
+/// the emulator's kubeconfig in it, and the test database's URL.
+pub(crate) fn process_setup(
+    pool: &PgPool,
+    emulator: &RunningEmulator,
+    what: &str,
+) -> (TempDir, std::path::PathBuf, String) {
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("modelplane-{what}-{}", uuid::Uuid::now_v7())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let kubeconfig = dir.0.join("kubeconfig");
+    std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
+    let options = pool.connect_options();
+    let database_url = format!(
+        "postgres://{}@{}:{}/{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap()
+    );
+    (dir, kubeconfig, database_url)
 }

@@ -13,19 +13,7 @@ use super::*;
 #[sqlx::test]
 async fn two_worker_processes_share_the_work_and_a_killed_one_loses_nothing(pool: PgPool) {
     let emulator = Emulator::builder().start().await.unwrap();
-    let dir =
-        TempDir(std::env::temp_dir().join(format!("modelplane-workers-{}", uuid::Uuid::now_v7())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let kubeconfig = dir.0.join("kubeconfig");
-    std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
-    let options = pool.connect_options();
-    let database_url = format!(
-        "postgres://{}@{}:{}/{}",
-        options.get_username(),
-        options.get_host(),
-        options.get_port(),
-        options.get_database().unwrap()
-    );
+    let (_dir, kubeconfig, database_url) = process_setup(&pool, &emulator, "workers");
 
     let app = TestApp::spawn(pool.clone()).await;
     app.create_project("team-a").await;
@@ -102,19 +90,7 @@ async fn two_worker_processes_share_the_work_and_a_killed_one_loses_nothing(pool
 #[sqlx::test]
 async fn a_taken_port_stops_the_process_before_the_worker_starts(pool: PgPool) {
     let emulator = Emulator::builder().start().await.unwrap();
-    let dir =
-        TempDir(std::env::temp_dir().join(format!("modelplane-port-{}", uuid::Uuid::now_v7())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let kubeconfig = dir.0.join("kubeconfig");
-    std::fs::write(&kubeconfig, emulator.kubeconfig_yaml()).unwrap();
-    let options = pool.connect_options();
-    let database_url = format!(
-        "postgres://{}@{}:{}/{}",
-        options.get_username(),
-        options.get_host(),
-        options.get_port(),
-        options.get_database().unwrap()
-    );
+    let (_dir, kubeconfig, database_url) = process_setup(&pool, &emulator, "port");
     let app = TestApp::spawn(pool.clone()).await;
     app.create_project("team-a").await;
     create_with_app(&app, "waiting").await;
