@@ -15,6 +15,7 @@ pub mod projects;
 pub mod quota;
 pub mod revisions;
 pub mod role_bindings;
+pub mod routes;
 pub mod text;
 pub mod throughput;
 pub mod tokens;

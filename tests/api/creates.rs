@@ -4,8 +4,9 @@
 
 use modelplane::domain::{DeploymentSpec, DeploymentStatus, RouteClaim, SpecLimits};
 use modelplane::store::creates::DeploymentCreates;
-use modelplane::store::deployments::{CreateOutcome, NewDeployment, RouteSpace};
+use modelplane::store::deployments::{CreateOutcome, NewDeployment};
 use modelplane::store::hot::HotConnections;
+use modelplane::store::routes::RouteSpace;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::PgPool;

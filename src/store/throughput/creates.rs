@@ -32,9 +32,9 @@ use super::batch::{BatchWork, Batcher};
 use super::hot::HotConnections;
 use crate::domain::{Canary, DeploymentSpec, DeploymentStatus};
 use crate::store::deployments::{
-    CreateOutcome, CreatedRecord, NewDeployment, RouteSpace, create_deployment_record,
-    find_deployment,
+    CreateOutcome, CreatedRecord, NewDeployment, create_deployment_record, find_deployment,
 };
+use crate::store::routes::RouteSpace;
 
 /// How many batches may be committing at once: one filling while the other flushes.
 pub const IN_FLIGHT: usize = 2;

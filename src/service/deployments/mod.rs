@@ -4,6 +4,17 @@
 //! validate the new spec, store it with a revision and a timeline event, and queue a
 //! reconcile. A change that fails leaves nothing behind.
 
+mod reads;
+mod routes;
+
+pub use reads::{
+    GpuUsage, get_deployment, get_deployment_by_id, get_deployment_in, gpu_usage, latest_events_in,
+    list_deployments, list_deployments_in, list_events, list_events_in, list_revisions,
+    list_revisions_in, phase_counts, revision_counts_in,
+};
+pub(crate) use routes::route_claim;
+use routes::{check_route, hostname_conflict, path_conflict, reserved_hostnames};
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sqlx::{Postgres, Transaction};
@@ -22,10 +33,9 @@ use crate::domain::{
     canonical_json, check_not_canary_name, check_shared_gateway_rules, entity_tag, from_json_value,
 };
 use crate::store;
-use crate::store::deployments::{
-    CreateOutcome, DeploymentFilter, DeploymentRow, NewDeployment, RouteRefusal, RouteSpace,
-};
+use crate::store::deployments::{CreateOutcome, DeploymentFilter, DeploymentRow, NewDeployment};
 use crate::store::events::NewEvent;
+use crate::store::routes::{RouteRefusal, RouteSpace};
 
 /// The body of `POST …/deployments`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -352,223 +362,6 @@ fn name_taken(project: &Project, name: &str, existing: &DeploymentRow) -> Servic
     ServiceError::conflict(Some("name"), message)
 }
 
-#[instrument(skip(ctx, actor))]
-pub async fn get_deployment(
-    ctx: &Context,
-    actor: &Actor,
-    project: &str,
-    name: &str,
-) -> Result<Deployment, ServiceError> {
-    let project = authorize(ctx, actor, project, Role::Viewer).await?;
-    get_deployment_in(ctx, &project, name).await
-}
-
-/// [`get_deployment`] in a project already authorised.
-pub async fn get_deployment_in(
-    ctx: &Context,
-    project: &Authorized,
-    name: &str,
-) -> Result<Deployment, ServiceError> {
-    project.require(Role::Viewer)?;
-    let row = find(ctx, project, name).await?;
-    Ok(row.into_record(&project.name))
-}
-
-async fn find(ctx: &Context, project: &Project, name: &str) -> Result<DeploymentRow, ServiceError> {
-    check_name_could_exist(name)?;
-    let row = ctx.lookups.find(project.id, name).await?;
-    row.ok_or_else(|| ServiceError::not_found("deployment", name))
-}
-
-#[instrument(skip(ctx, actor))]
-pub async fn list_deployments(
-    ctx: &Context,
-    actor: &Actor,
-    project: &str,
-    query: &ListDeployments,
-) -> Result<Page<Deployment>, ServiceError> {
-    let project = authorize(ctx, actor, project, Role::Viewer).await?;
-    list_deployments_in(ctx, &project, query).await
-}
-
-/// [`list_deployments`] in a project already authorised.
-pub async fn list_deployments_in(
-    ctx: &Context,
-    project: &Authorized,
-    query: &ListDeployments,
-) -> Result<Page<Deployment>, ServiceError> {
-    project.require(Role::Viewer)?;
-    let mut errors = FieldErrors::new();
-    let phase = match &query.phase {
-        Some(p) => errors.check("phase", p.parse::<Phase>()),
-        None => None,
-    };
-    let selector = match &query.label_selector {
-        Some(s) => errors
-            .check("labelSelector", LabelSelector::parse(s))
-            .unwrap_or_default(),
-        None => LabelSelector::default(),
-    };
-    if let Some(prefix) = &query.name_prefix {
-        let ok = prefix.len() <= 45
-            && prefix
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        if !ok {
-            errors.push(
-                "namePrefix",
-                "must be at most 45 lowercase letters, digits or '-'",
-            );
-        }
-    }
-    let limit = match page_size(query.limit) {
-        Ok(limit) => limit,
-        Err(ServiceError::Invalid(e)) => {
-            errors.extend(e);
-            0
-        }
-        Err(other) => return Err(other),
-    };
-    let filters = format!(
-        "deployments|{}|{:?}|{:?}|{:?}",
-        project.id, query.phase, query.label_selector, query.name_prefix
-    );
-    let after = match &query.cursor {
-        Some(c) => match cursor::decode(c, &filters).and_then(|k| parse_uuid_cursor(&k)) {
-            Ok(id) => Some(id),
-            Err(e) => {
-                errors.extend(e);
-                None
-            }
-        },
-        None => None,
-    };
-    errors.finish(|| ())?;
-
-    let filter = DeploymentFilter {
-        phase,
-        selector,
-        name_prefix: query.name_prefix.clone(),
-        after,
-        limit: limit + 1,
-    };
-    let mut conn = ctx.hot.acquire().await?;
-    let rows = store::deployments::list_deployments(&mut *conn, project.id, &filter).await?;
-    conn.reuse();
-    let page = cursor::page(rows, limit, &filters, |row| row.id.to_string());
-    Ok(Page {
-        items: page
-            .items
-            .into_iter()
-            .map(|row| row.into_record(&project.name))
-            .collect(),
-        next_cursor: page.next_cursor,
-        cursors: page.cursors,
-    })
-}
-
-/// A deployment by its id, wherever it is, if the caller may read its project.
-pub async fn get_deployment_by_id(
-    ctx: &Context,
-    actor: &Actor,
-    id: Uuid,
-) -> Result<(Authorized, Deployment), ServiceError> {
-    let not_found = || ServiceError::not_found("deployment", id.to_string());
-    let found = store::deployments::find_reconcile_target(&ctx.pool, id)
-        .await?
-        .ok_or_else(not_found)?;
-    let row = found.row;
-    // Another project's id reads as missing, as a name would.
-    let project = authorize(ctx, actor, &found.project, Role::Viewer)
-        .await
-        .map_err(|_| not_found())?;
-    let deployment = row.into_record(&project.name);
-    Ok((project, deployment))
-}
-
-/// The newest `per` (at most 20) timeline entries of each deployment of an authorised
-/// project, newest first, in one read (GraphQL pages of deployments batch through this).
-pub async fn latest_events_in(
-    ctx: &Context,
-    project: &Authorized,
-    deployment_ids: &[Uuid],
-    per: i64,
-) -> Result<std::collections::HashMap<Uuid, Vec<TimelineEvent>>, ServiceError> {
-    project.require(Role::Viewer)?;
-    if !(1..=20).contains(&per) {
-        return Err(FieldErrors::single("count", "must be between 1 and 20").into());
-    }
-    let mut by_deployment: std::collections::HashMap<Uuid, Vec<TimelineEvent>> =
-        std::collections::HashMap::new();
-    for event in store::events::latest_events(&ctx.pool, project.id, deployment_ids, per).await? {
-        by_deployment
-            .entry(event.deployment_id)
-            .or_default()
-            .push(event);
-    }
-    Ok(by_deployment)
-}
-
-/// How many revisions each deployment of an authorised project has, in one read.
-pub async fn revision_counts_in(
-    ctx: &Context,
-    project: &Authorized,
-    deployment_ids: &[Uuid],
-) -> Result<std::collections::HashMap<Uuid, i64>, ServiceError> {
-    project.require(Role::Viewer)?;
-    Ok(
-        store::revisions::revision_counts(&ctx.pool, project.id, deployment_ids)
-            .await?
-            .into_iter()
-            .collect(),
-    )
-}
-
-/// How many deployments of the project are in each phase (phases with none are left out).
-pub async fn phase_counts(
-    ctx: &Context,
-    project: &Authorized,
-) -> Result<Vec<(Phase, i64)>, ServiceError> {
-    project.require(Role::Viewer)?;
-    let counts = store::deployments::phase_counts(&ctx.pool, project.id).await?;
-    Ok(counts
-        .into_iter()
-        .filter_map(|(phase, n)| Some((phase.parse::<Phase>().ok()?, n)))
-        .collect())
-}
-
-/// GPUs the project's deployments ask for (replicas × GPUs per pod) and hold in ready pods.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GpuUsage {
-    pub requested: i64,
-    pub in_use: i64,
-}
-
-pub async fn gpu_usage(ctx: &Context, project: &Authorized) -> Result<GpuUsage, ServiceError> {
-    project.require(Role::Viewer)?;
-    let mut usage = GpuUsage::default();
-    for d in store::deployments::specs_of_project(&ctx.pool, project.id).await? {
-        // A stored spec that does not resolve asks for nothing the worker would apply.
-        let Ok(serving) = d.spec.serving(&d.name) else {
-            continue;
-        };
-        let per_pod = i64::from(serving.gpus);
-        usage.requested += i64::from(serving.replicas) * per_pod;
-        usage.in_use += d.status.replicas.ready * per_pod;
-        // A canary's pods take GPUs of their own.
-        if let Some(canary) = &d.canary
-            && let Ok(serving) = canary.spec.serving(&d.name)
-        {
-            let per_pod = i64::from(serving.gpus);
-            usage.requested += i64::from(serving.replicas) * per_pod;
-            if let Some(track) = &d.status.canary {
-                usage.in_use += track.replicas.ready * per_pod;
-            }
-        }
-    }
-    Ok(usage)
-}
-
 /// A patch that switches `routing.mode` away from `InferencePool` without saying what
 /// becomes of `routing.inferencePool` drops the pool settings too: they only apply in that
 /// mode, and asking for a second field (`inferencePool: null`) just to leave it was a 422
@@ -826,107 +619,6 @@ fn check_replicas(ctx: &Context, replicas: i64) -> Result<(), FieldErrors> {
     }
 }
 
-/// The hostnames a route on `route`'s Gateway may not claim: the platform's
-/// (`MODELPLANE_RESERVED_HOSTNAMES`) and, always, those the Gateway itself answers for, as
-/// the worker last saw it (its listeners' hostnames and its status's hostname addresses).
-async fn reserved_hostnames<'a>(
-    ctx: &'a Context,
-    route: &RouteClaim,
-) -> Result<std::borrow::Cow<'a, [String]>, ServiceError> {
-    if route.hostname.is_none() {
-        return Ok(std::borrow::Cow::Borrowed(
-            ctx.routing.reserved_hostnames.as_slice(),
-        ));
-    }
-    let gateway = if route.gateway.is_empty() {
-        match ctx
-            .routing
-            .default_gateway
-            .as_deref()
-            .map(crate::domain::parse_gateway_ref)
-        {
-            Some(Ok((namespace, name, _))) => format!("{namespace}/{name}"),
-            _ => {
-                return Ok(std::borrow::Cow::Borrowed(
-                    ctx.routing.reserved_hostnames.as_slice(),
-                ));
-            }
-        }
-    } else {
-        route.gateway.clone()
-    };
-    let mut reserved = ctx.routing.reserved_hostnames.clone();
-    reserved.extend(store::gateways::hostnames_of_gateway(&ctx.pool, &gateway).await?);
-    Ok(std::borrow::Cow::Owned(reserved))
-}
-
-pub(super) fn route_claim(
-    ctx: &Context,
-    project: &Project,
-    name: &str,
-    spec: &DeploymentSpec,
-) -> RouteClaim {
-    RouteClaim::of(
-        spec,
-        &project.name,
-        name,
-        ctx.routing.default_gateway.as_deref(),
-    )
-}
-
-/// Refuses a route that another project's or another deployment's route would collide
-/// with on a shared Gateway (see `domain::routing`).
-async fn check_route(
-    ctx: &Context,
-    tx: &mut Transaction<'_, Postgres>,
-    project: &Project,
-    deployment_id: Uuid,
-    spec: &DeploymentSpec,
-    route: &RouteClaim,
-) -> Result<(), ServiceError> {
-    let reserved = reserved_hostnames(ctx, route).await?;
-    check_shared_gateway_rules(spec, project, route, &reserved)?;
-    lock_route_space(tx, project, route).await?;
-    // The rules that need the other deployments live in SQL only, where creates run them too.
-    match store::deployments::check_route_claim(&mut **tx, project.id, deployment_id, route).await?
-    {
-        None => Ok(()),
-        Some(RouteRefusal::HostnameTaken) => Err(hostname_conflict(
-            route.hostname.as_deref().unwrap_or_default(),
-        )),
-        Some(RouteRefusal::Overlaps { name, path }) => Err(path_conflict(route, &name, &path)),
-    }
-}
-
-/// Takes the part of the Gateways' request space a route lives in, so two concurrent
-/// writers cannot both find it free (see [`RouteSpace`]).
-async fn lock_route_space(
-    tx: &mut Transaction<'_, Postgres>,
-    project: &Project,
-    route: &RouteClaim,
-) -> Result<(), sqlx::Error> {
-    let space = RouteSpace::of(project.id, route);
-    store::deployments::lock_route_space(&mut **tx, &space.space, &space.paths).await
-}
-
-fn hostname_conflict(host: &str) -> ServiceError {
-    ServiceError::conflict(
-        Some("spec.routing.hostname"),
-        format!("hostname `{host}` is already used by another project"),
-    )
-}
-
-fn path_conflict(route: &RouteClaim, other: &str, path: &str) -> ServiceError {
-    ServiceError::conflict(
-        Some("spec.routing.pathPrefix"),
-        format!(
-            "path prefix `{}` overlaps `{path}` of deployment `{other}` on the same Gateway and hostname: \
-             one would receive the other's requests",
-            route.path_prefix
-        ),
-    )
-}
-
 /// Sets the restart marker: pods are replaced without a spec change.
 #[instrument(skip(ctx, actor, precondition))]
 pub async fn restart_deployment(
@@ -993,83 +685,6 @@ pub async fn delete_deployment(
     tx.commit().await?;
     tracing::info!(deployment_id = %updated.id, "deployment delete requested");
     Ok(updated.into_record(&project.name))
-}
-
-#[instrument(skip(ctx, actor))]
-pub async fn list_revisions(
-    ctx: &Context,
-    actor: &Actor,
-    project: &str,
-    name: &str,
-    limit: Option<i64>,
-    cursor_param: Option<&str>,
-) -> Result<Page<Revision>, ServiceError> {
-    let project = authorize(ctx, actor, project, Role::Viewer).await?;
-    let row = find(ctx, &project, name).await?;
-    list_revisions_in(ctx, &project, row.id, limit, cursor_param).await
-}
-
-/// The revisions of the deployment `deployment_id` of a project already authorised (none
-/// when the id is another project's).
-pub async fn list_revisions_in(
-    ctx: &Context,
-    project: &Authorized,
-    deployment_id: Uuid,
-    limit: Option<i64>,
-    cursor_param: Option<&str>,
-) -> Result<Page<Revision>, ServiceError> {
-    project.require(Role::Viewer)?;
-    let limit = page_size(limit)?;
-    let filters = format!("revisions|{deployment_id}");
-    let before = match cursor_param {
-        Some(c) => Some(parse_i64_cursor(&cursor::decode(c, &filters)?)?),
-        None => None,
-    };
-    let rows =
-        store::revisions::list_revisions(&ctx.pool, project.id, deployment_id, before, limit + 1)
-            .await?;
-    Ok(cursor::page(rows, limit, &filters, |r| {
-        r.revision.to_string()
-    }))
-}
-
-/// The timeline of a deployment by id: it outlives the deployment.
-#[instrument(skip(ctx, actor))]
-pub async fn list_events(
-    ctx: &Context,
-    actor: &Actor,
-    project: &str,
-    deployment: DeploymentRef<'_>,
-    limit: Option<i64>,
-    cursor_param: Option<&str>,
-) -> Result<Page<TimelineEvent>, ServiceError> {
-    let project = authorize(ctx, actor, project, Role::Viewer).await?;
-    let deployment_id = match deployment {
-        DeploymentRef::Name(name) => find(ctx, &project, name).await?.id,
-        DeploymentRef::Id(id) => id,
-    };
-    list_events_in(ctx, &project, deployment_id, limit, cursor_param).await
-}
-
-/// The timeline of the deployment `deployment_id` of a project already authorised (empty
-/// when the id is another project's).
-pub async fn list_events_in(
-    ctx: &Context,
-    project: &Authorized,
-    deployment_id: Uuid,
-    limit: Option<i64>,
-    cursor_param: Option<&str>,
-) -> Result<Page<TimelineEvent>, ServiceError> {
-    project.require(Role::Viewer)?;
-    let limit = page_size(limit)?;
-    let filters = format!("events|{}|{deployment_id}", project.id);
-    let after = match cursor_param {
-        Some(c) => Some(parse_i64_cursor(&cursor::decode(c, &filters)?)?),
-        None => None,
-    };
-    let rows =
-        store::events::list_events(&ctx.pool, project.id, deployment_id, after, limit + 1).await?;
-    Ok(cursor::page(rows, limit, &filters, |e| e.id.to_string()))
 }
 
 /// How a caller names a deployment whose timeline it wants.
