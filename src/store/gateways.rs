@@ -9,16 +9,15 @@ pub async fn replace_gateway_hostnames(
     hostnames: &[String],
 ) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
-    sqlx::query("delete from gateway_hostname where gateway = $1")
-        .bind(gateway)
+    sqlx::query!("delete from gateway_hostname where gateway = $1", gateway)
         .execute(&mut *tx)
         .await?;
-    sqlx::query(
-        "insert into gateway_hostname (gateway, hostname) \
+    sqlx::query!(
+        "insert into gateway_hostname (gateway, hostname)
          select $1, h from unnest($2::text[]) as h on conflict do nothing",
+        gateway,
+        hostnames
     )
-    .bind(gateway)
-    .bind(hostnames)
     .execute(&mut *tx)
     .await?;
     tx.commit().await
@@ -26,8 +25,7 @@ pub async fn replace_gateway_hostnames(
 
 /// Forgets a Gateway that was deleted.
 pub async fn delete_gateway_hostnames(pool: &PgPool, gateway: &str) -> Result<(), sqlx::Error> {
-    sqlx::query("delete from gateway_hostname where gateway = $1")
-        .bind(gateway)
+    sqlx::query!("delete from gateway_hostname where gateway = $1", gateway)
         .execute(pool)
         .await
         .map(|_| ())
@@ -38,8 +36,10 @@ pub async fn hostnames_of_gateway(
     executor: impl PgExecutor<'_>,
     gateway: &str,
 ) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("select hostname from gateway_hostname where gateway = $1 order by hostname")
-        .bind(gateway)
-        .fetch_all(executor)
-        .await
+    sqlx::query_scalar!(
+        "select hostname from gateway_hostname where gateway = $1 order by hostname",
+        gateway
+    )
+    .fetch_all(executor)
+    .await
 }

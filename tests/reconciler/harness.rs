@@ -266,8 +266,12 @@ pub(crate) async fn create(h: &Harness, name: &str) {
 
 /// Creates deployment `name` in team-a with `spec`, which must be accepted.
 pub(crate) async fn create_with(h: &Harness, name: &str, spec: Value) {
-    let response = h
-        .app
+    create_in(&h.app, name, spec).await;
+}
+
+/// Creates deployment `name` in team-a with `spec` through `app`; it must be accepted.
+pub(crate) async fn create_in(app: &TestApp, name: &str, spec: Value) {
+    let response = app
         .post_json(
             "/api/v1/projects/team-a/deployments",
             &json!({"name": name, "spec": spec}),
@@ -379,16 +383,6 @@ pub(crate) fn spawn_worker(
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("the modelplane binary starts")
-}
-
-pub(crate) async fn create_with_app(app: &TestApp, name: &str) {
-    let response = app
-        .post_json(
-            "/api/v1/projects/team-a/deployments",
-            &json!({"name": name, "spec": sim_spec()}),
-        )
-        .await;
-    assert_eq!(response.status(), StatusCode::CREATED);
 }
 
 /// Makes the namespace `gateway-system` and the Gateway `inference` in it.

@@ -93,7 +93,7 @@ async fn a_taken_port_stops_the_process_before_the_worker_starts(pool: PgPool) {
     let (_dir, kubeconfig, database_url) = process_setup(&pool, &emulator, "port");
     let app = TestApp::spawn(pool.clone()).await;
     app.create_project("team-a").await;
-    create_with_app(&app, "waiting").await;
+    create_in(&app, "waiting", sim_spec()).await;
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = taken.local_addr().unwrap().to_string();
     let output = tokio::task::spawn_blocking(move || {
