@@ -8,8 +8,7 @@
 //! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench --bench latency -- 1000`
 //! It creates (and drops) its own database.
 
-#[path = "support.rs"]
-mod support;
+use modelplane_testkit::scratch as support;
 
 use std::time::{Duration, Instant};
 

@@ -7,8 +7,7 @@
 //! (the argument is N; each watcher is a TCP connection on both ends, so N needs twice as many
 //! file descriptors: `ulimit -n` must allow it). It creates (and drops) its own database.
 
-#[path = "support.rs"]
-mod support;
+use modelplane_testkit::scratch as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -74,39 +74,8 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     store::migrate(&pool).await?;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let draining = Arc::new(Draining::default());
-    let hot = crate::store::hot::HotConnections::new(pool.clone());
-    let ctx = service::Context {
-        pool: pool.clone(),
-        hot: hot.clone(),
-        lookups: crate::store::lookups::DeploymentLookups::new(hot.clone()),
-        creates: crate::store::creates::DeploymentCreates::new(hot),
-        access: service::access_cache::AccessCache::start(pool.clone(), shutdown.clone()).await?,
-        limits: SpecLimits {
-            max_replicas: config.max_replicas,
-            allow_plaintext_credentials: config.allow_plaintext_credentials,
-        },
-        routing: Arc::new(service::RoutingPolicy {
-            default_gateway: config.reconciler.gateway.clone(),
-            reserved_hostnames: config
-                .reconciler
-                .reserved_hostnames
-                .iter()
-                .map(|h| h.trim().to_ascii_lowercase())
-                .filter(|h| !h.is_empty())
-                .collect(),
-        }),
-        gpu_resource_name: config.reconciler.gpu_resource_name.as_str().into(),
-    };
-    if let Some(token) = &config.auth.bootstrap_token {
-        if token.expose().len() < 32 {
-            return Err(StartupError::Config(
-                "MODELPLANE_BOOTSTRAP_TOKEN must be at least 32 characters".into(),
-            ));
-        }
-        if service::tokens::ensure_bootstrap_token(&ctx, token.expose()).await? {
-            tracing::info!("bootstrap platform-admin token stored from configuration");
-        }
-    }
+    let ctx = service_context(&config, &pool, &shutdown).await?;
+    bootstrap_token(&config, &ctx).await?;
     let oidc = oidc_verifier(&config.auth).await?;
     // The worker drives only a cluster named explicitly; the API needs none.
     let worker_config = worker_config(&config.reconciler);
@@ -124,18 +93,9 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     };
     let (worker, worker_health) = match (&cluster, config.role.runs_worker()) {
         (Some(cluster), true) => {
-            // Its own pool: API requests, however many, cannot take the worker's connections.
-            let worker_pool = store::connect(
-                config.database.database_url.expose(),
-                config.database.db_worker_connections.max(1),
-            )
-            .await?;
-            let worker = Worker::new(worker_pool, cluster.clone(), worker_config);
-            let health = worker.health();
-            (
-                Some(tokio::spawn(worker.run(shutdown.clone()))),
-                Some(health),
-            )
+            let (worker, health) =
+                start_worker(&config, cluster.clone(), worker_config, &shutdown).await?;
+            (Some(worker), Some(health))
         }
         _ => (None, None),
     };
@@ -217,6 +177,86 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         }
     };
     shutdown.cancel();
+    wind_down(&hub, worker, grace).await;
+    pool.close().await;
+    tracing::info!("stopped");
+    served
+}
+
+/// The service layer's context: the pools and batchers over Postgres, the access cache and
+/// the policies every request applies.
+async fn service_context(
+    config: &ServeConfig,
+    pool: &sqlx::PgPool,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<service::Context, StartupError> {
+    let hot = crate::store::hot::HotConnections::new(pool.clone());
+    Ok(service::Context {
+        pool: pool.clone(),
+        hot: hot.clone(),
+        lookups: crate::store::lookups::DeploymentLookups::new(hot.clone()),
+        creates: crate::store::creates::DeploymentCreates::new(hot),
+        access: service::access_cache::AccessCache::start(pool.clone(), shutdown.clone()).await?,
+        limits: SpecLimits {
+            max_replicas: config.max_replicas,
+            allow_plaintext_credentials: config.allow_plaintext_credentials,
+        },
+        routing: Arc::new(service::RoutingPolicy {
+            default_gateway: config.reconciler.gateway.clone(),
+            reserved_hostnames: config
+                .reconciler
+                .reserved_hostnames
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| !h.is_empty())
+                .collect(),
+        }),
+        gpu_resource_name: config.reconciler.gpu_resource_name.as_str().into(),
+    })
+}
+
+/// Stores `MODELPLANE_BOOTSTRAP_TOKEN` as a platform-admin token, when it is set.
+async fn bootstrap_token(config: &ServeConfig, ctx: &service::Context) -> Result<(), StartupError> {
+    let Some(token) = &config.auth.bootstrap_token else {
+        return Ok(());
+    };
+    if token.expose().len() < 32 {
+        return Err(StartupError::Config(
+            "MODELPLANE_BOOTSTRAP_TOKEN must be at least 32 characters".into(),
+        ));
+    }
+    if service::tokens::ensure_bootstrap_token(ctx, token.expose()).await? {
+        tracing::info!("bootstrap platform-admin token stored from configuration");
+    }
+    Ok(())
+}
+
+type WorkerTask = tokio::task::JoinHandle<Result<(), sqlx::Error>>;
+
+/// Starts the reconciler on a pool of its own: API requests, however many, cannot take the
+/// worker's connections.
+async fn start_worker(
+    config: &ServeConfig,
+    cluster: cluster::Cluster,
+    worker_config: crate::reconciler::worker::WorkerConfig,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<(WorkerTask, Arc<crate::reconciler::health::WorkerHealth>), StartupError> {
+    let worker_pool = store::connect(
+        config.database.database_url.expose(),
+        config.database.db_worker_connections.max(1),
+    )
+    .await?;
+    let worker = Worker::new(worker_pool, cluster, worker_config);
+    let health = worker.health();
+    Ok((tokio::spawn(worker.run(shutdown.clone())), health))
+}
+
+/// After the listener closed: WebSockets get `grace` to close, then the worker to stop.
+async fn wind_down(
+    hub: &crate::service::live::ChangeHub,
+    worker: Option<WorkerTask>,
+    grace: Duration,
+) {
     if !hub.close_sockets(grace).await {
         tracing::warn!("WebSocket connections still open after the shutdown timeout");
     }
@@ -230,9 +270,6 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
             Err(_) => tracing::warn!("the reconciler did not stop within the shutdown timeout"),
         }
     }
-    pool.close().await;
-    tracing::info!("stopped");
-    served
 }
 
 /// Readiness during shutdown: false from the signal on, so nothing new is routed here.

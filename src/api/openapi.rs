@@ -96,6 +96,8 @@ impl CommonResponses {
 }
 
 impl Modify for CommonResponses {
+    /// One pass over every operation (~95 lines, most of it the table of which problem
+    /// each kind of operation can answer).
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         for (path, item) in openapi.paths.paths.iter_mut() {
             if !path.starts_with("/api/v1/") {

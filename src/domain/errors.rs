@@ -53,6 +53,24 @@ impl FieldErrors {
         self.0.is_empty()
     }
 
+    /// The same errors, for input that sits at `prefix` of a larger document (`replicas`
+    /// becomes `spec.replicas`; an error of the whole value names `prefix`).
+    pub fn under(self, prefix: &str) -> Self {
+        Self(
+            self.0
+                .into_iter()
+                .map(|e| FieldError {
+                    field: match e.field.as_str() {
+                        "" => prefix.to_owned(),
+                        f if f.starts_with('[') => format!("{prefix}{f}"),
+                        f => format!("{prefix}.{f}"),
+                    },
+                    message: e.message,
+                })
+                .collect(),
+        )
+    }
+
     pub fn into_vec(self) -> Vec<FieldError> {
         self.0
     }
@@ -94,6 +112,15 @@ pub fn from_json_value<T: serde::de::DeserializeOwned>(
         let (field, message) = describe_serde_error(&path, &err.into_inner().to_string());
         FieldErrors::single(field, message)
     })
+}
+
+/// [`from_json_value`] for a value that sits at `field` of a larger input, so its errors
+/// name the same paths as when it arrives inside a request body (`spec.replicas`).
+pub fn from_json_value_at<T: serde::de::DeserializeOwned>(
+    field: &str,
+    value: serde_json::Value,
+) -> Result<T, FieldErrors> {
+    from_json_value(value).map_err(|errors| errors.under(field))
 }
 
 fn path_or_root(path: &str) -> String {

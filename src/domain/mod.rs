@@ -28,7 +28,7 @@ pub use capacity::{
     GpuQuotaUse, GpuRequested, GpuShape, ProjectQuota, QuotaExceeded, QuotaSpec, QuotaUse,
     TrackDemand, UnavailableNode, UsageReport, check_quota, fit, gpu_quota_name,
 };
-pub use errors::{FieldError, FieldErrors, from_json_value};
+pub use errors::{FieldError, FieldErrors, from_json_value, from_json_value_at};
 pub use health::{CheckResult, ReadinessCheck};
 pub use json::{canonical_json, parse_strict as parse_json_strict};
 pub use names::{

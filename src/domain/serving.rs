@@ -132,59 +132,9 @@ impl DeploymentSpec {
             None if self.engine.kind == EngineKind::Sim => None,
             None => Quantity::parse(DEFAULT_SHARED_MEMORY).ok(),
         };
-        let pod_count =
-            |errors: &mut FieldErrors, field: &str, value: &Option<serde_json::Value>| {
-                let value = value.as_ref()?;
-                let parsed = PodCount::parse(value);
-                if parsed.is_none() {
-                    errors.push(field, ROLLOUT_COUNT);
-                }
-                parsed
-            };
-        let (default_surge, default_unavailable) = match gpus {
-            Some(n) if n > 0 => (PodCount::Count(0), PodCount::Count(1)),
-            _ => (PodCount::Percent(25), PodCount::Percent(25)),
-        };
-        let max_unavailable = pod_count(
-            &mut errors,
-            "spec.rollout.maxUnavailable",
-            &self.rollout.max_unavailable,
-        )
-        .unwrap_or(default_unavailable);
-        let max_surge = pod_count(
-            &mut errors,
-            "spec.rollout.maxSurge",
-            &self.rollout.max_surge,
-        )
-        .unwrap_or(
-            // Asked never to go below `replicas`: the rollout then needs a pod of surge.
-            if max_unavailable.is_zero() && default_surge.is_zero() {
-                PodCount::Count(1)
-            } else {
-                default_surge
-            },
-        );
-        if max_surge.is_zero() && max_unavailable.is_zero() {
-            errors.push(
-                "spec.rollout.maxUnavailable",
-                "may not be 0 when maxSurge is 0: the rollout could never start",
-            );
-        }
+        let (max_surge, max_unavailable) = self.rollout_bounds(gpus, &mut errors);
         let restricted = self.security.profile == SecurityProfile::Restricted;
-        let cache = match &self.storage.cache {
-            Some(cache) => match &cache.claim_name {
-                Some(claim) => Some(CacheStorage::Claim(claim.clone())),
-                None => Some(CacheStorage::EmptyDir(quantity(
-                    &mut errors,
-                    "spec.storage.cache.sizeLimit",
-                    &cache.size_limit,
-                ))),
-            },
-            // Under `restricted` the server is not root and cannot write to the image's
-            // home: the download cache needs a writable place even when the spec names none.
-            None if restricted => Some(CacheStorage::EmptyDir(None)),
-            None => None,
-        };
+        let cache = self.cache_storage(restricted, &mut errors);
         errors.finish(|| ServingSpec {
             spec: self.clone(),
             replicas: replicas.expect("checked"),
@@ -209,6 +159,69 @@ impl DeploymentSpec {
             max_surge,
             max_unavailable,
         })
+    }
+
+    /// `maxSurge` and `maxUnavailable`, or their defaults: a GPU model surges no pod (there
+    /// may be no spare GPU for one) and takes one down at a time.
+    fn rollout_bounds(&self, gpus: Option<i32>, errors: &mut FieldErrors) -> (PodCount, PodCount) {
+        let pod_count =
+            |errors: &mut FieldErrors, field: &str, value: &Option<serde_json::Value>| {
+                let value = value.as_ref()?;
+                let parsed = PodCount::parse(value);
+                if parsed.is_none() {
+                    errors.push(field, ROLLOUT_COUNT);
+                }
+                parsed
+            };
+        let (default_surge, default_unavailable) = match gpus {
+            Some(n) if n > 0 => (PodCount::Count(0), PodCount::Count(1)),
+            _ => (PodCount::Percent(25), PodCount::Percent(25)),
+        };
+        let max_unavailable = pod_count(
+            errors,
+            "spec.rollout.maxUnavailable",
+            &self.rollout.max_unavailable,
+        )
+        .unwrap_or(default_unavailable);
+        let max_surge = pod_count(errors, "spec.rollout.maxSurge", &self.rollout.max_surge)
+            .unwrap_or(
+                // Asked never to go below `replicas`: the rollout then needs a pod of surge.
+                if max_unavailable.is_zero() && default_surge.is_zero() {
+                    PodCount::Count(1)
+                } else {
+                    default_surge
+                },
+            );
+        if max_surge.is_zero() && max_unavailable.is_zero() {
+            errors.push(
+                "spec.rollout.maxUnavailable",
+                "may not be 0 when maxSurge is 0: the rollout could never start",
+            );
+        }
+        (max_surge, max_unavailable)
+    }
+
+    /// Where the download cache lives.
+    fn cache_storage(&self, restricted: bool, errors: &mut FieldErrors) -> Option<CacheStorage> {
+        let quantity = |errors: &mut FieldErrors, field: &str, value: &Option<String>| {
+            value
+                .as_deref()
+                .and_then(|v| errors.check(field, Quantity::parse(v)))
+        };
+        match &self.storage.cache {
+            Some(cache) => match &cache.claim_name {
+                Some(claim) => Some(CacheStorage::Claim(claim.clone())),
+                None => Some(CacheStorage::EmptyDir(quantity(
+                    errors,
+                    "spec.storage.cache.sizeLimit",
+                    &cache.size_limit,
+                ))),
+            },
+            // Under `restricted` the server is not root and cannot write to the image's
+            // home: the download cache needs a writable place even when the spec names none.
+            None if restricted => Some(CacheStorage::EmptyDir(None)),
+            None => None,
+        }
     }
 }
 

@@ -8,52 +8,40 @@
 //! new generation and a revision.
 
 use chrono::Utc;
-use serde::Deserialize;
 use tracing::instrument;
-use utoipa::ToSchema;
 
 use super::access::authorize;
 use super::capacity::{self, WriteOptions};
-use super::deployments::{ReplaceDeployment, lock_for_change, record_event, route_claim};
+use super::deployments::{SpecDocument, lock_for_change, record_event, route_claim};
 use super::diff::changed_paths;
 use super::{Actor, Context, Precondition, ServiceError};
 use crate::domain::{
     Canary, CanaryHeader, Deployment, DeploymentSpec, EventKind, FieldErrors, Phase, Role,
-    RoutingMode, canary_object_name, check_canary_weight, from_json_value,
+    RoutingMode, canary_object_name, check_canary_weight,
 };
 use crate::store;
 use crate::store::deployments::DeploymentRow;
 
-/// The body of `POST …/deployments/{name}/canary`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// Start a canary: the spec it runs (a merge patch of the current spec, or a revision's),
+/// its replicas, its share of traffic and the header that always reaches it.
+#[derive(Debug, Clone)]
 pub struct StartCanary {
-    /// A JSON merge patch (RFC 7386) of the deployment's current spec: the canary's spec.
-    /// Give this or `revision`.
-    #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    /// A JSON merge patch (RFC 7386) of the deployment's current spec. This or `revision`.
     pub spec: Option<serde_json::Value>,
-    /// A revision whose spec the canary runs. Give this or `spec`.
-    #[serde(default)]
+    /// A revision whose spec the canary runs. This or `spec`.
     pub revision: Option<i64>,
-    /// Replicas of the canary; the chosen spec's when omitted.
-    #[serde(default)]
+    /// Replicas of the canary; the chosen spec's when `None`.
     pub replicas: Option<i64>,
-    /// Percent (0–99) of the requests without the header that go to the canary once it has
-    /// a ready replica.
+    /// Percent (0–99) of the requests without the header that go to the canary.
     pub weight: i32,
-    /// Requests with this header always go to the canary; default `x-modelplane-canary: true`.
-    #[serde(default)]
+    /// The header that always reaches the canary; `x-modelplane-canary: true` when `None`.
     pub header: Option<CanaryHeader>,
 }
 
-/// The body of `PATCH …/canary`: what to change.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// Change a running canary's weight or header.
+#[derive(Debug, Clone, Default)]
 pub struct UpdateCanary {
-    #[serde(default)]
     pub weight: Option<i32>,
-    #[serde(default)]
     pub header: Option<CanaryHeader>,
 }
 
@@ -87,63 +75,7 @@ pub async fn start_canary(
             ),
         ));
     }
-    let mut errors = FieldErrors::new();
-    if let Err(e) = check_canary_weight(request.weight, "weight") {
-        errors.extend(e);
-    }
-    let header = match request.header.unwrap_or_default().parse("header") {
-        Ok(header) => Some(header),
-        Err(e) => {
-            errors.extend(e);
-            None
-        }
-    };
-    let spec = match (request.spec, request.revision) {
-        (Some(patch), None) if patch.is_object() => {
-            let mut document = serde_json::json!({ "spec": serde_json::to_value(&row.spec.0).expect("spec serialises") });
-            json_patch::merge(&mut document, &serde_json::json!({ "spec": patch }));
-            match from_json_value::<ReplaceDeployment>(document) {
-                Ok(request) => Some(request.spec),
-                Err(e) => {
-                    errors.extend(e);
-                    None
-                }
-            }
-        }
-        (Some(_), None) => {
-            errors.push("spec", "must be a JSON object (a merge patch of the spec)");
-            None
-        }
-        (None, Some(revision)) => {
-            match store::revisions::find_revision(&mut *tx, row.id, revision).await? {
-                Some(old) => Some(old.spec),
-                None => {
-                    errors.push("revision", format!("revision {revision} does not exist"));
-                    None
-                }
-            }
-        }
-        _ => {
-            errors.push(
-                "spec",
-                "give exactly one of `spec` (a merge patch of the deployment's spec) and `revision`",
-            );
-            None
-        }
-    };
-    let spec = spec.and_then(|mut spec| {
-        if let Some(replicas) = request.replicas {
-            spec.replicas = Some(replicas);
-        }
-        match check_canary_spec(ctx, &row, spec) {
-            Ok(spec) => Some(spec),
-            Err(e) => {
-                errors.extend(e);
-                None
-            }
-        }
-    });
-    let (spec, header) = errors.finish(|| (spec.unwrap(), header.unwrap()))?;
+    let (spec, header) = requested_track(ctx, &mut tx, &row, &request).await?;
     // The canary's objects are named `<name>-canary`: a deployment of that name (from before
     // such names were reserved) would share them.
     let object_name = canary_object_name(name);
@@ -196,6 +128,71 @@ pub async fn start_canary(
     }
     finish(tx, &updated, EventKind::CanaryStarted, &message, actor).await?;
     Ok(record)
+}
+
+/// The canary's spec (the patched current spec or a revision's, with its replicas) and
+/// header, checked: every problem of the request at once, each naming its field.
+async fn requested_track(
+    ctx: &Context,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    row: &DeploymentRow,
+    request: &StartCanary,
+) -> Result<(DeploymentSpec, CanaryHeader), ServiceError> {
+    let mut errors = FieldErrors::new();
+    if let Err(e) = check_canary_weight(request.weight, "weight") {
+        errors.extend(e);
+    }
+    let header = match request.header.clone().unwrap_or_default().parse("header") {
+        Ok(header) => Some(header),
+        Err(e) => {
+            errors.extend(e);
+            None
+        }
+    };
+    let spec = match (&request.spec, request.revision) {
+        (Some(patch), None) if patch.is_object() => {
+            match SpecDocument::patched(&row.spec.0, &serde_json::json!({ "spec": patch })) {
+                Ok(spec) => Some(spec),
+                Err(e) => {
+                    errors.extend(e);
+                    None
+                }
+            }
+        }
+        (Some(_), None) => {
+            errors.push("spec", "must be a JSON object (a merge patch of the spec)");
+            None
+        }
+        (None, Some(revision)) => {
+            match store::revisions::find_revision(&mut **tx, row.id, revision).await? {
+                Some(old) => Some(old.spec),
+                None => {
+                    errors.push("revision", format!("revision {revision} does not exist"));
+                    None
+                }
+            }
+        }
+        _ => {
+            errors.push(
+                "spec",
+                "give exactly one of `spec` (a merge patch of the deployment's spec) and `revision`",
+            );
+            None
+        }
+    };
+    let spec = spec.and_then(|mut spec| {
+        if let Some(replicas) = request.replicas {
+            spec.replicas = Some(replicas);
+        }
+        match check_canary_spec(ctx, &row, spec) {
+            Ok(spec) => Some(spec),
+            Err(e) => {
+                errors.extend(e);
+                None
+            }
+        }
+    });
+    Ok(errors.finish(|| (spec.unwrap(), header.unwrap()))?)
 }
 
 #[instrument(skip(ctx, actor, request, precondition))]

@@ -2,10 +2,8 @@
 //! deployment against them.
 
 use chrono::{Duration, Utc};
-use serde::Deserialize;
 use sqlx::{Postgres, Transaction};
 use tracing::instrument;
-use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::access::{authorize, require_platform_admin};
@@ -18,17 +16,13 @@ use crate::domain::{
 use crate::store;
 
 /// How a write is carried out.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, IntoParams)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriteOptions {
     /// Check everything (validation, quota, fit) and answer as if written, but write
     /// nothing.
-    #[serde(default)]
     pub dry_run: bool,
     /// Accept replicas that ask for more GPUs than any node has (for nodes still being
     /// added, e.g. by an autoscaler).
-    #[serde(default)]
     pub force: bool,
 }
 
@@ -130,13 +124,10 @@ fn describe(quota: &QuotaSpec) -> String {
     }
 }
 
-/// The query of `GET …/usage`.
-#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
+/// Which days a usage report covers.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct UsageQuery {
     /// Whole days (UTC) up to and including today, 1 to 366 (default 30).
-    #[param(minimum = 1, maximum = 366)]
     pub days: Option<i64>,
 }
 
@@ -241,7 +232,9 @@ pub(super) struct Change<'a> {
 
 /// Admits a change against the project's quota (locked until the transaction ends, so
 /// concurrent changes are counted one after the other) and the cluster's free GPUs.
-/// Returns the warnings to answer with. Runs before the change is written.
+/// Returns the warnings to answer with. Runs before the change is written. One function
+/// (~90 lines) on purpose: quota first, then fit, then the warnings, in the order the API
+/// reports refusals; the rules themselves are in `domain/capacity.rs`.
 pub(super) async fn admit(
     ctx: &Context,
     tx: &mut Transaction<'_, Postgres>,

@@ -4,20 +4,16 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use utoipa::ToSchema;
 
 use crate::domain::FieldErrors;
 
 /// One page of a list and the cursor of the next page, if there is one.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone)]
 pub struct Page<T> {
     pub items: Vec<T>,
-    /// Pass as `cursor` (with the same filters) for the next page; absent on the last page.
+    /// Passed as `cursor` (with the same filters) for the next page; `None` on the last page.
     pub next_cursor: Option<String>,
     /// For each item, the cursor that continues after it (GraphQL connections' edges).
-    #[serde(skip)]
-    #[schema(ignore)]
     pub cursors: Vec<String>,
 }
 

@@ -1,8 +1,6 @@
 //! Project use cases: create, read, list, delete.
 
-use serde::Deserialize;
 use tracing::instrument;
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::access::{authorize, require_platform_admin, visible_projects};
@@ -10,27 +8,14 @@ use super::{Actor, Context, Page, ServiceError, cursor, page_size};
 use crate::domain::{FieldErrors, Project, ProjectName, Role};
 use crate::store;
 
-/// The body of `POST /api/v1/projects`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// Create a project.
+#[derive(Debug, Clone)]
 pub struct CreateProject {
     /// A DNS-1123 label; not a system namespace.
-    #[schema(
-        pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        min_length = 1,
-        max_length = 63
-    )]
     pub name: String,
-    /// The Kubernetes namespace; defaults to the name. Fixed once created.
-    #[serde(default)]
-    #[schema(
-        pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        min_length = 1,
-        max_length = 63
-    )]
+    /// The Kubernetes namespace; the name when `None`. Fixed once created.
     pub namespace: Option<String>,
     /// Adopt an existing namespace instead of creating one; it then survives the project.
-    #[serde(default)]
     pub adopt_namespace: bool,
 }
 

@@ -1,8 +1,6 @@
 //! Role bindings: roles of OIDC users and groups on a project (project admins manage them).
 
-use serde::Deserialize;
 use tracing::instrument;
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::access::authorize;
@@ -11,12 +9,10 @@ use super::{Actor, Context, Page, ServiceError, cursor, page_size};
 use crate::domain::{FieldErrors, Role, RoleBinding, SubjectKind};
 use crate::store;
 
-/// The body of `POST …/role-bindings`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// Give an OIDC user or group a role on a project.
+#[derive(Debug, Clone)]
 pub struct CreateRoleBinding {
     /// `user` (the token's subject claim) or `group` (an entry of its groups claim).
-    #[schema(pattern = "^(user|group)$")]
     pub subject_kind: String,
     pub subject: String,
     pub role: Role,

@@ -4,10 +4,8 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Duration, Utc};
 use rand::RngCore;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tracing::instrument;
-use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::access::{authorize, require_platform_admin};
@@ -22,29 +20,23 @@ pub const TOKEN_PREFIX: &str = "mpt_";
 const DEFAULT_LIFETIME_DAYS: i64 = 90;
 const MAX_LIFETIME_DAYS: i64 = 3650;
 
-/// The body of `POST …/tokens`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// Create an API token.
+#[derive(Debug, Clone)]
 pub struct CreateToken {
     /// 1 to 63 letters, digits, '.', '_' or '-'; unique among the live tokens.
-    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
     pub name: String,
-    /// `viewer`, `editor` or `admin` on the project: required for a project token (platform
-    /// tokens are always `platform-admin` and take none).
-    #[serde(default)]
+    /// The role on the project: required for a project token (platform tokens are always
+    /// `platform-admin` and take none).
     pub role: Option<Role>,
-    /// When the token stops working: in the future, at most 10 years away; default 90 days from now.
-    #[serde(default)]
+    /// When the token stops working; 90 days from now when `None`.
     pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// A new token and its secret. The secret is never shown again.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone)]
 pub struct CreatedToken {
-    #[serde(flatten)]
     pub token: ApiToken,
-    /// Use as `Authorization: Bearer <secret>`. Shown once; only its hash is stored.
+    /// Used as `Authorization: Bearer <secret>`; only its hash is stored.
     pub secret: String,
 }
 
@@ -186,17 +178,13 @@ pub async fn list_project_tokens(
 }
 
 /// Filters and paging for token lists.
-#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
+#[derive(Debug, Clone, Default)]
 pub struct ListTokens {
     /// Only tokens that still work: neither revoked nor expired.
     pub live: Option<bool>,
     /// Page size, 1 to 200 (default 50).
-    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// `nextCursor` from the previous page, with the same filters.
-    #[param(min_length = 1)]
     pub cursor: Option<String>,
 }
 

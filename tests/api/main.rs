@@ -2,7 +2,6 @@
 
 mod access;
 mod canary;
-mod common;
 mod conformance;
 mod creates;
 mod deployments;
@@ -21,3 +20,5 @@ mod routing;
 mod security;
 mod validation;
 mod watch;
+
+use modelplane_testkit::server as common;

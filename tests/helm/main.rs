@@ -1,10 +1,7 @@
 //! The Helm chart (`deploy/helm/modelplane`): what it renders is what Kubernetes accepts.
 
-mod chart;
-
 use std::collections::BTreeSet;
 
-use chart::{EVERYTHING, object, render, try_render};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -14,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams, ValidationDirective};
 use kube::core::GroupVersionKind;
 use modelplane_emulator::Emulator;
+use modelplane_testkit::chart::{EVERYTHING, object, render, try_render};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};

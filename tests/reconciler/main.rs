@@ -3,9 +3,6 @@
 
 mod canary;
 mod capacity;
-#[allow(dead_code)]
-#[path = "../api/common.rs"]
-mod common;
 mod harness;
 mod inference_pool;
 mod kube_events;
@@ -18,3 +15,4 @@ mod shutdown;
 mod traces;
 
 use harness::*;
+use modelplane_testkit::server as common;

@@ -14,9 +14,7 @@ use sqlx::PgPool;
 
 use super::{create_with, harness_on, resource_of, sim_spec, wait_for};
 
-#[allow(dead_code)]
-#[path = "../helm/chart.rs"]
-mod chart;
+use modelplane_testkit::chart;
 
 type Permission = (String, String, String);
 

@@ -11,7 +11,7 @@ use super::errors::{field_errors, service_error};
 use super::state;
 use super::types::{DeploymentNode, Project, Role, authorized};
 use crate::domain::CanaryHeader;
-use crate::domain::from_json_value;
+use crate::domain::from_json_value_at;
 use crate::service::canary::{self, StartCanary, UpdateCanary};
 use crate::service::capacity::WriteOptions;
 use crate::service::deployments::{
@@ -72,8 +72,10 @@ impl Mutation {
         options: Option<WriteOptionsInput>,
     ) -> Result<DeploymentNode> {
         let (state, actor) = caller(ctx)?;
-        let request: CreateDeployment =
-            from_json_value(json!({"name": name, "spec": spec.0})).map_err(field_errors)?;
+        let request = CreateDeployment {
+            name,
+            spec: from_json_value_at("spec", spec.0).map_err(field_errors)?,
+        };
         let created = deployments::create_deployment(
             &state.ctx,
             actor,
@@ -123,8 +125,9 @@ impl Mutation {
         options: Option<WriteOptionsInput>,
     ) -> Result<DeploymentNode> {
         let (state, actor) = caller(ctx)?;
-        let request: ReplaceDeployment =
-            from_json_value(json!({"spec": spec.0})).map_err(field_errors)?;
+        let request = ReplaceDeployment {
+            spec: from_json_value_at("spec", spec.0).map_err(field_errors)?,
+        };
         let deployment = deployments::replace_deployment(
             &state.ctx,
             actor,
@@ -353,11 +356,11 @@ impl Mutation {
         namespace: Option<String>,
     ) -> Result<Project> {
         let (state, actor) = caller(ctx)?;
-        let mut body = json!({"name": name});
-        if let Some(namespace) = namespace {
-            body["namespace"] = json!(namespace);
-        }
-        let request: CreateProject = from_json_value(body).map_err(field_errors)?;
+        let request = CreateProject {
+            name,
+            namespace,
+            adopt_namespace: false,
+        };
         let project = projects::create_project(&state.ctx, actor, request)
             .await
             .map_err(service_error)?;
@@ -406,12 +409,11 @@ impl Mutation {
         expires_at: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<CreatedToken> {
         let (state, actor) = caller(ctx)?;
-        let request: tokens::CreateToken = from_json_value(json!({
-            "name": name,
-            "role": crate::domain::Role::from(role).as_str(),
-            "expiresAt": expires_at,
-        }))
-        .map_err(field_errors)?;
+        let request = tokens::CreateToken {
+            name,
+            role: Some(role.into()),
+            expires_at,
+        };
         let created = tokens::create_project_token(&state.ctx, actor, &project, request)
             .await
             .map_err(service_error)?;
@@ -442,12 +444,11 @@ impl Mutation {
         role: Role,
     ) -> Result<Uuid> {
         let (state, actor) = caller(ctx)?;
-        let request: role_bindings::CreateRoleBinding = from_json_value(json!({
-            "subjectKind": subject_kind,
-            "subject": subject,
-            "role": crate::domain::Role::from(role).as_str(),
-        }))
-        .map_err(field_errors)?;
+        let request = role_bindings::CreateRoleBinding {
+            subject_kind,
+            subject,
+            role: role.into(),
+        };
         let binding = role_bindings::create_role_binding(&state.ctx, actor, &project, request)
             .await
             .map_err(service_error)?;

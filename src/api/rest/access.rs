@@ -13,14 +13,13 @@ use super::responses::{
     IdPath, InvalidField, NoSuchVisibleProject, NotPlatformAdmin, NotProjectAdmin, ProjectItemPath,
     ProjectPath,
 };
+use super::wire::{CreateRoleBinding, CreateToken, CreatedToken, ListTokens, Page};
 use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{JsonBody, Query};
 use crate::domain::{ApiToken, AuditEvent, RoleBinding};
-use crate::service::Page;
-use crate::service::role_bindings::{self, CreateRoleBinding};
-use crate::service::tokens::{self, CreateToken, CreatedToken, ListTokens};
 use crate::service::{Actor, Identity, audit};
+use crate::service::{role_bindings, tokens};
 
 /// The authenticated caller.
 #[derive(Debug, Serialize, ToSchema)]
@@ -87,8 +86,9 @@ pub async fn create_project_token(
     Path(ProjectPath { project }): Path<ProjectPath>,
     JsonBody(request): JsonBody<CreateToken>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let created = tokens::create_project_token(&state.ctx, &actor, &project, request).await?;
-    Ok((StatusCode::CREATED, Json(created)))
+    let created =
+        tokens::create_project_token(&state.ctx, &actor, &project, request.into()).await?;
+    Ok((StatusCode::CREATED, Json(CreatedToken::from(created))))
 }
 
 /// List the project's tokens, newest first, without their secrets (project admins).
@@ -105,8 +105,8 @@ pub async fn list_project_tokens(
     Path(ProjectPath { project }): Path<ProjectPath>,
     Query(query): Query<ListTokens>,
 ) -> Result<Json<Page<ApiToken>>, ApiError> {
-    let page = tokens::list_project_tokens(&state.ctx, &actor, &project, &query).await?;
-    Ok(Json(page))
+    let page = tokens::list_project_tokens(&state.ctx, &actor, &project, &query.into()).await?;
+    Ok(Json(page.into()))
 }
 
 /// Revoke a project token; it stops working at once (project admins).
@@ -142,8 +142,8 @@ pub async fn create_platform_token(
     actor: Actor,
     JsonBody(request): JsonBody<CreateToken>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let created = tokens::create_platform_token(&state.ctx, &actor, request).await?;
-    Ok((StatusCode::CREATED, Json(created)))
+    let created = tokens::create_platform_token(&state.ctx, &actor, request.into()).await?;
+    Ok((StatusCode::CREATED, Json(CreatedToken::from(created))))
 }
 
 /// List platform-admin tokens, newest first, without their secrets (platform admins).
@@ -158,8 +158,8 @@ pub async fn list_platform_tokens(
     actor: Actor,
     Query(query): Query<ListTokens>,
 ) -> Result<Json<Page<ApiToken>>, ApiError> {
-    let page = tokens::list_platform_tokens(&state.ctx, &actor, &query).await?;
-    Ok(Json(page))
+    let page = tokens::list_platform_tokens(&state.ctx, &actor, &query.into()).await?;
+    Ok(Json(page.into()))
 }
 
 /// Revoke a platform-admin token (platform admins).
@@ -198,7 +198,8 @@ pub async fn create_role_binding(
     Path(ProjectPath { project }): Path<ProjectPath>,
     JsonBody(request): JsonBody<CreateRoleBinding>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let binding = role_bindings::create_role_binding(&state.ctx, &actor, &project, request).await?;
+    let binding =
+        role_bindings::create_role_binding(&state.ctx, &actor, &project, request.into()).await?;
     Ok((StatusCode::CREATED, Json(binding)))
 }
 
@@ -224,7 +225,7 @@ pub async fn list_role_bindings(
         page.cursor.as_deref(),
     )
     .await?;
-    Ok(Json(page))
+    Ok(Json(page.into()))
 }
 
 /// Remove a role binding (project admins).
@@ -267,7 +268,7 @@ pub async fn list_project_audit(
         page.cursor.as_deref(),
     )
     .await?;
-    Ok(Json(page))
+    Ok(Json(page.into()))
 }
 
 /// The platform's audit log: platform tokens (platform admins).
@@ -285,5 +286,5 @@ pub async fn list_platform_audit(
     let page =
         audit::list_audit_events(&state.ctx, &actor, None, page.limit, page.cursor.as_deref())
             .await?;
-    Ok(Json(page))
+    Ok(Json(page.into()))
 }

@@ -6,13 +6,13 @@ use axum::response::Response;
 
 use super::deployments::deployment_response;
 use super::responses::{BeingDeleted, DeploymentPath, ETagMismatch, IfMatchHeader};
+use super::wire::{StartCanary, UpdateCanary, WriteOptions};
 use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{IfMatch, JsonBody, Query};
 use crate::domain::Deployment;
 use crate::service::Actor;
-use crate::service::canary::{self as service, StartCanary, UpdateCanary};
-use crate::service::capacity::WriteOptions;
+use crate::service::canary as service;
 
 /// Start a canary: a second track running another spec on a share of the traffic.
 ///
@@ -45,9 +45,9 @@ pub async fn start_canary(
         &actor,
         &project,
         &name,
-        request,
+        request.into(),
         &precondition,
-        options,
+        options.into(),
     )
     .await?;
     let status = if options.dry_run {
@@ -76,8 +76,15 @@ pub async fn update_canary(
     IfMatch(precondition): IfMatch,
     JsonBody(request): JsonBody<UpdateCanary>,
 ) -> Result<Response, ApiError> {
-    let deployment =
-        service::update_canary(&state.ctx, &actor, &project, &name, request, &precondition).await?;
+    let deployment = service::update_canary(
+        &state.ctx,
+        &actor,
+        &project,
+        &name,
+        request.into(),
+        &precondition,
+    )
+    .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
 }
 

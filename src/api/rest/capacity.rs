@@ -7,12 +7,13 @@ use axum::http::StatusCode;
 use super::responses::{
     InvalidField, InvalidParameter, NoSuchProject, NotPlatformAdmin, NotProjectAdmin, ProjectPath,
 };
+use super::wire::UsageQuery;
 use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{JsonBody, Query};
 use crate::domain::{CapacityReport, ProjectQuota, QuotaSpec, UsageReport};
 use crate::service::Actor;
-use crate::service::capacity::{self as service, UsageQuery};
+use crate::service::capacity as service;
 
 /// The cluster's GPUs per resource name and product: nodes, allocatable, requested (by
 /// every pod, and by modelplane's), free, the largest free block and unavailable nodes.
@@ -110,6 +111,6 @@ pub async fn get_usage(
     Query(query): Query<UsageQuery>,
 ) -> Result<Json<UsageReport>, ApiError> {
     Ok(Json(
-        service::get_usage(&state.ctx, &actor, &project, &query).await?,
+        service::get_usage(&state.ctx, &actor, &project, &query.into()).await?,
     ))
 }

@@ -12,17 +12,16 @@ use super::responses::{
     BeingDeleted, BeingDeletedOrOverQuota, DeploymentPath, ETagMismatch, IfMatchHeader,
     InvalidParameter, NoSuchDeployment, NoSuchProject, ProjectPath,
 };
+use super::wire::{
+    CreateDeployment, ListDeployments, Page, ReplaceDeployment, RollbackDeployment,
+    ScaleDeployment, WriteOptions,
+};
 use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{IdempotencyKey, IfMatch, JsonBody, MergePatch, Query};
 use crate::domain::{Deployment, Revision, TimelineEvent};
 use crate::service::Actor;
-use crate::service::Page;
-use crate::service::capacity::WriteOptions;
-use crate::service::deployments::{
-    self as service, CreateDeployment, DeploymentRef, ListDeployments, ReplaceDeployment,
-    RollbackDeployment, ScaleDeployment,
-};
+use crate::service::deployments::{self as service, DeploymentRef};
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -102,9 +101,9 @@ pub async fn create_deployment(
         &state.ctx,
         &actor,
         &project,
-        request,
+        request.into(),
         key.as_deref(),
-        options,
+        options.into(),
     )
     .await?;
     let deployment = created.deployment;
@@ -142,8 +141,8 @@ pub async fn list_deployments(
     Path(ProjectPath { project }): Path<ProjectPath>,
     Query(query): Query<ListDeployments>,
 ) -> Result<Json<Page<Deployment>>, ApiError> {
-    let page = service::list_deployments(&state.ctx, &actor, &project, &query).await?;
-    Ok(Json(page))
+    let page = service::list_deployments(&state.ctx, &actor, &project, &query.into()).await?;
+    Ok(Json(page.into()))
 }
 
 /// Get a deployment, its status and its `ETag`.
@@ -192,9 +191,9 @@ pub async fn replace_deployment(
         &actor,
         &project,
         &name,
-        request,
+        request.into(),
         &precondition,
-        options,
+        options.into(),
     )
     .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
@@ -232,7 +231,7 @@ pub async fn patch_deployment(
         &name,
         patch,
         &precondition,
-        options,
+        options.into(),
     )
     .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
@@ -288,9 +287,9 @@ pub async fn scale_deployment(
         &actor,
         &project,
         &name,
-        request,
+        request.into(),
         &precondition,
-        options,
+        options.into(),
     )
     .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
@@ -349,9 +348,9 @@ pub async fn rollback_deployment(
         &actor,
         &project,
         &name,
-        request,
+        request.into(),
         &precondition,
-        options,
+        options.into(),
     )
     .await?;
     Ok(deployment_response(StatusCode::OK, deployment))
@@ -379,7 +378,7 @@ pub async fn list_revisions(
         page.cursor.as_deref(),
     )
     .await?;
-    Ok(Json(page))
+    Ok(Json(page.into()))
 }
 
 /// The timeline of a deployment, oldest first.
@@ -404,7 +403,7 @@ pub async fn list_deployment_events(
         page.cursor.as_deref(),
     )
     .await?;
-    Ok(Json(page))
+    Ok(Json(page.into()))
 }
 
 /// The timeline of a deployment by id, also after it was deleted.
@@ -430,7 +429,7 @@ pub async fn list_project_events(
         params.cursor.as_deref(),
     )
     .await?;
-    Ok(Json(page))
+    Ok(Json(page.into()))
 }
 
 /// Send one OpenAI chat completion to the deployment's model server and return its answer

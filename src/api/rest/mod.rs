@@ -8,6 +8,7 @@ pub mod health;
 pub mod projects;
 pub mod responses;
 pub mod watch;
+pub mod wire;
 
 use axum::http::{StatusCode, Uri};
 use axum::response::Response;

@@ -10,13 +10,13 @@ use utoipa::IntoParams;
 use super::responses::{
     InvalidField, InvalidParameter, NoSuchProject, NotPlatformAdmin, ProjectPath,
 };
+use super::wire::{CreateProject, Page};
 use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{JsonBody, Query};
 use crate::domain::Project;
 use crate::service::Actor;
-use crate::service::Page;
-use crate::service::projects::{self as service, CreateProject};
+use crate::service::projects as service;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -45,7 +45,7 @@ pub async fn create_project(
     actor: Actor,
     JsonBody(request): JsonBody<CreateProject>,
 ) -> Result<Response, ApiError> {
-    let project = service::create_project(&state.ctx, &actor, request).await?;
+    let project = service::create_project(&state.ctx, &actor, request.into()).await?;
     let location = format!("/api/v1/projects/{}", project.name);
     Ok((
         StatusCode::CREATED,
@@ -69,7 +69,7 @@ pub async fn list_projects(
 ) -> Result<Json<Page<Project>>, ApiError> {
     let page =
         service::list_projects(&state.ctx, &actor, query.limit, query.cursor.as_deref()).await?;
-    Ok(Json(page))
+    Ok(Json(page.into()))
 }
 
 /// Get a project.

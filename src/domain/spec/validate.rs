@@ -31,6 +31,8 @@ impl DeploymentSpec {
         }
     }
 
+    /// Every rule of `spec.engine`, one after the other in the order of its fields (~90
+    /// lines: a list, not a flow).
     pub(crate) fn validate_engine(&self, errors: &mut FieldErrors) {
         let engine = &self.engine;
         if let Some(image) = &engine.image

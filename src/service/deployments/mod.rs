@@ -15,11 +15,10 @@ pub use reads::{
 pub(crate) use routes::route_claim;
 use routes::{check_route, hostname_conflict, path_conflict, reserved_hostnames};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use sqlx::{Postgres, Transaction};
 use tracing::instrument;
-use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::access::{Authorized, authorize};
@@ -37,64 +36,70 @@ use crate::store::deployments::{CreateOutcome, DeploymentFilter, DeploymentRow, 
 use crate::store::events::NewEvent;
 use crate::store::routes::{RouteRefusal, RouteSpace};
 
-/// The body of `POST …/deployments`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// Create a deployment. (The REST body and the GraphQL arguments both become this; the
+/// wire types, with their schemas, live in `api/`.)
+#[derive(Debug, Clone)]
 pub struct CreateDeployment {
-    /// A DNS-1035 label of at most 45 characters, unique in the project.
-    #[schema(
-        pattern = "^[a-z]([-a-z0-9]*[a-z0-9])?$",
-        min_length = 1,
-        max_length = 45
-    )]
     pub name: String,
     pub spec: DeploymentSpec,
 }
 
-/// The body of `PUT …/deployments/{name}` (and the document a merge patch applies to).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// Replace a deployment's spec.
+#[derive(Debug, Clone)]
 pub struct ReplaceDeployment {
     pub spec: DeploymentSpec,
 }
 
-/// The body of `POST …/scale`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// Set a deployment's replicas.
+#[derive(Debug, Clone, Copy)]
 pub struct ScaleDeployment {
-    /// 0 up to the server's `MODELPLANE_MAX_REPLICAS` (default 100).
-    #[schema(minimum = 0, maximum = 100)]
     pub replicas: i64,
 }
 
-/// The body of `POST …/rollback`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// Make an earlier revision's spec current again.
+#[derive(Debug, Clone, Copy)]
 pub struct RollbackDeployment {
     /// The revision whose spec becomes current again.
     pub revision: i64,
-    /// Replicas after the rollback; the current count when omitted.
-    #[serde(default)]
+    /// Replicas after the rollback; the current count when `None`.
     pub replicas: Option<i64>,
 }
 
-/// Filters for listing deployments.
-#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
+/// Filters and paging for listing deployments.
+#[derive(Debug, Clone, Default)]
 pub struct ListDeployments {
     /// Only deployments in this phase.
     pub phase: Option<String>,
-    /// A Kubernetes label selector over `spec.labels`, e.g. `team=nlp,tier in (gold,silver)`.
+    /// A Kubernetes label selector over `spec.labels`.
     pub label_selector: Option<String>,
     /// Only names starting with this.
     pub name_prefix: Option<String>,
     /// Page size, 1 to 200 (default 50).
-    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// `nextCursor` from the previous page, with the same filters.
-    #[param(min_length = 1)]
     pub cursor: Option<String>,
+}
+
+/// The document a merge patch of the spec applies to: `{"spec": …}`, the resource's
+/// writable part, read back with the same field errors as a request body.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct SpecDocument {
+    pub spec: DeploymentSpec,
+}
+
+impl SpecDocument {
+    /// `spec` with a merge patch (RFC 7386) of `{"spec": …}` applied.
+    pub(crate) fn patched(
+        spec: &DeploymentSpec,
+        patch: &serde_json::Value,
+    ) -> Result<DeploymentSpec, FieldErrors> {
+        let mut document =
+            serde_json::json!({ "spec": serde_json::to_value(spec).expect("spec serialises") });
+        json_patch::merge(&mut document, patch);
+        leaving_pool_mode_drops_its_settings(patch, &mut document);
+        Ok(from_json_value::<Self>(document)?.spec)
+    }
 }
 
 /// The outcome of a create: the record, and whether it replays an earlier request.
@@ -115,6 +120,10 @@ enum SpecChange {
     },
 }
 
+/// Creates a deployment. One function (~140 lines) on purpose: the one-call path (creates
+/// that wait together share a round trip) and the transactional one share the validated
+/// values, and the order of refusals (a taken name, a reused key, the quota, the Gateway's
+/// rules, the routes) is the API's; split, that order would be spread over several places.
 #[instrument(skip(ctx, actor, request, idempotency_key), fields(project, deployment = %request.name))]
 pub async fn create_deployment(
     ctx: &Context,
@@ -465,7 +474,9 @@ pub async fn rollback_deployment(
     change_spec(ctx, actor, project, name, precondition, change, options).await
 }
 
-/// The one path every spec change takes.
+/// The one path every spec change takes. Kept whole (~85 lines): it is the transaction's
+/// script (lock, precondition, new spec, route rules, admission, store, event, queue), read
+/// top to bottom; each step is a call.
 #[instrument(skip(ctx, actor, change, precondition))]
 async fn change_spec(
     ctx: &Context,
@@ -563,17 +574,11 @@ async fn compute_spec(
 ) -> Result<(DeploymentSpec, String, EventKind), ServiceError> {
     let parse = |spec: DeploymentSpec| spec.parse(&row.name, &ctx.limits).map(|s| s.spec);
     Ok(match change {
-        SpecChange::MergePatch(patch) => {
-            let mut document = serde_json::json!({ "spec": serde_json::to_value(&row.spec.0).expect("spec serialises") });
-            json_patch::merge(&mut document, &patch);
-            leaving_pool_mode_drops_its_settings(&patch, &mut document);
-            let request: ReplaceDeployment = from_json_value(document)?;
-            (
-                parse(request.spec)?,
-                "updated".into(),
-                EventKind::SpecChanged,
-            )
-        }
+        SpecChange::MergePatch(patch) => (
+            parse(SpecDocument::patched(&row.spec.0, &patch)?)?,
+            "updated".into(),
+            EventKind::SpecChanged,
+        ),
         SpecChange::Replace(spec) => (parse(*spec)?, "replaced".into(), EventKind::SpecChanged),
         SpecChange::Scale(replicas) => {
             check_replicas(ctx, replicas)?;
@@ -778,7 +783,7 @@ pub(super) async fn record_event(
 
 fn hash_request(request: &CreateDeployment) -> String {
     // Canonical JSON: equal requests hash equally whatever their key order.
-    let value = serde_json::to_value(request).expect("request serialises");
+    let value = serde_json::json!({ "name": request.name, "spec": request.spec });
     hex::encode(Sha256::digest(canonical_json(&value).as_bytes()))
 }
 

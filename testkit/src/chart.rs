@@ -1,14 +1,14 @@
 //! Renders the Helm chart in `deploy/helm/modelplane` with the pinned helm
 //! (`scripts/install-helm.sh`), into one JSON value per object.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
 /// The chart's directory.
 pub fn chart_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/helm/modelplane")
+    crate::repository_root().join("deploy/helm/modelplane")
 }
 
 /// The values file that switches every optional part on.
@@ -19,7 +19,7 @@ pub fn helm() -> PathBuf {
     if let Some(path) = std::env::var_os("HELM") {
         return path.into();
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-helm.sh");
+    let script = crate::repository_root().join("scripts/install-helm.sh");
     let out = Command::new(&script)
         .output()
         .expect("running scripts/install-helm.sh");

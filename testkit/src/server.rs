@@ -132,7 +132,7 @@ impl TestApp {
         let state = AppState::new(api::SharedState {
             changes,
             graphql: api::graphql::schema(options.graphql),
-            graphiql_assets: std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            graphiql_assets: crate::repository_root()
                 .join("web/graphiql/node_modules")
                 .into(),
             web_dir: options.web_dir.clone().into(),
