@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use super::{Harness, create_with, harness_on, sim_spec, wait_for};
+use super::{Harness, create_with, harness_on, resource_of, sim_spec, wait_for};
 
 const PICKER_OBJECTS: [(&str, &str); 6] = [
     ("apps/v1", "Deployment"),
@@ -20,6 +20,15 @@ const PICKER_OBJECTS: [(&str, &str); 6] = [
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
 ];
+
+/// The picker's ClusterRoleBinding (cluster-scoped, so not under the namespace).
+async fn cluster_binding(h: &Harness) -> Option<kube::api::DynamicObject> {
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+        h.kube.clone(),
+        &resource_of("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    );
+    api.get_opt("modelplane:epp:team-a:qwen").await.unwrap()
+}
 
 fn cluster(inference_api: bool) -> modelplane_emulator::EmulatorBuilder {
     Emulator::builder()
@@ -119,7 +128,15 @@ async fn inference_pool_mode_routes_through_the_pool_and_a_switch_back_leaves_no
     assert_eq!(
         role["rules"],
         json!([{"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"], "verbs": ["get", "list", "watch"]},
+               {"apiGroups": ["inference.networking.x-k8s.io"], "resources": ["inferenceobjectives", "inferencemodelrewrites"], "verbs": ["get", "list", "watch"]},
                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}])
+    );
+    // The picker's metrics endpoint checks scrapers with TokenReviews and
+    // SubjectAccessReviews (the picker chart's `_rbac.yaml`): a cluster-wide binding.
+    let binding = cluster_binding(&h).await.unwrap();
+    assert_eq!(
+        binding.data["roleRef"]["name"],
+        "modelplane:endpoint-picker-metrics-auth"
     );
 
     // Eight concurrent slow requests: the least-busy picker spreads them over both pods.
@@ -176,7 +193,7 @@ async fn inference_pool_mode_routes_through_the_pool_and_a_switch_back_leaves_no
                     return false;
                 }
             }
-            true
+            cluster_binding(&h).await.is_none()
         },
     )
     .await;

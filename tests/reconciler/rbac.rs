@@ -283,8 +283,30 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
         .get("pooled-epp")
         .await
         .unwrap();
+    // And the ClusterRole its ServiceAccount is bound to, for its metrics endpoint.
+    let cluster_roles: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &resource_of("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    );
+    let metrics_auth = cluster_roles
+        .get("modelplane:endpoint-picker-metrics-auth")
+        .await
+        .unwrap();
+    let cluster_bindings: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &resource_of("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    );
+    let binding = cluster_bindings
+        .get("modelplane:epp:team-a:pooled")
+        .await
+        .unwrap();
+    assert_eq!(
+        binding.data["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "pooled-epp", "namespace": "team-a"}])
+    );
     let mut delegated = BTreeSet::new();
-    for rule in picker_role.data["rules"].as_array().unwrap() {
+    let rules = picker_role.data["rules"].as_array().unwrap().iter();
+    for rule in rules.chain(metrics_auth.data["rules"].as_array().unwrap()) {
         for group in rule["apiGroups"].as_array().unwrap() {
             for resource in rule["resources"].as_array().unwrap() {
                 for verb in rule["verbs"].as_array().unwrap() {
@@ -312,6 +334,11 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
         || async {
             !exists("inference.networking.k8s.io/v1", "InferencePool", "pooled").await
                 && !exists("rbac.authorization.k8s.io/v1", "Role", "pooled-epp").await
+                && cluster_bindings
+                    .get_opt("modelplane:epp:team-a:pooled")
+                    .await
+                    .unwrap()
+                    .is_none()
         },
     )
     .await;

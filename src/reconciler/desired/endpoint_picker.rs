@@ -1,6 +1,13 @@
 //! The endpoint picker (EPP) of a deployment in InferencePool mode: its Deployment and
 //! Service, the ServiceAccount, Role and RoleBinding it reads its pool with, and the
-//! ConfigMap with its scorer profile. All named `<deployment>-epp`.
+//! ConfigMap with its scorer profile, all named `<deployment>-epp`; and the
+//! ClusterRoleBinding (`modelplane:epp:<namespace>:<deployment>`) to the one shared
+//! ClusterRole its metrics endpoint authenticates scrapers with.
+//!
+//! The permissions are the picker's own chart's (gateway-api-inference-extension v1.4.0,
+//! the default image's release: `config/charts/inferencepool/templates/rbac.yaml` and
+//! `config/charts/epplib/templates/_rbac.yaml`), less the `/metrics` non-resource rule,
+//! which is for whoever scrapes it, not for the picker.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +19,9 @@ use k8s_openapi::api::core::v1::{
     ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
     SeccompProfile, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -27,9 +36,19 @@ pub const EPP_METRICS_PORT: i32 = 9090;
 pub const ENDPOINT_PICKER: &str = "endpoint-picker";
 const CONFIG_FILE: &str = "epp.yaml";
 
+/// The ClusterRole every picker's metrics endpoint needs: with `--metrics-endpoint-auth`
+/// (on by default) it checks a scraper's token with a TokenReview and its right to
+/// `/metrics` with a SubjectAccessReview, both cluster-scoped.
+pub const PICKER_METRICS_AUTH_ROLE: &str = "modelplane:endpoint-picker-metrics-auth";
+
 /// The name of a deployment's endpoint picker objects.
 pub fn picker_name(deployment: &str) -> String {
     format!("{deployment}-epp")
+}
+
+/// The name of a picker's ClusterRoleBinding: cluster-wide, so the namespace is in it.
+pub fn picker_cluster_binding_name(namespace: &str, deployment: &str) -> String {
+    format!("modelplane:epp:{namespace}:{deployment}")
 }
 
 /// What every object of one deployment's endpoint picker shares.
@@ -106,24 +125,80 @@ impl<'a> Picker<'a> {
         }
     }
 
-    /// The picker reads its pool and the pods behind it; nothing else, and nothing it writes.
+    /// The picker reads its pool, the pods behind it, and the InferenceObjectives and
+    /// InferenceModelRewrites of its namespace (it watches them when their CRDs are
+    /// installed); nothing else, and nothing it writes.
     pub(super) fn role(&self) -> Role {
+        let read = |group: &str, resources: &[&str]| PolicyRule {
+            api_groups: Some(vec![group.into()]),
+            resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
+            verbs: vec!["get".into(), "list".into(), "watch".into()],
+            ..PolicyRule::default()
+        };
         Role {
             metadata: self.metadata(),
             rules: Some(vec![
-                PolicyRule {
-                    api_groups: Some(vec!["inference.networking.k8s.io".into()]),
-                    resources: Some(vec!["inferencepools".into()]),
-                    verbs: vec!["get".into(), "list".into(), "watch".into()],
-                    ..PolicyRule::default()
-                },
-                PolicyRule {
-                    api_groups: Some(vec![String::new()]),
-                    resources: Some(vec!["pods".into()]),
-                    verbs: vec!["get".into(), "list".into(), "watch".into()],
-                    ..PolicyRule::default()
-                },
+                read("inference.networking.k8s.io", &["inferencepools"]),
+                read(
+                    "inference.networking.x-k8s.io",
+                    &["inferenceobjectives", "inferencemodelrewrites"],
+                ),
+                read("", &["pods"]),
             ]),
+        }
+    }
+
+    /// The shared ClusterRole of [`PICKER_METRICS_AUTH_ROLE`]: one for every picker of the
+    /// installation, so it carries no deployment's labels and outlives them.
+    pub(super) fn metrics_auth_role(&self) -> ClusterRole {
+        let create = |group: &str, resource: &str| PolicyRule {
+            api_groups: Some(vec![group.into()]),
+            resources: Some(vec![resource.into()]),
+            verbs: vec!["create".into()],
+            ..PolicyRule::default()
+        };
+        let labels = self
+            .labels
+            .iter()
+            .filter(|(k, _)| k.as_str() == super::LABEL_MANAGED_BY)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        ClusterRole {
+            metadata: ObjectMeta {
+                name: Some(PICKER_METRICS_AUTH_ROLE.into()),
+                labels: Some(labels),
+                ..ObjectMeta::default()
+            },
+            rules: Some(vec![
+                create("authentication.k8s.io", "tokenreviews"),
+                create("authorization.k8s.io", "subjectaccessreviews"),
+            ]),
+            ..ClusterRole::default()
+        }
+    }
+
+    /// That ClusterRole, to this picker's ServiceAccount. Cluster-scoped, so no owner
+    /// reference can remove it: the worker deletes it by its labels with the deployment.
+    pub(super) fn metrics_auth_binding(&self) -> ClusterRoleBinding {
+        let mut metadata = self.metadata();
+        metadata.namespace = None;
+        metadata.name = Some(picker_cluster_binding_name(
+            self.namespace,
+            &self.t.record.name,
+        ));
+        ClusterRoleBinding {
+            metadata,
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                kind: "ClusterRole".into(),
+                name: PICKER_METRICS_AUTH_ROLE.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: self.name.clone(),
+                namespace: Some(self.namespace.to_owned()),
+                ..Subject::default()
+            }]),
         }
     }
 

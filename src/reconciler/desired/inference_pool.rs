@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as K8sCondition;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
@@ -99,6 +99,8 @@ pub struct PoolObjects {
     pub service_account: ServiceAccount,
     pub role: Role,
     pub role_binding: RoleBinding,
+    pub metrics_auth_role: ClusterRole,
+    pub metrics_auth_binding: ClusterRoleBinding,
     pub picker: K8sDeployment,
     pub picker_service: Service,
 }
@@ -119,6 +121,8 @@ pub fn pool_objects(
         service_account: picker.service_account(),
         role: picker.role(),
         role_binding: picker.role_binding(),
+        metrics_auth_role: picker.metrics_auth_role(),
+        metrics_auth_binding: picker.metrics_auth_binding(),
         picker: picker.deployment(image),
         picker_service: picker.service(),
     }

@@ -48,7 +48,7 @@ use self::budget::disruption_budget_object;
 use self::deployment::deployment_object;
 pub use self::deployment::engine_image;
 pub use self::endpoint_picker::{
-    ENDPOINT_PICKER, EPP_GRPC_PORT, EPP_HEALTH_PORT, EPP_METRICS_PORT, picker_name,
+    ENDPOINT_PICKER, EPP_GRPC_PORT, EPP_HEALTH_PORT, EPP_METRICS_PORT, picker_cluster_binding_name, picker_name,
 };
 pub use self::inference_pool::{
     EndpointPickerRef, InferencePool, InferencePoolSpec, InferencePoolStatus, PoolObjects,
@@ -181,6 +181,8 @@ impl DesiredObjects {
                 as_json(&pool.service_account),
                 as_json(&pool.role),
                 as_json(&pool.role_binding),
+                as_json(&pool.metrics_auth_role),
+                as_json(&pool.metrics_auth_binding),
                 as_json(&pool.picker),
                 as_json(&pool.picker_service),
             ]);

@@ -201,7 +201,15 @@ fn inference_pool_mode_makes_the_pool_its_picker_and_a_route_to_the_pool() {
     insta::assert_yaml_snapshot!("pool_route", objects.http_route);
     insta::assert_yaml_snapshot!("pool", pool.pool);
     insta::assert_yaml_snapshot!("pool_picker", pool.picker);
-    insta::assert_yaml_snapshot!("pool_picker_rbac", (&pool.role, &pool.role_binding));
+    insta::assert_yaml_snapshot!(
+        "pool_picker_rbac",
+        (
+            &pool.role,
+            &pool.role_binding,
+            &pool.metrics_auth_role,
+            &pool.metrics_auth_binding
+        )
+    );
     insta::assert_yaml_snapshot!("pool_picker_config", pool.config_map);
     // The picker's pods are not model servers: neither the pool nor the Service selects them.
     let picker_labels = as_json(&pool.picker)["spec"]["template"]["metadata"]["labels"].clone();

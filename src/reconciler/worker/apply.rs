@@ -137,6 +137,8 @@ impl Worker {
                 self.apply_required(&pool.service_account, observed).await?;
                 self.apply_required(&pool.role, observed).await?;
                 self.apply_required(&pool.role_binding, observed).await?;
+                self.apply_required(&pool.metrics_auth_role, observed).await?;
+                self.apply_required(&pool.metrics_auth_binding, observed).await?;
                 observed.picker = Some(self.apply_required(&pool.picker, observed).await?);
                 self.apply_required(&pool.picker_service, observed).await?;
             }

@@ -7,7 +7,7 @@ use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::{Deployment as K8sDeployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use uuid::Uuid;
 
@@ -89,6 +89,10 @@ impl Worker {
                 .await?
             + self
                 .delete_labelled::<Role>(namespace, &selector, true)
+                .await?
+            // Cluster-scoped: found by its labels cluster-wide.
+            + self
+                .delete_labelled::<ClusterRoleBinding>(None, &selector, true)
                 .await?
             + self
                 .delete_labelled::<ServiceAccount>(namespace, &selector, true)
@@ -197,6 +201,7 @@ impl Worker {
         ids.extend(self.labelled_ids::<Service>(&selector).await?);
         ids.extend(self.labelled_ids::<HttpRoute>(&selector).await?);
         ids.extend(self.labelled_ids::<PodDisruptionBudget>(&selector).await?);
+        ids.extend(self.labelled_ids::<ClusterRoleBinding>(&selector).await?);
         ids.sort();
         ids.dedup();
         self.collect_project_namespaces().await?;

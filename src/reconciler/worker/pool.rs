@@ -3,12 +3,12 @@
 
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
 
 use super::{Worker, deployment_ref};
 use crate::domain::{Deployment, EventKind};
 use crate::reconciler::cluster::ClusterError;
-use crate::reconciler::desired::{InferencePool, picker_name};
+use crate::reconciler::desired::{InferencePool, picker_cluster_binding_name, picker_name};
 use crate::reconciler::status::{Observed, route_settled};
 use crate::store::deployments::ReconcileTarget;
 
@@ -37,6 +37,12 @@ impl Worker {
             self.cluster.delete::<Service>(ns, &picker).await,
             self.cluster.delete::<RoleBinding>(ns, &picker).await,
             self.cluster.delete::<Role>(ns, &picker).await,
+            self.cluster
+                .delete::<ClusterRoleBinding>(
+                    None,
+                    &picker_cluster_binding_name(namespace, &record.name),
+                )
+                .await,
             self.cluster.delete::<ServiceAccount>(ns, &picker).await,
             self.cluster.delete::<ConfigMap>(ns, &picker).await,
         ];
