@@ -106,7 +106,7 @@ catalogue! {
         "Reconciles finished, by outcome (ok, error).";
     RECONCILE_ERRORS = "modelplane_reconcile_errors_total", Counter,
         ["kind"],
-        "Reconciler failures, by kind (api_refused, cluster_unreachable, database, timeout, internal, config).";
+        "Reconciler failures, by kind (api_refused, forbidden, cluster_unreachable, database, timeout, internal, config); forbidden counts every 403 answer to a write, Kubernetes Events included.";
     RECONCILE_DURATION = "modelplane_reconcile_duration_seconds", Histogram in Seconds,
         ["outcome"],
         "Reconcile duration in seconds, by outcome (ok, error).";

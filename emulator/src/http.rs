@@ -132,7 +132,10 @@ async fn record(State(state): State<AppState>, req: Request, next: Next) -> Resp
             .unwrap_or_default();
         state.faults.admin(&m, &body)
     } else {
-        match state.faults.verdict() {
+        match state
+            .faults
+            .verdict(&method, &percent_decode(&path), &query)
+        {
             crate::cluster::faults::Verdict::Respond(r) => r,
             crate::cluster::faults::Verdict::Pass { latency } => {
                 if !latency.is_zero() {

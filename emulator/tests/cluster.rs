@@ -1401,6 +1401,74 @@ async fn latency_and_failure_fractions() {
     emu.shutdown().await;
 }
 
+/// A forbidden verb is answered as the RBAC authorizer's denial is
+/// (k8s.io/apiserver `endpoints/handlers/responsewriters/errors.go` `Forbidden`, through
+/// apimachinery's `NewForbidden`): 403, reason Forbidden, the resource in `details`, and the
+/// message naming the user, verb, resource, group and namespace. Other verbs still work.
+#[tokio::test]
+async fn a_forbidden_verb_answers_as_rbac_would() {
+    let (emu, client) = start(Emulator::builder()).await;
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    emu.faults().forbid("patch", "deployments");
+    emu.faults().forbid("create", "events.events.k8s.io");
+    let apply = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+    let err = deployments
+        .patch("web", &PatchParams::apply("t"), &Patch::Apply(&apply))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        "deployments.apps \"web\" is forbidden: User \"system:anonymous\" cannot patch resource \"deployments\" in API group \"apps\" in the namespace \"default\""
+    );
+    let details = status.details.unwrap();
+    assert_eq!(
+        (
+            details.name.as_str(),
+            details.group.as_str(),
+            details.kind.as_str()
+        ),
+        ("web", "apps", "deployments")
+    );
+    // A create without a name, in the events.k8s.io group, over the raw wire.
+    let (code, _, body) = http(
+        emu.addr(),
+        "POST",
+        "x",
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+        Some(json!({"metadata": {"name": "e"}})),
+    )
+    .await;
+    assert_eq!(code, 403);
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        body,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "events.events.k8s.io is forbidden: User \"system:anonymous\" cannot create resource \"events\" in API group \"events.k8s.io\" in the namespace \"default\"",
+               "reason": "Forbidden", "details": {"group": "events.k8s.io", "kind": "events"}, "code": 403})
+    );
+    // Other verbs pass; the admin endpoint shows the rules; allow lifts one.
+    deployments.list(&ListParams::default()).await.unwrap();
+    let (_, _, shown) = http(emu.addr(), "GET", "x", "/emulator/faults", None).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&shown).unwrap()["forbid"][0],
+        json!({"verb": "patch", "resource": "deployments"})
+    );
+    emu.faults().allow("patch", "deployments");
+    deployments
+        .patch("web", &PatchParams::apply("t"), &Patch::Apply(&apply))
+        .await
+        .unwrap();
+    emu.shutdown().await;
+}
+
 #[tokio::test]
 async fn cut_watches_ends_open_streams() {
     use futures::StreamExt;
@@ -1595,6 +1663,70 @@ async fn a_settled_cluster_stops_writing() {
     let mut changes = emu.store().subscribe();
     let quiet = tokio::time::timeout(Duration::from_secs(1), changes.recv()).await;
     assert!(quiet.is_err(), "unexpected write after rv {rv}: {quiet:?}");
+    emu.shutdown().await;
+}
+
+/// A changed minReadySeconds reaches the existing ReplicaSet (kubernetes
+/// pkg/controller/deployment/sync.go, `getNewReplicaSet`: `minReadySecondsNeedsUpdate`), so
+/// pods scaled up afterwards count as available only that long after they are ready.
+#[tokio::test]
+async fn a_changed_min_ready_seconds_reaches_the_existing_replica_set() {
+    let (emu, client) = start(builder()).await;
+    let api: Api<Deployment> = Api::default_namespaced(client.clone());
+    api.create(
+        &PostParams::default(),
+        &deployment("m", 1, json!({}), json!({})),
+    )
+    .await
+    .unwrap();
+    let rss: Api<ReplicaSet> = Api::default_namespaced(client.clone());
+    wait_for("the ReplicaSet", || async {
+        (!rss
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+    api.patch(
+        "m",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"minReadySeconds": 30}})),
+    )
+    .await
+    .unwrap();
+    let rs = wait_for("minReadySeconds on the ReplicaSet", || async {
+        let rs = rss.list(&ListParams::default()).await.unwrap().items;
+        rs.into_iter()
+            .find(|rs| rs.spec.as_ref().and_then(|s| s.min_ready_seconds) == Some(30))
+    })
+    .await;
+    assert_eq!(
+        rss.list(&ListParams::default()).await.unwrap().items.len(),
+        1,
+        "the same ReplicaSet, not a new one"
+    );
+    // Scaled up: the new pods become ready, but not available within the 30 s.
+    api.patch(
+        "m",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .unwrap();
+    let name = rs.metadata.name.unwrap();
+    let rs = wait_for("both pods ready", || async {
+        let rs = to_json(&rss.get(&name).await.unwrap());
+        (rs["status"]["readyReplicas"] == 2).then_some(rs)
+    })
+    .await;
+    assert!(
+        rs["status"]["availableReplicas"].as_i64().unwrap_or(0) < 2,
+        "{}",
+        rs["status"]
+    );
     emu.shutdown().await;
 }
 

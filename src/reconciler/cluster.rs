@@ -21,6 +21,9 @@ pub struct Cluster {
     /// where a 503 from the model must come back at once.
     pub client_once: kube::Client,
     pub description: String,
+    /// The API server's URL as users may read it: scheme, host and port, never a
+    /// credential (a kubeconfig's `server` may carry `user:password@`).
+    pub server: String,
 }
 
 /// Why connecting to the cluster, or one reconcile, failed. [`ClusterError::metric_kind`]
@@ -57,17 +60,35 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
-    /// The `kind` label of the reconcile error metric: `api_refused` (the API server said no),
+    /// The `kind` label of the reconcile error metric: `forbidden` (the API server said no
+    /// with 403: the worker's RBAC is too narrow), `api_refused` (it said no otherwise),
     /// `cluster_unreachable`, `timeout`, `database`, `internal` (a bug, or an object its type
     /// cannot hold), `config` (cannot connect at all).
     pub fn metric_kind(&self) -> &'static str {
         match self {
+            Self::Api(kube::Error::Api(status)) if status.code == 403 => "forbidden",
             Self::Api(kube::Error::Api(status)) if status.code < 500 => "api_refused",
             Self::Api(_) => "cluster_unreachable",
             Self::TimedOut(_) => "timeout",
             Self::Database(_) => "database",
             Self::Panicked(_) | Self::Decode { .. } => "internal",
             Self::NotNamed | Self::Kubeconfig { .. } | Self::Config(_) => "config",
+        }
+    }
+
+    /// Why the API server did not answer, in a user's words: the innermost cause (`connection
+    /// refused`, `the connection timed out`, a name that does not resolve, `it answers 503
+    /// ServiceUnavailable: …`), not the client's wrappers (`ServiceError: client error
+    /// (Connect)`, whose Display hides the cause behind its `source()` chain).
+    pub fn outage_cause(&self) -> String {
+        match self {
+            Self::Api(kube::Error::Api(status)) => format!(
+                "it answers {} {}: {}",
+                status.code, status.reason, status.message
+            ),
+            Self::TimedOut(after) => format!("no answer within {} s", after.as_secs()),
+            Self::Api(err) => plain_cause(err),
+            other => other.to_string(),
         }
     }
 
@@ -78,6 +99,34 @@ impl ClusterError {
             _ => None,
         }
     }
+}
+
+/// The innermost cause of `err` in plain words: an I/O error by its kind, else the deepest
+/// error's own text.
+fn plain_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut deepest = err;
+    let mut current = Some(err);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind;
+            return match io.kind() {
+                ErrorKind::ConnectionRefused => "connection refused".into(),
+                ErrorKind::TimedOut => "the connection timed out".into(),
+                ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::BrokenPipe
+                | ErrorKind::UnexpectedEof => "the connection was closed".into(),
+                ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => {
+                    "no route to the host".into()
+                }
+                // e.g. "failed to lookup address information: Name or service not known"
+                _ => io.to_string(),
+            };
+        }
+        deepest = e;
+        current = e.source();
+    }
+    deepest.to_string()
 }
 
 /// Connects to the cluster named explicitly: a kubeconfig (and context), or in-cluster
@@ -109,7 +158,7 @@ pub async fn connect(
                 .map_err(|e| ClusterError::Config(e.to_string()))?;
             let description = format!(
                 "context `{chosen}` at {} (kubeconfig {})",
-                config.cluster_url,
+                server_url(&config.cluster_url),
                 path.display()
             );
             (config, description)
@@ -117,7 +166,7 @@ pub async fn connect(
         None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
             let config =
                 kube::Config::incluster().map_err(|e| ClusterError::Config(e.to_string()))?;
-            let description = format!("in-cluster at {}", config.cluster_url);
+            let description = format!("in-cluster at {}", server_url(&config.cluster_url));
             (config, description)
         }
         None => return Err(ClusterError::NotNamed),
@@ -129,6 +178,7 @@ pub async fn connect(
             .headers
             .push((http::HeaderName::from_static("x-client-id"), value));
     }
+    let server = server_url(&config.cluster_url);
     let mut once = config.clone();
     once.default_retry = false;
     let client_once = kube::Client::try_from(once).map_err(ClusterError::Api)?;
@@ -137,7 +187,18 @@ pub async fn connect(
         client,
         client_once,
         description,
+        server,
     })
+}
+
+/// `scheme://host[:port]` of `uri`: no user information, path or query.
+fn server_url(uri: &http::Uri) -> String {
+    let scheme = uri.scheme_str().unwrap_or("https");
+    let host = uri.host().unwrap_or_default();
+    match uri.port_u16() {
+        Some(port) => format!("{scheme}://{host}:{port}"),
+        None => format!("{scheme}://{host}"),
+    }
 }
 
 /// A kind of object the reconciler reads or writes, as a type (`k8s_openapi`,
@@ -293,6 +354,16 @@ mod tests {
     use serde_json::json;
 
     use super::contains;
+
+    #[test]
+    fn the_server_url_shown_carries_no_credential() {
+        let uri: http::Uri = "https://admin:s3cret@k8s.example.com:6443/prefix?x=1"
+            .parse()
+            .unwrap();
+        assert_eq!(super::server_url(&uri), "https://k8s.example.com:6443");
+        let uri: http::Uri = "http://127.0.0.1".parse().unwrap();
+        assert_eq!(super::server_url(&uri), "http://127.0.0.1");
+    }
 
     #[test]
     fn live_objects_may_hold_more_but_not_less_or_other() {

@@ -118,7 +118,11 @@ impl ReadinessCheck for ReconcilerReadiness {
                     ),
                     Ok(Err(err)) => (
                         false,
-                        format!("unreachable: {} ({err})", cluster.description),
+                        format!(
+                            "unreachable: {} ({})",
+                            cluster.description,
+                            super::cluster::ClusterError::Api(err).outage_cause()
+                        ),
                     ),
                     Err(_) => (
                         false,

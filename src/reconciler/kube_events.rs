@@ -2,7 +2,10 @@
 //! tells the same story as the record's timeline: published through kube-runtime's
 //! [`Recorder`] (events.k8s.io/v1) with reporting controller `modelplane` and the worker's
 //! id as reporting instance. Best-effort: a failure to publish is logged, never fails a
-//! reconcile.
+//! reconcile. A refusal (403: the worker's RBAC does not grant writing events) is more than
+//! a log line: it is counted in the reconcile errors metric (`kind="forbidden"`, see `metrics.rs`) and
+//! kept per namespace ([`Publisher::denied`]) until an event there is published again, so
+//! the records there say so in their conditions.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -46,6 +49,8 @@ pub struct Publisher {
     client: kube::Client,
     reporter: Reporter,
     recorders: Mutex<Recorders>,
+    /// The API server's last 403 for an event, by namespace.
+    denied: Mutex<HashMap<String, kube::core::Status>>,
 }
 
 /// The recorders of recent series, and when they were last pruned.
@@ -66,7 +71,18 @@ impl Publisher {
                 by_key: HashMap::new(),
                 pruned: Instant::now(),
             }),
+            denied: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The API server's refusal (403) of the last event published in `namespace`, until
+    /// one is published there again.
+    pub fn denied(&self, namespace: &str) -> Option<kube::core::Status> {
+        self.denied
+            .lock()
+            .expect("not poisoned")
+            .get(namespace)
+            .cloned()
     }
 
     /// Publishes a `Normal` event about `regarding`.
@@ -145,8 +161,25 @@ impl Publisher {
             action: action.to_owned(),
             secondary: None,
         };
+        let namespace = regarding.namespace.clone().unwrap_or_default();
         match tokio::time::timeout(PUBLISH_TIMEOUT, recorder.publish(&event, regarding)).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => {
+                self.denied.lock().expect("not poisoned").remove(&namespace);
+            }
+            Ok(Err(kube::Error::Api(status))) if status.code == 403 => {
+                metrics::counter!(crate::metrics::RECONCILE_ERRORS, "kind" => "forbidden")
+                    .increment(1);
+                let first = self
+                    .denied
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(namespace.clone(), *status.clone())
+                    .is_none();
+                // Said once per namespace; the records there carry it in their conditions.
+                if first {
+                    tracing::warn!(%namespace, message = %status.message, %reason, "the API server forbids publishing Kubernetes Events: the worker's RBAC is too narrow");
+                }
+            }
             Ok(Err(err)) => {
                 tracing::warn!(error = %err, %reason, "cannot publish a Kubernetes Event")
             }

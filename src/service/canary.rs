@@ -184,7 +184,7 @@ async fn requested_track(
         if let Some(replicas) = request.replicas {
             spec.replicas = Some(replicas);
         }
-        match check_canary_spec(ctx, &row, spec) {
+        match check_canary_spec(ctx, row, spec) {
             Ok(spec) => Some(spec),
             Err(e) => {
                 errors.extend(e);

@@ -314,3 +314,118 @@ async fn without_the_inference_pool_crd_the_spec_decides_fail_or_service(pool: P
         .unwrap();
     assert_eq!(answer.status(), StatusCode::OK);
 }
+
+/// Switching a deployment that serves through its Service to InferencePool mode, with
+/// requests flowing: the route moves to the pool only once the endpoint picker has an
+/// available replica (the Gateway fails requests to a pool whose picker has no ready
+/// endpoint: the inference extension's `failureMode: FailClose`, which the emulator's data
+/// plane follows), so none fails. The picker's pods take 1.5 s to become ready here, a
+/// window in which the old behaviour lost every request.
+#[sqlx::test]
+async fn switching_a_live_deployment_to_the_pool_fails_no_request(pool: PgPool) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    let slow_start = Emulator::builder()
+        .nodes(2)
+        .gpus_per_node(8)
+        .start_delay(Duration::from_millis(1500))
+        .inference_api(true)
+        .gateway("gateway-system", "inference");
+    let h = harness_on(pool, slow_start, |_| {}).await;
+    h.app.create_project("team-a").await;
+    let mut spec = sim_spec();
+    spec["replicas"] = json!(2);
+    create_with(&h, "qwen", spec).await;
+    wait_for(
+        "Ready through the Service",
+        Duration::from_secs(30),
+        || async { h.deployment("qwen").await["status"]["phase"] == "Ready" },
+    )
+    .await;
+    let url = h.deployment("qwen").await["status"]["endpoints"]["external"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sent, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let load = tokio::spawn({
+        let (stop, sent, failed, url) = (stop.clone(), sent.clone(), failed.clone(), url.clone());
+        async move {
+            let client = reqwest::Client::new();
+            while !stop.load(Ordering::Relaxed) {
+                let response = client
+                    .post(format!("{url}/v1/chat/completions"))
+                    .json(
+                        &json!({"model": "qwen", "messages": [{"role": "user", "content": "hi"}]}),
+                    )
+                    .send()
+                    .await
+                    .unwrap();
+                sent.fetch_add(1, Ordering::Relaxed);
+                if response.status() != StatusCode::OK {
+                    let status = response.status();
+                    eprintln!(
+                        "failed during the switch: {status}: {}",
+                        response.text().await.unwrap_or_default()
+                    );
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    });
+    let switched = h
+        .app
+        .patch(
+            "/api/v1/projects/team-a/deployments/qwen",
+            &json!({"spec": {"routing": {"mode": "InferencePool"}}}),
+            None,
+        )
+        .await;
+    assert_eq!(switched.status(), StatusCode::OK);
+    // While the picker starts, the status says the route waits for it.
+    wait_for(
+        "the switch reported as waiting for the picker",
+        Duration::from_secs(20),
+        || async { condition(&h, "qwen", "InferencePool").await["reason"] == "Switching" },
+    )
+    .await;
+    let route = h
+        .live("gateway.networking.k8s.io/v1", "HTTPRoute", "qwen")
+        .await
+        .unwrap();
+    assert_eq!(
+        route["spec"]["rules"][0]["backendRefs"][0]["kind"],
+        "Service"
+    );
+    wait_for(
+        "Ready through the pool",
+        Duration::from_secs(30),
+        || async {
+            let route = h
+                .live("gateway.networking.k8s.io/v1", "HTTPRoute", "qwen")
+                .await
+                .unwrap();
+            route["spec"]["rules"][0]["backendRefs"][0]["kind"] == "InferencePool"
+                && condition(&h, "qwen", "InferencePool").await["status"] == "True"
+                && h.deployment("qwen").await["status"]["phase"] == "Ready"
+        },
+    )
+    .await;
+    let after = sent.load(Ordering::Relaxed) + 20;
+    wait_for(
+        "requests through the pool",
+        Duration::from_secs(20),
+        || async { sent.load(Ordering::Relaxed) >= after },
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "of {} requests during the switch",
+        sent.load(Ordering::Relaxed)
+    );
+}

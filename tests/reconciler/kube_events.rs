@@ -306,3 +306,77 @@ async fn wait_for_warning(h: &Harness, kind: &str, name: &str) -> Event {
         .find(|e| e.type_.as_deref() == Some("Warning"))
         .unwrap()
 }
+
+/// The record's `Authorized` condition, if it has one (and that it has no more than one).
+fn authorized(record: &serde_json::Value) -> Option<serde_json::Value> {
+    let found: Vec<_> = record["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "Authorized")
+        .cloned()
+        .collect();
+    assert!(
+        found.len() <= 1,
+        "one Authorized condition at most: {found:?}"
+    );
+    found.into_iter().next()
+}
+
+/// Issue #41, item 5: an Event the API server forbids (403, as when the worker's RBAC does
+/// not grant `create` on events.k8s.io events) is more than a log line: it is counted in
+/// `modelplane_reconcile_errors_total{kind="forbidden"}`, and the record says so once, in
+/// an `Authorized=False` condition naming the verb, the resource and the namespace. Once
+/// events are allowed again, the next one published clears it.
+#[sqlx::test]
+async fn a_forbidden_event_is_said_in_the_conditions_and_counted(pool: PgPool) {
+    let h = harness(pool, true, |_| {}).await;
+    let faults = h.emulator.as_ref().unwrap().faults();
+    faults.forbid("create", "events");
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    wait_for(
+        "Authorized=False on the record",
+        Duration::from_secs(20),
+        || async { authorized(&h.deployment("qwen").await).is_some() },
+    )
+    .await;
+    let condition = authorized(&h.deployment("qwen").await).unwrap();
+    assert_eq!(
+        (condition["status"].as_str(), condition["reason"].as_str()),
+        (Some("False"), Some("Forbidden"))
+    );
+    let message = condition["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "the worker may not create events.events.k8s.io in namespace team-a: its RBAC is too narrow"
+        ) && message.contains("cannot create resource \"events\" in API group \"events.k8s.io\""),
+        "{message}"
+    );
+    // The deployment itself was applied: only its Events were refused.
+    assert!(h.live("apps/v1", "Deployment", "qwen").await.is_some());
+    let metrics = h.app.get("/metrics").await.text().await.unwrap();
+    let forbidden = super::common::sample(
+        &metrics,
+        modelplane::metrics::RECONCILE_ERRORS,
+        &["kind=\"forbidden\""],
+    );
+    assert!(forbidden.is_some_and(|n| n >= 1.0), "{metrics}");
+
+    faults.allow("create", "events");
+    let scaled = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/scale",
+            &json!({"replicas": 2}),
+        )
+        .await;
+    assert!(scaled.status().is_success());
+    h.wait_kube_event("Deployment", "qwen", "Applied").await;
+    wait_for(
+        "the condition gone once an Event is published",
+        Duration::from_secs(20),
+        || async { authorized(&h.deployment("qwen").await).is_none() },
+    )
+    .await;
+}

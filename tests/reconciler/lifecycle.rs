@@ -620,3 +620,98 @@ async fn a_graphql_subscriber_sees_the_rollout_go_ready_live(pool: PgPool) {
         }
     }
 }
+
+/// Issue #41, item 12: scaling a Ready sim deployment from 1 to 4 replicas is a rollout
+/// (`Deploying`) until the new replicas serve, then `Ready`; it never reads `Degraded`
+/// ("only 1/4 replicas available") on the way, whichever of the pods' Ready and the
+/// Deployment's availableReplicas reaches the worker first. Every phase the status takes
+/// is on the timeline (`PhaseChanged`, written in the status's own statement), so none is
+/// missed between two polls.
+#[sqlx::test]
+async fn scaling_up_is_deploying_then_ready_never_degraded(pool: PgPool) {
+    // As the run command's emulator (3 nodes, a Gateway), with pods quick enough for a test
+    // yet slow enough that the scale is seen in progress.
+    let cluster = Emulator::builder()
+        .nodes(3)
+        .gpus_per_node(8)
+        .start_delay(Duration::from_millis(500))
+        .gateway("gateway-system", "inference");
+    let h = harness_on(pool, cluster, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    wait_phase(&h, "qwen", "Ready", Duration::from_secs(30)).await;
+    let phase_changes = || async {
+        let events: Value = h
+            .app
+            .get("/api/v1/projects/team-a/deployments/qwen/events")
+            .await
+            .json()
+            .await
+            .unwrap();
+        events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "PhaseChanged")
+            .map(|e| e["message"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    // Pods count as available only 2 s after they are ready (`minReadySeconds`, set here as
+    // a policy engine might, under its own field manager): for that long the pod watch shows
+    // them ready while the Deployment's availableReplicas still says 1, the window in which
+    // the worker read "only 1/4 replicas available". Without it the window is a few
+    // milliseconds (the ReplicaSet, then the Deployment controller catching up with the
+    // kubelet), which a loaded machine hits and an idle test rarely does.
+    h.api("apps/v1", "Deployment")
+        .patch(
+            "qwen",
+            &kube::api::PatchParams {
+                field_manager: Some("policy".into()),
+                ..Default::default()
+            },
+            &kube::api::Patch::Merge(json!({"spec": {"minReadySeconds": 2}})),
+        )
+        .await
+        .unwrap();
+
+    // Entries from here on that come before the scale's first status ("Pending → …": the
+    // spec change reads Pending until the worker applies it) are generation 1's, e.g. its
+    // pod not available for 2 s more after the patch; a write of generation 1 cannot land
+    // after the scale (statuses are written only at the record's generation).
+    let before = phase_changes().await.len();
+    let scaled = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/scale",
+            &json!({"replicas": 4}),
+        )
+        .await;
+    assert_eq!(scaled.status(), StatusCode::OK);
+    wait_for("4/4 available", Duration::from_secs(30), || async {
+        let r = h.deployment("qwen").await;
+        r["status"]["phase"] == "Ready"
+            && r["status"]["replicas"]["available"] == 4
+            && r["status"]["observedGeneration"] == 2
+    })
+    .await;
+    let changes: Vec<String> = phase_changes()
+        .await
+        .split_off(before)
+        .into_iter()
+        .skip_while(|m| !m.starts_with("Pending → "))
+        .collect();
+    let phases: Vec<&str> = changes
+        .iter()
+        .map(|m| m.split(':').next().unwrap())
+        .collect();
+    assert!(
+        phases.iter().all(|p| !p.contains("Degraded")),
+        "a scale-up is never Degraded: {changes:#?}"
+    );
+    assert_eq!(
+        phases,
+        // The new generation reads Pending from its spec change until the worker applies it.
+        ["Pending → Deploying", "Deploying → Ready"],
+        "{changes:#?}"
+    );
+}

@@ -430,3 +430,230 @@ async fn a_gateways_own_hostnames_cannot_be_claimed(pool: PgPool) {
     )
     .await;
 }
+
+/// Issue #41, item 8: a repair is told only once it is made. A Service deleted behind the
+/// worker's back while the API server refuses to write Services (403, as a narrowed RBAC
+/// would) is drift the worker cannot repair yet: its pass fails, and neither the timeline
+/// nor a Kubernetes Event says `DriftRepaired`. Once writes pass, the Service is back and
+/// the repair is told once.
+#[sqlx::test]
+async fn a_repair_that_failed_is_not_told_as_made(pool: PgPool) {
+    let h = harness(pool.clone(), true, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    h.wait_applied("qwen", 1).await;
+    let emulator = h.emulator.as_ref().unwrap();
+    emulator.faults().forbid("patch", "services");
+    let services: Api<DynamicObject> =
+        Api::namespaced_with(h.kube.clone(), "team-a", &resource_of("v1", "Service"));
+    services
+        .delete("qwen", &DeleteParams::default())
+        .await
+        .unwrap();
+    let last_error = || async {
+        sqlx::query_scalar::<_, Option<String>>(
+            "select w.last_error from reconcile_work w join model_deployment d on d.id = w.deployment_id
+             where d.name = 'qwen'",
+        )
+        .fetch_optional(&pool)
+        .await
+        .unwrap()
+        .flatten()
+    };
+    wait_for(
+        "the repair to fail on the forbidden write",
+        Duration::from_secs(20),
+        || async { last_error().await.is_some_and(|e| e.contains("forbidden")) },
+    )
+    .await;
+    assert!(h.live("v1", "Service", "qwen").await.is_none());
+    let timeline = h.events("qwen").await;
+    assert!(
+        !timeline.iter().any(|k| k == "DriftRepaired"),
+        "nothing was repaired: {timeline:?}"
+    );
+    let kube_events: Api<DynamicObject> = Api::namespaced_with(
+        h.kube.clone(),
+        "team-a",
+        &resource_of("events.k8s.io/v1", "Event"),
+    );
+    let told = |events: &[DynamicObject]| {
+        events
+            .iter()
+            .filter(|e| e.data["reason"] == "DriftRepaired")
+            .count()
+    };
+    let listed = kube_events.list(&Default::default()).await.unwrap().items;
+    assert_eq!(told(&listed), 0, "no DriftRepaired Event: {listed:?}");
+
+    emulator.faults().allow("patch", "services");
+    wait_for(
+        "the Service back and the repair told",
+        Duration::from_secs(30),
+        || async {
+            h.live("v1", "Service", "qwen").await.is_some()
+                && h.events("qwen").await.iter().any(|k| k == "DriftRepaired")
+        },
+    )
+    .await;
+    let timeline = h.events("qwen").await;
+    assert_eq!(
+        timeline.iter().filter(|k| *k == "DriftRepaired").count(),
+        1,
+        "{timeline:?}"
+    );
+    wait_for(
+        "the DriftRepaired Event",
+        Duration::from_secs(10),
+        || async { told(&kube_events.list(&Default::default()).await.unwrap().items) == 1 },
+    )
+    .await;
+}
+
+/// Issue #41, item 8: while the API server does not answer, a deployment last seen Ready
+/// does not stay a green `Ready` (nobody can tell that it serves): it reads `Degraded`, and
+/// its `ClusterReachable=False` condition says which API server does not answer and why in
+/// words (not `ServiceError: client error (Connect)`). When the cluster answers again, it
+/// converges back to Ready.
+#[sqlx::test]
+async fn a_ready_deployment_is_not_green_while_the_cluster_does_not_answer(pool: PgPool) {
+    let cluster = || {
+        Emulator::builder()
+            .nodes(1)
+            .start_delay(Duration::from_millis(50))
+            .gateway("gateway-system", "inference")
+    };
+    let mut h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    wait_for("qwen Ready", Duration::from_secs(30), || async {
+        h.deployment("qwen").await["status"]["phase"] == "Ready"
+    })
+    .await;
+    let emulator = h.emulator.take().unwrap();
+    let addr = emulator.addr();
+    emulator.shutdown().await;
+
+    wait_for(
+        "ClusterReachable=False",
+        Duration::from_secs(60),
+        || async {
+            h.deployment("qwen").await["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == "ClusterReachable" && c["status"] == "False")
+        },
+    )
+    .await;
+    let record = h.deployment("qwen").await;
+    let status = &record["status"];
+    assert_eq!(status["phase"], "Degraded", "{status}");
+    let reachable = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "ClusterReachable")
+        .unwrap();
+    assert_eq!(
+        reachable["message"],
+        format!(
+            "the Kubernetes API server at http://{addr} does not answer: connection refused; \
+             the status below is the last seen"
+        )
+    );
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("whether it still serves is unknown: the Kubernetes API server at")
+            && message.ends_with("last seen Ready (1/1 replicas available)"),
+        "{message}"
+    );
+    assert_eq!(status["replicas"]["available"], 1, "the counts last seen");
+    let events: Value = h
+        .app
+        .get("/api/v1/projects/team-a/deployments/qwen/events")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        events["items"].as_array().unwrap().iter().any(|e| {
+            e["kind"] == "PhaseChanged"
+                && e["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("Ready → Degraded: whether it still serves is unknown")
+        }),
+        "{events}"
+    );
+
+    // Back (empty: the worker makes its objects again), and Ready again.
+    h.emulator = Some(cluster().listen(addr).start().await.unwrap());
+    wait_for("qwen Ready again", Duration::from_secs(60), || async {
+        let status = h.deployment("qwen").await["status"].clone();
+        status["phase"] == "Ready"
+            && status["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c["type"] != "ClusterReachable")
+    })
+    .await;
+}
+
+/// Issue #41, item 5: a write of the record's objects that the API server forbids (403: the
+/// worker's RBAC does not grant `patch` on Deployments) fails the pass, is counted as
+/// `modelplane_reconcile_errors_total{kind="forbidden"}` (not `api_refused`), and the record
+/// says so once, in an `Authorized=False` condition naming the verb, the resource and the
+/// namespace, while its attempts go on. Granted again, it is applied and the condition goes.
+#[sqlx::test]
+async fn a_forbidden_write_is_said_in_the_conditions_and_counted(pool: PgPool) {
+    let h = harness(pool, true, |_| {}).await;
+    let faults = h.emulator.as_ref().unwrap().faults();
+    faults.forbid("patch", "deployments");
+    h.app.create_project("team-a").await;
+    create(&h, "qwen").await;
+    let authorized = |record: &Value| {
+        let found: Vec<Value> = record["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["type"] == "Authorized")
+            .cloned()
+            .collect();
+        assert!(found.len() <= 1, "once: {found:?}");
+        found.into_iter().next()
+    };
+    wait_for(
+        "Authorized=False on the record",
+        Duration::from_secs(20),
+        || async { authorized(&h.deployment("qwen").await).is_some() },
+    )
+    .await;
+    let record = h.deployment("qwen").await;
+    let condition = authorized(&record).unwrap();
+    assert_eq!(
+        (condition["status"].as_str(), condition["reason"].as_str()),
+        (Some("False"), Some("Forbidden"))
+    );
+    let message = condition["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "the worker may not patch deployments.apps in namespace team-a: its RBAC is too narrow"
+        ),
+        "{message}"
+    );
+    assert_eq!(record["status"]["phase"], "Pending", "nothing applied yet");
+    let metrics = h.app.get("/metrics").await.text().await.unwrap();
+    let forbidden = common::sample(
+        &metrics,
+        modelplane::metrics::RECONCILE_ERRORS,
+        &["kind=\"forbidden\""],
+    );
+    assert!(forbidden.is_some_and(|n| n >= 1.0), "{metrics}");
+
+    faults.allow("patch", "deployments");
+    let record = h.wait_applied("qwen", 1).await;
+    assert!(authorized(&record).is_none(), "{record}");
+    assert!(h.live("apps/v1", "Deployment", "qwen").await.is_some());
+}

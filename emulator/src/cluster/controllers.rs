@@ -351,7 +351,7 @@ fn sync_deployment(sim: &Sim, d: &Value, all_rs: &[&Value], pods: &HashMap<&str,
     // A paused Deployment is neither scaled nor rolled out, but its status still follows
     // its ReplicaSets.
     if !sync.paused {
-        if sync.renumber_new_rs() {
+        if sync.renumber_new_rs() || sync.update_new_rs_min_ready() {
             return;
         }
         sync.rollout(pods);
@@ -495,6 +495,24 @@ impl<'a> DeploymentSync<'a> {
         meta_mut(&mut upd)
             .entry("annotations")
             .or_insert_with(|| json!({}))[REVISION] = json!((self.max_old_rev + 1).to_string());
+        write_object(&self.sim.store, self.sim.k.replicaset, upd, KCM);
+        true
+    }
+
+    /// The existing new ReplicaSet takes the Deployment's minReadySeconds when it changed
+    /// (pkg/controller/deployment/sync.go, `getNewReplicaSet`: `minReadySecondsNeedsUpdate`
+    /// updates the ReplicaSet), so its pods count as available only that long after they
+    /// are ready. The sync ends there; the write wakes the next pass.
+    fn update_new_rs_min_ready(&self) -> bool {
+        let Some(rs) = &self.new_rs else {
+            return false;
+        };
+        let wanted = int(self.d, "/spec/minReadySeconds");
+        if int(rs, "/spec/minReadySeconds") == wanted {
+            return false;
+        }
+        let mut upd = rs.clone();
+        upd["spec"]["minReadySeconds"] = json!(wanted);
         write_object(&self.sim.store, self.sim.k.replicaset, upd, KCM);
         true
     }

@@ -1,5 +1,6 @@
 //! Fault injection for the API server: refuse connections (as if the server were down),
-//! add latency, fail a fraction of requests with 500 or 429, and cut open watch streams.
+//! add latency, fail a fraction of requests with 500 or 429, forbid a verb on a resource
+//! (403, as RBAC would), and cut open watch streams.
 //! Set from the library ([`Faults`], via `RunningEmulator::faults()`) or over HTTP with
 //! the admin endpoint `/emulator/faults` (see the crate README).
 
@@ -22,6 +23,161 @@ struct Settings {
     fail_code: u16,
     /// Accumulates the fraction so failures are spread exactly and deterministically.
     acc: f64,
+    /// (verb, resource) pairs answered 403 Forbidden.
+    forbidden: Vec<Forbid>,
+}
+
+/// A verb on a resource the API server forbids, as an authorizer that does not grant it
+/// would: `verb` as the authorizer names it (`get`, `list`, `watch`, `create`, `update`,
+/// `patch`, `delete`, `deletecollection`, or `*`), `resource` its plural, optionally with
+/// `/subresource` or `.group` (`deployments`, `deployments.apps`, `pods/status`, or `*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Forbid {
+    verb: String,
+    resource: String,
+}
+
+impl Forbid {
+    fn new(verb: &str, resource: &str) -> Self {
+        Forbid {
+            verb: verb.to_owned(),
+            resource: resource.to_owned(),
+        }
+    }
+
+    fn matches(&self, a: &Attributes) -> bool {
+        let resource = match (a.subresource.as_str(), a.group.as_str()) {
+            ("", "") => vec![a.resource.clone()],
+            ("", group) => vec![a.resource.clone(), format!("{}.{group}", a.resource)],
+            (sub, _) => vec![format!("{}/{sub}", a.resource)],
+        };
+        (self.verb == "*" || self.verb == a.verb)
+            && (self.resource == "*" || resource.contains(&self.resource))
+    }
+}
+
+/// What the API server's authorizer is asked about a request, read from its path as
+/// k8s.io/apiserver's `pkg/endpoints/request/requestinfo.go` (`NewRequestInfo`) does:
+/// `/api/{v}/…` is the core group, `/apis/{group}/{v}/…` another; a `watch/` prefix is the
+/// verb; `namespaces/{ns}/` is skipped unless what follows is a namespace subresource
+/// (`status`, `finalize`); then `resource/name/subresource`. POST is `create`, GET and HEAD
+/// `get` (`list` without a name, `watch` with `?watch=true`), PUT `update`, PATCH `patch`,
+/// DELETE `delete` (`deletecollection` without a name). `None`: not a resource request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Attributes {
+    pub(crate) verb: String,
+    pub(crate) group: String,
+    pub(crate) resource: String,
+    pub(crate) subresource: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+}
+
+pub(crate) fn attributes(method: &str, path: &str, query: &str) -> Option<Attributes> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, mut rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] if !rest.is_empty() => ("", rest),
+        ["apis", group, _version, rest @ ..] if !rest.is_empty() => (*group, rest),
+        _ => return None,
+    };
+    let mut verb = match method {
+        "POST" => "create",
+        "GET" | "HEAD" => "get",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" => "delete",
+        _ => "",
+    };
+    if rest.first() == Some(&"watch") {
+        verb = "watch";
+        rest = &rest[1..];
+    }
+    let mut namespace = "";
+    if rest.first() == Some(&"namespaces") && rest.len() > 1 {
+        namespace = rest[1];
+        if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+            rest = &rest[2..];
+        }
+    }
+    let resource = rest.first().copied().unwrap_or_default();
+    let name = rest.get(1).copied().unwrap_or_default();
+    let subresource = rest.get(2).copied().unwrap_or_default();
+    let watch = query.split('&').any(|kv| {
+        kv.strip_prefix("watch=")
+            .is_some_and(|v| v == "true" || v == "1")
+    });
+    verb = match (verb, name.is_empty()) {
+        ("get", true) if watch => "watch",
+        ("get", true) => "list",
+        ("delete", true) => "deletecollection",
+        (verb, _) => verb,
+    };
+    Some(Attributes {
+        verb: verb.to_owned(),
+        group: group.to_owned(),
+        resource: resource.to_owned(),
+        subresource: subresource.to_owned(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    })
+}
+
+/// The answer of an authorizer that does not grant the request: k8s.io/apiserver's
+/// `pkg/endpoints/handlers/responsewriters/errors.go` (`Forbidden`, `forbiddenMessage`)
+/// wrapped in apimachinery's `pkg/api/errors/errors.go` (`NewForbidden`): reason
+/// `Forbidden`, the group and resource (as `kind`) and name in `details`, and the message
+/// `<resource>[.<group>] ["<name>"] is forbidden: User "<user>" cannot <verb> resource
+/// "<resource>[/<subresource>]" in API group "<group>" in the namespace "<ns>"` (or `at
+/// the cluster scope`). The emulator authenticates nobody, so the user is
+/// `system:anonymous`.
+fn forbidden_response(a: &Attributes) -> Response {
+    const USER: &str = "system:anonymous";
+    let resource = if a.subresource.is_empty() {
+        a.resource.clone()
+    } else {
+        format!("{}/{}", a.resource, a.subresource)
+    };
+    let why = if a.namespace.is_empty() {
+        format!(
+            "User {USER:?} cannot {} resource {resource:?} in API group {:?} at the cluster scope",
+            a.verb, a.group
+        )
+    } else {
+        format!(
+            "User {USER:?} cannot {} resource {resource:?} in API group {:?} in the namespace {:?}",
+            a.verb, a.group, a.namespace
+        )
+    };
+    // schema.GroupResource.String(): `resource.group`, or the resource alone in the core group.
+    let qualified = if a.group.is_empty() {
+        a.resource.clone()
+    } else {
+        format!("{}.{}", a.resource, a.group)
+    };
+    let message = if a.name.is_empty() {
+        format!("{qualified} is forbidden: {why}")
+    } else {
+        format!("{qualified} {:?} is forbidden: {why}", a.name)
+    };
+    // metav1.StatusDetails: every field omitempty.
+    let mut details = serde_json::Map::new();
+    for (key, value) in [
+        ("name", &a.name),
+        ("group", &a.group),
+        ("kind", &a.resource),
+    ] {
+        if !value.is_empty() {
+            details.insert(key.into(), json!(value));
+        }
+    }
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                      "message": message, "reason": "Forbidden", "details": details, "code": 403});
+    (
+        StatusCode::FORBIDDEN,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 struct Inner {
@@ -98,6 +254,22 @@ impl Faults {
         s.acc = 0.0;
     }
 
+    /// Answers `verb` on `resource` with 403 Forbidden from now on (see [`Forbid`]), as an
+    /// API server whose RBAC does not grant it; [`Faults::clear`] lifts it.
+    pub fn forbid(&self, verb: &str, resource: &str) {
+        let rule = Forbid::new(verb, resource);
+        let mut s = self.lock();
+        if !s.forbidden.contains(&rule) {
+            s.forbidden.push(rule);
+        }
+    }
+
+    /// Grants `verb` on `resource` again.
+    pub fn allow(&self, verb: &str, resource: &str) {
+        let rule = Forbid::new(verb, resource);
+        self.lock().forbidden.retain(|r| *r != rule);
+    }
+
     /// Ends every open watch stream now (clients see the watch close and re-watch).
     pub fn cut_watches(&self) {
         self.0.cut.send_modify(|n| *n += 1);
@@ -133,10 +305,14 @@ impl Faults {
             "latencyMs": s.latency.as_millis() as u64,
             "failFraction": s.fail_fraction,
             "failCode": s.fail_code,
+            "forbid": s.forbidden.iter()
+                .map(|r| json!({"verb": r.verb, "resource": r.resource}))
+                .collect::<Vec<_>>(),
         })
     }
 
-    pub(crate) fn verdict(&self) -> Verdict {
+    /// What to do with a request (`method`, `path`, `query`).
+    pub(crate) fn verdict(&self, method: &str, path: &str, query: &str) -> Verdict {
         if self.refusing() {
             let mut r = status_response(
                 503,
@@ -148,6 +324,12 @@ impl Faults {
             return Verdict::Respond(r);
         }
         let mut s = self.lock();
+        if !s.forbidden.is_empty()
+            && let Some(a) = attributes(method, path, query)
+            && s.forbidden.iter().any(|r| r.matches(&a))
+        {
+            return Verdict::Respond(forbidden_response(&a));
+        }
         if s.fail_fraction > 0.0 {
             s.acc += s.fail_fraction;
             if s.acc >= 1.0 - 1e-9 {
@@ -189,7 +371,8 @@ impl Faults {
 
     /// The admin endpoint: GET shows the settings; POST/PUT a JSON object with any of
     /// `refuseAll` (bool), `forMs` (with refuseAll: lift it after this long), `latencyMs`,
-    /// `failFraction` and `failCode`, `cutWatches` (true), `clear` (true).
+    /// `failFraction` and `failCode`, `forbid` (a list of `{"verb", "resource"}`, added),
+    /// `cutWatches` (true), `clear` (true).
     pub(crate) fn admin(&self, method: &axum::http::Method, body: &[u8]) -> Response {
         if method == axum::http::Method::POST || method == axum::http::Method::PUT {
             let Ok(v) = serde_json::from_slice::<Value>(body) else {
@@ -207,6 +390,18 @@ impl Faults {
                     return status_response(400, "BadRequest", "failCode must be 500 or 429");
                 }
                 self.fail_fraction(f, code);
+            }
+            for rule in v["forbid"].as_array().into_iter().flatten() {
+                match (rule["verb"].as_str(), rule["resource"].as_str()) {
+                    (Some(verb), Some(resource)) => self.forbid(verb, resource),
+                    _ => {
+                        return status_response(
+                            400,
+                            "BadRequest",
+                            "each forbid entry needs a verb and a resource",
+                        );
+                    }
+                }
             }
             if v["cutWatches"] == true {
                 self.cut_watches();

@@ -48,7 +48,8 @@ use self::budget::disruption_budget_object;
 use self::deployment::deployment_object;
 pub use self::deployment::engine_image;
 pub use self::endpoint_picker::{
-    ENDPOINT_PICKER, EPP_GRPC_PORT, EPP_HEALTH_PORT, EPP_METRICS_PORT, picker_cluster_binding_name, picker_name,
+    ENDPOINT_PICKER, EPP_GRPC_PORT, EPP_HEALTH_PORT, EPP_METRICS_PORT, picker_cluster_binding_name,
+    picker_name,
 };
 pub use self::inference_pool::{
     EndpointPickerRef, InferencePool, InferencePoolSpec, InferencePoolStatus, PoolObjects,
@@ -156,6 +157,9 @@ pub struct DesiredObjects {
     /// In InferencePool mode with `whenUnavailable: Service`: the route to the Service, for a
     /// cluster that turns out not to serve InferencePools.
     pub fallback_route: Option<HttpRoute>,
+    /// In InferencePool mode: the route to the Service, which a live route to the Service
+    /// stays until the endpoint picker is ready (a switch of mode loses no request).
+    pub service_route: Option<HttpRoute>,
 }
 
 impl DesiredObjects {
@@ -230,6 +234,10 @@ pub fn desired_objects(
         fallback_route: gateway
             .as_ref()
             .filter(|_| pool_mode && fallback == PoolFallback::Service)
+            .map(|gw| route_object(t, namespace, &labels, gw, None, false)),
+        service_route: gateway
+            .as_ref()
+            .filter(|_| pool_mode)
             .map(|gw| route_object(t, namespace, &labels, gw, None, false)),
         pool: pool_mode.then(|| pool_objects(t, namespace, &labels, &config.epp_image)),
         canary: canary.map(|plan| canary_objects(&plan.target, namespace, config)),

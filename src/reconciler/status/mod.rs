@@ -76,6 +76,9 @@ pub struct Observed {
     /// The live InferencePool and endpoint picker Deployment, in InferencePool mode.
     pub pool: Option<InferencePool>,
     pub picker: Option<K8sDeployment>,
+    /// Switching a live deployment to InferencePool mode: the route still goes to the
+    /// Service, until the endpoint picker has an available replica.
+    pub pool_switch_pending: bool,
 }
 
 /// How long (or how often) a problem that may still clear is tolerated before the

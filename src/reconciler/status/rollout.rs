@@ -53,7 +53,16 @@ impl Rollout {
     /// Fewer serve than asked and nothing is on its way (or something is wrong). Pods
     /// still starting without a problem are a rollout, e.g. every scale-up; so are pods the
     /// Deployment counts that the pod watch has not delivered yet (a scale-up's new pods
-    /// reach the Deployment's status before they reach us).
+    /// reach the Deployment's status before they reach us), and pods the watch shows
+    /// ready that the Deployment does not count as available yet (the other order: the
+    /// kubelet's Ready reaches us before the ReplicaSet controller's `availableReplicas`,
+    /// then the Deployment controller's, catch up; or `minReadySeconds` has not passed).
+    ///
+    /// The Deployment's own Progressing condition cannot tell a scale-up from a lost pod:
+    /// once a rollout completed, a scale keeps `NewReplicaSetAvailable` (kubernetes
+    /// `pkg/controller/deployment/progress.go`, `syncRolloutStatus`: no progress is
+    /// estimated while `replicas == updatedReplicas` after a complete rollout), so the pods
+    /// tell it.
     pub(super) fn short_of_replicas(&self, observed: &Observed, problem: bool) -> bool {
         let (desired, counts) = (self.desired, &self.counts);
         self.current
@@ -61,7 +70,10 @@ impl Rollout {
             && counts.available < desired
             && !self.deadline_exceeded
             && self.total <= desired
-            && (problem || (starting_pods(observed) == 0 && pods_known(observed) >= self.total))
+            && (problem
+                || (starting_pods(observed) == 0
+                    && pods_known(observed) >= self.total
+                    && ready_pods(observed) <= counts.available))
     }
 }
 
@@ -89,6 +101,22 @@ fn pods_known(observed: &Observed) -> i64 {
         .count() as i64
 }
 
+/// Pods of the deployment the worker has seen ready and not going away.
+fn ready_pods(observed: &Observed) -> i64 {
+    observed
+        .pods
+        .iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none() && is_ready(pod))
+        .count() as i64
+}
+
+fn is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
 /// Pods of the current generation on their way up: not ready yet, not being removed.
 fn starting_pods(observed: &Observed) -> usize {
     observed
@@ -101,11 +129,7 @@ fn starting_pods(observed: &Observed) -> usize {
                 .and_then(|a| a.get(ANNOTATION_CONFIG_HASH))
                 == Some(&observed.config_hash)
                 && pod.metadata.deletion_timestamp.is_none()
-                && !pod
-                    .status
-                    .iter()
-                    .flat_map(|s| s.conditions.iter().flatten())
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
+                && !is_ready(pod)
         })
         .count()
 }

@@ -45,6 +45,12 @@ pub(super) fn inference_pool(observed: &Observed) -> Option<Check> {
                 "the cluster does not serve InferencePools (CRD missing); routed through the Service, as spec.routing.inferencePool.whenUnavailable allows".to_owned()
             },
         )
+    } else if observed.pool_switch_pending {
+        (
+            false,
+            "Switching",
+            "the route moves to the InferencePool once its endpoint picker has an available replica; until then requests go to the Service".to_owned(),
+        )
     } else {
         match &observed.gateway {
             Some(gateway) => {

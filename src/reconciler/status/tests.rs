@@ -452,6 +452,29 @@ fn a_scale_up_whose_pods_are_not_seen_yet_is_deploying() {
     );
 }
 
+/// Issue #41, item 12, the other order: the kubelet's Ready reaches the worker before the
+/// ReplicaSet and Deployment controllers count the pods as available. Every pod is seen
+/// ready while the Deployment still says 1/4 available: the scale-up is still rolling out,
+/// not Degraded ("only 1/4 replicas available").
+#[test]
+fn a_scale_up_whose_ready_pods_are_not_counted_yet_is_deploying() {
+    let ready = |name: &str| {
+        pod(
+            name,
+            "new",
+            json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}),
+        )
+    };
+    let pods = (1..=4).map(|i| ready(&format!("qwen-{i}"))).collect();
+    let status = run(spec(4), &observed(deployment(4, 4, 1, 4), pods));
+    assert_eq!(status.phase, Phase::Deploying, "{}", status.message);
+    assert_eq!(status.message, "rolling out: 4/4 updated, 1/4 available");
+    // Once counted, Ready.
+    let pods = (1..=4).map(|i| ready(&format!("qwen-{i}"))).collect();
+    let status = run(spec(4), &observed(deployment(4, 4, 4, 4), pods));
+    assert_eq!(status.phase, Phase::Ready, "{}", status.message);
+}
+
 #[test]
 fn a_scale_up_in_progress_is_deploying_not_degraded() {
     // Scaled from 2 to 3: the Deployment counts 3 updated at once, the third still starts.

@@ -137,10 +137,21 @@ impl Worker {
                 self.apply_required(&pool.service_account, observed).await?;
                 self.apply_required(&pool.role, observed).await?;
                 self.apply_required(&pool.role_binding, observed).await?;
-                self.apply_required(&pool.metrics_auth_role, observed).await?;
-                self.apply_required(&pool.metrics_auth_binding, observed).await?;
+                self.apply_required(&pool.metrics_auth_role, observed)
+                    .await?;
+                self.apply_required(&pool.metrics_auth_binding, observed)
+                    .await?;
                 observed.picker = Some(self.apply_required(&pool.picker, observed).await?);
                 self.apply_required(&pool.picker_service, observed).await?;
+                // A live route to the Service moves to the pool only once the picker can
+                // pick: the Gateway fails every request it sends to a pool whose picker
+                // has no ready endpoint (a switch under load lost a quarter of them).
+                if !picker_available(observed.picker.as_ref())
+                    && self.live_route_goes_to_service(desired).await?
+                {
+                    observed.pool_switch_pending = true;
+                    route_wanted = desired.service_route.as_ref();
+                }
             }
             Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
                 observed.pool_unavailable = true;
@@ -172,6 +183,37 @@ impl Worker {
             Err(err) => return Err(err),
         }
         Ok(route_wanted)
+    }
+
+    /// Whether the deployment's live HTTPRoute sends its requests to a Service (as the watch
+    /// last saw it, or read now when it has not listed).
+    async fn live_route_goes_to_service(
+        &self,
+        desired: &DesiredObjects,
+    ) -> Result<bool, ClusterError> {
+        let Some(wanted) = &desired.http_route else {
+            return Ok(false);
+        };
+        let (namespace, name) = (
+            wanted.metadata.namespace.as_deref(),
+            wanted.metadata.name.as_deref().unwrap_or_default(),
+        );
+        let live = match self
+            .seen
+            .of::<HttpRoute>()
+            .and_then(|seen| seen.get(namespace, name))
+        {
+            Some(known) => known,
+            None => self.cluster.get::<HttpRoute>(namespace, name).await?,
+        };
+        Ok(live.is_some_and(|route| {
+            route.spec.rules.iter().flatten().any(|rule| {
+                rule.backend_refs
+                    .iter()
+                    .flatten()
+                    .any(|b| b.kind.as_deref().unwrap_or("Service") == "Service")
+            })
+        }))
     }
 
     /// Applies an object the deployment cannot serve without; a refusal (400/422) is noted
@@ -283,4 +325,13 @@ impl Worker {
         }
         Ok(Some(live))
     }
+}
+
+/// Whether the endpoint picker's Deployment reports an available replica.
+fn picker_available(picker: Option<&K8sDeployment>) -> bool {
+    picker
+        .and_then(|d| d.status.as_ref())
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0)
+        > 0
 }

@@ -19,11 +19,14 @@
 //! - `watches.rs`: the watches that requeue records when the cluster changes (managed
 //!   objects, Gateways and their hostnames, pod Events).
 //! - `reachability.rs`: the cluster probe and the `ClusterReachable=False` condition.
+//! - `permissions.rs`: writes the API server forbids (403), as the `Authorized=False`
+//!   condition.
 
 mod apply;
 mod canary;
 mod deletion;
 mod observe;
+mod permissions;
 mod pool;
 mod queue;
 mod reachability;

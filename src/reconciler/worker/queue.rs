@@ -308,6 +308,7 @@ impl Worker {
                 let wait = backoff(claim.attempts);
                 tracing::warn!(error = %err, retry_in = ?wait, "reconcile failed");
                 self.note_unreachable(claim.deployment_id, &err).await;
+                self.note_forbidden(claim.deployment_id, &err).await;
                 let kind = err.metric_kind();
                 metrics::counter!(crate::metrics::RECONCILE_ERRORS, "kind" => kind).increment(1);
                 (Some(wait), Some(err.to_string()), "error")

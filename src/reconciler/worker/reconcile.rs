@@ -216,14 +216,6 @@ impl Worker {
             observation.known = Some(live);
             return Ok(());
         }
-        let repaired = format!(
-            "repaired what was done outside modelplane: {}",
-            drifted.join(", ")
-        );
-        if unchanged {
-            self.timeline(pass.target, EventKind::DriftRepaired, &repaired)
-                .await;
-        }
         let applied = self
             .apply_desired(
                 pass,
@@ -234,10 +226,21 @@ impl Worker {
                 observation,
             )
             .await?;
-        if unchanged && let Some(regarding) = deployment_ref(applied_deployment(&applied)) {
-            self.events
-                .normal(&regarding, "DriftRepaired", "RepairDrift", &repaired)
+        // A repair is told only once the objects are back: a pass that failed on the way
+        // (the API server refused an object, or answered `namespace not found` just after
+        // it came back empty) repaired nothing, and the next pass finds the drift again.
+        if unchanged && applied.is_some() {
+            let repaired = format!(
+                "repaired what was done outside modelplane: {}",
+                drifted.join(", ")
+            );
+            self.timeline(pass.target, EventKind::DriftRepaired, &repaired)
                 .await;
+            if let Some(regarding) = deployment_ref(applied_deployment(&applied)) {
+                self.events
+                    .normal(&regarding, "DriftRepaired", "RepairDrift", &repaired)
+                    .await;
+            }
         }
         // This pass wrote to the cluster: what the writes returned is current.
         observation.known = applied;
@@ -266,7 +269,8 @@ impl Worker {
             Ok(applied)
                 if observation.stable.route_rejected.is_some()
                     || observation.stable.budget_rejected.is_some()
-                    || observation.stable.pool_unavailable =>
+                    || observation.stable.pool_unavailable
+                    || observation.stable.pool_switch_pending =>
             {
                 // Not applied as a whole: try again on the next pass.
                 store::deployments::set_applied_digest(&self.pool, id, None, None).await?;

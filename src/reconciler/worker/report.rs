@@ -1,8 +1,10 @@
 //! Reporting: the status written back to the record (only when it changed), the GPUs its
 //! ready pods hold, the timeline, and the Kubernetes Events that tell the same story.
 
+use chrono::Utc;
 use k8s_openapi::api::core::v1::ObjectReference;
 
+use super::permissions::{AUTHORIZED, forbidden_condition};
 use super::{WORKER_ACTOR, Worker, deployment_ref};
 use crate::domain::{ConditionStatus, Deployment, DeploymentStatus, EventKind, GpuShape, Phase};
 use crate::reconciler::cluster::ClusterError;
@@ -48,6 +50,26 @@ impl Worker {
     ) -> Result<(), ClusterError> {
         // The cluster answered, so it is reachable: drop a stale outage condition.
         status.conditions.retain(|c| c.type_ != "ClusterReachable");
+        // Events the API server refuses in the record's namespace: said in its conditions.
+        let namespace = subjects
+            .deployment
+            .as_ref()
+            .and_then(|d| d.namespace.clone());
+        let denied = |worker: &Self| {
+            namespace
+                .as_deref()
+                .and_then(|ns| worker.events.denied(ns))
+                .map(|status| status.message)
+        };
+        let denied_before = denied(self);
+        if let Some(ns) = &namespace
+            && let Some(refusal) = self.events.denied(ns)
+        {
+            status.conditions.retain(|c| c.type_ != AUTHORIZED);
+            status
+                .conditions
+                .push(forbidden_condition(&refusal, &record.status, Utc::now()));
+        }
         if status == record.status {
             return Ok(());
         }
@@ -82,6 +104,10 @@ impl Worker {
             tracing::info!(deployment_id = %record.id, from = %record.status.phase, to = %status.phase, message = %status.message, "phase changed");
             self.publish_phase(record.status.phase, &status, &message, subjects)
                 .await;
+            // Publishing was refused (or allowed again) just now: the next pass says so.
+            if denied(self) != denied_before {
+                let _ = self.requeue.send(record.id);
+            }
         }
         Ok(())
     }
