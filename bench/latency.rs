@@ -68,6 +68,7 @@ async fn main() {
         lease: Duration::from_secs(30),
         resync: Duration::from_secs(3600),
         concurrency: 16,
+        gateway_silence: Duration::from_secs(300),
     };
     tokio::spawn(Worker::new(pool.clone(), cluster, config).run(shutdown.clone()));
 

@@ -231,6 +231,10 @@ pub struct ReconcilerConfig {
     /// Records reconciled at once.
     #[arg(long, env = "MODELPLANE_WORKER_CONCURRENCY", default_value_t = 8)]
     pub concurrency: usize,
+    /// Seconds clean-up waits for a Gateway that has never reported on a route before it
+    /// removes the objects the route no longer uses (a canary's, InferencePool mode's).
+    #[arg(long, env = "MODELPLANE_GATEWAY_SILENCE_SECS", default_value_t = 300)]
+    pub gateway_silence_secs: u64,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -340,6 +340,7 @@ fn worker_config(config: &ReconcilerConfig) -> WorkerConfig {
         lease: std::time::Duration::from_secs(config.lease_secs),
         resync: std::time::Duration::from_secs(config.resync_secs.max(1)),
         concurrency: config.concurrency.max(1),
+        gateway_silence: std::time::Duration::from_secs(config.gateway_silence_secs),
     }
 }
 

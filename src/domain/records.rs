@@ -112,6 +112,9 @@ pub enum EventKind {
     CanaryRemoved,
     /// By the worker: InferencePool mode's objects are gone (the route no longer uses them).
     InferencePoolRemoved,
+    /// By the worker: objects the record no longer wants (a canary's, InferencePool
+    /// mode's) wait for the Gateway to take in the route without them.
+    CleanupWaiting,
 }
 
 impl EventKind {

@@ -71,6 +71,7 @@ pub(crate) fn worker_config(id: &str) -> WorkerConfig {
         lease: Duration::from_secs(5),
         resync: Duration::from_secs(3600),
         concurrency: 8,
+        gateway_silence: Duration::from_secs(300),
     }
 }
 

@@ -657,3 +657,97 @@ async fn a_forbidden_write_is_said_in_the_conditions_and_counted(pool: PgPool) {
     assert!(authorized(&record).is_none(), "{record}");
     assert!(h.live("apps/v1", "Deployment", "qwen").await.is_some());
 }
+
+/// Clean-up that waits for a Gateway is bounded: an aborted canary's objects wait for the
+/// Gateway to take in the route without them, and the status and timeline say so
+/// (`CleanedUp=False`, `WaitingForGateway`); a Gateway that never reports on the route (no
+/// controller runs its class, the CRD's default status) is waited for
+/// `MODELPLANE_GATEWAY_SILENCE_SECS` only, then the objects go, so nothing is left behind.
+#[sqlx::test]
+async fn clean_up_waits_for_a_silent_gateway_only_so_long(pool: PgPool) {
+    let h = harness(pool, true, |c| c.gateway_silence = Duration::from_secs(3)).await;
+    h.app.create_project("team-a").await;
+    create_gateway(
+        &h,
+        "nobody-runs-this",
+        json!([{"name": "http", "port": 80, "protocol": "HTTP"}]),
+    )
+    .await;
+    create(&h, "qwen").await;
+    h.wait_applied("qwen", 1).await;
+    let started = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/canary",
+            &json!({"spec": {"engine": {"args": ["--max-model-len=2048"]}}, "weight": 10}),
+        )
+        .await;
+    assert_eq!(started.status(), StatusCode::CREATED);
+    wait_for("the canary's objects", Duration::from_secs(20), || async {
+        h.live("apps/v1", "Deployment", "qwen-canary")
+            .await
+            .is_some()
+    })
+    .await;
+    let aborted = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/canary/abort",
+            &json!({}),
+        )
+        .await;
+    assert_eq!(aborted.status(), StatusCode::OK);
+
+    let cleaned_up = |record: Value| {
+        record["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "CleanedUp")
+            .cloned()
+    };
+    wait_for("the wait said", Duration::from_secs(20), || async {
+        cleaned_up(h.deployment("qwen").await)
+            .is_some_and(|c| c["status"] == "False" && c["reason"] == "WaitingForGateway")
+    })
+    .await;
+    let waiting = cleaned_up(h.deployment("qwen").await).unwrap();
+    let message = waiting["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "waiting for Gateway gateway-system/inference to take in route generation"
+        ) && message.contains("before removing the canary's objects")
+            && message.contains("it has never reported on the route, so they go anyway at"),
+        "{message}"
+    );
+    assert!(
+        h.live("apps/v1", "Deployment", "qwen-canary")
+            .await
+            .is_some()
+    );
+    assert!(h.events("qwen").await.iter().any(|e| e == "CleanupWaiting"));
+
+    // The Gateway stays silent: after the wait the objects go, and the condition with them.
+    wait_for(
+        "the canary's objects removed",
+        Duration::from_secs(20),
+        || async {
+            h.live("apps/v1", "Deployment", "qwen-canary")
+                .await
+                .is_none()
+                && h.live("v1", "Service", "qwen-canary").await.is_none()
+        },
+    )
+    .await;
+    wait_for("the condition gone", Duration::from_secs(20), || async {
+        cleaned_up(h.deployment("qwen").await).is_none()
+    })
+    .await;
+    let events = h.events("qwen").await;
+    assert_eq!(
+        events.iter().filter(|e| *e == "CleanupWaiting").count(),
+        2,
+        "the wait told once and its end once: {events:?}"
+    );
+    assert!(events.iter().any(|e| e == "CanaryRemoved"), "{events:?}");
+}

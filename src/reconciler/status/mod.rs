@@ -79,6 +79,18 @@ pub struct Observed {
     /// Switching a live deployment to InferencePool mode: the route still goes to the
     /// Service, until the endpoint picker has an available replica.
     pub pool_switch_pending: bool,
+    /// Objects the record no longer wants wait for the Gateway before they are removed.
+    pub cleanup_wait: Option<CleanupWait>,
+}
+
+/// The condition that is False while clean-up waits for the Gateway (absent otherwise).
+pub const CLEANED_UP: &str = "CleanedUp";
+
+/// What clean-up waits for, and when to look again without a cluster change.
+#[derive(Debug, Clone)]
+pub struct CleanupWait {
+    pub message: String,
+    pub recheck: Option<std::time::Duration>,
 }
 
 /// How long (or how often) a problem that may still clear is tolerated before the
@@ -116,6 +128,10 @@ pub fn compute(
         Some(routed(observed, &route)),
         inference_pool(observed),
         disruption_budget(observed),
+        observed
+            .cleanup_wait
+            .as_ref()
+            .map(|wait| Check::new(CLEANED_UP, false, "WaitingForGateway", wait.message.clone())),
         Some(progressing(&rollout, problem.as_ref(), phase, &message)),
     ]
     .into_iter()

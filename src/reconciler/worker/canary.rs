@@ -11,7 +11,7 @@ use super::{Outcome, WORKER_ACTOR, Worker, deployment_ref};
 use crate::domain::{Canary, Deployment, EventKind, ServingSpec, canary_object_name};
 use crate::reconciler::cluster::ClusterError;
 use crate::reconciler::desired::{ANNOTATION_CONFIG_HASH, DesiredObjects, Target, canary_record};
-use crate::reconciler::status::{Observed, route_settled};
+use crate::reconciler::status::Observed;
 use crate::store;
 use crate::store::deployments::ReconcileTarget;
 use crate::store::events::Note;
@@ -146,7 +146,7 @@ impl Worker {
         &self,
         target: &ReconcileTarget,
         record: &Deployment,
-        observed: &Observed,
+        observed: &mut Observed,
     ) -> Result<Option<Outcome>, ClusterError> {
         let namespace = target.namespace.as_str();
         let name = canary_object_name(&record.name);
@@ -170,11 +170,15 @@ impl Worker {
         if !present && !promoting {
             return Ok(None);
         }
+        if present
+            && !self
+                .may_remove(target, record, observed, "the canary's objects")
+                .await
+        {
+            // The route's status watch brings the Gateway's answer.
+            return Ok(None);
+        }
         if present {
-            if !route_settled(observed) {
-                // The route's status watch brings the Gateway's answer.
-                return Ok(None);
-            }
             for result in [
                 self.cluster
                     .delete::<K8sDeployment>(Some(namespace), &name)

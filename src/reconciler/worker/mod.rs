@@ -25,6 +25,7 @@
 mod apply;
 mod canary;
 mod deletion;
+mod gateway_wait;
 mod observe;
 mod permissions;
 mod pool;
@@ -65,6 +66,9 @@ pub struct WorkerConfig {
     /// How often every record is requeued anyway (the safety net, not the mechanism).
     pub resync: Duration,
     pub concurrency: usize,
+    /// How long clean-up waits for a Gateway that has never reported on a route (see
+    /// `gateway_wait.rs`).
+    pub gateway_silence: Duration,
 }
 
 /// Where a record stands after a reconcile, and when to look again.

@@ -9,7 +9,7 @@ use super::{Worker, deployment_ref};
 use crate::domain::{Deployment, EventKind};
 use crate::reconciler::cluster::ClusterError;
 use crate::reconciler::desired::{InferencePool, picker_cluster_binding_name, picker_name};
-use crate::reconciler::status::{Observed, route_settled};
+use crate::reconciler::status::Observed;
 use crate::store::deployments::ReconcileTarget;
 
 impl Worker {
@@ -20,14 +20,15 @@ impl Worker {
         &self,
         target: &ReconcileTarget,
         record: &Deployment,
-        observed: &Observed,
+        observed: &mut Observed,
     ) -> Result<(), ClusterError> {
         let namespace = target.namespace.as_str();
         let picker = picker_name(&record.name);
         if !self.pool_objects_remain(namespace, record, &picker).await? {
             return Ok(());
         }
-        if !route_settled(observed) {
+        let what = "InferencePool mode's objects (the pool and its endpoint picker)";
+        if !self.may_remove(target, record, observed, what).await {
             return Ok(());
         }
         let ns = Some(namespace);

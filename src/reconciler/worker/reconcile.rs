@@ -114,10 +114,24 @@ impl Worker {
                 &mut observation.stable,
             )
             .await?;
-        if let Some(outcome) = self.clean_up(&pass, &desired, &observation.stable).await? {
+        if let Some(outcome) = self
+            .clean_up(&pass, &desired, &mut observation.stable)
+            .await?
+        {
             return Ok(outcome);
         }
         let (status, recheck) = self.compute_status(&pass, &mut observation).await?;
+        // A bounded wait for the Gateway ends on a timer, not on a cluster change.
+        let recheck = recheck
+            .into_iter()
+            .chain(
+                observation
+                    .stable
+                    .cleanup_wait
+                    .as_ref()
+                    .and_then(|w| w.recheck),
+            )
+            .min();
         let pending = status.phase == Phase::Pending;
         let subjects = Subjects::of(&observation.stable);
         self.write_status(&record, status, &subjects).await?;
@@ -323,7 +337,7 @@ impl Worker {
         &self,
         pass: &Pass<'_>,
         desired: &DesiredObjects,
-        observed: &Observed,
+        observed: &mut Observed,
     ) -> Result<Option<Outcome>, ClusterError> {
         if desired.canary.is_none()
             && let Some(outcome) = self

@@ -890,7 +890,7 @@ export interface components {
          * @description What a timeline entry records. Stored (and listed) as its name.
          * @enum {string}
          */
-        EventKind: "Created" | "SpecChanged" | "Scaled" | "RolledBack" | "RestartRequested" | "DeleteRequested" | "CanaryStarted" | "CanaryChanged" | "CanaryPromoted" | "CanaryAborted" | "Applied" | "DriftRepaired" | "PhaseChanged" | "ClusterUnreachable" | "Deleted" | "CanaryRemoved" | "InferencePoolRemoved";
+        EventKind: "Created" | "SpecChanged" | "Scaled" | "RolledBack" | "RestartRequested" | "DeleteRequested" | "CanaryStarted" | "CanaryChanged" | "CanaryPromoted" | "CanaryAborted" | "Applied" | "DriftRepaired" | "PhaseChanged" | "ClusterUnreachable" | "Deleted" | "CanaryRemoved" | "InferencePoolRemoved" | "CleanupWaiting";
         /** @description One problem with one field of the input, e.g. `spec.resources.gpu.count`. */
         FieldError: {
             /** @description Dotted JSON path of the offending field (`spec.engine.args[2]`). */
