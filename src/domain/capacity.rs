@@ -50,6 +50,8 @@ impl GpuShape {
 pub struct TrackDemand {
     pub replicas: i64,
     pub gpu: Option<GpuShape>,
+    /// The nodes its pods may run on (`spec.scheduling.nodeSelector`; empty: any).
+    pub node_selector: std::collections::BTreeMap<String, String>,
 }
 
 impl TrackDemand {
@@ -57,6 +59,7 @@ impl TrackDemand {
         TrackDemand {
             replicas: i64::from(serving.replicas),
             gpu: GpuShape::of(serving, default_resource),
+            node_selector: serving.spec.scheduling.node_selector.clone(),
         }
     }
 }
@@ -581,6 +584,7 @@ mod tests {
         d.add(&TrackDemand {
             replicas,
             gpu: Some(shape(gpus, product)),
+            node_selector: Default::default(),
         });
         d
     }

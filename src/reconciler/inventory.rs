@@ -1,6 +1,7 @@
 //! The cluster's GPU inventory: the worker watches Nodes (read-only) and, on each node
 //! offering GPUs, the pods bound to it (as the kubelet does, by `spec.nodeName`), and
-//! keeps `gpu_node` in Postgres current for the API (`GET /capacity`, the fit check).
+//! keeps `gpu_node` in Postgres current for the API (`GET /capacity`, the fit check); and
+//! every node's labels in `cluster_node`, which a spec's nodeSelector is checked against.
 //!
 //! A GPU resource is the configured default (`--gpu-resource-name`) or any extended
 //! resource named `<domain>/gpu` (`nvidia.com/gpu`, `amd.com/gpu`). A pod's request is
@@ -58,6 +59,8 @@ struct State {
     pods: HashMap<String, HashMap<String, PodGpus>>,
     /// The pod watch of each GPU node.
     watching: HashMap<String, CancellationToken>,
+    /// Every node's labels (GPU nodes or not).
+    labels: BTreeMap<String, BTreeMap<String, String>>,
     /// The node watch has listed every node once.
     synced: bool,
 }
@@ -104,7 +107,8 @@ impl Inventory {
                 }
                 Ok(watcher::Event::InitDone) => {
                     let gone: Vec<String> = {
-                        let state = self.state.lock().expect("inventory lock");
+                        let mut state = self.state.lock().expect("inventory lock");
+                        state.labels.retain(|n, _| listed.contains(n));
                         state
                             .nodes
                             .keys()
@@ -121,6 +125,11 @@ impl Inventory {
                 Ok(watcher::Event::Apply(node)) => self.node_seen(&node, &shutdown),
                 Ok(watcher::Event::Delete(node)) => {
                     if let Some(name) = &node.metadata.name {
+                        self.state
+                            .lock()
+                            .expect("inventory lock")
+                            .labels
+                            .remove(name);
                         self.node_gone(name);
                     }
                 }
@@ -143,6 +152,11 @@ impl Inventory {
         };
         let gpus = node_gpus(node, &self.config);
         let mut state = self.state.lock().expect("inventory lock");
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        if state.labels.get(&name) != Some(&labels) {
+            state.labels.insert(name.clone(), labels);
+            self.changed.notify_one();
+        }
         match gpus {
             Some(gpus) => {
                 if state.nodes.get(&name) != Some(&gpus) {
@@ -232,6 +246,7 @@ impl Inventory {
     /// cluster is reported as such), at most once per [`DEBOUNCE`].
     async fn write_loop(self: Arc<Self>, shutdown: CancellationToken) {
         let mut written: Option<Vec<GpuNode>> = None;
+        let mut labels_written: Option<BTreeMap<String, BTreeMap<String, String>>> = None;
         let mut failures = 0u32;
         loop {
             tokio::select! {
@@ -242,13 +257,26 @@ impl Inventory {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(DEBOUNCE) => {}
             }
-            let rows = {
+            let (rows, labels) = {
                 let state = self.state.lock().expect("inventory lock");
                 if !state.synced {
                     continue;
                 }
-                rows(&state)
+                (rows(&state), state.labels.clone())
             };
+            if labels_written.as_ref() != Some(&labels) {
+                let nodes: Vec<(String, serde_json::Value)> = labels
+                    .iter()
+                    .map(|(name, l)| (name.clone(), serde_json::json!(l)))
+                    .collect();
+                match store::capacity::replace_node_labels(&self.pool, &nodes).await {
+                    Ok(()) => labels_written = Some(labels),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "cannot write the node labels; retrying");
+                        self.changed.notify_one();
+                    }
+                }
+            }
             if written.as_ref() == Some(&rows) {
                 continue;
             }

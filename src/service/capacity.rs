@@ -261,11 +261,16 @@ pub(super) async fn admit(
     }
     let mut warnings = Vec::new();
     for (i, track) in change.after.iter().enumerate() {
-        let Some(shape) = &track.gpu else { continue };
         let was = change.before.get(i);
         if was == Some(track) || track.replicas == 0 {
             continue;
         }
+        if let Some(warning) = no_node_matches(tx, &track.node_selector).await? {
+            warnings.push(warning);
+            // Where the pods could run is unknown: the GPU fit would only repeat it.
+            continue;
+        }
+        let Some(shape) = &track.gpu else { continue };
         // Pods of the same shape already running keep their GPUs through the change.
         let running = match (was, change.status) {
             (Some(was), Some(status)) if was.gpu.as_ref() == Some(shape) => {
@@ -322,6 +327,31 @@ pub(super) async fn admit(
         }
     }
     Ok(warnings)
+}
+
+/// A warning when `selector` (a nodeSelector) matches none of the nodes the worker last
+/// saw: the pods would stay Pending until the unschedulable budget made the deployment
+/// Failed. A warning, not a refusal: a node pool with those labels may be on its way.
+async fn no_node_matches(
+    tx: &mut Transaction<'_, Postgres>,
+    selector: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<String>, ServiceError> {
+    if selector.is_empty() {
+        return Ok(None);
+    }
+    let Some((total, matching)) =
+        store::capacity::nodes_matching(&mut **tx, &serde_json::json!(selector)).await?
+    else {
+        return Ok(None);
+    };
+    if matching > 0 {
+        return Ok(None);
+    }
+    let labels: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    Ok(Some(format!(
+        "spec.scheduling.nodeSelector: none of the {total} node(s) in the cluster has {}: the replicas stay Pending until such a node joins",
+        labels.join(", ")
+    )))
 }
 
 fn kind(shape: &GpuShape) -> String {

@@ -1,5 +1,5 @@
-//! The `gpu_node` and `gpu_inventory` tables: the cluster's GPU nodes as the worker last
-//! saw them.
+//! The `gpu_node`, `gpu_inventory` and `cluster_node` tables: the cluster's GPU nodes, and
+//! every node's labels, as the worker last saw them.
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool};
@@ -112,4 +112,49 @@ pub async fn gpu_inventory(
         })
         .collect();
     Ok((observed_at, nodes))
+}
+
+/// Replaces the node labels with `nodes` (name, labels as a JSON object); rows that did not
+/// change are not written.
+#[instrument(skip(pool, nodes), fields(nodes = nodes.len()))]
+pub async fn replace_node_labels(
+    pool: &PgPool,
+    nodes: &[(String, serde_json::Value)],
+) -> Result<(), sqlx::Error> {
+    let names: Vec<String> = nodes.iter().map(|(n, _)| n.clone()).collect();
+    let labels: Vec<serde_json::Value> = nodes.iter().map(|(_, l)| l.clone()).collect();
+    let mut tx = pool.begin().await?;
+    sqlx::query!(
+        "delete from cluster_node where name <> all($1::text[])",
+        &names
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query!(
+        "insert into cluster_node (name, labels)
+         select * from unnest($1::text[], $2::jsonb[])
+         on conflict (name) do update set labels = excluded.labels, updated_at = now()
+         where cluster_node.labels is distinct from excluded.labels",
+        &names,
+        &labels
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
+}
+
+/// How many nodes the worker last saw, and how many of them carry every label of
+/// `selector` (a JSON object of strings). `None`: no node reported yet, nothing to check.
+pub async fn nodes_matching(
+    db: impl PgExecutor<'_>,
+    selector: &serde_json::Value,
+) -> Result<Option<(i64, i64)>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"select count(*) as "total!", count(*) filter (where labels @> $1) as "matching!"
+           from cluster_node"#,
+        selector
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((row.total > 0).then_some((row.total, row.matching)))
 }

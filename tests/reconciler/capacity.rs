@@ -326,3 +326,65 @@ async fn gpu_hours_accumulate_while_replicas_are_ready_and_stop_at_zero(pool: Pg
     assert_eq!(gpu_hours(&h).await, stopped);
     assert!(stopped > first);
 }
+
+/// A nodeSelector that no node matches is said when the spec is written (a `Warning` and
+/// `warnings`), from the labels of every node the worker last saw, instead of after the
+/// unschedulable budget; one that matches says nothing. (The scheduler's NodeAffinity
+/// filter, `pkg/scheduler/framework/plugins/nodeaffinity`, requires every label of
+/// `nodeSelector` on the node.)
+#[sqlx::test]
+async fn a_node_selector_no_node_matches_is_warned_at_write_time(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    wait_capacity(&h, "the inventory", |g| g["nodes"] == 2).await;
+    let path = "/api/v1/projects/team-a/deployments";
+    let pinned = |product: &str| {
+        let mut spec = sim_spec();
+        spec["scheduling"] = json!({"nodeSelector": {"nvidia.com/gpu.product": product}});
+        spec
+    };
+
+    let response = h
+        .app
+        .post_json(
+            path,
+            &json!({"name": "nowhere", "spec": pinned("NVIDIA-H100-80GB-HBM3")}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    assert!(response.headers().contains_key("warning"));
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["warnings"][0],
+        "spec.scheduling.nodeSelector: none of the 2 node(s) in the cluster has nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3: the replicas stay Pending until such a node joins"
+    );
+
+    let response = h
+        .app
+        .post_json(path, &json!({"name": "somewhere", "spec": pinned(A100)}))
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let body: Value = response.json().await.unwrap();
+    assert!(body.get("warnings").is_none(), "{body}");
+
+    // A change to a selector no node matches warns too (a merge patch adds the label).
+    let response = h
+        .app
+        .patch(
+            &format!("{path}/somewhere"),
+            &json!({"spec": {"scheduling": {"nodeSelector": {"pool": "inference"}}}}),
+            None,
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains(&format!(
+                "none of the 2 node(s) in the cluster has nvidia.com/gpu.product={A100}, pool=inference"
+            )),
+        "{body}"
+    );
+}

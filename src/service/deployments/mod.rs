@@ -182,10 +182,13 @@ pub async fn create_deployment(
     // One call, committed with the creates that wait beside it, unless something must share
     // its transaction: a key to claim, a dry run to roll back, GPUs to fit, (answered by the
     // call) a quota to admit, or a refusal by the shared Gateway's rules, which comes after
-    // the key, the quota and a taken name.
+    // the key, the quota and a taken name. GPUs to fit and a nodeSelector to match against
+    // the nodes need the transaction too.
     if idempotency_key.is_none()
         && !options.dry_run
-        && tracks.iter().all(|t| t.gpu.is_none())
+        && tracks
+            .iter()
+            .all(|t| t.gpu.is_none() && t.node_selector.is_empty())
         && rules.is_ok()
     {
         match written(ctx.creates.create(new, &space).await, &route) {
