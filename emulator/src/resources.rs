@@ -194,6 +194,12 @@ pub static KINDS: &[ResourceKind] = &[
           generation: G::None, names: N::Subdomain, family: Builtin, short: &["sa"], categories: &[], fields: &[]),
     kind!("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim", namespaced: true, status: true, custom: false,
           generation: G::None, names: N::Subdomain, family: Builtin, short: &["pvc"], categories: &[], fields: &[]),
+    // Admission reads them for pods (src/admission.rs: LimitRanger and ResourceQuota);
+    // the simulated cluster's quota controller keeps a ResourceQuota's status.
+    kind!("", "v1", "ResourceQuota", "resourcequotas", "resourcequota", namespaced: true, status: true, custom: false,
+          generation: G::None, names: N::Subdomain, family: Builtin, short: &["quota"], categories: &[], fields: &[]),
+    kind!("", "v1", "LimitRange", "limitranges", "limitrange", namespaced: true, status: false, custom: false,
+          generation: G::None, names: N::Subdomain, family: Builtin, short: &["limits"], categories: &[], fields: &[]),
     kind!("apps", "v1", "Deployment", "deployments", "deployment", namespaced: true, status: true, custom: false,
           generation: G::SpecAndAnnotations, names: N::Subdomain, family: Builtin, short: &["deploy"], categories: &["all"], fields: &[]),
     kind!("apps", "v1", "ReplicaSet", "replicasets", "replicaset", namespaced: true, status: true, custom: false,

@@ -573,7 +573,7 @@ async fn failing_images_go_to_image_pull_back_off() {
     let pod = wait_waiting(&client, "pull", "ImagePullBackOff").await;
     assert_eq!(
         pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"],
-        "Back-off pulling image \"ghcr.io/example/server:does-not-exist\""
+        "Back-off pulling image \"ghcr.io/example/server:does-not-exist\": ErrImagePull: rpc error: code = NotFound desc = failed to pull and unpack image \"ghcr.io/example/server:does-not-exist\": failed to resolve reference \"ghcr.io/example/server:does-not-exist\": ghcr.io/example/server:does-not-exist: not found"
     );
     assert_eq!(pod["status"]["phase"], "Pending");
     assert_eq!(pod_table(&emu).await[0].1, "ImagePullBackOff");
@@ -588,7 +588,7 @@ async fn failing_images_go_to_image_pull_back_off() {
     let pod = wait_waiting(&client, "model", "ImagePullBackOff").await;
     assert_eq!(
         pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"],
-        "Back-off pulling image \"registry.example.com/models/tiny:does-not-exist\""
+        "Back-off pulling image \"registry.example.com/models/tiny:does-not-exist\": ErrImagePull: rpc error: code = NotFound desc = failed to pull and unpack image \"registry.example.com/models/tiny:does-not-exist\": failed to resolve reference \"registry.example.com/models/tiny:does-not-exist\": registry.example.com/models/tiny:does-not-exist: not found"
     );
     let reasons: Vec<(String, String)> =
         events_for(&client, pod["metadata"]["name"].as_str().unwrap())
@@ -1653,16 +1653,38 @@ async fn a_settled_cluster_stops_writing() {
             .then_some(())
     })
     .await;
-    // Once settled, a second of ticks (deadline checks included) writes nothing.
-    let rv = wait_for("quiet", || async {
+    // Once settled, a second of ticks (deadline checks included) writes nothing but the
+    // kubelets' node Lease renewals (every 10 s, the real heartbeat).
+    let heartbeat = |c: &modelplane_emulator::Change| {
+        c.kind.kind == "Lease" && c.namespace == "kube-node-lease"
+    };
+    let mut changes = emu.store().subscribe();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let rv = loop {
         let before = emu.store().lock().current_rv();
         tokio::time::sleep(Duration::from_millis(300)).await;
-        (emu.store().lock().current_rv() == before).then_some(before)
-    })
-    .await;
-    let mut changes = emu.store().subscribe();
-    let quiet = tokio::time::timeout(Duration::from_secs(1), changes.recv()).await;
-    assert!(quiet.is_err(), "unexpected write after rv {rv}: {quiet:?}");
+        let mut quiet = true;
+        while let Ok(c) = changes.try_recv() {
+            quiet &= heartbeat(&c);
+        }
+        if quiet {
+            break before;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for quiet"
+        );
+    };
+    let until = tokio::time::Instant::now() + Duration::from_secs(1);
+    while let Ok(Ok(c)) = tokio::time::timeout_at(until, changes.recv()).await {
+        assert!(
+            heartbeat(&c),
+            "unexpected write after rv {rv}: {} {}/{}",
+            c.kind.kind,
+            c.namespace,
+            c.name
+        );
+    }
     emu.shutdown().await;
 }
 
@@ -1959,5 +1981,241 @@ async fn rolling_back_reuses_the_old_replica_set_with_the_next_revision() {
         "3"
     );
     assert_eq!(v1["spec"]["replicas"], 1);
+    emu.shutdown().await;
+}
+
+fn taint_keys(node: &Value) -> Vec<(String, String, bool)> {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            (
+                t["key"].as_str().unwrap_or("").to_owned(),
+                t["effect"].as_str().unwrap_or("").to_owned(),
+                t.get("timeAdded").is_some(),
+            )
+        })
+        .collect()
+}
+
+/// A node whose kubelet stops reporting, as kube-controller-manager sees it (kubernetes
+/// `pkg/controller/nodelifecycle/node_lifecycle_controller.go`, `tryUpdateNodeHealth`,
+/// `doNoScheduleTaintingPass`, `processTaintBaseEviction`; `pkg/controller/util/node/
+/// controller_utils.go`, `MarkPodsNotReady`; `pkg/controller/tainteviction/
+/// taint_eviction.go`, `processPodOnNode` and `addConditionAndDeletePod`): the kubelet's
+/// Lease stops being renewed; after the grace period the node's conditions are Unknown
+/// (`NodeStatusUnknown`, "Kubelet stopped posting node status."), it is tainted
+/// `node.kubernetes.io/unreachable` NoSchedule and NoExecute, its pods' Ready condition is
+/// False (their containers still count as ready) while the Deployment keeps
+/// `NewReplicaSetAvailable`; after the DefaultTolerationSeconds toleration the pods are
+/// deleted (DisruptionTarget `DeletionByTaintManager`), stay Terminating without a kubelet,
+/// and are replaced on the other node; once the kubelet reports again the taints go and
+/// it removes the terminated pods.
+#[tokio::test]
+async fn a_node_that_stops_reporting_goes_unknown_and_its_pods_are_evicted() {
+    let (emu, client) = start(
+        Emulator::builder()
+            .nodes(2)
+            .start_delay(Duration::from_millis(100))
+            .node_monitor_grace_period(Duration::from_millis(800))
+            .default_toleration(Duration::from_millis(1500)),
+    )
+    .await;
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    deployments
+        .create(
+            &PostParams::default(),
+            // Requests, so the least allocated node takes the second pod.
+            &deployment(
+                "web",
+                2,
+                json!({"resources": {"requests": {"cpu": "4"}}}),
+                json!({}),
+            ),
+        )
+        .await
+        .unwrap();
+    let ready_on_two_nodes = || async {
+        let pods = pods_of(&client, "web").await;
+        let nodes: std::collections::BTreeSet<String> = pods
+            .iter()
+            .filter(|p| {
+                p.pointer("/metadata/deletionTimestamp").is_none()
+                    && cond(p, "Ready").is_some_and(|c| c["status"] == "True")
+            })
+            .filter_map(|p| p.pointer("/spec/nodeName")?.as_str().map(String::from))
+            .collect();
+        (nodes.len() == 2).then_some(pods)
+    };
+    let pods = wait_for("2 ready pods on 2 nodes", ready_on_two_nodes).await;
+    let lost = pods[0]["spec"]["nodeName"].as_str().unwrap().to_owned();
+    let lost_pod = pods[0]["metadata"]["name"].as_str().unwrap().to_owned();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "kube-node-lease");
+    // The kubelet's heartbeat: its Lease, renewed (a fifth of the short grace period here).
+    let lease = to_json(&leases.get(&lost).await.unwrap());
+    assert_eq!(lease["spec"]["holderIdentity"], json!(lost));
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
+    assert_eq!(lease["metadata"]["ownerReferences"][0]["kind"], "Node");
+    let renewed = lease["spec"]["renewTime"].clone();
+    wait_for("a lease renewal", || async {
+        let now = to_json(&leases.get(&lost).await.unwrap());
+        (now["spec"]["renewTime"] != renewed).then_some(())
+    })
+    .await;
+
+    emu.stop_node_heartbeats(&lost);
+    // Within the grace period nothing changes.
+    let node = to_json(&nodes.get(&lost).await.unwrap());
+    assert_eq!(cond(&node, "Ready").unwrap()["status"], "True");
+    let node = wait_for("the node Unknown", || async {
+        let n = to_json(&nodes.get(&lost).await.unwrap());
+        (cond(&n, "Ready")?["status"] == "Unknown").then_some(n)
+    })
+    .await;
+    for ty in ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"] {
+        let c = cond(&node, ty).unwrap();
+        assert_eq!(c["status"], "Unknown", "{ty}");
+        assert_eq!(c["reason"], "NodeStatusUnknown", "{ty}");
+        assert_eq!(c["message"], "Kubelet stopped posting node status.", "{ty}");
+        // The last heartbeat is kept: when the kubelet was last heard of.
+        assert_ne!(c["lastHeartbeatTime"], c["lastTransitionTime"], "{ty}");
+    }
+    let node = wait_for("the unreachable taints", || async {
+        let n = to_json(&nodes.get(&lost).await.unwrap());
+        (taint_keys(&n).len() == 2).then_some(n)
+    })
+    .await;
+    let mut taints = taint_keys(&node);
+    taints.sort();
+    assert_eq!(
+        taints,
+        vec![
+            (
+                "node.kubernetes.io/unreachable".into(),
+                "NoExecute".into(),
+                true
+            ),
+            (
+                "node.kubernetes.io/unreachable".into(),
+                "NoSchedule".into(),
+                true
+            ),
+        ]
+    );
+    let node_events: Vec<String> = events_for(&client, &lost)
+        .await
+        .iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.clone().unwrap_or_default(),
+                e.message.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    assert!(
+        node_events.contains(&format!(
+            "NodeNotReady: Node {lost} status is now: NodeNotReady"
+        )),
+        "{node_events:?}"
+    );
+
+    // MarkPodsNotReady: only the pod's Ready condition; the Deployment says nothing rolls out.
+    let pod = wait_for("the lost node's pod not ready", || async {
+        let p = pods_of(&client, "web")
+            .await
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == json!(lost_pod))?;
+        (cond(&p, "Ready")?["status"] == "False").then_some(p)
+    })
+    .await;
+    assert_eq!(cond(&pod, "ContainersReady").unwrap()["status"], "True");
+    assert_eq!(pod["status"]["containerStatuses"][0]["ready"], true);
+    let pod_events: Vec<String> = events_for(&client, &lost_pod)
+        .await
+        .iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.clone().unwrap_or_default(),
+                e.message.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    assert!(
+        pod_events.contains(&"NodeNotReady: Node is not ready".to_owned()),
+        "{pod_events:?}"
+    );
+    let d = wait_for("1 available replica", || async {
+        let d = to_json(&deployments.get("web").await.unwrap());
+        (d["status"]["availableReplicas"] == 1).then_some(d)
+    })
+    .await;
+    assert_eq!(
+        cond(&d, "Progressing").unwrap()["reason"],
+        "NewReplicaSetAvailable"
+    );
+
+    // After the toleration: deleted (Terminating: no kubelet confirms it) and replaced.
+    let evicted = wait_for("the eviction", || async {
+        let p = pods_of(&client, "web")
+            .await
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == json!(lost_pod))?;
+        p.pointer("/metadata/deletionTimestamp")
+            .is_some()
+            .then_some(p)
+    })
+    .await;
+    let target = cond(&evicted, "DisruptionTarget").unwrap();
+    assert_eq!(target["reason"], "DeletionByTaintManager");
+    assert_eq!(
+        target["message"],
+        "Taint manager: deleting due to NoExecute taint"
+    );
+    let pod_events: Vec<String> = events_for(&client, &lost_pod)
+        .await
+        .iter()
+        .map(|e| e.message.clone().unwrap_or_default())
+        .collect();
+    assert!(
+        pod_events.contains(&format!("Marking for deletion Pod default/{lost_pod}")),
+        "{pod_events:?}"
+    );
+    let pods = wait_for("2 available replicas again", || async {
+        let d = to_json(&deployments.get("web").await.unwrap());
+        (d["status"]["availableReplicas"] == 2).then_some(pods_of(&client, "web").await)
+    })
+    .await;
+    for p in pods
+        .iter()
+        .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+    {
+        assert_ne!(p["spec"]["nodeName"], json!(lost), "{p}");
+    }
+    assert!(
+        pods.iter()
+            .any(|p| p["metadata"]["name"] == json!(lost_pod)),
+        "the evicted pod stays Terminating while its node is silent"
+    );
+
+    // Back: Ready, no taints, and its kubelet removes the deleted pod.
+    emu.resume_node_heartbeats(&lost);
+    wait_for("the node Ready and untainted", || async {
+        let n = to_json(&nodes.get(&lost).await.unwrap());
+        (cond(&n, "Ready")?["status"] == "True" && taint_keys(&n).is_empty()).then_some(())
+    })
+    .await;
+    wait_for("the evicted pod gone", || async {
+        let pods = pods_of(&client, "web").await;
+        (!pods
+            .iter()
+            .any(|p| p["metadata"]["name"] == json!(lost_pod)))
+        .then_some(())
+    })
+    .await;
     emu.shutdown().await;
 }

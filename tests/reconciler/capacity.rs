@@ -293,7 +293,8 @@ async fn gpu_hours_accumulate_while_replicas_are_ready_and_stop_at_zero(pool: Pg
         .await
         .unwrap();
     assert_eq!(usage["deployments"][0]["name"], "qwen");
-    assert_eq!(usage["deployments"][0]["product"], Value::Null);
+    // The product of the node its pods run on (the nodes are labelled with it).
+    assert_eq!(usage["deployments"][0]["product"], A100);
     let today = usage["daily"].as_array().unwrap().last().unwrap().clone();
     assert!(today["gpuHours"].as_f64().unwrap() > 0.0, "{usage}");
     // Held at 4 GPUs (2 ready replicas x 2).
@@ -379,12 +380,9 @@ async fn a_node_selector_no_node_matches_is_warned_at_write_time(pool: PgPool) {
     assert_eq!(response.status(), StatusCode::OK);
     let body: Value = response.json().await.unwrap();
     assert!(
-        body["warnings"][0]
-            .as_str()
-            .unwrap()
-            .contains(&format!(
-                "none of the 2 node(s) in the cluster has nvidia.com/gpu.product={A100}, pool=inference"
-            )),
+        body["warnings"][0].as_str().unwrap().contains(&format!(
+            "none of the 2 node(s) in the cluster has nvidia.com/gpu.product={A100}, pool=inference"
+        )),
         "{body}"
     );
 }

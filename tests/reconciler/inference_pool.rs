@@ -429,3 +429,35 @@ async fn switching_a_live_deployment_to_the_pool_fails_no_request(pool: PgPool) 
         sent.load(Ordering::Relaxed)
     );
 }
+
+/// An endpoint picker that cannot start says why in the InferencePool condition: the
+/// picker's pod trouble (here its image cannot be pulled), not only that it has no
+/// available replica.
+#[sqlx::test]
+async fn a_picker_that_cannot_start_says_why(pool: PgPool) {
+    const BROKEN: &str = "registry.k8s.io/gateway-api-inference-extension/epp:does-not-exist";
+    let h = harness_on(
+        pool,
+        cluster(true).fail_images("*/epp:does-not-exist"),
+        |c| {
+            c.build.epp_image = BROKEN.into();
+        },
+    )
+    .await;
+    h.app.create_project("team-a").await;
+    create_with(&h, "qwen", pooled_spec(1)).await;
+    wait_for(
+        "the picker's trouble in the InferencePool condition",
+        Duration::from_secs(30),
+        || async {
+            let inference = condition(&h, "qwen", "InferencePool").await;
+            inference["status"] == "False"
+                && inference["message"].as_str().is_some_and(|m| {
+                    m.contains("the endpoint picker has no available replica yet")
+                        && m.contains("the endpoint picker's pod qwen-epp-")
+                        && m.contains(&format!("image `{BROKEN}` cannot be pulled"))
+                })
+        },
+    )
+    .await;
+}

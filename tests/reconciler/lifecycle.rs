@@ -482,10 +482,11 @@ async fn pods_no_scheduler_picks_up_are_reported_as_unscheduled(pool: PgPool) {
         "the unscheduled pod to be reported",
         Duration::from_secs(30),
         || async {
-            h.deployment("qwen").await["status"]["message"]
-                .as_str()
-                .unwrap_or("")
-                .contains("is pending and not scheduled (for 10s): no scheduler has placed it")
+            let record = h.deployment("qwen").await;
+            let message = record["status"]["message"].as_str().unwrap_or("");
+            // Said since when (a moment, which stays true), and why.
+            message.contains("is pending and not scheduled (since ")
+                && message.contains("Z): no scheduler has placed it")
         },
     )
     .await;

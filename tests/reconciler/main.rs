@@ -1,12 +1,14 @@
 //! The reconciler against the Kubernetes emulator over HTTP, with a real Postgres. The
 //! harness is in `harness.rs`; the tests are grouped by what they look at.
 
+mod admission;
 mod canary;
 mod capacity;
 mod harness;
 mod inference_pool;
 mod kube_events;
 mod lifecycle;
+mod nodes;
 mod objects;
 mod outages;
 mod processes;

@@ -1186,12 +1186,12 @@ fn sync_rs(sim: &Sim, rs: &Value, pods: &[&Value]) {
         .cloned()
         .unwrap_or_default();
     match failure {
+        // calculateStatus (pkg/controller/replicaset/replica_set_utils.go) adds the condition
+        // only when there is none: a later failure, with another message (a quota refusal
+        // names the generated pod), leaves the first one as it was.
         Some(msg) => {
-            let keep = conds
-                .iter()
-                .any(|c| c["type"] == "ReplicaFailure" && c["message"] == msg.as_str());
+            let keep = conds.iter().any(|c| c["type"] == "ReplicaFailure");
             if !keep {
-                conds.retain(|c| c["type"] != "ReplicaFailure");
                 conds.push(
                     json!({"type": "ReplicaFailure", "status": "True", "lastTransitionTime": now(),
                                   "reason": "FailedCreate", "message": msg}),

@@ -352,49 +352,55 @@ fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
 }
 
 /// A failing image: ErrImagePull after half the start delay, ImagePullBackOff after it.
+/// As the kubelet's image manager does since v1.32 (pkg/kubelet/images/image_manager.go
+/// `pullImage`), the back-off's waiting message keeps the failed pull's error after the
+/// `Back-off pulling image "x"` of the BackOff event: `prevPullErrMsg` stores
+/// `"<err>: <msg>"` (`ErrImagePull: <the registry's error>`) and the back-off appends it.
 fn pull_failure(
     image: &str,
     elapsed: Duration,
     cfg: &ClusterConfig,
     events: &mut Vec<PendingEvent>,
 ) -> Waiting {
-    let mut waiting = container_creating();
-    if elapsed >= cfg.start_delay / 2 {
-        events.push((
-            "Normal",
-            "Pulling",
-            format!("Pulling image \"{image}\""),
-            "pulling".into(),
-        ));
-        let why = format!(
-            "rpc error: code = NotFound desc = failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": {image}: not found"
-        );
-        events.push((
-            "Warning",
-            "Failed",
-            format!("Failed to pull image \"{image}\": {why}"),
-            "pullfail".into(),
-        ));
-        events.push((
-            "Warning",
-            "Failed",
-            "Error: ErrImagePull".into(),
-            "errimagepull".into(),
-        ));
-        waiting = Some(("ErrImagePull".into(), why));
+    if elapsed < cfg.start_delay / 2 {
+        return container_creating();
     }
-    if elapsed >= cfg.start_delay {
-        let msg = format!("Back-off pulling image \"{image}\"");
-        events.push(("Normal", "BackOff", msg.clone(), "pullbackoff".into()));
-        events.push((
-            "Warning",
-            "Failed",
-            "Error: ImagePullBackOff".into(),
-            "imagepullbackoff".into(),
-        ));
-        waiting = Some(("ImagePullBackOff".into(), msg));
+    events.push((
+        "Normal",
+        "Pulling",
+        format!("Pulling image \"{image}\""),
+        "pulling".into(),
+    ));
+    let why = format!(
+        "rpc error: code = NotFound desc = failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": {image}: not found"
+    );
+    events.push((
+        "Warning",
+        "Failed",
+        format!("Failed to pull image \"{image}\": {why}"),
+        "pullfail".into(),
+    ));
+    events.push((
+        "Warning",
+        "Failed",
+        "Error: ErrImagePull".into(),
+        "errimagepull".into(),
+    ));
+    if elapsed < cfg.start_delay {
+        return Some(("ErrImagePull".into(), why));
     }
-    waiting
+    let back_off = format!("Back-off pulling image \"{image}\"");
+    events.push(("Normal", "BackOff", back_off.clone(), "pullbackoff".into()));
+    events.push((
+        "Warning",
+        "Failed",
+        "Error: ImagePullBackOff".into(),
+        "imagepullbackoff".into(),
+    ));
+    Some((
+        "ImagePullBackOff".into(),
+        format!("{back_off}: ErrImagePull: {why}"),
+    ))
 }
 
 /// A missing env reference: CreateContainerConfigError after half the start delay.

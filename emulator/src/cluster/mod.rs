@@ -14,6 +14,8 @@ pub(crate) mod dataplane;
 pub(crate) mod faults;
 mod kubelet;
 mod networking;
+mod node_lifecycle;
+mod quotas;
 mod scheduler;
 pub(crate) mod service_proxy;
 
@@ -111,6 +113,13 @@ pub struct ClusterConfig {
     pub gateway_listen: SocketAddr,
     /// How often timers are checked.
     pub tick: Duration,
+    /// How long a node's kubelet may stay silent before the node lifecycle controller marks
+    /// the node Unknown (kube-controller-manager's `--node-monitor-grace-period`, 50 s).
+    pub node_monitor_grace_period: Duration,
+    /// How long pods stay on a not-ready or unreachable node before the taint eviction
+    /// controller deletes them: the DefaultTolerationSeconds admission plugin's
+    /// `--default-unreachable-toleration-seconds` (and `not-ready`), 300 s.
+    pub default_toleration: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -127,6 +136,8 @@ impl Default for ClusterConfig {
             gateway: None,
             gateway_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             tick: Duration::from_millis(25),
+            node_monitor_grace_period: Duration::from_secs(50),
+            default_toleration: Duration::from_secs(300),
         }
     }
 }
@@ -222,6 +233,20 @@ impl EmulatorBuilder {
         self.sim().gateway_listen = addr;
         self
     }
+
+    /// How long a silent node stays Ready before it is marked Unknown and tainted
+    /// unreachable (default 50 s, kube-controller-manager's `--node-monitor-grace-period`).
+    pub fn node_monitor_grace_period(mut self, d: Duration) -> Self {
+        self.sim().node_monitor_grace_period = d;
+        self
+    }
+
+    /// How long pods tolerate a not-ready or unreachable node before they are evicted
+    /// (default 300 s, the DefaultTolerationSeconds admission plugin's).
+    pub fn default_toleration(mut self, d: Duration) -> Self {
+        self.sim().default_toleration = d;
+        self
+    }
 }
 
 impl crate::RunningEmulator {
@@ -238,6 +263,26 @@ impl crate::RunningEmulator {
     /// Fault injection for the API server (refuse, latency, errors, cut watches).
     pub fn faults(&self) -> &Faults {
         &self.faults
+    }
+
+    /// The kubelet of node `name` stops reporting (a network partition, or a dead kubelet):
+    /// it renews no Lease and writes no node or pod status; its pods keep what they last
+    /// showed until the node lifecycle controller marks the node Unknown after the grace
+    /// period (and their Ready condition False), and the taint eviction controller deletes
+    /// them after their toleration. No effect without the simulated cluster.
+    pub fn stop_node_heartbeats(&self, name: &str) {
+        if let Some(c) = &self.cluster {
+            c.heartbeats.stop(name);
+        }
+    }
+
+    /// The kubelet of node `name` reports again: it posts Ready and renews its Lease, the
+    /// controller lifts the taints, and its pods (those not deleted meanwhile) are ready
+    /// again.
+    pub fn resume_node_heartbeats(&self, name: &str) {
+        if let Some(c) = &self.cluster {
+            c.heartbeats.resume(name);
+        }
     }
 
     pub(crate) fn stop_cluster(&mut self) {
@@ -283,6 +328,7 @@ pub(crate) struct K {
     pub deployment: &'static ResourceKind,
     pub replicaset: &'static ResourceKind,
     pub priorityclass: &'static ResourceKind,
+    pub lease: Option<&'static ResourceKind>,
     pub endpointslice: Option<&'static ResourceKind>,
     pub gatewayclass: Option<&'static ResourceKind>,
     pub gateway: Option<&'static ResourceKind>,
@@ -306,6 +352,7 @@ impl K {
             deployment: must("apps", "deployments"),
             replicaset: must("apps", "replicasets"),
             priorityclass: must("scheduling.k8s.io", "priorityclasses"),
+            lease: k("coordination.k8s.io", "leases"),
             endpointslice: k("discovery.k8s.io", "endpointslices"),
             gatewayclass: k("gateway.networking.k8s.io", "gatewayclasses"),
             gateway: k("gateway.networking.k8s.io", "gateways"),
@@ -513,12 +560,16 @@ pub(crate) struct Sim {
     pub requests: HashMap<String, std::sync::Arc<BTreeMap<String, i128>>>,
     /// pod-template-hash of each Deployment by uid, with the generation it was computed at.
     pub template_hashes: std::cell::RefCell<HashMap<String, (i64, String)>>,
+    /// Node heartbeats, the node lifecycle and taint eviction controllers' state.
+    pub lifecycle: node_lifecycle::Lifecycle,
 }
 
 /// What `start` hands back to the emulator.
 pub(crate) struct Running {
     pub gateway_addr: SocketAddr,
     pub tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Which kubelets are stopped (`stop_node_heartbeats`).
+    heartbeats: node_lifecycle::Heartbeats,
 }
 
 /// Creates the nodes (and Gateway), binds the data plane and starts the loop. `plane` is
@@ -556,7 +607,9 @@ pub(crate) async fn start(
         slice_labels: LabelIndex::default(),
         requests: HashMap::new(),
         template_hashes: Default::default(),
+        lifecycle: Default::default(),
     };
+    let heartbeats = sim.lifecycle.heartbeats.clone();
     sim.create_nodes();
     networking::create_gateway(&sim);
     let dp = tokio::spawn(dataplane::serve(listener, plane));
@@ -565,6 +618,7 @@ pub(crate) async fn start(
     Ok(Running {
         gateway_addr,
         tasks: vec![dp, main],
+        heartbeats,
     })
 }
 
@@ -713,8 +767,11 @@ impl Sim {
                 self.service_selectors.update(key, Some(&s));
             }
         }
+        node_lifecycle::run(self);
         controllers::deployments(self);
         controllers::replicasets(self);
+        // The resource quota controller keeps `status.used` current as pods come and go.
+        quotas::sync(self);
         if full {
             controllers::claims(self);
             scheduler::schedule(self);
@@ -789,19 +846,9 @@ impl Sim {
             for (r, q) in &n.extended {
                 alloc[r] = json!(q);
             }
-            let now = ops::now();
-            let cond = |t: &str, s: &str, reason: &str, msg: &str| {
-                json!({"type": t, "status": s, "reason": reason, "message": msg,
-                       "lastHeartbeatTime": now, "lastTransitionTime": now})
-            };
             let status = json!({
                 "capacity": alloc, "allocatable": alloc,
-                "conditions": [
-                    cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                    cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                    cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                    cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-                ],
+                "conditions": node_lifecycle::kubelet_conditions(&ops::now()),
                 "addresses": [
                     {"type": "InternalIP", "address": node_ip(i)},
                     {"type": "Hostname", "address": n.name},
@@ -826,8 +873,12 @@ impl Sim {
         self.store.lock().list(kind, None)
     }
 
-    /// Index of a simulated node by name.
+    /// Index of a simulated node by name, while its kubelet runs (`None` for a node whose
+    /// heartbeats are stopped: its kubelet neither starts, updates nor removes pods).
     pub fn node_index(&self, name: &str) -> Option<usize> {
+        if self.lifecycle.stopped.contains(name) {
+            return None;
+        }
         self.nodes.iter().position(|n| n.name == name)
     }
 

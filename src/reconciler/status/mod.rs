@@ -41,7 +41,7 @@ use self::phase::{phase, progressing};
 pub use self::problems::recheck_after;
 use self::problems::rollout_problem;
 use self::rollout::{Rollout, available};
-pub use self::routing::route_settled;
+pub use self::routing::{has_available_replica, route_settled};
 use self::routing::{inference_pool, route_state, routed};
 use super::desired::{GatewayRef, InferencePool, Target};
 use crate::domain::{
@@ -76,11 +76,28 @@ pub struct Observed {
     /// The live InferencePool and endpoint picker Deployment, in InferencePool mode.
     pub pool: Option<InferencePool>,
     pub picker: Option<K8sDeployment>,
+    /// The endpoint picker's pods (whose problems the InferencePool condition names).
+    pub picker_pods: Vec<Pod>,
     /// Switching a live deployment to InferencePool mode: the route still goes to the
     /// Service, until the endpoint picker has an available replica.
     pub pool_switch_pending: bool,
     /// Objects the record no longer wants wait for the Gateway before they are removed.
     pub cleanup_wait: Option<CleanupWait>,
+    /// Nodes the record's pods are on that stopped serving them.
+    pub lost_nodes: Vec<LostNode>,
+}
+
+/// A node some of the record's pods are on that the node lifecycle controller no longer
+/// counts on: its Ready condition is not True (`Unknown` when the kubelet stopped posting
+/// status), or it carries the controller's `node.kubernetes.io/unreachable` or `not-ready`
+/// taint. Its pods are marked not ready though their containers may still run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostNode {
+    pub name: String,
+    /// The node's Ready condition status: `Unknown`, `False`, or `True` while the taint stays.
+    pub ready: String,
+    /// Since when: the Ready condition's last transition (or when the taint was added).
+    pub since: Option<DateTime<Utc>>,
 }
 
 /// The condition that is False while clean-up waits for the Gateway (absent otherwise).
@@ -126,13 +143,19 @@ pub fn compute(
         Some(applied(record)),
         Some(available(&rollout)),
         Some(routed(observed, &route)),
-        inference_pool(observed),
+        inference_pool(observed, budgets, now),
         disruption_budget(observed),
         observed
             .cleanup_wait
             .as_ref()
             .map(|wait| Check::new(CLEANED_UP, false, "WaitingForGateway", wait.message.clone())),
-        Some(progressing(&rollout, problem.as_ref(), phase, &message)),
+        Some(progressing(
+            observed,
+            &rollout,
+            problem.as_ref(),
+            phase,
+            &message,
+        )),
     ]
     .into_iter()
     .flatten()

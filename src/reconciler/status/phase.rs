@@ -1,8 +1,10 @@
 //! The phase and its one-line message: what the rollout, its problem and the route add up
 //! to; and the Progressing condition, which agrees with it.
 
+use chrono::SecondsFormat;
+
 use super::problems::Problem;
-use super::rollout::Rollout;
+use super::rollout::{NodeLoss, Rollout, node_losses};
 use super::{Check, Observed};
 use crate::domain::{Deployment, Phase};
 
@@ -50,6 +52,10 @@ fn none_available(
         Some(p) if p.fatal => (Phase::Failed, p.message.clone()),
         // A refused route never serves until the spec changes.
         _ if observed.route_rejected.is_some() => (Phase::Failed, route_message.to_owned()),
+        // Not Failed: a lost node comes back, or its pods are evicted and replaced.
+        _ if let Some(message) = lost_nodes(observed, rollout, problem) => {
+            (Phase::Degraded, message)
+        }
         Some(p) => (Phase::Deploying, format!("waiting: {}", p.message)),
         None => (
             Phase::Deploying,
@@ -97,6 +103,8 @@ fn some_available(
             Phase::Degraded,
             format!("replicas serve, but the route is not working: {route_message}"),
         )
+    } else if let Some(message) = lost_nodes(observed, rollout, problem) {
+        (Phase::Degraded, message)
     } else if rollout.short_of_replicas(observed, problem.is_some()) {
         let cause = problem
             .map(|p| format!(": {}", p.message))
@@ -125,11 +133,61 @@ fn some_available(
     }
 }
 
+/// Fewer replicas serve than desired because nodes holding them stopped serving them (the
+/// kubelet stopped reporting, or reports the node not ready): the message names the nodes,
+/// how many replicas each holds back and what else holds the rollout. Nothing is rolling
+/// out then, though the pods there look like a rollout's (not ready, of the current
+/// generation) and the Deployment still says `NewReplicaSetAvailable`.
+fn lost_nodes(observed: &Observed, rollout: &Rollout, problem: Option<&Problem>) -> Option<String> {
+    if rollout.counts.available >= rollout.desired {
+        return None;
+    }
+    let losses = node_losses(observed);
+    if losses.is_empty() {
+        return None;
+    }
+    let nodes: Vec<String> = losses.iter().map(describe_loss).collect();
+    let cause = problem
+        .map(|p| format!("; {}", p.message))
+        .unwrap_or_default();
+    Some(format!(
+        "{}; {}/{} replicas available{cause}",
+        nodes.join("; "),
+        rollout.counts.available,
+        rollout.desired
+    ))
+}
+
+/// `node gpu-node-1 stopped reporting (NotReady, Ready=Unknown since 2026-11-22T11:00:00Z):
+/// 2 of 2 replicas there are not ready`.
+fn describe_loss(loss: &NodeLoss) -> String {
+    let node = loss.node;
+    let (state, not_ready) = match node.ready.as_str() {
+        "Unknown" => ("stopped reporting", "NotReady, "),
+        "False" => ("is not ready", "NotReady, "),
+        // Ready again, its taint not lifted yet.
+        _ => ("is still tainted by the node controller", ""),
+    };
+    let since = node
+        .since
+        .map(|t| format!(" since {}", t.to_rfc3339_opts(SecondsFormat::Secs, true)))
+        .unwrap_or_default();
+    let evicted = match loss.evicted {
+        0 => String::new(),
+        n => format!(" ({n} evicted, being replaced on other nodes)"),
+    };
+    format!(
+        "node {} {state} ({not_ready}Ready={}{since}): {} of {} replicas there are not ready{evicted}",
+        node.name, node.ready, loss.not_ready, loss.pods
+    )
+}
+
 /// Progressing names what holds the rollout. Held by a cause, it is not progressing
 /// (False, the cause as reason: "Progressing: Yes / Unschedulable" read as a
 /// contradiction); the phase says whether it is still waited for (Deploying) or given up
 /// (Failed), and the message for how long.
 pub(super) fn progressing(
+    observed: &Observed,
     rollout: &Rollout,
     problem: Option<&Problem>,
     phase: Phase,
@@ -144,6 +202,11 @@ pub(super) fn progressing(
     let (ok, reason, detail) = match problem {
         Some(p) => (false, p.reason.clone(), p.message.clone()),
         None if phase == Phase::Failed => (false, "Failed".to_owned(), message.to_owned()),
+        // Replicas lost with their node: nothing rolls out (the Deployment's own
+        // Progressing stays `NewReplicaSetAvailable`).
+        None if phase == Phase::Degraded && lost_nodes(observed, rollout, None).is_some() => {
+            (false, "NodeNotReady".to_owned(), message.to_owned())
+        }
         None if rollout.rolled_out => (true, "RolloutComplete".to_owned(), updated()),
         None => (true, "RollingOut".to_owned(), updated()),
     };

@@ -120,6 +120,28 @@ fn pod_problem(
     found.into_iter().next()
 }
 
+/// What keeps the first of `pods` that is not running from starting (its image, a crash
+/// loop, its config, or no node), whatever generation it belongs to: the endpoint picker's,
+/// which the InferencePool condition names.
+pub(super) fn any_pod_problem(
+    pods: &[Pod],
+    budgets: Budgets,
+    now: DateTime<Utc>,
+) -> Option<String> {
+    pods.iter().find_map(|pod| {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let status = pod.status.as_ref()?;
+        status
+            .container_statuses
+            .iter()
+            .flatten()
+            .chain(status.init_container_statuses.iter().flatten())
+            .find_map(|cs| container_problem(pod, &name, cs, budgets, now))
+            .or_else(|| scheduling_problem(pod, &name, budgets, now))
+            .map(|p| p.message)
+    })
+}
+
 /// A container of pod `name` that cannot start: its image, a crash loop, or its config.
 fn container_problem(
     pod: &Pod,
@@ -137,7 +159,7 @@ fn container_problem(
             message: format!(
                 "pod {name}: image `{}` cannot be pulled ({reason}){}",
                 cs.image,
-                suffix(&detail)
+                suffix(pull_error(&detail))
             ),
             fatal: true,
         }),
@@ -150,7 +172,7 @@ fn container_problem(
             let waiting = if fatal {
                 format!("for over {}", coarse_duration(CONFIG_ERROR_GRACE_SECONDS))
             } else {
-                format!("for {}", coarse_duration(waited))
+                since(waited, now)
             };
             Some(Problem {
                 reason: reason.to_owned(),
@@ -163,6 +185,21 @@ fn container_problem(
         }
         _ => None,
     }
+}
+
+/// The cause in an image's waiting message. During the back-off the kubelet says
+/// `Back-off pulling image "x": ErrImagePull: <the registry's error>` (since v1.32 its image
+/// manager appends the failed pull's error, kubernetes `pkg/kubelet/images/image_manager.go`
+/// `pullImage`, `prevPullErrMsg`): the error is the cause, so the message keeps it, the same
+/// as while the state reads ErrImagePull. A back-off message without an error (older
+/// kubelets) and every other message are kept as they are.
+fn pull_error(detail: &str) -> &str {
+    detail
+        .strip_prefix("Back-off pulling image \"")
+        .and_then(|rest| rest.split_once("\": "))
+        .map_or(detail, |(_, error)| {
+            error.strip_prefix("ErrImagePull: ").unwrap_or(error)
+        })
 }
 
 /// A crash-looping container, with its restarts and last exit; fatal after the budget's
@@ -211,7 +248,7 @@ fn scheduling_problem(
             coarse_duration(budgets.unschedulable_seconds)
         )
     } else {
-        format!("for {}", coarse_duration(waiting.seconds))
+        since(waiting.seconds, now)
     };
     let reason = if waiting.unschedulable.is_some() {
         "Unschedulable"
@@ -290,14 +327,16 @@ pub(super) fn coarse_duration(seconds: i64) -> String {
     }
 }
 
-/// The next second at which [`coarse_duration`] reads differently.
-pub(super) fn next_coarse_change(seconds: i64) -> i64 {
-    let step = match seconds {
-        s if s < 60 => 10,
-        s if s < 3600 => 60,
-        _ => 3600,
-    };
-    (seconds / step + 1) * step
+/// `since <when>`, `seconds` before `now`, to the second: a wait stated as a moment stays
+/// true as long as the message is shown (a refusal that quotes the status, or a page left
+/// open), where "for 0s" is stale a second later, and the message need not be rewritten
+/// as the wait goes on.
+pub(super) fn since(seconds: i64, now: DateTime<Utc>) -> String {
+    let when = now - chrono::Duration::seconds(seconds);
+    format!(
+        "since {}",
+        when.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    )
 }
 
 /// When a time-based judgement (an unschedulable pod's budget) falls due, if one is pending.
@@ -317,17 +356,15 @@ pub fn recheck_after(
                 budgets.unschedulable_seconds - seconds_since(c.last_transition_time.as_ref(), now);
             (left > 0).then(|| std::time::Duration::from_secs(left as u64 + 1))
         });
-    // A waiting pod's message says for how long, coarsely; look again when that changes,
-    // and when its budget runs out.
+    // A waiting pod's message says since when, so it needs no rewrite as the wait goes
+    // on: look again when its budget runs out.
     let pods = observed
         .pods
         .iter()
         .filter_map(|pod| scheduling_wait(pod, now))
         .filter_map(|waiting| {
             let budget_left = budgets.unschedulable_seconds - waiting.seconds;
-            let next = next_coarse_change(waiting.seconds) - waiting.seconds;
-            (budget_left > 0)
-                .then(|| std::time::Duration::from_secs(budget_left.min(next).max(1) as u64))
+            (budget_left > 0).then(|| std::time::Duration::from_secs(budget_left.max(1) as u64))
         })
         .min();
     // A missing Secret or ConfigMap turns fatal when its grace ends.
@@ -374,5 +411,34 @@ fn suffix(detail: &str) -> String {
         String::new()
     } else {
         format!(": {detail}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pull_error;
+
+    #[test]
+    fn an_image_back_off_keeps_the_pull_error() {
+        let error = "rpc error: code = NotFound desc = failed to pull and unpack image \"r/x:1\": not found";
+        assert_eq!(
+            pull_error(&format!(
+                "Back-off pulling image \"r/x:1\": ErrImagePull: {error}"
+            )),
+            error
+        );
+        assert_eq!(pull_error(error), error);
+        // A kubelet before v1.32 says no more than this.
+        assert_eq!(
+            pull_error("Back-off pulling image \"r/x:1\""),
+            "Back-off pulling image \"r/x:1\""
+        );
+        // Other pull errors keep their name, which says what failed.
+        assert_eq!(
+            pull_error(
+                "Back-off pulling image \"r/x:1\": RegistryUnavailable: image pull failed for r/x:1 because the registry is unavailable"
+            ),
+            "RegistryUnavailable: image pull failed for r/x:1 because the registry is unavailable"
+        );
     }
 }

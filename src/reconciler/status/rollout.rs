@@ -133,3 +133,44 @@ fn starting_pods(observed: &Observed) -> usize {
         })
         .count()
 }
+
+/// The record's pods on one lost node.
+pub(super) struct NodeLoss<'a> {
+    pub(super) node: &'a super::LostNode,
+    /// Pods of the record bound to it, and how many of them are not ready.
+    pub(super) pods: usize,
+    pub(super) not_ready: usize,
+    /// Pods deleted there (the taint eviction controller's, after their toleration); they
+    /// stay Terminating until the node reports again, and are replaced elsewhere.
+    pub(super) evicted: usize,
+}
+
+/// The lost nodes holding replicas of the record that are not ready, in the order
+/// observed. A lost node whose pods still count as ready (the node lifecycle controller
+/// has not marked them yet) holds nothing back yet.
+pub(super) fn node_losses(observed: &Observed) -> Vec<NodeLoss<'_>> {
+    observed
+        .lost_nodes
+        .iter()
+        .map(|node| {
+            let there: Vec<&k8s_openapi::api::core::v1::Pod> = observed
+                .pods
+                .iter()
+                .filter(|pod| {
+                    pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                        == Some(node.name.as_str())
+                })
+                .collect();
+            NodeLoss {
+                node,
+                pods: there.len(),
+                not_ready: there.iter().filter(|pod| !is_ready(pod)).count(),
+                evicted: there
+                    .iter()
+                    .filter(|pod| pod.metadata.deletion_timestamp.is_some())
+                    .count(),
+            }
+        })
+        .filter(|loss| loss.not_ready > 0)
+        .collect()
+}

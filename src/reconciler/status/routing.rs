@@ -4,7 +4,11 @@
 use gateway_api::httproutes::HttpRouteStatusParents;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as K8sCondition;
 
-use super::{Check, Observed};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
+
+use super::problems::any_pod_problem;
+use super::{Budgets, Check, Observed};
 use crate::reconciler::desired::GatewayRef;
 
 /// Whether the Gateway has accepted the live route at its current generation (or there is
@@ -31,7 +35,11 @@ pub(super) fn routed(observed: &Observed, (ok, message): &(bool, String)) -> Che
 
 /// InferencePool, in InferencePool mode only: the pool works, or the cluster does not serve
 /// InferencePools (and what was made instead).
-pub(super) fn inference_pool(observed: &Observed) -> Option<Check> {
+pub(super) fn inference_pool(
+    observed: &Observed,
+    budgets: Budgets,
+    now: DateTime<Utc>,
+) -> Option<Check> {
     if !observed.pool_mode && !observed.pool_unavailable {
         return None;
     }
@@ -54,7 +62,15 @@ pub(super) fn inference_pool(observed: &Observed) -> Option<Check> {
     } else {
         match &observed.gateway {
             Some(gateway) => {
-                let (ok, message) = pool_state(observed, gateway);
+                let (ok, mut message) = pool_state(observed, gateway);
+                // The picker's pod trouble, when it has one (an image that cannot be
+                // pulled, a crash loop): why it has no available replica.
+                if !ok
+                    && !picker_available(observed)
+                    && let Some(problem) = any_pod_problem(&observed.picker_pods, budgets, now)
+                {
+                    message = format!("{message}; the endpoint picker's {problem}");
+                }
                 (ok, if ok { "Ready" } else { "NotReady" }, message)
             }
             None => (false, "NoGateway", "no Gateway configured".to_owned()),
@@ -246,13 +262,7 @@ fn pool_state(observed: &Observed, gateway: &GatewayRef) -> (bool, String) {
             }
         }
     }
-    let available = observed
-        .picker
-        .as_ref()
-        .and_then(|d| d.status.as_ref())
-        .and_then(|s| s.available_replicas)
-        .unwrap_or(0);
-    if available < 1 {
+    if !picker_available(observed) {
         return (
             false,
             "the endpoint picker has no available replica yet: the Gateway cannot pick a model server"
@@ -264,4 +274,18 @@ fn pool_state(observed: &Observed, gateway: &GatewayRef) -> (bool, String) {
 
 fn find_condition<'a>(conditions: &'a [K8sCondition], type_: &str) -> Option<&'a K8sCondition> {
     conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the endpoint picker's Deployment reports an available replica.
+fn picker_available(observed: &Observed) -> bool {
+    has_available_replica(observed.picker.as_ref())
+}
+
+/// Whether a Deployment reports an available replica.
+pub fn has_available_replica(deployment: Option<&K8sDeployment>) -> bool {
+    deployment
+        .and_then(|d| d.status.as_ref())
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0)
+        >= 1
 }

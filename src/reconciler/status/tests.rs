@@ -2,7 +2,7 @@ use chrono::TimeZone;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::problems::{coarse_duration, next_coarse_change};
+use super::problems::{coarse_duration, since};
 use super::*;
 use serde_json::Value;
 
@@ -147,17 +147,18 @@ fn all_replicas_available_is_ready_with_the_cluster_url() {
 }
 
 #[test]
-fn only_a_running_unschedulable_budget_asks_for_a_timer_when_its_message_changes() {
+fn only_a_running_unschedulable_budget_asks_for_a_timer() {
     let unschedulable = pod(
         "qwen-1",
         "new",
         json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no"}]}),
     );
     let o = observed(deployment(1, 1, 0, 1), vec![unschedulable]);
-    // Created 120 s before `now`: the message's "2m" becomes "3m" in 60 s.
+    // Created 120 s before `now`: the message says since when, so only the budget's end
+    // (in 180 s) asks for a look without a cluster change.
     assert_eq!(
         recheck_after(&o, BUDGETS, now()),
-        Some(std::time::Duration::from_secs(60))
+        Some(std::time::Duration::from_secs(180))
     );
     // 10 s before the budget ends, the budget is what falls due.
     assert_eq!(
@@ -332,15 +333,18 @@ fn a_pod_no_scheduler_has_looked_at_says_so_with_how_long() {
     assert!(
         status
             .message
-            .contains("pod qwen-1 is pending and not scheduled (for 2m)"),
+            .contains("pod qwen-1 is pending and not scheduled (since 2026-11-22T11:58:00Z)"),
         "{}",
         status.message
     );
-    // The message's duration moves on: a recheck is due when it next reads differently.
+    // The message says since when, so it stays true: a recheck is due only when the
+    // unschedulable budget runs out.
     let o = observed(deployment(1, 1, 0, 1), vec![pending]);
     assert_eq!(
         recheck_after(&o, BUDGETS, now()),
-        Some(std::time::Duration::from_secs(60))
+        Some(std::time::Duration::from_secs(
+            (BUDGETS.unschedulable_seconds - 120) as u64
+        ))
     );
     // A pod seconds old is normal scheduling latency, not worth a word.
     let mut fresh = pod("qwen-2", "new", json!({"phase": "Pending"}));
@@ -360,8 +364,7 @@ fn durations_in_messages_are_coarse() {
     assert_eq!(coarse_duration(42), "40s");
     assert_eq!(coarse_duration(125), "2m");
     assert_eq!(coarse_duration(7300), "2h");
-    assert_eq!(next_coarse_change(42), 50);
-    assert_eq!(next_coarse_change(125), 180);
+    assert_eq!(since(125, now()), "since 2026-11-22T11:57:55Z");
 }
 
 #[test]
@@ -701,4 +704,126 @@ fn a_condition_keeps_its_transition_time_while_it_holds() {
         first, later,
         "an unchanged cluster gives an unchanged status (no write)"
     );
+}
+
+/// A pod of the current generation on `node`: ready, or as the node lifecycle controller
+/// leaves it on a lost node (`MarkPodsNotReady`: Ready False, containers still ready).
+fn pod_on(name: &str, node: &str, ready: bool, evicted: bool) -> Pod {
+    let mut pod = pod(
+        name,
+        "new",
+        json!({"phase": "Running", "conditions": [
+            {"type": "Ready", "status": if ready { "True" } else { "False" }},
+            {"type": "ContainersReady", "status": "True"},
+        ]}),
+    );
+    pod.spec = Some(serde_json::from_value(json!({"containers": [], "nodeName": node})).unwrap());
+    if evicted {
+        pod.metadata.deletion_timestamp =
+            serde_json::from_value(json!("2026-11-22T12:00:00Z")).unwrap();
+    }
+    pod
+}
+
+fn lost(name: &str) -> LostNode {
+    LostNode {
+        name: name.into(),
+        ready: "Unknown".into(),
+        since: Some(Utc.with_ymd_and_hms(2026, 11, 22, 11, 59, 0).unwrap()),
+    }
+}
+
+#[test]
+fn replicas_on_a_node_that_stopped_reporting_are_degraded_naming_the_node_not_a_rollout() {
+    // Issue #41: the node went Unknown, its pods were marked not ready, and the Deployment
+    // still says NewReplicaSetAvailable; the pods look like a rollout's (not ready, current
+    // generation), but nothing rolls out.
+    let mut seen = observed(
+        deployment(2, 2, 0, 2),
+        vec![
+            pod_on("qwen-1", "gpu-node-1", false, false),
+            pod_on("qwen-2", "gpu-node-1", false, false),
+        ],
+    );
+    seen.lost_nodes = vec![lost("gpu-node-1")];
+    let status = run(spec(2), &seen);
+    assert_eq!(status.phase, Phase::Degraded, "{}", status.message);
+    assert_eq!(
+        status.message,
+        "node gpu-node-1 stopped reporting (NotReady, Ready=Unknown since 2026-11-22T11:59:00Z): \
+         2 of 2 replicas there are not ready; 0/2 replicas available"
+    );
+    let progressing = condition_of(&status, "Progressing");
+    assert_eq!(progressing.status, ConditionStatus::False);
+    assert_eq!(progressing.reason, "NodeNotReady");
+    assert_eq!(progressing.message, status.message);
+
+    // One of two nodes lost: the other replica serves.
+    let mut seen = observed(
+        deployment(2, 2, 1, 2),
+        vec![
+            pod_on("qwen-1", "gpu-node-1", false, false),
+            pod_on("qwen-2", "gpu-node-2", true, false),
+        ],
+    );
+    seen.lost_nodes = vec![lost("gpu-node-1")];
+    let status = run(spec(2), &seen);
+    assert_eq!(status.phase, Phase::Degraded);
+    assert!(
+        status
+            .message
+            .starts_with("node gpu-node-1 stopped reporting")
+            && status
+                .message
+                .ends_with("1 of 1 replicas there are not ready; 1/2 replicas available"),
+        "{}",
+        status.message
+    );
+    assert_eq!(condition_of(&status, "Progressing").reason, "NodeNotReady");
+
+    // Evicted after the toleration, replacements starting elsewhere: still the node's doing.
+    let mut seen = observed(
+        deployment(2, 2, 1, 2),
+        vec![
+            pod_on("qwen-1", "gpu-node-1", false, true),
+            pod_on("qwen-2", "gpu-node-2", true, false),
+            pod(
+                "qwen-3",
+                "new",
+                json!({"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}),
+            ),
+        ],
+    );
+    seen.lost_nodes = vec![lost("gpu-node-1")];
+    let status = run(spec(2), &seen);
+    assert_eq!(status.phase, Phase::Degraded);
+    assert!(
+        status.message.contains(
+            "1 of 1 replicas there are not ready (1 evicted, being replaced on other nodes)"
+        ),
+        "{}",
+        status.message
+    );
+
+    // Replaced: Ready, whatever the lost node still holds.
+    let mut seen = observed(
+        deployment(2, 2, 2, 2),
+        vec![
+            pod_on("qwen-1", "gpu-node-1", false, true),
+            pod_on("qwen-2", "gpu-node-2", true, false),
+            pod_on("qwen-3", "gpu-node-2", true, false),
+        ],
+    );
+    seen.lost_nodes = vec![lost("gpu-node-1")];
+    assert_eq!(run(spec(2), &seen).phase, Phase::Ready);
+
+    // The same pods without the node's word are a rollout, as before.
+    let seen = observed(
+        deployment(2, 2, 0, 2),
+        vec![
+            pod_on("qwen-1", "gpu-node-1", false, false),
+            pod_on("qwen-2", "gpu-node-1", false, false),
+        ],
+    );
+    assert_eq!(run(spec(2), &seen).phase, Phase::Deploying);
 }

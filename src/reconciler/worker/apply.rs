@@ -9,7 +9,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use super::Worker;
 use crate::reconciler::cluster::{ClusterError, Object, contains, kind_of};
 use crate::reconciler::desired::{DesiredObjects, PoolObjects, as_json};
-use crate::reconciler::status::Observed;
+use crate::reconciler::status::{Observed, has_available_replica};
 
 /// The objects observation needs, as read during one reconcile. The outer `None`: not read
 /// this pass (the cluster does not serve the kind, or none is wanted); the inner: it does
@@ -146,7 +146,7 @@ impl Worker {
                 // A live route to the Service moves to the pool only once the picker can
                 // pick: the Gateway fails every request it sends to a pool whose picker
                 // has no ready endpoint (a switch under load lost a quarter of them).
-                if !picker_available(observed.picker.as_ref())
+                if !has_available_replica(observed.picker.as_ref())
                     && self.live_route_goes_to_service(desired).await?
                 {
                     observed.pool_switch_pending = true;
@@ -325,13 +325,4 @@ impl Worker {
         }
         Ok(Some(live))
     }
-}
-
-/// Whether the endpoint picker's Deployment reports an available replica.
-fn picker_available(picker: Option<&K8sDeployment>) -> bool {
-    picker
-        .and_then(|d| d.status.as_ref())
-        .and_then(|s| s.available_replicas)
-        .unwrap_or(0)
-        > 0
 }

@@ -4,16 +4,18 @@
 
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use kube::api::{Api, ListParams};
 
 use super::Worker;
 use super::apply::LiveObjects;
 use crate::domain::{Deployment, canary_object_name};
 use crate::reconciler::cluster::{ClusterError, Object};
 use crate::reconciler::desired::{
-    DesiredObjects, LABEL_DEPLOYMENT_ID, LABEL_NAME, LABEL_TRACK, MODEL_SERVER, TRACK_CANARY,
+    DesiredObjects, ENDPOINT_PICKER, LABEL_DEPLOYMENT_ID, LABEL_NAME, LABEL_TRACK, MODEL_SERVER,
+    TRACK_CANARY,
 };
-use crate::reconciler::status::Observed;
+use crate::reconciler::status::{LostNode, Observed};
 
 impl Worker {
     /// Reads back what the cluster reports about the record's objects; returns the canary
@@ -57,10 +59,17 @@ impl Worker {
                 .cloned()
                 .unwrap_or_default()
         };
-        let (canary_pods, stable_pods): (Vec<Pod>, Vec<Pod>) = pods
+        let (servers, picker_pods): (Vec<Pod>, Vec<Pod>) = pods
             .into_iter()
-            .filter(|pod| label(pod, LABEL_NAME) == MODEL_SERVER)
+            .partition(|pod| label(pod, LABEL_NAME) == MODEL_SERVER);
+        observed.picker_pods = picker_pods
+            .into_iter()
+            .filter(|pod| label(pod, LABEL_NAME) == ENDPOINT_PICKER)
+            .collect();
+        let (canary_pods, stable_pods): (Vec<Pod>, Vec<Pod>) = servers
+            .into_iter()
             .partition(|pod| label(pod, LABEL_TRACK) == TRACK_CANARY);
+        observed.lost_nodes = self.lost_nodes(&stable_pods).await;
         observed.pods = stable_pods;
         if let Some(pool) = &desired.pool
             && !observed.pool_unavailable
@@ -119,7 +128,37 @@ impl Worker {
             )
             .await?
             .is_some();
+        canary_observed.lost_nodes = self.lost_nodes(&canary_observed.pods).await;
         Ok(())
+    }
+
+    /// The nodes of `pods` that stopped serving them. Only nodes holding a pod the node
+    /// lifecycle controller marked not ready are read (listed by name: the worker may list
+    /// and watch nodes, not get them), so a healthy record costs no request. A node that
+    /// cannot be read is left out: this only says why pods are not ready, it must not fail
+    /// the pass.
+    async fn lost_nodes(&self, pods: &[Pod]) -> Vec<LostNode> {
+        let mut names: Vec<&str> = pods
+            .iter()
+            .filter(|pod| marked_not_ready_by_node(pod))
+            .filter_map(|pod| pod.spec.as_ref()?.node_name.as_deref())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut lost = Vec::new();
+        for name in names {
+            let params = ListParams::default().fields(&format!("metadata.name={name}"));
+            match Api::<Node>::all(self.cluster.client.clone())
+                .list(&params)
+                .await
+            {
+                Ok(list) => lost.extend(list.items.first().and_then(lost_node)),
+                Err(err) => {
+                    tracing::debug!(node = name, error = %err, "cannot read the node of a not-ready pod");
+                }
+            }
+        }
+        lost
     }
 
     /// `desired` as the watch last saw it, else as the API server has it (`None` when the
@@ -152,5 +191,98 @@ impl Worker {
             Some(live) => Ok(live),
             None => self.cluster.get::<K>(Some(namespace), name).await,
         }
+    }
+}
+
+/// Whether the node lifecycle controller marked `pod` not ready: its Ready condition is
+/// False while ContainersReady is True. The kubelet sets both together; `MarkPodsNotReady`
+/// (kubernetes `pkg/controller/util/node/controller_utils.go`) sets only Ready, for every
+/// pod of a node whose Ready condition is not True.
+fn marked_not_ready_by_node(pod: &Pod) -> bool {
+    let status_of = |ty: &str| {
+        pod.status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .find(|c| c.type_ == ty)
+            .map(|c| c.status.as_str())
+    };
+    status_of("Ready") == Some("False") && status_of("ContainersReady") == Some("True")
+}
+
+/// `node` as a lost node: its Ready condition is not True (`Unknown` once the kubelet
+/// stopped posting status for the grace period, `NodeStatusUnknown`), or it carries the
+/// node lifecycle controller's `node.kubernetes.io/unreachable` or `not-ready` taint.
+fn lost_node(node: &Node) -> Option<LostNode> {
+    let ready = node
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "Ready");
+    let ready_status = ready.map_or("Unknown", |c| c.status.as_str());
+    let taint = node
+        .spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        .find(|t| {
+            t.key == "node.kubernetes.io/unreachable" || t.key == "node.kubernetes.io/not-ready"
+        });
+    let since = if ready_status != "True" {
+        ready.and_then(|c| c.last_transition_time.as_ref())
+    } else {
+        taint?.time_added.as_ref()
+    };
+    Some(LostNode {
+        name: node.metadata.name.clone()?,
+        ready: ready_status.to_owned(),
+        since: since.and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(ready: &str, taints: serde_json::Value) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gpu-node-1"},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": ready,
+                "lastTransitionTime": "2026-11-22T11:00:00Z"}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_node_is_lost_when_not_ready_or_tainted_by_the_node_controller() {
+        let lost = lost_node(&node("Unknown", serde_json::json!([]))).unwrap();
+        assert_eq!(lost.ready, "Unknown");
+        assert_eq!(
+            lost.since.unwrap().to_rfc3339(),
+            "2026-11-22T11:00:00+00:00"
+        );
+        assert!(lost_node(&node("True", serde_json::json!([]))).is_none());
+        let tainted = node(
+            "True",
+            serde_json::json!([{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
+                                "timeAdded": "2026-11-22T11:01:00Z"}]),
+        );
+        assert_eq!(
+            lost_node(&tainted).unwrap().since.unwrap().to_rfc3339(),
+            "2026-11-22T11:01:00+00:00"
+        );
+    }
+
+    #[test]
+    fn only_the_node_controller_marks_ready_false_with_ready_containers() {
+        let pod = |ready: &str, containers: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({"status": {"conditions": [
+                {"type": "Ready", "status": ready},
+                {"type": "ContainersReady", "status": containers},
+            ]}}))
+            .unwrap()
+        };
+        assert!(marked_not_ready_by_node(&pod("False", "True")));
+        assert!(!marked_not_ready_by_node(&pod("False", "False")));
+        assert!(!marked_not_ready_by_node(&pod("True", "True")));
     }
 }

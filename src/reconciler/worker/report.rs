@@ -1,14 +1,17 @@
 //! Reporting: the status written back to the record (only when it changed), the GPUs its
 //! ready pods hold, the timeline, and the Kubernetes Events that tell the same story.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
+
 use chrono::Utc;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::api::{Api, ListParams};
 
 use super::permissions::{AUTHORIZED, forbidden_condition};
 use super::{WORKER_ACTOR, Worker, deployment_ref};
 use crate::domain::{ConditionStatus, Deployment, DeploymentStatus, EventKind, GpuShape, Phase};
 use crate::reconciler::cluster::ClusterError;
-use crate::reconciler::desired::TRACK_CANARY;
+use crate::reconciler::desired::{LABEL_NAME, LABEL_TRACK, MODEL_SERVER, TRACK_CANARY};
 use crate::reconciler::kube_events;
 use crate::reconciler::status::Observed;
 use crate::store;
@@ -96,9 +99,16 @@ impl Worker {
             // The spec changed meanwhile; its own reconcile reports the new generation.
             return Ok(());
         }
-        let held = self.gpus_held(record, &status);
-        if held != self.gpus_held(record, &record.status) {
-            store::usage::record_held(&self.pool, record.id, &record.name, &held).await?;
+        let default = &self.config.build.engines.gpu_resource_name;
+        let holds = |status: &DeploymentStatus| {
+            !gpus_held(record, status, default, &HashMap::new()).is_empty()
+        };
+        if holds(&status) || holds(&record.status) {
+            let products = self.node_products(record).await?;
+            let held = gpus_held(record, &status, default, &products);
+            if held != gpus_held(record, &record.status, default, &products) {
+                store::usage::record_held(&self.pool, record.id, &record.name, &held).await?;
+            }
         }
         if phase_changed {
             tracing::info!(deployment_id = %record.id, from = %record.status.phase, to = %status.phase, message = %status.message, "phase changed");
@@ -112,29 +122,84 @@ impl Worker {
         Ok(())
     }
 
-    /// The GPUs the record's ready pods hold, per track, by the status given (for the
-    /// GPU-hours of `gpu_usage`).
-    fn gpus_held(&self, record: &Deployment, status: &DeploymentStatus) -> Vec<Held> {
-        let default = &self.config.build.engines.gpu_resource_name;
-        let canary = record.canary.as_ref().zip(status.canary.as_ref());
-        [
-            Some((TRACK_STABLE, &record.spec, status.replicas.ready)),
-            canary.map(|(c, s)| (TRACK_CANARY, &c.spec, s.replicas.ready)),
-        ]
-        .into_iter()
-        .flatten()
-        .filter_map(|(track, spec, ready)| {
-            let serving = spec.serving(&record.name).ok()?;
-            let shape = GpuShape::of(&serving, default)?;
-            Some(Held {
-                track,
-                resource_name: shape.resource_name,
-                product: shape.product,
-                gpus: ready * shape.per_replica,
+    /// The GPU products of the nodes the record's pods run on, per track: its ready pods'
+    /// first, then those of its other pods bound to a node (the pods seen may run ahead of
+    /// the status's ready count). A node's product is its GPU-product label as the GPU
+    /// inventory recorded it (`gpu_node`), or as the node says when the inventory has not
+    /// caught up; `None` for a node without one.
+    async fn node_products(
+        &self,
+        record: &Deployment,
+    ) -> Result<HashMap<&'static str, Vec<Option<String>>>, ClusterError> {
+        let Some(pods) = self
+            .seen
+            .of::<Pod>()
+            .and_then(|seen| seen.of_record(record.id))
+        else {
+            return Ok(HashMap::new());
+        };
+        let (_, nodes) = store::capacity::gpu_inventory(&self.pool, None).await?;
+        let mut product_of: HashMap<String, Option<String>> =
+            nodes.into_iter().map(|n| (n.name, n.product)).collect();
+        // A node the inventory has not written yet (it follows the nodes a moment later):
+        // its label, read as the inventory reads nodes (list and watch only).
+        let unknown: HashSet<&str> = pods
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.node_name.as_deref())
+            .filter(|n| !product_of.contains_key(*n))
+            .collect();
+        let label = &self.config.build.gpu_product_label;
+        for node in unknown {
+            let params = ListParams::default().fields(&format!("metadata.name={node}"));
+            match Api::<Node>::all(self.cluster.client.clone())
+                .list(&params)
+                .await
+            {
+                Ok(list) => {
+                    let product = list
+                        .items
+                        .first()
+                        .and_then(|n| n.metadata.labels.as_ref()?.get(label).cloned());
+                    product_of.insert(node.to_owned(), product);
+                }
+                Err(err) => {
+                    tracing::debug!(%node, error = %err, "cannot read a node's GPU product");
+                }
+            }
+        }
+        let mut placed: HashMap<&'static str, Vec<(bool, Option<String>)>> = HashMap::new();
+        for pod in &pods {
+            let labels = pod.metadata.labels.as_ref();
+            let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            let (Some(node), None) = (node, &pod.metadata.deletion_timestamp) else {
+                continue;
+            };
+            if label(LABEL_NAME) != Some(MODEL_SERVER) {
+                continue;
+            }
+            let track = if label(LABEL_TRACK) == Some(TRACK_CANARY) {
+                TRACK_CANARY
+            } else {
+                TRACK_STABLE
+            };
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let product = product_of.get(node).cloned().flatten();
+            placed.entry(track).or_default().push((!ready, product));
+        }
+        Ok(placed
+            .into_iter()
+            .map(|(track, mut pods)| {
+                pods.sort();
+                (track, pods.into_iter().map(|(_, p)| p).collect())
             })
-        })
-        .filter(|h| h.gpus > 0)
-        .collect()
+            .collect())
     }
 
     /// The Kubernetes Events of a phase change (see [`Worker::write_status`]): a `Warning`
@@ -205,4 +270,46 @@ fn warning_reason(status: &DeploymentStatus) -> (String, Option<&'static str>) {
         }
     }
     (status.phase.to_string(), None)
+}
+
+/// The GPUs the record's ready pods hold, per track and GPU product, by the status given
+/// (for the GPU-hours of `gpu_usage`): the status's ready replicas of each track, each
+/// with the product of the node it runs on (`products`, see [`Worker::node_products`]),
+/// or the spec's product when that node is not known.
+fn gpus_held(
+    record: &Deployment,
+    status: &DeploymentStatus,
+    default: &str,
+    products: &HashMap<&'static str, Vec<Option<String>>>,
+) -> Vec<Held> {
+    let canary = record.canary.as_ref().zip(status.canary.as_ref());
+    [
+        Some((TRACK_STABLE, &record.spec, status.replicas.ready)),
+        canary.map(|(c, s)| (TRACK_CANARY, &c.spec, s.replicas.ready)),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|(track, spec, ready)| {
+        let serving = spec.serving(&record.name).ok()?;
+        let shape = GpuShape::of(&serving, default)?;
+        let known = products.get(track).map(Vec::as_slice).unwrap_or_default();
+        let mut by_product: BTreeMap<Option<String>, i64> = BTreeMap::new();
+        for i in 0..usize::try_from(ready).unwrap_or(0) {
+            let product = known
+                .get(i)
+                .cloned()
+                .flatten()
+                .or_else(|| shape.product.clone());
+            *by_product.entry(product).or_default() += 1;
+        }
+        Some(by_product.into_iter().map(move |(product, replicas)| Held {
+            track,
+            resource_name: shape.resource_name.clone(),
+            product,
+            gpus: replicas * shape.per_replica,
+        }))
+    })
+    .flatten()
+    .filter(|h| h.gpus > 0)
+    .collect()
 }
