@@ -1129,13 +1129,11 @@ async fn sim_pods_answer_openai_requests_through_the_gateway() {
     )
     .await
     .unwrap();
-    apply(
-        &client,
-        "Service",
-        "default",
-        service("qwen", "default", "qwen"),
-    )
-    .await;
+    // Labelled, one of them a label the EndpointSlice controller reserves for itself.
+    let mut labelled = service("qwen", "default", "qwen");
+    labelled["metadata"]["labels"] =
+        json!({"team": "nlp", "endpointslice.kubernetes.io/managed-by": "someone"});
+    apply(&client, "Service", "default", labelled).await;
     apply(
         &client,
         "Service",
@@ -1184,6 +1182,13 @@ async fn sim_pods_answer_openai_requests_through_the_gateway() {
     .await;
     assert_eq!(slice["ports"][0]["port"], 8000);
     assert_eq!(slice["addressType"], "IPv4");
+    // It carries the Service's labels but the reserved ones, which the controller sets
+    // (`setEndpointSliceLabels`, pkg/controller/endpointslice).
+    assert_eq!(
+        slice["metadata"]["labels"],
+        json!({"team": "nlp", "kubernetes.io/service-name": "qwen",
+               "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"})
+    );
 
     let chat = json!({"model": "qwen-small", "messages": [{"role": "user", "content": "hello there emulator"}]});
     let (status, _, body) = wait_for("a routed answer", || async {

@@ -254,12 +254,13 @@ fn endpoint_slices(sim: &Sim) {
         } else {
             existing_slice.as_deref()
         };
+        let labels = slice_labels(&svc, name);
         match existing {
             None => {
                 let mut slice = json!({
                     "metadata": {
                         "generateName": format!("{name}-"), "namespace": ns,
-                        "labels": {"kubernetes.io/service-name": name, "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER},
+                        "labels": labels,
                         "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": name,
                                              "uid": meta_str(&svc, "uid"), "controller": true, "blockOwnerDeletion": true}],
                     },
@@ -285,12 +286,40 @@ fn endpoint_slices(sim: &Sim) {
                     new["endpoints"] = json!(endpoints);
                 }
                 new["ports"] = json!(ports);
+                new["metadata"]["labels"] = labels;
                 if new != *s {
                     write_object(&sim.store, kind, new, "kube-controller-manager");
                 }
             }
         }
     }
+}
+
+/// A slice's labels: its Service's, but for the reserved ones the controller sets itself
+/// (`setEndpointSliceLabels`, kubernetes pkg/controller/endpointslice and
+/// k8s.io/endpointslice `utils.go`: `kubernetes.io/service-name`,
+/// `endpointslice.kubernetes.io/managed-by`, `service.kubernetes.io/headless`), so whoever
+/// labels a Service finds its slices by the same labels.
+fn slice_labels(svc: &Value, name: &str) -> Value {
+    const RESERVED: [&str; 3] = [
+        "kubernetes.io/service-name",
+        "endpointslice.kubernetes.io/managed-by",
+        "service.kubernetes.io/headless",
+    ];
+    let mut labels: serde_json::Map<String, Value> = svc
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| !RESERVED.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    labels.insert("kubernetes.io/service-name".into(), json!(name));
+    labels.insert(
+        "endpointslice.kubernetes.io/managed-by".into(),
+        json!(SLICE_MANAGER),
+    );
+    Value::Object(labels)
 }
 
 /// A condition that keeps its lastTransitionTime while its status stays the same.

@@ -55,6 +55,9 @@ pub struct Observed {
     /// Pods selected by the record's stable selector.
     pub pods: Vec<Pod>,
     pub service_exists: bool,
+    /// Ready endpoints in the Service's EndpointSlices; `None`: not known (the watch has
+    /// not listed them), which holds nothing back.
+    pub serving_endpoints: Option<usize>,
     /// The config hash the current generation's pods carry.
     pub config_hash: String,
     /// The live HTTPRoute, when one is wanted and exists.

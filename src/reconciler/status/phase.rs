@@ -77,7 +77,17 @@ fn some_available(
     (route_ok, route_message): &(bool, String),
 ) -> (Phase, String) {
     let (desired, counts, total) = (rollout.desired, &rollout.counts, rollout.total);
-    if rollout.rolled_out && *route_ok {
+    // Ready means the URL serves: the Service's endpoints must list a ready pod too (the
+    // EndpointSlice controller follows pod readiness a moment later; requests meanwhile
+    // find no endpoint).
+    if rollout.rolled_out && *route_ok && observed.serving_endpoints == Some(0) {
+        (
+            Phase::Deploying,
+            format!(
+                "{desired}/{desired} replicas available; waiting for the Service's endpoints (EndpointSlices) to list a ready pod"
+            ),
+        )
+    } else if rollout.rolled_out && *route_ok {
         (
             Phase::Ready,
             format!("{desired}/{desired} replicas available"),

@@ -827,3 +827,22 @@ fn replicas_on_a_node_that_stopped_reporting_are_degraded_naming_the_node_not_a_
     );
     assert_eq!(run(spec(2), &seen).phase, Phase::Deploying);
 }
+
+#[test]
+fn ready_waits_for_the_services_endpoints_to_list_a_ready_pod() {
+    // Every replica available, but the EndpointSlice controller has not caught up: a request
+    // to the URL would find no endpoint yet.
+    let mut o = observed(deployment(2, 2, 2, 2), vec![]);
+    o.serving_endpoints = Some(0);
+    let status = run(spec(2), &o);
+    assert_eq!(status.phase, Phase::Deploying, "{}", status.message);
+    assert_eq!(
+        status.message,
+        "2/2 replicas available; waiting for the Service's endpoints (EndpointSlices) to list a ready pod"
+    );
+    o.serving_endpoints = Some(2);
+    assert_eq!(run(spec(2), &o).phase, Phase::Ready);
+    // Not known (the slice watch has not listed): nothing held back.
+    o.serving_endpoints = None;
+    assert_eq!(run(spec(2), &o).phase, Phase::Ready);
+}

@@ -41,6 +41,7 @@ use std::time::Duration;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -108,6 +109,7 @@ impl Worker {
                 .with::<Namespace>()
                 .with::<K8sDeployment>()
                 .with::<Service>()
+                .with::<EndpointSlice>()
                 .with::<Pod>()
                 .with::<HttpRoute>()
                 .with::<InferencePool>()

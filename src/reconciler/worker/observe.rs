@@ -5,6 +5,7 @@
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 
 use super::Worker;
@@ -16,6 +17,9 @@ use crate::reconciler::desired::{
     TRACK_CANARY,
 };
 use crate::reconciler::status::{LostNode, Observed};
+
+/// The label an EndpointSlice names its Service with (discovery/v1 `LabelServiceName`).
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 impl Worker {
     /// Reads back what the cluster reports about the record's objects; returns the canary
@@ -59,6 +63,7 @@ impl Worker {
                 .cloned()
                 .unwrap_or_default()
         };
+        observed.serving_endpoints = self.serving_endpoints(record);
         let (servers, picker_pods): (Vec<Pod>, Vec<Pod>) = pods
             .into_iter()
             .partition(|pod| label(pod, LABEL_NAME) == MODEL_SERVER);
@@ -99,6 +104,27 @@ impl Worker {
             }
         }
         Ok(canary_pods)
+    }
+
+    /// How many ready endpoints the record's Service's EndpointSlices list (they carry the
+    /// Service's labels, so the record's id): `None` until the slice watch has listed.
+    fn serving_endpoints(&self, record: &Deployment) -> Option<usize> {
+        let slices = self.seen.of::<EndpointSlice>()?.of_record(record.id)?;
+        Some(
+            slices
+                .iter()
+                .filter(|s| {
+                    s.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                        == Some(&record.name)
+                })
+                .flat_map(|s| s.endpoints.iter().flatten())
+                // `ready` unset reads as ready (discovery/v1 EndpointConditions).
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+                .count(),
+        )
     }
 
     /// The canary track's Deployment and Service, into `canary_observed` (its pods come

@@ -10,6 +10,7 @@ use chrono::Utc;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::{Deployment as K8sDeployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use sqlx::postgres::{PgListener, PgNotification};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -151,6 +152,11 @@ impl Worker {
                 .watch::<Service>(Owner::Record, shutdown.clone()),
         );
         tokio::spawn(self.clone().watch::<Pod>(Owner::Record, shutdown.clone()));
+        // The Service's endpoints: Ready waits for them to list a ready pod.
+        tokio::spawn(
+            self.clone()
+                .watch::<EndpointSlice>(Owner::Record, shutdown.clone()),
+        );
         tokio::spawn(
             self.clone()
                 .watch::<HttpRoute>(Owner::Record, shutdown.clone()),

@@ -19,7 +19,7 @@ use crate::domain::{Condition, ConditionStatus, DeploymentStatus, EventKind, Pha
 use crate::reconciler::cluster::ClusterError;
 use crate::store;
 use crate::store::deployments::DeploymentFilter;
-use crate::store::events::Note;
+use crate::store::events::{NewEvent, Note};
 
 /// The condition's type.
 const CLUSTER_REACHABLE: &str = "ClusterReachable";
@@ -64,15 +64,17 @@ impl Worker {
                     };
                     if misses >= MISSES && !marked {
                         let condition = self.unreachable_condition(&why);
+                        // Ready records first, with the condition and the phase in one
+                        // write: no reader sees the outage beside a green phase.
+                        if let Err(err) = self.degrade_ready(&condition).await {
+                            tracing::warn!(error = %err, "cannot mark ready records degraded");
+                        }
                         match store::deployments::mark_cluster_unreachable(&self.pool, &condition)
                             .await
                         {
                             Ok(n) => {
                                 marked = true;
                                 tracing::warn!(cluster = %self.cluster.description, records = n, %why, "the cluster does not answer");
-                                if let Err(err) = self.degrade_ready(&condition).await {
-                                    tracing::warn!(error = %err, "cannot mark ready records degraded");
-                                }
                             }
                             Err(err) => tracing::warn!(error = %err, "cannot mark records"),
                         }
@@ -170,7 +172,7 @@ impl Worker {
                             message: &message,
                             actor: WORKER_ACTOR,
                         };
-                        store::deployments::update_status(
+                        let written = store::deployments::update_status(
                             &self.pool,
                             row.id,
                             row.generation,
@@ -178,6 +180,22 @@ impl Worker {
                             Some(note),
                         )
                         .await?;
+                        // Marked here, so the sweep that follows skips it: it gets the
+                        // sweep's timeline entry here.
+                        if written {
+                            store::events::insert_event(
+                                &self.pool,
+                                NewEvent {
+                                    deployment_id: row.id,
+                                    project_id: row.project_id,
+                                    deployment_name: &row.name,
+                                    kind: EventKind::ClusterUnreachable,
+                                    message: &condition.message,
+                                    actor: WORKER_ACTOR,
+                                },
+                            )
+                            .await?;
+                        }
                     }
                     match rows.last() {
                         Some(last) if rows.len() as i64 == PAGE => filter.after = Some(last.id),
