@@ -12,7 +12,7 @@ use tracing::instrument;
 
 use super::access::authorize;
 use super::capacity::{self, WriteOptions};
-use super::deployments::{SpecDocument, lock_for_change, record_event, route_claim};
+use super::deployments::{SpecDocument, lock_for_change, record_and_queue, route_claim};
 use super::diff::changed_paths;
 use super::{Actor, Context, Precondition, ServiceError};
 use crate::domain::{
@@ -411,13 +411,7 @@ async fn finish(
     message: &str,
     actor: &Actor,
 ) -> Result<(), ServiceError> {
-    record_event(&mut tx, updated, kind, message, actor).await?;
-    store::work_queue::enqueue_reconcile(
-        &mut *tx,
-        updated.id,
-        crate::telemetry::current_traceparent().as_deref(),
-    )
-    .await?;
+    record_and_queue(&mut tx, updated, kind, message, actor).await?;
     tx.commit().await?;
     tracing::info!(deployment_id = %updated.id, generation = updated.generation, kind = kind.as_str(), "canary changed");
     Ok(())

@@ -549,13 +549,7 @@ async fn change_spec(
     )
     .await?;
     let message = format!("generation {}: {reason} ({changed})", updated.generation);
-    record_event(&mut tx, &updated, kind, &message, actor).await?;
-    store::work_queue::enqueue_reconcile(
-        &mut *tx,
-        row.id,
-        crate::telemetry::current_traceparent().as_deref(),
-    )
-    .await?;
+    record_and_queue(&mut tx, &updated, kind, &message, actor).await?;
     let mut record = updated.into_record(&project.name);
     record.warnings = warnings;
     if options.dry_run {
@@ -640,18 +634,12 @@ pub async fn restart_deployment(
     let mut tx = ctx.pool.begin().await?;
     let row = lock_for_change(&mut tx, &project, name, precondition).await?;
     let updated = store::deployments::set_restart_marker(&mut *tx, row.id).await?;
-    record_event(
+    record_and_queue(
         &mut tx,
         &updated,
         EventKind::RestartRequested,
         "restart requested: pods will be replaced",
         actor,
-    )
-    .await?;
-    store::work_queue::enqueue_reconcile(
-        &mut *tx,
-        row.id,
-        crate::telemetry::current_traceparent().as_deref(),
     )
     .await?;
     tx.commit().await?;
@@ -676,18 +664,12 @@ pub async fn delete_deployment(
         return Ok(row.into_record(&project.name));
     }
     let updated = store::deployments::mark_deployment_deleting(&mut *tx, row.id).await?;
-    record_event(
+    record_and_queue(
         &mut tx,
         &updated,
         EventKind::DeleteRequested,
         "delete requested",
         actor,
-    )
-    .await?;
-    store::work_queue::enqueue_reconcile(
-        &mut *tx,
-        row.id,
-        crate::telemetry::current_traceparent().as_deref(),
     )
     .await?;
     tx.commit().await?;
@@ -761,6 +743,23 @@ fn check_precondition(
             row.generation
         ))),
     }
+}
+
+/// The timeline entry of a change and the reconcile it queues, in the change's transaction.
+pub(super) async fn record_and_queue(
+    tx: &mut Transaction<'_, Postgres>,
+    row: &DeploymentRow,
+    kind: EventKind,
+    message: &str,
+    actor: &Actor,
+) -> Result<(), sqlx::Error> {
+    record_event(tx, row, kind, message, actor).await?;
+    store::work_queue::enqueue_reconcile(
+        &mut **tx,
+        row.id,
+        crate::telemetry::current_traceparent().as_deref(),
+    )
+    .await
 }
 
 pub(super) async fn record_event(
