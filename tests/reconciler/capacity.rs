@@ -316,6 +316,15 @@ async fn gpu_hours_accumulate_while_replicas_are_ready_and_stop_at_zero(pool: Pg
         h.deployment("qwen").await["status"]["phase"] == "ScaledToZero"
     })
     .await;
+    // The usage is recorded by the same pass, just after the status it follows.
+    wait_for("the GPU time closed", Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i64>("select count(*) from gpu_usage where ended_at is null")
+            .fetch_one(&h.app.pool)
+            .await
+            .unwrap()
+            == 0
+    })
+    .await;
     let open: i64 = sqlx::query_scalar("select count(*) from gpu_usage where ended_at is null")
         .fetch_one(&h.app.pool)
         .await
