@@ -89,17 +89,29 @@ if [ -z "${MODELPLANE_KUBECONFIG:-}" ]; then
   mkdir -p "$(dirname "$kubeconfig")"
   rm -f "$kubeconfig"
   gateway_listen=${MODELPLANE_EMULATOR_GATEWAY_LISTEN:-127.0.0.1:8081}
+  # The published CRDs (Gateway API, InferencePool, LeaderWorkerSet, PodMonitor), so the
+  # emulator validates them as a real cluster with them installed does; without them it
+  # falls back to built-in definitions that validate nothing, and says so below.
+  crd_args=()
+  if crds_dir=$(scripts/crds.sh 2>/dev/null); then
+    crd_args=(--crds "$crds_dir")
+    crds_note="the published CRDs from $crds_dir (scripts/crds.sh)"
+  else
+    crds_note="built-in definitions (no CRD manifests: run scripts/crds.sh to see why)"
+  fi
   # A simulated cluster: 3 nodes with 8 GPUs each, kubelets, and a Gateway whose data plane
   # listens on $gateway_listen (sim models answer OpenAI requests there).
   ./target/debug/modelplane-emulator --listen "$emulator_listen" --kubeconfig-out "$kubeconfig" \
-    --nodes 3 --gpus-per-node 8 --gateway gateway-system/inference --gateway-listen "$gateway_listen" &
+    --nodes 3 --gpus-per-node 8 --gateway gateway-system/inference --gateway-listen "$gateway_listen" \
+    "${crd_args[@]}" &
   pids+=($!)
   for _ in $(seq 1 100); do [ -s "$kubeconfig" ] && break; sleep 0.1; done
   [ -s "$kubeconfig" ] || die "the emulator did not start (see the log above)"
   export MODELPLANE_KUBECONFIG=$kubeconfig
   export MODELPLANE_GATEWAY=${MODELPLANE_GATEWAY:-gateway-system/inference}
   cluster_note="the emulator: kubectl --kubeconfig $kubeconfig get deploy,pods,svc,httproute -A
-                    its Gateway serves http://$gateway_listen"
+                    its Gateway serves http://$gateway_listen
+                    custom resources: $crds_note"
 else
   cluster_note="$MODELPLANE_KUBECONFIG${MODELPLANE_KUBE_CONTEXT:+ (context $MODELPLANE_KUBE_CONTEXT)}"
 fi

@@ -81,6 +81,11 @@ for values in values.yaml ci/everything-values.yaml; do
 done
 
 log "tests"
+# Every emulator the tests start installs the published CRD manifests (Gateway API,
+# InferencePool, LeaderWorkerSet, PodMonitor) and validates custom resources with them.
+log "CRD manifests (scripts/crds.sh)"
+MODELPLANE_CRDS=$PWD/$(scripts/crds.sh) || die "the CRD manifests are needed by the tests (see above)"
+export MODELPLANE_CRDS
 # nextest runs every test in its own process: tests that capture logs with a thread-local
 # subscriber, or spawn the binary, never see another test's global state.
 if ! command -v cargo-nextest >/dev/null 2>&1; then

@@ -81,29 +81,59 @@ pub fn view_for(group: &str, plural: &str) -> Option<View> {
     }
 }
 
-/// The identity conversion (kinds stored as themselves).
-pub fn identity(v: &Value) -> Value {
-    v.clone()
+/// How a served kind's objects relate to its storage.
+#[derive(Clone, Copy)]
+enum Conversion {
+    /// Stored as served.
+    Identity,
+    /// A view with its own functions (events.k8s.io Events).
+    View(View),
+    /// Another version of the same CRD, stored in its storage version: conversion
+    /// strategy `None` changes only `apiVersion` (apiextensions-apiserver
+    /// `pkg/apiserver/conversion/nop_converter.go`).
+    CrdVersion,
 }
 
 /// A kind as served: the requested kind, the kind whose storage holds its objects, and the
-/// conversions between them (identity except for views such as events.k8s.io Events).
+/// conversion between them.
 #[derive(Clone, Copy)]
 pub(crate) struct Served {
     pub(crate) kind: &'static ResourceKind,
     pub(crate) storage: &'static ResourceKind,
-    pub(crate) out: fn(&Value) -> Value,
-    pub(crate) into: fn(&Value) -> Value,
+    conversion: Conversion,
+}
+
+fn with_api_version(v: &Value, kind: &ResourceKind) -> Value {
+    let mut out = v.clone();
+    if let Some(o) = out.as_object_mut() {
+        o.insert("apiVersion".into(), Value::String(kind.api_version()));
+    }
+    out
 }
 
 impl Served {
     pub(crate) fn new(store: &Store, kind: &'static ResourceKind) -> ApiResult<Self> {
+        if kind.crd.is_some() {
+            let storage = store
+                .kinds()
+                .storage_version(kind.group, kind.plural)
+                .ok_or_else(ApiError::page_not_found)?;
+            let conversion = if std::ptr::eq(storage, kind) {
+                Conversion::Identity
+            } else {
+                Conversion::CrdVersion
+            };
+            return Ok(Served {
+                kind,
+                storage,
+                conversion,
+            });
+        }
         match view_for(kind.group, kind.plural) {
             None => Ok(Served {
                 kind,
                 storage: kind,
-                out: identity,
-                into: identity,
+                conversion: Conversion::Identity,
             }),
             Some(v) => {
                 let storage = store
@@ -113,8 +143,7 @@ impl Served {
                 Ok(Served {
                     kind,
                     storage,
-                    out: v.from_storage,
-                    into: v.to_storage,
+                    conversion: Conversion::View(v),
                 })
             }
         }
@@ -124,8 +153,26 @@ impl Served {
         !std::ptr::eq(self.kind, self.storage)
     }
 
+    /// A stored object as the requested kind shows it.
+    pub(crate) fn out(&self, v: &Value) -> Value {
+        match self.conversion {
+            Conversion::Identity => v.clone(),
+            Conversion::View(view) => (view.from_storage)(v),
+            Conversion::CrdVersion => with_api_version(v, self.kind),
+        }
+    }
+
+    /// A request body of the requested kind as its storage holds it.
+    pub(crate) fn into_storage(&self, v: &Value) -> Value {
+        match self.conversion {
+            Conversion::Identity => v.clone(),
+            Conversion::View(view) => (view.to_storage)(v),
+            Conversion::CrdVersion => with_api_version(v, self.storage),
+        }
+    }
+
     pub(crate) fn result(&self, mut r: WriteResult) -> WriteResult {
-        r.object = (self.out)(&r.object);
+        r.object = self.out(&r.object);
         r
     }
 }

@@ -94,6 +94,11 @@ fn drop_nulls(v: &mut Value) {
 
 /// Applies the kind's defaults to `obj` in place.
 pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
+    if let Some(v) = kind.crd.filter(|v| v.has_schema()) {
+        // A custom resource with a schema: its `default`s (nulls are the schema's business).
+        crate::crd::pending::apply_defaults(&v.schema, obj);
+        return;
+    }
     drop_nulls(obj);
     if !kind.custom {
         go_round_trip(kind, obj);
@@ -134,15 +139,14 @@ pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
             }
         }
         ("rbac.authorization.k8s.io", kind) => rbac(kind, obj),
-        ("gateway.networking.k8s.io", "HTTPRoute") => {
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            // SetDefaults_CustomResourceDefinitionSpec (apiextensions/v1/defaults.go).
             if let Some(spec) = obj_at(obj, "spec") {
-                http_route_spec(spec);
+                default_field(spec, "conversion", json!({"strategy": "None"}));
             }
-            status_parent_refs(obj);
         }
-        ("gateway.networking.k8s.io", "Gateway") => gateway(obj),
-        ("gateway.networking.k8s.io", "GatewayClass") => crd_status(obj, &["Accepted"]),
-        ("inference.networking.k8s.io", "InferencePool") => inference_pool(obj),
+        // Custom resources without a CRD (the built-in fallback definitions) are stored
+        // as sent: their defaults come from the installed CRD's schema.
         _ => {}
     }
 }
@@ -287,103 +291,10 @@ fn persistent_volume_claim(obj: &mut Value) {
     }
 }
 
-fn gateway(obj: &mut Value) {
-    if let Some(spec) = obj_at(obj, "spec") {
-        gateway_spec(spec);
-    }
-    crd_status(obj, &["Accepted", "Programmed"]);
-    if let Some(st) = obj.get_mut("status") {
-        each_item(st.get_mut("addresses"), |a| {
-            default_field(a, "type", json!("IPAddress"))
-        });
-        each_item(st.get_mut("listeners"), |l| {
-            each_item(l.get_mut("supportedKinds"), |k| {
-                default_field(k, "group", json!("gateway.networking.k8s.io"))
-            })
-        });
-    }
-}
 
-fn gateway_spec(spec: &mut Map<String, Value>) {
-    each_item(spec.get_mut("listeners"), |l| {
-        let ar = l
-            .entry("allowedRoutes")
-            .or_insert_with(|| json!({"namespaces": {"from": "Same"}}));
-        if let Some(ar) = ar.as_object_mut() {
-            let ns = ar
-                .entry("namespaces")
-                .or_insert_with(|| json!({"from": "Same"}));
-            if let Some(ns) = ns.as_object_mut() {
-                default_field(ns, "from", json!("Same"));
-            }
-            each_item(ar.get_mut("kinds"), |k| {
-                default_field(k, "group", json!("gateway.networking.k8s.io"))
-            });
-        }
-        if let Some(tls) = l.get_mut("tls").and_then(Value::as_object_mut) {
-            default_field(tls, "mode", json!("Terminate"));
-            each_item(tls.get_mut("certificateRefs"), |r| {
-                default_field(r, "group", json!(""));
-                default_field(r, "kind", json!("Secret"));
-            });
-        }
-    });
-    each_item(spec.get_mut("addresses"), |a| {
-        default_field(a, "type", json!("IPAddress"))
-    });
-    if let Some(ns) = spec
-        .get_mut("allowedListeners")
-        .and_then(Value::as_object_mut)
-    {
-        let n = ns
-            .entry("namespaces")
-            .or_insert_with(|| json!({"from": "None"}));
-        if let Some(n) = n.as_object_mut() {
-            default_field(n, "from", json!("None"));
-        }
-    }
-}
 
-fn inference_pool(obj: &mut Value) {
-    if let Some(epp) = obj
-        .pointer_mut("/spec/endpointPickerRef")
-        .and_then(Value::as_object_mut)
-    {
-        default_field(epp, "group", json!(""));
-        default_field(epp, "kind", json!("Service"));
-        default_field(epp, "failureMode", json!("FailClose"));
-    }
-    if let Some(spec) = obj_at(obj, "spec") {
-        default_field(spec, "appProtocol", json!("http"));
-    }
-    status_parent_refs(obj);
-}
 
-/// The Gateway API status defaults: a missing status, or a status without conditions,
-/// gets the "Waiting for controller" conditions.
-fn crd_status(obj: &mut Value, types: &[&str]) {
-    let Some(o) = obj.as_object_mut() else { return };
-    default_field(o, "status", pending_status(types));
-    if let Some(st) = o.get_mut("status").and_then(Value::as_object_mut) {
-        default_field(
-            st,
-            "conditions",
-            pending_status(types)["conditions"].clone(),
-        );
-    }
-}
 
-/// The status default the Gateway API CRDs declare ("Waiting for controller").
-fn pending_status(types: &[&str]) -> Value {
-    let conditions: Vec<Value> = types
-        .iter()
-        .map(|t| {
-            json!({"type": t, "status": "Unknown", "reason": "Pending", "message": "Waiting for controller",
-                   "lastTransitionTime": "1970-01-01T00:00:00Z"})
-        })
-        .collect();
-    json!({"conditions": conditions})
-}
 
 fn pod_template(spec: &mut Map<String, Value>) {
     if let Some(tspec) = spec.get_mut("template").and_then(|t| obj_at(t, "spec")) {
@@ -616,76 +527,8 @@ fn service_spec(spec: &mut Map<String, Value>) {
     }
 }
 
-/// The HTTPRoute CRD's schema defaults.
-fn http_route_spec(spec: &mut Map<String, Value>) {
-    each_item(spec.get_mut("parentRefs"), |p| {
-        default_field(p, "group", json!("gateway.networking.k8s.io"));
-        default_field(p, "kind", json!("Gateway"));
-    });
-    default_field(
-        spec,
-        "rules",
-        json!([{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}]}]),
-    );
-    each_item(spec.get_mut("rules"), |rule| {
-        default_field(
-            rule,
-            "matches",
-            json!([{"path": {"type": "PathPrefix", "value": "/"}}]),
-        );
-        each_item(rule.get_mut("matches"), |m| {
-            default_field(m, "path", json!({"type": "PathPrefix", "value": "/"}));
-            if let Some(p) = m.get_mut("path").and_then(Value::as_object_mut) {
-                default_field(p, "type", json!("PathPrefix"));
-                default_field(p, "value", json!("/"));
-            }
-            each_item(m.get_mut("headers"), |h| {
-                default_field(h, "type", json!("Exact"))
-            });
-            each_item(m.get_mut("queryParams"), |q| {
-                default_field(q, "type", json!("Exact"))
-            });
-        });
-        each_item(rule.get_mut("filters"), route_filter);
-        each_item(rule.get_mut("backendRefs"), |b| {
-            default_field(b, "group", json!(""));
-            default_field(b, "kind", json!("Service"));
-            default_field(b, "weight", json!(1));
-            each_item(b.get_mut("filters"), route_filter);
-        });
-    });
-}
 
-/// HTTPRoute filter defaults (rule and backendRef filters share the schema).
-fn route_filter(f: &mut Map<String, Value>) {
-    if let Some(m) = f.get_mut("requestMirror").and_then(Value::as_object_mut) {
-        if let Some(b) = m.get_mut("backendRef").and_then(Value::as_object_mut) {
-            default_field(b, "group", json!(""));
-            default_field(b, "kind", json!("Service"));
-        }
-        if let Some(fr) = m.get_mut("fraction").and_then(Value::as_object_mut) {
-            default_field(fr, "denominator", json!(100));
-        }
-    }
-    if let Some(r) = f.get_mut("requestRedirect").and_then(Value::as_object_mut) {
-        default_field(r, "statusCode", json!(302));
-    }
-    if let Some(c) = f.get_mut("cors").and_then(Value::as_object_mut) {
-        default_field(c, "maxAge", json!(5));
-    }
-}
 
-/// `status.parents[].parentRef` defaults of HTTPRoute and InferencePool.
-fn status_parent_refs(obj: &mut Value) {
-    if let Some(parents) = obj.pointer_mut("/status/parents") {
-        each_item(Some(parents), |p| {
-            if let Some(r) = p.get_mut("parentRef").and_then(Value::as_object_mut) {
-                default_field(r, "group", json!("gateway.networking.k8s.io"));
-                default_field(r, "kind", json!("Gateway"));
-            }
-        });
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -36,12 +36,17 @@ pub fn api_versions(server_address: &str) -> Value {
     })
 }
 
-fn group_doc(group: &str, version: &str) -> Value {
-    let gv = format!("{group}/{version}");
+/// An APIGroup: every served version, the preferred (highest priority) one first.
+fn group_doc(kinds: &Kinds, group: &str) -> Value {
+    let versions: Vec<Value> = kinds
+        .versions(group)
+        .into_iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
     json!({
         "name": group,
-        "versions": [{"groupVersion": gv, "version": version}],
-        "preferredVersion": {"groupVersion": gv, "version": version},
+        "preferredVersion": versions.first().cloned().unwrap_or(Value::Null),
+        "versions": versions,
     })
 }
 
@@ -49,22 +54,16 @@ pub fn api_group_list(kinds: &Kinds) -> Value {
     let groups: Vec<Value> = kinds
         .groups()
         .into_iter()
-        .map(|g| {
-            let version = kinds
-                .all()
-                .iter()
-                .find(|k| k.group == g)
-                .map(|k| k.version)
-                .unwrap_or("v1");
-            group_doc(g, version)
-        })
+        .map(|g| group_doc(kinds, g))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 pub fn api_group(kinds: &Kinds, group: &str) -> Option<Value> {
-    let k = kinds.all().iter().find(|k| k.group == group)?;
-    let mut doc = group_doc(group, k.version);
+    if !kinds.groups().contains(&group) {
+        return None;
+    }
+    let mut doc = group_doc(kinds, group);
     doc["kind"] = json!("APIGroup");
     doc["apiVersion"] = json!("v1");
     Some(doc)
@@ -253,9 +252,17 @@ pub fn openapi_v3_doc(kinds: &Kinds, path: &str) -> Option<Value> {
     ]);
     for k in kinds.in_group_version(group, version) {
         let name = schema_name(k);
-        schemas.insert(
-            name.clone(),
-            json!({
+        if let Some(v) = k.crd.filter(|v| v.has_schema()) {
+            // An installed CRD publishes its version's schema (apiextensions-apiserver
+            // `pkg/controller/openapi/builder`), tagged with its group-version-kind.
+            let mut schema = v.schema.clone();
+            schema["x-kubernetes-group-version-kind"] =
+                json!([{"group": k.group, "version": k.version, "kind": k.kind}]);
+            schemas.insert(name.clone(), schema);
+        } else {
+            schemas.insert(
+                name.clone(),
+                json!({
                 "type": "object",
                 "description": format!("{} (emulated; fields are not described)", k.kind),
                 "x-kubernetes-preserve-unknown-fields": true,
@@ -266,7 +273,8 @@ pub fn openapi_v3_doc(kinds: &Kinds, path: &str) -> Option<Value> {
                 },
                 "x-kubernetes-group-version-kind": [{"group": k.group, "version": k.version, "kind": k.kind}],
             }),
-        );
+            );
+        }
         let base = format!("/{}", gv_path(group, version));
         let coll = if k.namespaced {
             format!("{base}/namespaces/{{namespace}}/{}", k.plural)

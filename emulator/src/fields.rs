@@ -9,6 +9,7 @@ use k8s_openapi::api::{
     apps::v1 as apps, coordination::v1 as coordination, core::v1 as core,
     discovery::v1 as discovery, rbac::v1 as rbac, scheduling::v1 as scheduling,
 };
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -86,15 +87,12 @@ fn remove(v: &mut Value, path: &[Seg]) {
     }
 }
 
-/// Top level of a custom resource: standard fields plus `spec` and `status`.
+/// The metadata of a custom resource (ObjectMeta); the rest is pruned by its schema
+/// (`crd::structural::prune`) or, with no schema (the built-in fallback definitions),
+/// kept as sent.
 fn custom_resource(v: &Value) -> Vec<Vec<Seg>> {
     let mut out = Vec::new();
     if let Some(o) = v.as_object() {
-        for k in o.keys() {
-            if !["apiVersion", "kind", "metadata", "spec", "status"].contains(&k.as_str()) {
-                out.push(vec![Seg::Key(k.clone())]);
-            }
-        }
         if let Some(meta) = o.get("metadata") {
             for mut p in ignored::<ObjectMeta>(meta) {
                 p.insert(0, Seg::Key("metadata".into()));
@@ -184,6 +182,18 @@ pub fn decode_error(kind: &ResourceKind, body: &Value) -> Option<String> {
             type_error::<rbac::ClusterRoleBinding>(body)
         }
         ("discovery.k8s.io", "EndpointSlice") => type_error::<discovery::EndpointSlice>(body),
+        // Schemas hold `limits`/`requests` properties that are not quantities: decoded
+        // as they are.
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            match serde_path_to_error::deserialize::<_, apiextensions::CustomResourceDefinition>(
+                body.clone(),
+            ) {
+                Err(e) if !e.inner().to_string().starts_with("missing field") => {
+                    Some(format!("{} (at {})", e.inner(), e.path()))
+                }
+                _ => None,
+            }
+        }
         // Custom resources: at least the metadata must be well-formed.
         _ => body.get("metadata").and_then(type_error::<ObjectMeta>),
     }?;
@@ -216,12 +226,19 @@ pub fn prune_unknown(kind: &ResourceKind, body: &mut Value) -> Vec<String> {
             ignored::<rbac::ClusterRoleBinding>(body)
         }
         ("discovery.k8s.io", "EndpointSlice") => ignored::<discovery::EndpointSlice>(body),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            ignored::<apiextensions::CustomResourceDefinition>(body)
+        }
         _ => custom_resource(body),
     };
     for p in &paths {
         remove(body, p);
     }
-    paths.iter().map(|p| render(p)).collect()
+    let mut out: Vec<String> = paths.iter().map(|p| render(p)).collect();
+    if let Some(v) = kind.crd.filter(|v| v.has_schema()) {
+        out.extend(crate::crd::pending::prune(&v.schema, body));
+    }
+    out
 }
 
 #[cfg(test)]

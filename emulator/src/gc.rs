@@ -23,8 +23,19 @@ use crate::store::{State, Store};
 pub async fn run(store: Store) {
     loop {
         store.changed().await;
-        // Repeat until a pass changes nothing (cascades span several passes).
-        while pass(&store) {}
+        settle(&store);
+    }
+}
+
+/// Runs the collector and the CustomResourceDefinition controllers until neither has
+/// anything left to do (cascades span several passes).
+pub fn settle(store: &Store) {
+    loop {
+        let collected = pass(store);
+        let crds = crate::crd::reconcile(store);
+        if !collected && !crds {
+            break;
+        }
     }
 }
 

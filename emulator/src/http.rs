@@ -154,7 +154,7 @@ async fn record(State(state): State<AppState>, req: Request, next: Next) -> Resp
         }
     };
     state.metrics.observe(
-        state.store.kinds(),
+        &state.store.kinds(),
         &crate::metrics::RequestInfo {
             method: &method,
             path: &percent_decode(&path),
@@ -255,7 +255,7 @@ async fn route(
         .map(percent_decode)
         .collect();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
-    let kinds = state.store.kinds();
+    let kinds = &*state.store.kinds();
     let ok = |v: Value| Ok(json_response(StatusCode::OK, &v, &[]));
     match segs.as_slice() {
         ["version"] => return ok(discovery::version()),
@@ -442,7 +442,7 @@ async fn handle_resource(
     let ns = t.namespace.clone().unwrap_or_default();
     let sub = t.subresource.clone().unwrap_or_default();
     let repr = repr(headers);
-    let body_in = |b: &Bytes| parse_body(b).map(|v| (served.into)(&v));
+    let body_in = |b: &Bytes| parse_body(b).map(|v| served.into_storage(&v));
     // All-namespaces paths of namespaced kinds only list and watch.
     if served.kind.namespaced && t.namespace.is_none() && *method != Method::GET {
         return Err(ApiError::method_not_allowed());
@@ -487,7 +487,7 @@ async fn handle_resource(
             if !sub.is_empty() && sub != "status" {
                 return Err(ApiError::method_not_allowed());
             }
-            let obj = (served.out)(&ops::get(store, kind, &ns, name)?);
+            let obj = served.out(&ops::get(store, kind, &ns, name)?);
             let body = match repr {
                 Repr::Table => {
                     let rv = meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
@@ -549,7 +549,7 @@ async fn handle_resource(
                     &[],
                 ));
             }
-            Ok(json_response(code, &(served.out)(&r.object), &[]))
+            Ok(json_response(code, &served.out(&r.object), &[]))
         }
         (Method::DELETE, None) => {
             delete_collection(store, kind, t.namespace.as_deref(), query, &body)
@@ -582,9 +582,9 @@ fn patch_view(
         ));
     }
     let stored = ops::get(store, served.storage, ns, name)?;
-    let mut view = (served.out)(&stored);
+    let mut view = served.out(&stored);
     crate::patch::apply_patch(served.kind, pt, &mut view, body)?;
-    let mut back = (served.into)(&view);
+    let mut back = served.into_storage(&view);
     // Optimistic concurrency against the version the patch was applied to.
     if let Some(rv) = stored.pointer("/metadata/resourceVersion") {
         crate::resources::meta_mut(&mut back).insert("resourceVersion".into(), rv.clone());
@@ -806,7 +806,7 @@ fn list(
         .collect();
     let total = matching.len();
     let take = if limit > 0 { limit.min(total) } else { total };
-    let matching: Vec<Value> = matching[..take].iter().map(|o| (served.out)(o)).collect();
+    let matching: Vec<Value> = matching[..take].iter().map(|o| served.out(o)).collect();
     let (page, cont, remaining) = if limit > 0 && total > limit {
         let page: Vec<Value> = matching;
         let last = page.last().expect("limit > 0");

@@ -46,6 +46,7 @@ mod admission;
 mod apply;
 mod cluster;
 mod conversion;
+mod crd;
 mod defaults;
 mod discovery;
 mod fields;
@@ -64,6 +65,7 @@ mod wire;
 mod yaml;
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::json;
@@ -86,12 +88,54 @@ impl Emulator {
     }
 }
 
+/// Where the custom kinds modelplane writes (Gateway API, InferencePool, ...) come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Crds {
+    /// The built-in fallback definitions of the Gateway API and InferencePool kinds,
+    /// served without a schema: objects are stored as sent, nothing validated or defaulted.
+    BuiltIn,
+    /// The CustomResourceDefinition manifests in this folder (`scripts/crds.sh` fills
+    /// one), installed at start as `kubectl apply -f DIR` would: each kind is then
+    /// validated, defaulted and pruned from its published schema and CEL rules.
+    Manifests(PathBuf),
+}
+
+impl Crds {
+    /// `Manifests` from the `MODELPLANE_CRDS` environment variable when it names a folder
+    /// (the test command and `scripts/run.sh` set it), else `BuiltIn`.
+    pub fn from_env() -> Crds {
+        match std::env::var_os("MODELPLANE_CRDS") {
+            Some(dir) if !dir.is_empty() => Crds::Manifests(PathBuf::from(dir)),
+            _ => Crds::BuiltIn,
+        }
+    }
+}
+
+/// The folder of published CRD manifests for tests: `MODELPLANE_CRDS`, else the folder
+/// `scripts/crds.sh` fills by default (`target/crds` in this repository). An error names
+/// the script when the manifests are not there.
+pub fn published_crds_dir() -> Result<PathBuf, String> {
+    let dir = std::env::var_os("MODELPLANE_CRDS")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/crds"));
+    if dir.join("gateway.networking.k8s.io_httproutes.yaml").is_file() {
+        Ok(dir)
+    } else {
+        Err(format!(
+            "no CRD manifests in {}: run scripts/crds.sh (scripts/test.sh does) or set MODELPLANE_CRDS",
+            dir.display()
+        ))
+    }
+}
+
 /// Configures an emulator before it starts.
 #[derive(Debug, Clone)]
 pub struct EmulatorBuilder {
     listen: SocketAddr,
     gateway_api: bool,
     inference_api: bool,
+    crds: Crds,
     history: usize,
     bookmark_interval: Duration,
     /// The simulated cluster; `None` serves the bare API server.
@@ -104,6 +148,7 @@ impl Default for EmulatorBuilder {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             gateway_api: true,
             inference_api: true,
+            crds: Crds::from_env(),
             history: 10_000,
             bookmark_interval: Duration::from_secs(60),
             cluster: None,
@@ -130,6 +175,13 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Where the custom kinds come from; the default is [`Crds::from_env`]. With
+    /// `gateway_api(false)` or `inference_api(false)` those groups' CRDs are left out.
+    pub fn crds(mut self, crds: Crds) -> Self {
+        self.crds = crds;
+        self
+    }
+
     /// How many changes are kept for watch resumption (older resourceVersions get 410 Expired).
     pub fn watch_history(mut self, n: usize) -> Self {
         self.history = n;
@@ -144,13 +196,24 @@ impl EmulatorBuilder {
 
     /// Binds, seeds the default namespaces and starts serving.
     pub async fn start(self) -> std::io::Result<RunningEmulator> {
+        let builtin = self.crds == Crds::BuiltIn;
         let store = Store::new(
-            Kinds::new(self.gateway_api, self.inference_api),
+            Kinds::new(builtin && self.gateway_api, builtin && self.inference_api),
             self.history,
         );
         seed(&store);
+        if let Crds::Manifests(dir) = &self.crds {
+            let skipped = |crd: &serde_json::Value| match crd["spec"]["group"].as_str() {
+                Some("gateway.networking.k8s.io") => !self.gateway_api,
+                Some("inference.networking.k8s.io") => !self.inference_api,
+                _ => false,
+            };
+            let manifests = crd::load_manifests(dir).map_err(std::io::Error::other)?;
+            crd::install(&store, manifests.into_iter().filter(|c| !skipped(c)).collect())
+                .map_err(std::io::Error::other)?;
+        }
         // Settle the built-in controllers (default ServiceAccounts) before serving.
-        while gc::pass(&store) {}
+        gc::settle(&store);
         let listener = tokio::net::TcpListener::bind(self.listen).await?;
         let addr = listener.local_addr()?;
         let log = RequestLog::default();

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use modelplane_emulator::Emulator;
+use modelplane_emulator::{Crds, Emulator};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -20,6 +20,11 @@ struct Args {
     /// Write a kubeconfig for the emulator to this path.
     #[arg(long, env = "EMULATOR_KUBECONFIG_OUT")]
     kubeconfig_out: Option<PathBuf>,
+    /// Install the CustomResourceDefinition manifests in this folder at start (what
+    /// `scripts/crds.sh` provides); without it the Gateway API and InferencePool kinds
+    /// are served from built-in definitions that validate nothing.
+    #[arg(long, env = "MODELPLANE_CRDS")]
+    crds: Option<PathBuf>,
     /// Do not serve the Gateway API group (like a cluster without its CRDs).
     #[arg(long)]
     no_gateway_api: bool,
@@ -105,6 +110,10 @@ async fn run() -> std::io::Result<()> {
         .listen(args.listen)
         .gateway_api(!args.no_gateway_api)
         .inference_api(!args.no_inference_api)
+        .crds(match &args.crds {
+            Some(dir) => Crds::Manifests(dir.clone()),
+            None => Crds::BuiltIn,
+        })
         .bookmark_interval(Duration::from_secs(args.bookmark_interval_seconds.max(1)));
     if !args.no_cluster {
         builder = builder

@@ -936,6 +936,16 @@ pub fn delete_locked(
         }
         _ => {}
     }
+    // The CRD registry's Delete (apiextensions-apiserver pkg/registry/
+    // customresourcedefinition/etcd.go) adds the cleanup finalizer: instances go first.
+    if kind.group == "apiextensions.k8s.io"
+        && obj.pointer("/metadata/deletionTimestamp").is_none()
+    {
+        let f = json!(crate::crd::CLEANUP_FINALIZER);
+        if !finalizers.contains(&f) {
+            finalizers.push(f);
+        }
+    }
     let grace = if kind.kind == "Pod" {
         pod_grace_period(obj, grace_period)
     } else {
@@ -1071,6 +1081,28 @@ pub fn system_create(
     let mut obj = obj;
     check_type(kind, &mut obj)?;
     create_locked(st, store, kind, ns, obj, &opts, false, Vec::new()).map(|r| r.object)
+}
+
+/// A controller's write of `obj`'s status with the lock held (the apiextensions
+/// controllers); a write that fails (the object went away) is dropped, as a controller
+/// would drop it and look again.
+pub(crate) fn system_status_update(
+    st: &mut State,
+    kind: &'static ResourceKind,
+    obj: Value,
+    manager: &str,
+) {
+    let ns = meta_str(&obj, "namespace").unwrap_or("").to_string();
+    let name = meta_str(&obj, "name").unwrap_or("").to_string();
+    let Ok(old) = get_locked(st, kind, &ns, &name) else {
+        return;
+    };
+    let opts = WriteOptions {
+        default_manager: manager.to_string(),
+        internal: true,
+        ..Default::default()
+    };
+    let _ = commit_update(st, kind, &old, obj, "status", &opts, false, Vec::new());
 }
 
 /// `pods/{name}/binding`: assigns a node once (spec.nodeName, and the PodScheduled condition),

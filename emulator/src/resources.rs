@@ -13,6 +13,8 @@ pub enum Family {
     GatewayApi,
     /// Gateway API Inference Extension CRDs (inference.networking.k8s.io).
     Inference,
+    /// Served from a CustomResourceDefinition installed at run time.
+    Installed,
 }
 
 /// When `metadata.generation` is bumped on update.
@@ -60,6 +62,11 @@ pub struct ResourceKind {
     pub family: Family,
     /// Field selector labels supported besides metadata.name / metadata.namespace.
     pub field_labels: &'static [&'static str],
+    /// The served version of an installed CustomResourceDefinition this kind comes from:
+    /// its schema, rules, printer columns and subresources. `None` for built-in kinds and
+    /// for the built-in fallback definitions of the Gateway API and InferencePool kinds
+    /// (served without a schema when no CRD is installed).
+    pub(crate) crd: Option<&'static crate::crd::Version>,
 }
 
 impl ResourceKind {
@@ -91,7 +98,15 @@ impl ResourceKind {
     }
 
     pub fn list_kind(&self) -> String {
-        format!("{}List", self.kind)
+        match self.crd {
+            Some(v) => v.list_kind.clone(),
+            None => format!("{}List", self.kind),
+        }
+    }
+
+    /// The storage key's group and resource: every version of a kind shares them.
+    pub fn storage_key(&self) -> (&'static str, &'static str) {
+        (self.group, self.plural)
     }
 
     /// Does the main endpoint of this kind carry a status that a subresource owns?
@@ -113,6 +128,9 @@ impl ResourceKind {
 
     /// Extra subresources besides `status` (served for these kinds only).
     pub fn extra_subresources(&self) -> &'static [&'static str] {
+        if let Some(v) = self.crd {
+            return if v.scale.is_some() { &["scale"] } else { &[] };
+        }
         match (self.group, self.plural) {
             ("", "pods") => &["binding"],
             ("", "services") => &["proxy"],
@@ -166,6 +184,7 @@ macro_rules! kind {
             name_rule: $names,
             family: $family,
             field_labels: $fields,
+            crd: None,
         }
     };
 }
@@ -226,6 +245,11 @@ pub static KINDS: &[ResourceKind] = &[
           generation: G::None, names: N::PathSegment, family: Builtin, short: &[], categories: &[], fields: &[]),
     kind!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", namespaced: false, status: false, custom: false,
           generation: G::None, names: N::Subdomain, family: Builtin, short: &["pc"], categories: &[], fields: &[]),
+    kind!("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition", namespaced: false, status: true, custom: false,
+          generation: G::Spec, names: N::Subdomain, family: Builtin, short: &["crd", "crds"], categories: &["api-extensions"], fields: &[]),
+    // The built-in fallback definitions of the custom kinds modelplane writes: served
+    // without a schema until their CustomResourceDefinitions are installed, which then
+    // replace them (see crd/mod.rs).
     kind!("gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses", "gatewayclass", namespaced: false, status: true, custom: true,
           generation: G::AllButMetadataStatus, names: N::Subdomain, family: GatewayApi, short: &["gc"], categories: &["gateway-api"], fields: &[]),
     kind!("gateway.networking.k8s.io", "v1", "Gateway", "gateways", "gateway", namespaced: true, status: true, custom: true,
@@ -246,20 +270,73 @@ pub struct Kinds {
 
 impl Kinds {
     pub fn new(gateway_api: bool, inference: bool) -> Self {
-        let enabled = KINDS
-            .iter()
-            .filter(|k| match k.family {
-                Builtin => true,
-                GatewayApi => gateway_api,
-                Inference => inference,
-            })
-            .collect::<Vec<_>>();
+        Self::from_list(
+            KINDS
+                .iter()
+                .filter(|k| match k.family {
+                    Builtin => true,
+                    GatewayApi => gateway_api,
+                    Inference => inference,
+                    Installed => true,
+                })
+                .collect(),
+        )
+    }
+
+    fn from_list(enabled: Vec<&'static ResourceKind>) -> Self {
         let mut by_kind: std::collections::HashMap<&'static str, Vec<&'static ResourceKind>> =
             std::collections::HashMap::new();
         for k in &enabled {
             by_kind.entry(k.kind).or_default().push(k);
         }
         Kinds { enabled, by_kind }
+    }
+
+    /// This set with every version of `group`/`plural` replaced by `versions` (a CRD was
+    /// established or changed; an empty list stops serving the resource).
+    pub(crate) fn replacing(
+        &self,
+        group: &str,
+        plural: &str,
+        versions: &[&'static ResourceKind],
+    ) -> Kinds {
+        let mut enabled: Vec<&'static ResourceKind> = self
+            .enabled
+            .iter()
+            .copied()
+            .filter(|k| (k.group, k.plural) != (group, plural))
+            .collect();
+        enabled.extend_from_slice(versions);
+        Self::from_list(enabled)
+    }
+
+    /// The version whose objects are stored (a CRD's `storage: true` version; the only
+    /// version of anything else).
+    pub fn storage_version(&self, group: &str, plural: &str) -> Option<&'static ResourceKind> {
+        let mut versions = self
+            .enabled
+            .iter()
+            .copied()
+            .filter(|k| k.group == group && k.plural == plural);
+        let first = versions.next()?;
+        Some(
+            std::iter::once(first)
+                .chain(versions)
+                .find(|k| k.crd.is_none_or(|v| v.storage))
+                .unwrap_or(first),
+        )
+    }
+
+    /// The versions served in `group`, highest priority first (the preferred one).
+    pub fn versions(&self, group: &str) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for k in &self.enabled {
+            if k.group == group && !out.contains(&k.version) {
+                out.push(k.version);
+            }
+        }
+        out.sort_by(|a, b| version_priority(a).cmp(&version_priority(b)));
+        out
     }
 
     pub fn all(&self) -> &[&'static ResourceKind] {
@@ -312,6 +389,32 @@ impl Kinds {
         self.enabled
             .iter()
             .any(|k| k.group == group && k.version == version)
+    }
+}
+
+/// Kubernetes version ordering (apimachinery `version.CompareKubeAwareVersionStrings`):
+/// GA before beta before alpha, higher numbers first, anything else last, by name.
+fn version_priority(v: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>, String) {
+    let parsed = v.strip_prefix('v').and_then(|rest| {
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        let major: u64 = rest[..digits].parse().ok()?;
+        let tail = &rest[digits..];
+        let (level, minor) = match tail {
+            "" => (0, 0),
+            t if t.starts_with("beta") => (1, t[4..].parse().ok()?),
+            t if t.starts_with("alpha") => (2, t[5..].parse().ok()?),
+            _ => return None,
+        };
+        Some((level, major, minor))
+    });
+    match parsed {
+        Some((level, major, minor)) => (
+            level,
+            std::cmp::Reverse(major),
+            std::cmp::Reverse(minor),
+            String::new(),
+        ),
+        None => (3, std::cmp::Reverse(0), std::cmp::Reverse(0), v.to_string()),
     }
 }
 

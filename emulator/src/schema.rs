@@ -50,8 +50,17 @@ pub fn list_type(kind: &ResourceKind, path: &[&str]) -> ListType {
             _ => ListType::Atomic,
         };
     }
+    if let Some(v) = kind.crd {
+        // An installed CRD's lists merge as its schema says (atomic when it says nothing).
+        return v
+            .lists
+            .get(&path.join("."))
+            .copied()
+            .unwrap_or(ListType::Atomic);
+    }
     if kind.custom {
-        // CRD lists are atomic unless the schema says listType=map.
+        // The built-in fallback definitions: what the published schemas say for the
+        // lists the emulator's own controllers write.
         return match (kind.kind, last) {
             (_, "conditions") => ListType::Map {
                 keys: &["type"],
@@ -125,6 +134,9 @@ pub fn item_key(item: &Value, keys: &[&str]) -> Map<String, Value> {
 /// Maps and structs the schema marks atomic (`mapType=atomic`, `structType=atomic`):
 /// apply owns them as one field and merges replace them whole.
 pub fn is_atomic_map(kind: &ResourceKind, path: &[&str]) -> bool {
+    if let Some(v) = kind.crd {
+        return v.atomic_maps.contains(&path.join("."));
+    }
     if kind.custom {
         return false;
     }

@@ -63,7 +63,8 @@ pub struct State {
     /// change, however long one of its passes takes).
     feeds: Vec<tokio::sync::mpsc::UnboundedSender<Arc<Change>>>,
     /// Per-kind broadcasts for watches, so a watcher only lags behind its own kind.
-    kind_tx: HashMap<usize, broadcast::Sender<Arc<Change>>>,
+    /// Keyed by storage (group, resource): every version of a custom kind shares one.
+    kind_tx: HashMap<(&'static str, &'static str), broadcast::Sender<Arc<Change>>>,
     /// Dependents by the uid their ownerReferences name (also uids of absent owners).
     dependents: HashMap<String, BTreeSet<Key>>,
     /// Objects the garbage collector has to look at again (see `gc.rs`).
@@ -324,7 +325,7 @@ impl State {
             }
         }
         self.feeds.retain(|f| f.send(change.clone()).is_ok());
-        let kind_key = change.kind as *const ResourceKind as usize;
+        let kind_key = change.kind.storage_key();
         if let Some(tx) = self.kind_tx.get(&kind_key) {
             if tx.receiver_count() == 0 {
                 self.kind_tx.remove(&kind_key);
@@ -398,6 +399,17 @@ impl State {
     }
 
     /// Removes an object. The DELETED event carries the object at the deletion's resourceVersion.
+    /// Tags every stored object of `kind`'s resource with `kind` (its storage version).
+    pub(crate) fn rekind(&mut self, kind: &'static ResourceKind) {
+        let start = (kind.group, kind.plural, String::new(), String::new());
+        for (k, e) in self.objects.range_mut(start..) {
+            if (k.0, k.1) != (kind.group, kind.plural) {
+                break;
+            }
+            e.kind = kind;
+        }
+    }
+
     pub fn remove(
         &mut self,
         kind: &'static ResourceKind,
@@ -446,7 +458,7 @@ impl State {
     ) -> broadcast::Receiver<Arc<Change>> {
         let cap = self.history_limit.max(1024);
         self.kind_tx
-            .entry(kind as *const ResourceKind as usize)
+            .entry(kind.storage_key())
             .or_insert_with(|| broadcast::channel(cap).0)
             .subscribe()
     }
@@ -461,7 +473,11 @@ impl State {
 
 struct Inner {
     state: Mutex<State>,
-    kinds: Kinds,
+    /// Replaced whole when a CustomResourceDefinition starts or stops serving kinds.
+    kinds: std::sync::RwLock<Arc<Kinds>>,
+    /// The kinds each established CRD serves, by uid, with the generation they were
+    /// built from (so the CRD controller rebuilds them only when the CRD changes).
+    pub(crate) crds: Mutex<HashMap<String, (i64, Vec<&'static ResourceKind>)>>,
     /// Wakes the garbage collector after writes.
     changed: Notify,
 }
@@ -502,14 +518,38 @@ impl Store {
         Store {
             inner: Arc::new(Inner {
                 state: Mutex::new(state),
-                kinds,
+                kinds: std::sync::RwLock::new(Arc::new(kinds)),
+                crds: Mutex::new(HashMap::new()),
                 changed: Notify::new(),
             }),
         }
     }
 
-    pub fn kinds(&self) -> &Kinds {
-        &self.inner.kinds
+    /// The kinds served now (a snapshot: a CRD may change them at any time).
+    pub fn kinds(&self) -> Arc<Kinds> {
+        self.inner
+            .kinds
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Serves `kinds` from now on (the CRD controller); stored objects of a kind whose
+    /// storage version changed are re-tagged with it.
+    pub(crate) fn set_kinds(&self, st: &mut State, kinds: Kinds) {
+        for k in kinds.all() {
+            if k.crd.is_some_and(|v| v.storage) {
+                st.rekind(k);
+            }
+        }
+        *self.inner.kinds.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(kinds);
+    }
+
+    /// The CRD controller's record of what each CRD serves.
+    pub(crate) fn crd_kinds(
+        &self,
+    ) -> MutexGuard<'_, HashMap<String, (i64, Vec<&'static ResourceKind>)>> {
+        self.inner.crds.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Locks the state. Never hold the guard across an `.await`.

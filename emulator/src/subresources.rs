@@ -1,5 +1,5 @@
-//! Subresources other than `status`: `scale` on Deployments and ReplicaSets, and
-//! `binding` on Pods.
+//! Subresources other than `status`: `scale` on Deployments, ReplicaSets and custom
+//! resources whose CRD declares it, and `binding` on Pods.
 
 use std::collections::HashMap;
 
@@ -15,19 +15,49 @@ use crate::status::{ApiError, ApiResult};
 use crate::store::Store;
 use crate::wire::{json_response, parse_body, write_options};
 
-/// The autoscaling/v1 Scale view of a Deployment or ReplicaSet.
-fn to_scale(obj: &Value) -> Value {
+/// `.spec.replicas` as a JSON pointer (`/spec/replicas`): the scale paths of a CRD are
+/// dotted paths from the object root.
+fn pointer(json_path: &str) -> String {
+    json_path.replace('.', "/")
+}
+
+/// Where a kind keeps its replicas: (spec replicas, status replicas, status selector).
+/// Deployments and ReplicaSets: spec.replicas, status.replicas and the selector's labels;
+/// custom resources: their CRD's `subresources.scale` paths (the selector there is
+/// already a string, at `labelSelectorPath`).
+fn replica_paths(kind: &ResourceKind) -> (String, String, Option<String>) {
+    match kind.crd.and_then(|v| v.scale.as_ref()) {
+        Some(s) => (
+            pointer(&s.spec_replicas_path),
+            pointer(&s.status_replicas_path),
+            s.label_selector_path.as_deref().map(pointer),
+        ),
+        None => ("/spec/replicas".into(), "/status/replicas".into(), None),
+    }
+}
+
+/// The autoscaling/v1 Scale view of a Deployment, ReplicaSet or scalable custom resource.
+fn to_scale(kind: &ResourceKind, obj: &Value) -> Value {
     let meta = obj.get("metadata").cloned().unwrap_or_default();
-    let selector = obj
-        .pointer("/spec/selector/matchLabels")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default();
+    let (spec_path, status_path, selector_path) = replica_paths(kind);
+    let selector = match (kind.crd, selector_path) {
+        (Some(_), Some(p)) => obj
+            .pointer(&p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        (Some(_), None) => String::new(),
+        (None, _) => obj
+            .pointer("/spec/selector/matchLabels")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default(),
+    };
     let pick = |k: &str| meta.get(k).cloned().unwrap_or(Value::Null);
     json!({
         "kind": "Scale",
@@ -36,9 +66,9 @@ fn to_scale(obj: &Value) -> Value {
             "name": pick("name"), "namespace": pick("namespace"), "uid": pick("uid"),
             "resourceVersion": pick("resourceVersion"), "creationTimestamp": pick("creationTimestamp"),
         },
-        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
+        "spec": {"replicas": obj.pointer(&spec_path).cloned().unwrap_or(json!(0))},
         "status": {
-            "replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "replicas": obj.pointer(&status_path).cloned().unwrap_or(json!(0)),
             "selector": selector,
         },
     })
@@ -58,7 +88,7 @@ pub(crate) fn scale(
 ) -> ApiResult<Response> {
     if method == Method::GET {
         let current = ops::get(store, kind, ns, name)?;
-        return Ok(json_response(StatusCode::OK, &to_scale(&current), &[]));
+        return Ok(json_response(StatusCode::OK, &to_scale(kind, &current), &[]));
     }
     let opts = match method {
         Method::PUT => write_options(query, headers, "UpdateOptions")?,
@@ -75,7 +105,7 @@ pub(crate) fn scale(
             e
         }
     })?;
-    let mut scale_obj = to_scale(&current);
+    let mut scale_obj = to_scale(kind, &current);
     if method == Method::PUT {
         scale_obj = parse_body(body)?;
     } else {
@@ -115,7 +145,12 @@ pub(crate) fn scale(
             )],
         ));
     }
-    let mut patch = json!({"spec": {"replicas": replicas}});
+    // A merge patch that sets the replicas where the kind keeps them.
+    let (spec_path, _, _) = replica_paths(kind);
+    let mut patch = replicas;
+    for field in spec_path.trim_start_matches('/').rsplit('/') {
+        patch = json!({ field: patch });
+    }
     if let Some(rv) = scale_obj
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
@@ -135,7 +170,7 @@ pub(crate) fn scale(
     )?;
     Ok(json_response(
         StatusCode::OK,
-        &to_scale(&r.object),
+        &to_scale(kind, &r.object),
         &r.warnings,
     ))
 }

@@ -339,10 +339,8 @@ fn columns(kind: &ResourceKind) -> Vec<Column> {
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
             role_binding_columns()
         }
-        // Custom resources: the CRDs' additionalPrinterColumns.
-        ("gateway.networking.k8s.io", "HTTPRoute") => http_route_columns(),
-        ("gateway.networking.k8s.io", "Gateway") => gateway_columns(),
-        ("gateway.networking.k8s.io", "GatewayClass") => gateway_class_columns(),
+        // Custom resources without a CRD (the built-in fallback definitions); installed
+        // CRDs print their additionalPrinterColumns (crd_table).
         _ => vec![c("Name", name), c("Age", age)],
     }
 }
@@ -577,41 +575,101 @@ fn role_binding_columns() -> Vec<Column> {
     ]
 }
 
-fn http_route_columns() -> Vec<Column> {
-    vec![
-        c("Name", name),
-        // A whole-list JSONPath prints as JSON, like the CRD table convertor does.
-        c("Hostnames", |o| {
-            json!(
-                o.pointer("/spec/hostnames")
-                    .map(Value::to_string)
-                    .unwrap_or_default()
-            )
-        }),
-        c("Age", age),
-    ]
+
+
+
+/// One match of a printer column's JSONPath (the simple paths CRDs use: `.a.b`, `[n]`,
+/// `[*]` and `[?(@.field=="value")]`); the first result, as the CRD table convertor takes.
+fn json_path<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut current: Vec<&Value> = vec![v];
+    let mut rest = path.trim().trim_start_matches('{').trim_end_matches('}');
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            let field = &r[..end];
+            current = current.into_iter().filter_map(|c| c.get(field)).collect();
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            let sel = &r[..end];
+            rest = &r[end + 1..];
+            current = current
+                .into_iter()
+                .filter_map(Value::as_array)
+                .flat_map(|items| select(items, sel))
+                .collect();
+        } else {
+            return None;
+        }
+    }
+    current.into_iter().next()
 }
 
-fn gateway_columns() -> Vec<Column> {
-    vec![
-        c("Name", name),
-        c("Class", |o| json!(at(o, "/spec/gatewayClassName"))),
-        c("Address", |o| {
-            json!(first(o.pointer("/status/addresses"), "value"))
-        }),
-        c("Programmed", |o| json!(condition_status(o, "Programmed"))),
-        c("Age", age),
-    ]
+fn select<'a>(items: &'a [Value], sel: &str) -> Vec<&'a Value> {
+    if sel == "*" {
+        return items.iter().collect();
+    }
+    if let Ok(i) = sel.parse::<usize>() {
+        return items.get(i).into_iter().collect();
+    }
+    // ?(@.field=="value")
+    let filter = sel
+        .strip_prefix("?(@.")
+        .and_then(|f| f.strip_suffix(')'))
+        .and_then(|f| f.split_once("=="));
+    match filter {
+        Some((field, want)) => {
+            let want = want.trim().trim_matches(['"', '\'']);
+            items
+                .iter()
+                .filter(|i| i.get(field.trim()).and_then(Value::as_str) == Some(want))
+                .collect()
+        }
+        None => Vec::new(),
+    }
 }
 
-fn gateway_class_columns() -> Vec<Column> {
-    vec![
-        c("Name", name),
-        c("Controller", |o| json!(at(o, "/spec/controllerName"))),
-        c("Accepted", |o| json!(condition_status(o, "Accepted"))),
-        c("Age", age),
-        wide("Description", |o| json!(at(o, "/spec/description"))),
-    ]
+/// A cell as apiextensions-apiserver's table convertor
+/// (`pkg/registry/customresource/tableconvertor/tableconvertor.go`) prints it: strings as
+/// printed by JSONPath (lists and maps as JSON), typed columns as JSON values, dates as
+/// ages; nothing found is null.
+fn crd_cell(column: &crate::crd::Column, obj: &Value) -> Value {
+    let Some(v) = json_path(obj, &column.json_path) else {
+        return Value::Null;
+    };
+    match (column.type_.as_str(), v) {
+        ("string", Value::String(s)) => json!(s),
+        ("string", other) => json!(other.to_string()),
+        ("integer", Value::Number(n)) => n
+            .as_i64()
+            .or_else(|| n.as_f64().map(|f| f as i64))
+            .map_or(Value::Null, |i| json!(i)),
+        ("number", Value::Number(n)) => json!(n.as_f64()),
+        ("boolean", Value::Bool(b)) => json!(b),
+        ("date", Value::String(t)) => json!(human_duration(Some(t))),
+        _ => Value::Null,
+    }
+}
+
+/// A custom resource's table: Name, then its version's printer columns (or Age when it
+/// declares none).
+fn crd_table(version: &crate::crd::Version) -> (Vec<Value>, Vec<crate::crd::Column>) {
+    let mut columns = version.columns.clone();
+    if columns.is_empty() {
+        columns.push(crate::crd::Column {
+            name: "Age".into(),
+            type_: "date".into(),
+            format: String::new(),
+            description: String::new(),
+            priority: 0,
+            json_path: ".metadata.creationTimestamp".into(),
+        });
+    }
+    let mut definitions = vec![json!({"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0})];
+    definitions.extend(columns.iter().map(|c| {
+        json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority})
+    }));
+    (definitions, columns)
 }
 
 /// Renders objects as a `meta.k8s.io/v1` Table (`includeObject` = None, Metadata or Object).
@@ -621,6 +679,15 @@ pub(crate) fn to_table(
     rv: &str,
     query: &HashMap<String, String>,
 ) -> Value {
+    if let Some(version) = kind.crd {
+        let (definitions, columns) = crd_table(version);
+        let cells = |o: &Value| -> Vec<Value> {
+            std::iter::once(json!(at(o, "/metadata/name")))
+                .chain(columns.iter().map(|c| crd_cell(c, o)))
+                .collect()
+        };
+        return table(definitions, objs, rv, query, cells);
+    }
     let cols = columns(kind);
     let definitions: Vec<Value> = cols
         .iter()
@@ -631,6 +698,18 @@ pub(crate) fn to_table(
             json!({"name": col.name, "type": ty, "format": format, "description": "", "priority": col.priority})
         })
         .collect();
+    table(definitions, objs, rv, query, |o| {
+        cols.iter().map(|col| (col.cell)(o)).collect()
+    })
+}
+
+fn table(
+    definitions: Vec<Value>,
+    objs: &[Value],
+    rv: &str,
+    query: &HashMap<String, String>,
+    cells: impl Fn(&Value) -> Vec<Value>,
+) -> Value {
     let include = query
         .get("includeObject")
         .map(String::as_str)
@@ -638,8 +717,7 @@ pub(crate) fn to_table(
     let rows: Vec<Value> = objs
         .iter()
         .map(|o| {
-            let cells: Vec<Value> = cols.iter().map(|col| (col.cell)(o)).collect();
-            let mut row = json!({"cells": cells});
+            let mut row = json!({"cells": cells(o)});
             match include {
                 "None" => {}
                 "Object" => row["object"] = o.clone(),

@@ -281,157 +281,23 @@ pub fn validate(kind: &ResourceKind, obj: &Value, old: Option<&Value>) -> Vec<Ca
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
             rbac_binding(kind, obj, old, &mut out)
         }
-        (_, _) if kind.custom => crd_required(kind, obj, &mut out),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            out.extend(crate::crd::definition_errors(obj));
+        }
         _ => {}
+    }
+    if let Some(v) = kind.crd.filter(|v| v.has_schema()) {
+        // apiextensions-apiserver's customResourceStrategy: the schema, then the rules.
+        out.extend(crate::crd::pending::validate(&v.schema, obj, old));
+        if let Some(rules) = &v.rules {
+            out.extend(rules.validate(obj, old));
+        }
     }
     out
 }
 
-/// The `required` properties of the CRD schemas (structural validation), for the fields
-/// these kinds use.
-fn crd_required(kind: &ResourceKind, obj: &Value, out: &mut Vec<Cause>) {
-    // (path pattern with [] for every list item, required field)
-    let rules: &[(&str, &str)] = match kind.kind {
-        "HTTPRoute" => &[
-            ("spec.parentRefs[]", "name"),
-            ("spec.rules[].backendRefs[]", "name"),
-            ("spec.rules[].matches[].headers[]", "name"),
-            ("spec.rules[].matches[].headers[]", "value"),
-            ("spec.rules[].matches[].queryParams[]", "name"),
-            ("spec.rules[].matches[].queryParams[]", "value"),
-        ],
-        "Gateway" => &[
-            ("spec", "gatewayClassName"),
-            ("spec", "listeners"),
-            ("spec.listeners[]", "name"),
-            ("spec.listeners[]", "port"),
-            ("spec.listeners[]", "protocol"),
-            ("spec.listeners[].tls.certificateRefs[]", "name"),
-        ],
-        "GatewayClass" => &[("spec", "controllerName")],
-        "InferencePool" => &[
-            ("spec", "selector"),
-            ("spec", "targetPorts"),
-            ("spec.selector", "matchLabels"),
-            ("spec.targetPorts[]", "number"),
-            ("spec.endpointPickerRef", "name"),
-            ("spec.endpointPickerRef.port", "number"),
-        ],
-        _ => &[],
-    };
-    if obj.get("spec").is_none_or(Value::is_null) {
-        out.push(Cause::required("spec"));
-        return;
-    }
-    for (pattern, field) in rules {
-        for (path, node) in expand(obj, pattern) {
-            if node.get(*field).is_none_or(Value::is_null) {
-                out.push(Cause::required(format!("{path}.{field}")));
-            }
-        }
-    }
-    if kind.kind == "HTTPRoute" {
-        for (path, node) in expand(obj, "spec.rules[].matches[].path") {
-            http_path_match(&path, node, out);
-        }
-    }
-}
 
-/// The `x-kubernetes-validations` (CEL) rules of the Gateway API's `HTTPPathMatch`
-/// (gateway-api `apis/v1/httproute_types.go`, standard channel), each reported as the API
-/// server reports a failed CEL rule: `<path>: Invalid value: "object": <message>`.
-/// `maxLength: 1024` on `value` is OpenAPI schema validation, reported on the field.
-fn http_path_match(path: &str, node: &Value, out: &mut Vec<Cause>) {
-    const TYPES: &str = "['Exact', 'PathPrefix']";
-    let ty = node
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("PathPrefix");
-    let value = node.get("value").and_then(Value::as_str).unwrap_or("/");
-    if value.len() > 1024 {
-        out.push(Cause::new(
-            "FieldValueTooLong",
-            format!("{path}.value"),
-            "Too long: may not be more than 1024 bytes",
-        ));
-    }
-    let object = Value::String("object".into());
-    let mut fail = |message: String| out.push(Cause::invalid(path, &object, &message));
-    if !matches!(ty, "Exact" | "PathPrefix" | "RegularExpression") {
-        fail("type must be one of ['Exact', 'PathPrefix', 'RegularExpression']".into());
-    }
-    if !matches!(ty, "Exact" | "PathPrefix") {
-        return;
-    }
-    if !value.starts_with('/') {
-        fail("value must be an absolute path and start with '/' when type one of ['Exact', 'PathPrefix']".into());
-    }
-    for needle in ["//", "/./", "/../", "%2f", "%2F", "#"] {
-        if value.contains(needle) {
-            fail(format!(
-                "must not contain '{needle}' when type one of {TYPES}"
-            ));
-        }
-    }
-    for suffix in ["/..", "/."] {
-        if value.ends_with(suffix) {
-            fail(format!(
-                "must not end with '{suffix}' when type one of {TYPES}"
-            ));
-        }
-    }
-    let valid_chars = {
-        let bytes = value.as_bytes();
-        let mut i = 0;
-        let mut ok = !bytes.is_empty();
-        while ok && i < bytes.len() {
-            let b = bytes[i];
-            if b == b'%' {
-                ok = bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
-                    && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit);
-                i += 3;
-            } else {
-                ok = b.is_ascii_alphanumeric() || b"-/._~!$&'()*+,;=:@".contains(&b);
-                i += 1;
-            }
-        }
-        ok
-    };
-    if !valid_chars {
-        fail(format!(
-            "must only contain valid characters (matching ^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{{2}})+$) for types {TYPES}"
-        ));
-    }
-}
 
-/// The objects a dotted pattern such as `spec.rules[].matches[]` reaches, with their paths.
-fn expand<'a>(root: &'a Value, pattern: &str) -> Vec<(String, &'a Value)> {
-    let mut current: Vec<(String, &Value)> = vec![(String::new(), root)];
-    for seg in pattern.split('.') {
-        let (name, each) = match seg.strip_suffix("[]") {
-            Some(n) => (n, true),
-            None => (seg, false),
-        };
-        let mut next = Vec::new();
-        for (path, v) in current {
-            let Some(child) = v.get(name) else { continue };
-            let p = if path.is_empty() {
-                name.to_string()
-            } else {
-                format!("{path}.{name}")
-            };
-            if each {
-                for (i, item) in child.as_array().into_iter().flatten().enumerate() {
-                    next.push((format!("{p}[{i}]"), item));
-                }
-            } else if child.is_object() {
-                next.push((p, child));
-            }
-        }
-        current = next;
-    }
-    current
-}
 
 /// Go's `%#v` of a `[]string`.
 fn go_string_slice(items: &[&Value]) -> String {

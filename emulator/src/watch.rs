@@ -203,7 +203,7 @@ pub(crate) async fn watch_response(
     let store_for_bookmarks = store.clone();
     tokio::spawn(async move {
         let render = |obj: &Value| {
-            let obj = (served.out)(obj);
+            let obj = served.out(obj);
             match repr {
                 Repr::Table => to_table(
                     served.kind,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use modelplane_emulator::{Emulator, RunningEmulator};
+use modelplane_emulator::{Crds, Emulator, RunningEmulator};
 use serde_json::{Value, json};
 
 fn kubectl_path() -> PathBuf {
@@ -34,7 +34,11 @@ struct Env {
 
 impl Env {
     async fn start(kubectl: PathBuf) -> Env {
-        let emu = Emulator::builder().start().await.expect("emulator starts");
+        Env::start_with(kubectl, Emulator::builder()).await
+    }
+
+    async fn start_with(kubectl: PathBuf, builder: modelplane_emulator::EmulatorBuilder) -> Env {
+        let emu = builder.start().await.expect("emulator starts");
         let dir = std::env::temp_dir().join(format!("emulator-kubectl-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("kubeconfig"), emu.kubeconfig_yaml()).unwrap();
@@ -622,4 +626,119 @@ subjects:
     env.ok(&["delete", "rolebinding", "read"], None).await;
     env.ok(&["delete", "role", "reader"], None).await;
     env.emu.shutdown().await;
+}
+
+fn published_crds() -> PathBuf {
+    modelplane_emulator::published_crds_dir().unwrap_or_else(|e| panic!("{e}"))
+}
+
+const LEADER_WORKER_SET: &str = r#"
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {name: big}
+spec:
+  replicas: 2
+  leaderWorkerTemplate:
+    size: 4
+    workerTemplate:
+      spec:
+        containers: [{name: vllm, image: vllm/vllm-openai:v0.11.0}]
+"#;
+
+/// `kubectl apply -f DIR` of the published manifests on a cluster without them, as a
+/// user installs them on a real one: each CRD is established (apiextensions-apiserver's
+/// naming and establishing controllers, `pkg/controller/status` and
+/// `pkg/controller/establish`), its versions appear in discovery, instances print the
+/// CRD's additionalPrinterColumns (`pkg/registry/customresource/tableconvertor`), the
+/// scale subresource reads and writes `specReplicasPath`, a non-storage version reads the
+/// same object (conversion None), and deleting the CRD removes its instances and stops
+/// serving it (`pkg/controller/finalizer/crd_finalizer.go`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_of_the_published_crds_serves_them_until_they_are_deleted() {
+    let builder = Emulator::builder()
+        .crds(Crds::BuiltIn)
+        .gateway_api(false)
+        .inference_api(false);
+    let env = Env::start_with(kubectl_path(), builder).await;
+    let none = env.run(&["get", "httproutes"], None).await;
+    assert!(!none.status.success(), "no HTTPRoute kind before the CRDs");
+
+    let dir = published_crds();
+    let lws_file = dir.join("leaderworkerset.x-k8s.io_leaderworkersets.yaml");
+    // Client-side apply keeps the whole manifest in an annotation, and LeaderWorkerSet's is
+    // over the 256 KiB that ValidateAnnotationsSize allows (apimachinery
+    // pkg/api/validation/objectmeta.go): a real server refuses it the same way, which is
+    // why the lws project installs with `kubectl apply --server-side`.
+    let too_big = env.run(&["apply", "-f", lws_file.to_str().unwrap()], None).await;
+    assert!(!too_big.status.success());
+    assert!(
+        String::from_utf8_lossy(&too_big.stderr)
+            .contains("metadata.annotations: Too long: may not be more than 262144 bytes"),
+        "{}",
+        String::from_utf8_lossy(&too_big.stderr)
+    );
+    let out = env
+        .ok(&["apply", "--server-side", "-f", dir.to_str().unwrap()], None)
+        .await;
+    assert!(
+        out.contains("customresourcedefinition.apiextensions.k8s.io/httproutes.gateway.networking.k8s.io serverside-applied"),
+        "{out}"
+    );
+    env.ok(&["wait", "--for", "condition=Established", "crd", "--all", "--timeout=10s"], None)
+        .await;
+    let groups = env
+        .ok(&["api-resources", "--api-group=gateway.networking.k8s.io", "-o", "name"], None)
+        .await;
+    for resource in ["gateways", "httproutes", "grpcroutes", "referencegrants"] {
+        assert!(groups.contains(&format!("{resource}.gateway.networking.k8s.io")), "{groups}");
+    }
+    let versions = env.ok(&["api-versions"], None).await;
+    assert!(versions.contains("gateway.networking.k8s.io/v1beta1"), "{versions}");
+
+    env.ok(&["apply", "-f", "-"], Some(LEADER_WORKER_SET)).await;
+    // The CRD's printer columns: READY (.status.readyReplicas), DESIRED (.spec.replicas),
+    // UP-TO-DATE and AGE.
+    let table = env.ok(&["get", "lws", "big"], None).await;
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "READY", "DESIRED", "UP-TO-DATE", "AGE"], "{table}");
+    assert!(table.lines().nth(1).unwrap().contains(" 2 "), "{table}");
+    env.ok(&["scale", "lws", "big", "--replicas=3"], None).await;
+    let replicas = env
+        .ok(&["get", "lws", "big", "-o", "jsonpath={.spec.replicas}"], None)
+        .await;
+    assert_eq!(replicas, "3");
+
+    env.ok(&["apply", "-f", "-"], Some(MANIFEST)).await;
+    let beta = env
+        .ok(&["get", "httproutes.v1beta1.gateway.networking.k8s.io", "web", "-o", "json"], None)
+        .await;
+    let beta: Value = serde_json::from_str(&beta).unwrap();
+    assert_eq!(beta["apiVersion"], "gateway.networking.k8s.io/v1beta1");
+    assert_eq!(beta["spec"]["rules"][0]["backendRefs"][0]["name"], "web");
+
+    let out = env
+        .ok(&["delete", "crd", "leaderworkersets.leaderworkerset.x-k8s.io"], None)
+        .await;
+    assert!(out.contains("deleted"), "{out}");
+    let gone = env.run(&["get", "lws"], None).await;
+    assert!(!gone.status.success());
+    // kubectl's discovery cache still knows the kind; the server no longer serves it.
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("the server could not find the requested resource"),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+    let lws_kind = env
+        .emu
+        .store()
+        .kinds()
+        .by_resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets");
+    assert!(lws_kind.is_none(), "no longer served");
+    // Applying it again serves it again, with no instance left from before.
+    env.ok(&["apply", "--server-side", "-f", lws_file.to_str().unwrap()], None)
+        .await;
+    env.ok(&["wait", "--for", "condition=Established", "crd/leaderworkersets.leaderworkerset.x-k8s.io"], None)
+        .await;
+    let empty = env.ok(&["get", "lws", "-o", "name"], None).await;
+    assert_eq!(empty, "");
 }
