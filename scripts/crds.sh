@@ -78,7 +78,7 @@ while read -r sum path url; do
 crds.sh: the CustomResourceDefinition manifest $(basename "$path") is not available.
   It was looked for in $shared/$path (the shared folder beside the checkout)
   and could not be downloaded from $url.
-  Provide it by putting the upstream release folders in $shared (see docs/crds.md),
+  Provide it by putting the upstream release files at the paths this script names under $shared,
   or run this script once on a machine with internet and copy $dest here.
 MSG
     exit 1

@@ -162,8 +162,8 @@ impl Served {
         }
     }
 
-    /// A request body of the requested kind as its storage holds it.
-    pub(crate) fn into_storage(&self, v: &Value) -> Value {
+    /// A request body of the requested kind as its storage holds it (`out` reversed).
+    pub(crate) fn stored(&self, v: &Value) -> Value {
         match self.conversion {
             Conversion::Identity => v.clone(),
             Conversion::View(view) => (view.to_storage)(v),

@@ -96,7 +96,7 @@ fn drop_nulls(v: &mut Value) {
 pub fn apply_defaults(kind: &ResourceKind, obj: &mut Value) {
     if let Some(v) = kind.crd.filter(|v| v.has_schema()) {
         // A custom resource with a schema: its `default`s (nulls are the schema's business).
-        crate::crd::pending::apply_defaults(&v.schema, obj);
+        crate::crd::structural::apply_defaults(&v.schema, obj);
         return;
     }
     drop_nulls(obj);
@@ -290,11 +290,6 @@ fn persistent_volume_claim(obj: &mut Value) {
         }
     }
 }
-
-
-
-
-
 
 fn pod_template(spec: &mut Map<String, Value>) {
     if let Some(tspec) = spec.get_mut("template").and_then(|t| obj_at(t, "spec")) {
@@ -526,9 +521,6 @@ fn service_spec(spec: &mut Map<String, Value>) {
         );
     }
 }
-
-
-
 
 #[cfg(test)]
 mod tests {

@@ -92,12 +92,10 @@ fn remove(v: &mut Value, path: &[Seg]) {
 /// kept as sent.
 fn custom_resource(v: &Value) -> Vec<Vec<Seg>> {
     let mut out = Vec::new();
-    if let Some(o) = v.as_object() {
-        if let Some(meta) = o.get("metadata") {
-            for mut p in ignored::<ObjectMeta>(meta) {
-                p.insert(0, Seg::Key("metadata".into()));
-                out.push(p);
-            }
+    if let Some(meta) = v.get("metadata") {
+        for mut p in ignored::<ObjectMeta>(meta) {
+            p.insert(0, Seg::Key("metadata".into()));
+            out.push(p);
         }
     }
     out
@@ -236,7 +234,7 @@ pub fn prune_unknown(kind: &ResourceKind, body: &mut Value) -> Vec<String> {
     }
     let mut out: Vec<String> = paths.iter().map(|p| render(p)).collect();
     if let Some(v) = kind.crd.filter(|v| v.has_schema()) {
-        out.extend(crate::crd::pending::prune(&v.schema, body));
+        out.extend(crate::crd::structural::prune(&v.schema, body));
     }
     out
 }

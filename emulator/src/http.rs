@@ -442,7 +442,7 @@ async fn handle_resource(
     let ns = t.namespace.clone().unwrap_or_default();
     let sub = t.subresource.clone().unwrap_or_default();
     let repr = repr(headers);
-    let body_in = |b: &Bytes| parse_body(b).map(|v| served.into_storage(&v));
+    let body_in = |b: &Bytes| parse_body(b).map(|v| served.stored(&v));
     // All-namespaces paths of namespaced kinds only list and watch.
     if served.kind.namespaced && t.namespace.is_none() && *method != Method::GET {
         return Err(ApiError::method_not_allowed());
@@ -584,7 +584,7 @@ fn patch_view(
     let stored = ops::get(store, served.storage, ns, name)?;
     let mut view = served.out(&stored);
     crate::patch::apply_patch(served.kind, pt, &mut view, body)?;
-    let mut back = served.into_storage(&view);
+    let mut back = served.stored(&view);
     // Optimistic concurrency against the version the patch was applied to.
     if let Some(rv) = stored.pointer("/metadata/resourceVersion") {
         crate::resources::meta_mut(&mut back).insert("resourceVersion".into(), rv.clone());

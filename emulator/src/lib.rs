@@ -119,7 +119,10 @@ pub fn published_crds_dir() -> Result<PathBuf, String> {
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/crds"));
-    if dir.join("gateway.networking.k8s.io_httproutes.yaml").is_file() {
+    if dir
+        .join("gateway.networking.k8s.io_httproutes.yaml")
+        .is_file()
+    {
         Ok(dir)
     } else {
         Err(format!(
@@ -209,8 +212,11 @@ impl EmulatorBuilder {
                 _ => false,
             };
             let manifests = crd::load_manifests(dir).map_err(std::io::Error::other)?;
-            crd::install(&store, manifests.into_iter().filter(|c| !skipped(c)).collect())
-                .map_err(std::io::Error::other)?;
+            crd::install(
+                &store,
+                manifests.into_iter().filter(|c| !skipped(c)).collect(),
+            )
+            .map_err(std::io::Error::other)?;
         }
         // Settle the built-in controllers (default ServiceAccounts) before serving.
         gc::settle(&store);

@@ -157,6 +157,15 @@ async fn run() -> std::io::Result<()> {
         tracing::info!(path = %path.display(), "wrote kubeconfig");
     }
     println!("modelplane-emulator serving on {}", emu.url());
+    match &args.crds {
+        Some(dir) => println!(
+            "custom resources from the CRD manifests in {}",
+            dir.display()
+        ),
+        None => println!(
+            "custom resources from built-in definitions that check nothing (no --crds given)"
+        ),
+    }
     if let Some(gw) = emu.gateway_addr() {
         println!("gateway data plane on http://{gw}");
     }

@@ -938,8 +938,7 @@ pub fn delete_locked(
     }
     // The CRD registry's Delete (apiextensions-apiserver pkg/registry/
     // customresourcedefinition/etcd.go) adds the cleanup finalizer: instances go first.
-    if kind.group == "apiextensions.k8s.io"
-        && obj.pointer("/metadata/deletionTimestamp").is_none()
+    if kind.group == "apiextensions.k8s.io" && obj.pointer("/metadata/deletionTimestamp").is_none()
     {
         let f = json!(crate::crd::CLEANUP_FINALIZER);
         if !finalizers.contains(&f) {

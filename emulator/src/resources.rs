@@ -335,7 +335,7 @@ impl Kinds {
                 out.push(k.version);
             }
         }
-        out.sort_by(|a, b| version_priority(a).cmp(&version_priority(b)));
+        out.sort_by_key(|v| version_priority(v));
         out
     }
 

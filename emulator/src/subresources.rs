@@ -88,7 +88,11 @@ pub(crate) fn scale(
 ) -> ApiResult<Response> {
     if method == Method::GET {
         let current = ops::get(store, kind, ns, name)?;
-        return Ok(json_response(StatusCode::OK, &to_scale(kind, &current), &[]));
+        return Ok(json_response(
+            StatusCode::OK,
+            &to_scale(kind, &current),
+            &[],
+        ));
     }
     let opts = match method {
         Method::PUT => write_options(query, headers, "UpdateOptions")?,

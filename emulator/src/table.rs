@@ -575,9 +575,6 @@ fn role_binding_columns() -> Vec<Column> {
     ]
 }
 
-
-
-
 /// One match of a printer column's JSONPath (the simple paths CRDs use: `.a.b`, `[n]`,
 /// `[*]` and `[?(@.field=="value")]`); the first result, as the CRD table convertor takes.
 fn json_path<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
@@ -665,7 +662,9 @@ fn crd_table(version: &crate::crd::Version) -> (Vec<Value>, Vec<crate::crd::Colu
             json_path: ".metadata.creationTimestamp".into(),
         });
     }
-    let mut definitions = vec![json!({"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0})];
+    let mut definitions = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0}),
+    ];
     definitions.extend(columns.iter().map(|c| {
         json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority})
     }));

@@ -288,16 +288,35 @@ pub fn validate(kind: &ResourceKind, obj: &Value, old: Option<&Value>) -> Vec<Ca
     }
     if let Some(v) = kind.crd.filter(|v| v.has_schema()) {
         // apiextensions-apiserver's customResourceStrategy: the schema, then the rules.
-        out.extend(crate::crd::pending::validate(&v.schema, obj, old));
-        if let Some(rules) = &v.rules {
-            out.extend(rules.validate(obj, old));
+        let schema_errors = crate::crd::structural::validate(&v.schema, obj, old);
+        // Rules are not run on an object the schema already refused for a type, a
+        // missing or unsupported value or a size (apiextensions-apiserver
+        // pkg/registry/customresource/strategy.go, hasBlockingErr).
+        let blocking = schema_errors.iter().any(|c| {
+            matches!(
+                c.reason.as_str(),
+                "FieldValueNotSupported"
+                    | "FieldValueRequired"
+                    | "FieldValueTooLong"
+                    | "FieldValueTooMany"
+                    | "FieldValueTypeInvalid"
+            )
+        });
+        out.extend(schema_errors);
+        if let Some(rules) = v.rules.as_ref().filter(|r| !r.is_empty()) {
+            if blocking {
+                out.push(Cause::new(
+                    "FieldValueInvalid",
+                    "<nil>",
+                    "Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+                ));
+            } else {
+                out.extend(rules.validate(obj, old));
+            }
         }
     }
     out
 }
-
-
-
 
 /// Go's `%#v` of a `[]string`.
 fn go_string_slice(items: &[&Value]) -> String {

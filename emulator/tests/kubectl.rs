@@ -669,7 +669,9 @@ async fn kubectl_apply_of_the_published_crds_serves_them_until_they_are_deleted(
     // over the 256 KiB that ValidateAnnotationsSize allows (apimachinery
     // pkg/api/validation/objectmeta.go): a real server refuses it the same way, which is
     // why the lws project installs with `kubectl apply --server-side`.
-    let too_big = env.run(&["apply", "-f", lws_file.to_str().unwrap()], None).await;
+    let too_big = env
+        .run(&["apply", "-f", lws_file.to_str().unwrap()], None)
+        .await;
     assert!(!too_big.status.success());
     assert!(
         String::from_utf8_lossy(&too_big.stderr)
@@ -678,67 +680,125 @@ async fn kubectl_apply_of_the_published_crds_serves_them_until_they_are_deleted(
         String::from_utf8_lossy(&too_big.stderr)
     );
     let out = env
-        .ok(&["apply", "--server-side", "-f", dir.to_str().unwrap()], None)
+        .ok(
+            &["apply", "--server-side", "-f", dir.to_str().unwrap()],
+            None,
+        )
         .await;
     assert!(
         out.contains("customresourcedefinition.apiextensions.k8s.io/httproutes.gateway.networking.k8s.io serverside-applied"),
         "{out}"
     );
-    env.ok(&["wait", "--for", "condition=Established", "crd", "--all", "--timeout=10s"], None)
-        .await;
+    env.ok(
+        &[
+            "wait",
+            "--for",
+            "condition=Established",
+            "crd",
+            "--all",
+            "--timeout=10s",
+        ],
+        None,
+    )
+    .await;
     let groups = env
-        .ok(&["api-resources", "--api-group=gateway.networking.k8s.io", "-o", "name"], None)
+        .ok(
+            &[
+                "api-resources",
+                "--api-group=gateway.networking.k8s.io",
+                "-o",
+                "name",
+            ],
+            None,
+        )
         .await;
     for resource in ["gateways", "httproutes", "grpcroutes", "referencegrants"] {
-        assert!(groups.contains(&format!("{resource}.gateway.networking.k8s.io")), "{groups}");
+        assert!(
+            groups.contains(&format!("{resource}.gateway.networking.k8s.io")),
+            "{groups}"
+        );
     }
     let versions = env.ok(&["api-versions"], None).await;
-    assert!(versions.contains("gateway.networking.k8s.io/v1beta1"), "{versions}");
+    assert!(
+        versions.contains("gateway.networking.k8s.io/v1beta1"),
+        "{versions}"
+    );
 
     env.ok(&["apply", "-f", "-"], Some(LEADER_WORKER_SET)).await;
     // The CRD's printer columns: READY (.status.readyReplicas), DESIRED (.spec.replicas),
     // UP-TO-DATE and AGE.
     let table = env.ok(&["get", "lws", "big"], None).await;
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "READY", "DESIRED", "UP-TO-DATE", "AGE"], "{table}");
+    assert_eq!(
+        header,
+        ["NAME", "READY", "DESIRED", "UP-TO-DATE", "AGE"],
+        "{table}"
+    );
     assert!(table.lines().nth(1).unwrap().contains(" 2 "), "{table}");
     env.ok(&["scale", "lws", "big", "--replicas=3"], None).await;
     let replicas = env
-        .ok(&["get", "lws", "big", "-o", "jsonpath={.spec.replicas}"], None)
+        .ok(
+            &["get", "lws", "big", "-o", "jsonpath={.spec.replicas}"],
+            None,
+        )
         .await;
     assert_eq!(replicas, "3");
 
     env.ok(&["apply", "-f", "-"], Some(MANIFEST)).await;
     let beta = env
-        .ok(&["get", "httproutes.v1beta1.gateway.networking.k8s.io", "web", "-o", "json"], None)
+        .ok(
+            &[
+                "get",
+                "httproutes.v1beta1.gateway.networking.k8s.io",
+                "web",
+                "-o",
+                "json",
+            ],
+            None,
+        )
         .await;
     let beta: Value = serde_json::from_str(&beta).unwrap();
     assert_eq!(beta["apiVersion"], "gateway.networking.k8s.io/v1beta1");
     assert_eq!(beta["spec"]["rules"][0]["backendRefs"][0]["name"], "web");
 
     let out = env
-        .ok(&["delete", "crd", "leaderworkersets.leaderworkerset.x-k8s.io"], None)
+        .ok(
+            &["delete", "crd", "leaderworkersets.leaderworkerset.x-k8s.io"],
+            None,
+        )
         .await;
     assert!(out.contains("deleted"), "{out}");
     let gone = env.run(&["get", "lws"], None).await;
     assert!(!gone.status.success());
     // kubectl's discovery cache still knows the kind; the server no longer serves it.
     assert!(
-        String::from_utf8_lossy(&gone.stderr).contains("the server could not find the requested resource"),
+        String::from_utf8_lossy(&gone.stderr)
+            .contains("the server could not find the requested resource"),
         "{}",
         String::from_utf8_lossy(&gone.stderr)
     );
-    let lws_kind = env
-        .emu
-        .store()
-        .kinds()
-        .by_resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets");
+    let lws_kind =
+        env.emu
+            .store()
+            .kinds()
+            .by_resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets");
     assert!(lws_kind.is_none(), "no longer served");
     // Applying it again serves it again, with no instance left from before.
-    env.ok(&["apply", "--server-side", "-f", lws_file.to_str().unwrap()], None)
-        .await;
-    env.ok(&["wait", "--for", "condition=Established", "crd/leaderworkersets.leaderworkerset.x-k8s.io"], None)
-        .await;
+    env.ok(
+        &["apply", "--server-side", "-f", lws_file.to_str().unwrap()],
+        None,
+    )
+    .await;
+    env.ok(
+        &[
+            "wait",
+            "--for",
+            "condition=Established",
+            "crd/leaderworkersets.leaderworkerset.x-k8s.io",
+        ],
+        None,
+    )
+    .await;
     let empty = env.ok(&["get", "lws", "-o", "name"], None).await;
     assert_eq!(empty, "");
 }

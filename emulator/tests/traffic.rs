@@ -375,7 +375,9 @@ async fn header_and_query_matches_take_precedence() {
     for s in ["stable", "canary", "exact"] {
         apply(&client, service(s)).await;
     }
-    // In one route the canary rule comes second: first-rule-wins alone would miss it.
+    // In one route the canary rules come second: first-rule-wins alone would miss them.
+    // (One match per rule: the Gateway API's CEL rule allows a ReplacePrefixMatch rewrite
+    // only on a rule with exactly one PathPrefix match.)
     let canary_header = json!([{"name": "x-modelplane-canary", "value": "true"}]);
     let mut with_header = prefix("/m");
     with_header["headers"] = canary_header.clone();
@@ -387,7 +389,8 @@ async fn header_and_query_matches_take_precedence() {
             "models",
             json!([
                 {"matches": [prefix("/m")], "backendRefs": [svc_ref("stable", 1)]},
-                {"matches": [with_header, with_query], "backendRefs": [svc_ref("canary", 1)]},
+                {"matches": [with_header], "backendRefs": [svc_ref("canary", 1)]},
+                {"matches": [with_query], "backendRefs": [svc_ref("canary", 1)]},
             ]),
         ),
     )

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
-use modelplane_emulator::Emulator;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -22,7 +21,7 @@ use super::{Harness, create_with, harness_on, sim_spec, wait_for};
 const A100: &str = "NVIDIA-A100-SXM4-80GB";
 
 fn cluster() -> modelplane_emulator::EmulatorBuilder {
-    Emulator::builder()
+    super::emulator()
         .nodes(2)
         .gpus_per_node(8)
         .gpu_product(A100)

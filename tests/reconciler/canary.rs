@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use modelplane_emulator::Emulator;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -19,7 +18,7 @@ const CANARY: &str = "/api/v1/projects/team-a/deployments/qwen/canary";
 const NEW_IMAGE: &str = "ghcr.io/llm-d/llm-d-inference-sim:v0.6.0";
 
 fn cluster() -> modelplane_emulator::EmulatorBuilder {
-    Emulator::builder()
+    super::emulator()
         .nodes(2)
         .gpus_per_node(8)
         .start_delay(Duration::from_millis(100))

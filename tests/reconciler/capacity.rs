@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use modelplane_emulator::Emulator;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -26,7 +25,7 @@ use super::{Harness, create_with, harness_on, sim_spec, wait_for};
 const A100: &str = "NVIDIA-A100-SXM4-80GB";
 
 fn cluster() -> modelplane_emulator::EmulatorBuilder {
-    Emulator::builder()
+    super::emulator()
         .nodes(2)
         .gpus_per_node(8)
         .gpu_product(A100)

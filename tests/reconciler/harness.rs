@@ -12,11 +12,19 @@ use modelplane::reconciler::cluster;
 use modelplane::reconciler::desired::BuildConfig;
 use modelplane::reconciler::status::Budgets;
 use modelplane::reconciler::worker::{Worker, WorkerConfig};
-use modelplane_emulator::{Emulator, RunningEmulator};
+use modelplane_emulator::{Crds, Emulator, EmulatorBuilder, RunningEmulator};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+
+/// An emulator with the published CRD manifests installed (`scripts/crds.sh`; the test
+/// command sets MODELPLANE_CRDS): everything modelplane applies is validated, defaulted
+/// and pruned by the real schemas and CEL rules. Missing manifests fail the test.
+pub fn emulator() -> EmulatorBuilder {
+    let crds = modelplane_emulator::published_crds_dir().unwrap_or_else(|e| panic!("{e}"));
+    Emulator::builder().crds(Crds::Manifests(crds))
+}
 
 /// The API resource of a kind, for reading objects as the JSON a user of kubectl sees.
 pub(crate) fn resource_of(api_version: &str, kind: &str) -> ApiResource {
@@ -80,7 +88,7 @@ pub(crate) async fn harness(
     gateway_api: bool,
     tweak: impl FnOnce(&mut WorkerConfig),
 ) -> Harness {
-    harness_on(pool, Emulator::builder().gateway_api(gateway_api), tweak).await
+    harness_on(pool, emulator().gateway_api(gateway_api), tweak).await
 }
 
 /// A harness on an emulator configured by the caller (e.g. with the simulated cluster).

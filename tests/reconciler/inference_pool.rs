@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use modelplane_emulator::Emulator;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -31,7 +30,7 @@ async fn cluster_binding(h: &Harness) -> Option<kube::api::DynamicObject> {
 }
 
 fn cluster(inference_api: bool) -> modelplane_emulator::EmulatorBuilder {
-    Emulator::builder()
+    super::emulator()
         .nodes(2)
         .gpus_per_node(8)
         .start_delay(Duration::from_millis(100))
@@ -326,7 +325,7 @@ async fn switching_a_live_deployment_to_the_pool_fails_no_request(pool: PgPool) 
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    let slow_start = Emulator::builder()
+    let slow_start = super::emulator()
         .nodes(2)
         .gpus_per_node(8)
         .start_delay(Duration::from_millis(1500))

@@ -15,7 +15,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams};
-use modelplane_emulator::Emulator;
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -216,7 +215,7 @@ async fn applied_and_drift_repaired_are_events_on_the_deployment(pool: PgPool) {
 /// Deployment, with the cause as its reason and the status message naming the image.
 #[sqlx::test]
 async fn an_image_that_cannot_be_pulled_is_a_warning_naming_the_image(pool: PgPool) {
-    let cluster = Emulator::builder()
+    let cluster = super::emulator()
         .nodes(2)
         .start_delay(Duration::from_millis(100))
         .fail_images("*nope*")

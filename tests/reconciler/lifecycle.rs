@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use modelplane_emulator::Emulator;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -18,7 +17,7 @@ fn slow_starting_cluster() -> modelplane_emulator::EmulatorBuilder {
 }
 
 fn cluster() -> modelplane_emulator::EmulatorBuilder {
-    Emulator::builder()
+    super::emulator()
         .nodes(2)
         .gpus_per_node(8)
         .start_delay(Duration::from_millis(100))
@@ -632,7 +631,7 @@ async fn a_graphql_subscriber_sees_the_rollout_go_ready_live(pool: PgPool) {
 async fn scaling_up_is_deploying_then_ready_never_degraded(pool: PgPool) {
     // As the run command's emulator (3 nodes, a Gateway), with pods quick enough for a test
     // yet slow enough that the scale is seen in progress.
-    let cluster = Emulator::builder()
+    let cluster = super::emulator()
         .nodes(3)
         .gpus_per_node(8)
         .start_delay(Duration::from_millis(500))

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
-use modelplane_emulator::Emulator;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -17,7 +16,7 @@ use super::{Harness, create_with, harness_on, sim_spec, wait_for};
 /// Two nodes whose silence is noticed within a second (the real grace period is 50 s) and
 /// whose pods are evicted 3 s after the taint (the real default toleration is 300 s).
 fn cluster() -> modelplane_emulator::EmulatorBuilder {
-    Emulator::builder()
+    super::emulator()
         .nodes(2)
         .start_delay(Duration::from_millis(100))
         .node_monitor_grace_period(Duration::from_secs(1))

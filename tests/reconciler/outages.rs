@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, DynamicObject};
-use modelplane_emulator::Emulator;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -108,7 +107,7 @@ async fn a_cluster_outage_is_reported_and_then_converges(pool: PgPool) {
     )
     .await;
 
-    h.emulator = Some(Emulator::builder().listen(addr).start().await.unwrap());
+    h.emulator = Some(super::emulator().listen(addr).start().await.unwrap());
     let record = h.wait_applied("qwen", 2).await;
     wait_for(
         "the idle record's condition gone",
@@ -300,7 +299,7 @@ async fn after_the_api_server_restarts_every_record_converges_at_once(pool: PgPo
     let addr = old.addr();
     old.shutdown().await;
     h.emulator = Some(
-        Emulator::builder()
+        super::emulator()
             .gateway_api(true)
             .listen(addr)
             .start()
@@ -366,7 +365,7 @@ async fn a_gateways_own_hostnames_cannot_be_claimed(pool: PgPool) {
         &h,
         "any",
         json!([
-            {"name": "http", "port": 80, "protocol": "HTTP", "hostname": "Models.Example.NET"},
+            {"name": "http", "port": 80, "protocol": "HTTP", "hostname": "models.example.net"},
             {"name": "wild", "port": 8080, "protocol": "HTTP", "hostname": "*.apps.example.net"}
         ]),
     )
@@ -518,7 +517,7 @@ async fn a_repair_that_failed_is_not_told_as_made(pool: PgPool) {
 #[sqlx::test]
 async fn a_ready_deployment_is_not_green_while_the_cluster_does_not_answer(pool: PgPool) {
     let cluster = || {
-        Emulator::builder()
+        super::emulator()
             .nodes(1)
             .start_delay(Duration::from_millis(50))
             .gateway("gateway-system", "inference")

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use crate::common::TestApp;
-use modelplane_emulator::Emulator;
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::PgPool;
@@ -12,7 +11,7 @@ use super::*;
 
 #[sqlx::test]
 async fn two_worker_processes_share_the_work_and_a_killed_one_loses_nothing(pool: PgPool) {
-    let emulator = Emulator::builder().start().await.unwrap();
+    let emulator = super::emulator().start().await.unwrap();
     let (_dir, kubeconfig, database_url) = process_setup(&pool, &emulator, "workers");
 
     let app = TestApp::spawn(pool.clone()).await;
@@ -89,7 +88,7 @@ async fn two_worker_processes_share_the_work_and_a_killed_one_loses_nothing(pool
 /// use`. Now the port is bound first, and the error names it and the setting that moves it.
 #[sqlx::test]
 async fn a_taken_port_stops_the_process_before_the_worker_starts(pool: PgPool) {
-    let emulator = Emulator::builder().start().await.unwrap();
+    let emulator = super::emulator().start().await.unwrap();
     let (_dir, kubeconfig, database_url) = process_setup(&pool, &emulator, "port");
     let app = TestApp::spawn(pool.clone()).await;
     app.create_project("team-a").await;

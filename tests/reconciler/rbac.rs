@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use modelplane_emulator::Emulator;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use sqlx::PgPool;
@@ -161,7 +160,7 @@ fn chart_worker_permissions() -> BTreeSet<Permission> {
 /// and status read happens as in a real cluster.
 #[sqlx::test]
 async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(pool: PgPool) {
-    let cluster = Emulator::builder()
+    let cluster = super::emulator()
         .nodes(2)
         .start_delay(Duration::from_millis(100))
         .gateway("gateway-system", "inference");

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use modelplane_emulator::Emulator;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -14,7 +13,7 @@ use super::{SERVE_TOKEN, ServeProcess, sim_spec, wait_for};
 
 #[sqlx::test]
 async fn sigterm_drains_requests_ends_watches_and_releases_leases(pool: PgPool) {
-    let emulator = Emulator::builder()
+    let emulator = super::emulator()
         .nodes(2)
         .start_delay(Duration::from_millis(100))
         .start()

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use modelplane_emulator::Emulator;
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -69,7 +68,7 @@ async fn one_create_is_one_trace_from_the_request_to_the_kubernetes_calls(pool: 
         .with_state(received.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
-    let emulator = Emulator::builder().nodes(1).start().await.unwrap();
+    let emulator = super::emulator().nodes(1).start().await.unwrap();
     let serve = ServeProcess::start(
         &pool,
         &emulator,

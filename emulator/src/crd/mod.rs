@@ -11,30 +11,14 @@
 pub(crate) mod cel;
 pub(crate) mod structural;
 
-// Stand-ins with the same signatures while `cel.rs` and `structural.rs` are written.
-// TODO(#40): remove when they land.
-pub(crate) mod pending {
-    use serde_json::Value;
-
-    use crate::status::Cause;
-
-    pub(crate) fn prune(_schema: &Value, _obj: &mut Value) -> Vec<String> {
-        Vec::new()
-    }
-    pub(crate) fn apply_defaults(_schema: &Value, _obj: &mut Value) {}
-    pub(crate) fn validate(_schema: &Value, _obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
-        Vec::new()
-    }
-}
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 use serde_json::{Value, json};
 
-use crate::schema::ListType;
 use crate::resources::{Family, Generation, NameRule, ResourceKind, meta_str};
+use crate::schema::ListType;
 use crate::status::Cause;
 use crate::store::Store;
 
@@ -113,7 +97,10 @@ fn leak_list(v: Option<&Value>) -> &'static [&'static str] {
 /// counting), so a CRD's kinds are leaked once per distinct definition and reused when
 /// the same definition is established again (another emulator in the same process, a
 /// re-apply): memory grows only with the number of different definitions.
-fn interned(fingerprint: String, build: impl FnOnce() -> Vec<&'static ResourceKind>) -> Vec<&'static ResourceKind> {
+fn interned(
+    fingerprint: String,
+    build: impl FnOnce() -> Vec<&'static ResourceKind>,
+) -> Vec<&'static ResourceKind> {
     static KINDS: OnceLock<Mutex<HashMap<String, Vec<&'static ResourceKind>>>> = OnceLock::new();
     let mut table = KINDS
         .get_or_init(Default::default)
@@ -230,7 +217,13 @@ fn merge_types(
                 .map(leak)
                 .collect();
             let keys: &'static [&'static str] = Box::leak(keys.into_boxed_slice());
-            lists.insert(path.clone(), ListType::Map { keys, smp_key: None });
+            lists.insert(
+                path.clone(),
+                ListType::Map {
+                    keys,
+                    smp_key: None,
+                },
+            );
         }
         Some("set") => {
             lists.insert(path.clone(), ListType::Set);
@@ -299,7 +292,12 @@ pub(crate) fn definition_errors(crd: &Value) -> Vec<Cause> {
 
 fn version_errors(spec: &Value, out: &mut Vec<Cause>) {
     let all: Vec<&Value> = versions(spec).collect();
-    if all.iter().filter(|v| v["storage"].as_bool() == Some(true)).count() != 1 {
+    if all
+        .iter()
+        .filter(|v| v["storage"].as_bool() == Some(true))
+        .count()
+        != 1
+    {
         out.push(Cause::invalid(
             "spec.versions",
             &spec["versions"],
@@ -370,7 +368,9 @@ fn establish(store: &Store, crd_kind: &'static ResourceKind, crd: &Value) -> boo
         .filter(|k| (k.group, k.plural) == (group, plural))
         .collect();
     let same = current.len() == served.len()
-        && current.iter().all(|c| served.iter().any(|s| std::ptr::eq(*c, *s)));
+        && current
+            .iter()
+            .all(|c| served.iter().any(|s| std::ptr::eq(*c, *s)));
     if !same {
         store.set_kinds(&mut st, kinds.replacing(group, plural, &served));
     }
@@ -446,7 +446,10 @@ fn same_conditions(a: &Value, b: &Value) -> bool {
 /// instance (each as a DELETE would: finalizers hold it), then, when none is left,
 /// stops serving and releases the definition.
 fn finalize(store: &Store, crd_kind: &'static ResourceKind, crd: &Value) -> bool {
-    if !crate::ops::finalizers(crd).iter().any(|f| f == CLEANUP_FINALIZER) {
+    if !crate::ops::finalizers(crd)
+        .iter()
+        .any(|f| f == CLEANUP_FINALIZER)
+    {
         return false;
     }
     let (group, plural) = group_plural(crd);
@@ -462,7 +465,10 @@ fn finalize(store: &Store, crd_kind: &'static ResourceKind, crd: &Value) -> bool
     }
     let mut new = crd.clone();
     let (reason, message) = if left > 0 {
-        ("InstanceDeletionInProgress", "CustomResource deletion is in progress")
+        (
+            "InstanceDeletionInProgress",
+            "CustomResource deletion is in progress",
+        )
     } else {
         ("InstanceDeletionCompleted", "removed all instances")
     };
@@ -498,9 +504,9 @@ fn terminating(crd: &Value, reason: &str, message: &str) -> Value {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let same = list.iter().any(|c| {
-        c["type"] == "Terminating" && c["reason"] == reason && c["message"] == message
-    });
+    let same = list
+        .iter()
+        .any(|c| c["type"] == "Terminating" && c["reason"] == reason && c["message"] == message);
     if !same {
         list.retain(|c| c["type"] != "Terminating");
         list.push(json!({"type": "Terminating", "status": "True",
@@ -535,7 +541,10 @@ pub fn load_manifests(dir: &Path) -> Result<Vec<Value>, String> {
         }
     }
     if out.is_empty() {
-        return Err(format!("{}: no CustomResourceDefinition found", dir.display()));
+        return Err(format!(
+            "{}: no CustomResourceDefinition found",
+            dir.display()
+        ));
     }
     Ok(out)
 }

@@ -1,0 +1,163 @@
+//! `x-kubernetes-validations`: the CEL rules of a CRD version's `openAPIV3Schema`, compiled
+//! once per version and evaluated on every write of a custom resource, with the semantics
+//! and error shapes of apiextensions-apiserver v1.36:
+//!
+//! - compiling, and the errors a CRD create/update reports for a rule:
+//!   `pkg/apiserver/schema/cel/compilation.go` and the `XValidations` checks of
+//!   `pkg/apis/apiextensions/validation/validation.go`;
+//! - evaluating, transition rules, ratcheting and the field errors of a failed rule:
+//!   `pkg/apiserver/schema/cel/validation.go`, `pkg/registry/customresource/strategy.go`;
+//! - how a schema types a value in CEL: `k8s.io/apiserver/pkg/cel/common/schemas.go`
+//!   (`SchemaDeclType`), `valuesunstructured.go` (`UnstructuredToVal`), `escaping.go`,
+//!   `maplist.go` and `equality.go` (`CorrelatedObject`);
+//! - the function libraries: `k8s.io/apiserver/pkg/cel/environment/base.go`.
+//!
+//! The `cel` crate parses and interprets CEL but has no type checker and no cost model, so:
+//! - a small checker here rejects what cel-go's checker would for the usual authoring
+//!   mistakes (an undefined field of an object, an undeclared identifier, a rule that is
+//!   not a bool, a `messageExpression` that is not a string, an invalid `duration`,
+//!   `timestamp` or regex literal, a list or map literal mixing types); deeper typing
+//!   errors (a call with arguments of the wrong types, iterating an object) surface at
+//!   evaluation as cel-go's runtime "no such overload" error instead of failing the CRD;
+//! - no cost is estimated or measured: the CRD-time cost limits (`StaticEstimatedCostLimit`)
+//!   and the runtime budgets (`PerCallLimit` 1,000,000, `RuntimeCELCostBudget` 10,000,000
+//!   of `k8s.io/apiserver/pkg/apis/cel/config.go`) are not enforced.
+//!
+//! Libraries: the standard library, optionals, the strings and lists extensions, the
+//! Kubernetes list functions (`isSorted`, `sum`, `min`, `max`, `indexOf`, `lastIndexOf`),
+//! `sets.contains/equivalent/intersects` and the Kubernetes quantity library. Not
+//! available (a rule calling them fails when evaluated, with "undeclared reference"): the
+//! regex `find`/`findAll` (the emulator has no regex crate of its own), `url`, `ip`,
+//! `cidr`, `format`, `semver` and the authz library, and the two-variable comprehensions
+//! (`all(k, v, ...)`, `transformMap`, ...), which the `cel` crate's interpreter lacks.
+
+mod check;
+mod compile;
+mod library;
+mod schema;
+#[cfg(test)]
+mod tests;
+mod values;
+mod walk;
+
+use serde_json::Value;
+
+use crate::status::Cause;
+use compile::{Compiler, Mode, Validator};
+use schema::{SchemaNode, build_node};
+use walk::{Corr, Ratchet, Walk};
+
+/// Every x-kubernetes-validations rule of one CRD version's schema, compiled once.
+pub(crate) struct Rules {
+    /// The schema's nodes, typing the values the rules see.
+    nodes: Vec<SchemaNode>,
+    /// Where rules are, from the root; `None` when the schema has none.
+    root: Option<Validator>,
+}
+
+impl Rules {
+    /// Compiles every rule in the schema. A rule that does not compile is an error of the
+    /// CRD itself, reported as the real server does at CRD create/update, under `path`
+    /// (e.g. path = "spec.versions[0].schema.openAPIV3Schema" gives
+    /// "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule").
+    pub(crate) fn compile(schema: &Value, path: &str) -> Result<Rules, Vec<Cause>> {
+        if !has_rules(schema) {
+            return Ok(Rules {
+                nodes: Vec::new(),
+                root: None,
+            });
+        }
+        let mut nodes = Vec::new();
+        let root_node = build_node(&mut nodes, schema, true);
+        let mut compiler = Compiler {
+            nodes: &nodes,
+            schema_errors: Vec::new(),
+            cel_errors: Vec::new(),
+        };
+        let root = compiler.validator(
+            schema,
+            root_node,
+            path,
+            Mode {
+                runtime: true,
+                report_cel: true,
+            },
+            None,
+        );
+        let mut errors = compiler.schema_errors;
+        errors.extend(compiler.cel_errors);
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Rules { nodes, root })
+    }
+
+    /// Evaluates every rule against the whole object (`obj`), with `old` on updates for
+    /// transition rules, and returns the failures as field errors.
+    pub(crate) fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
+        self.validate_with_warnings(obj, old).0
+    }
+
+    /// Like [`Rules::validate`], also returning the warnings of ratcheted failures: on an
+    /// update, a rule (not a transition rule) failing on a value that did not change is a
+    /// warning, not an error (`CRDValidationRatcheting`, on by default). Warnings are
+    /// rendered as `field: message`, as the server's `Warning` headers carry them.
+    pub(crate) fn validate_with_warnings(
+        &self,
+        obj: &Value,
+        old: Option<&Value>,
+    ) -> (Vec<Cause>, Vec<String>) {
+        let Some(root) = &self.root else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut walk = Walk {
+            nodes: &self.nodes,
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let ratchet = Ratchet {
+            current: old.map(|old| Corr {
+                new: obj,
+                old,
+                node: root.node,
+            }),
+            parent: None,
+        };
+        let mut path = String::new();
+        walk.node(root, &mut path, obj, old, ratchet);
+        (walk.errors, walk.warnings)
+    }
+
+    /// True when the schema has no rules (lets callers skip work).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.root.is_none()
+    }
+}
+
+/// Whether any node of a schema carries rules.
+fn has_rules(schema: &Value) -> bool {
+    let Value::Object(s) = schema else {
+        return false;
+    };
+    if s.get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+        .is_some_and(|r| !r.is_empty())
+    {
+        return true;
+    }
+    let props = s
+        .get("properties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|p| p.values());
+    let all_of = s
+        .get("allOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    props
+        .chain(all_of)
+        .chain(s.get("items"))
+        .chain(s.get("additionalProperties"))
+        .any(has_rules)
+}
