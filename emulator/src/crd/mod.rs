@@ -9,6 +9,7 @@
 //! (`structural`) and its CEL rules (`cel`).
 
 pub(crate) mod cel;
+mod duration;
 pub(crate) mod structural;
 
 use std::collections::HashMap;

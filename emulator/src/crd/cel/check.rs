@@ -1,5 +1,6 @@
 //! Checking: the part of cel-go's type checker that catches authoring mistakes.
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use cel::common::ast::{CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, SourceInfo};
@@ -30,6 +31,8 @@ pub(super) enum Ty {
     Map(Box<Ty>, Box<Ty>),
     Object(NodeId),
     Optional(Box<Ty>),
+    /// The Kubernetes `quantity` type.
+    Quantity,
 }
 
 impl Ty {
@@ -147,14 +150,23 @@ fn parse_issues(errors: &ParseErrors) -> Vec<Issue> {
         .collect()
 }
 
-/// Parses and checks an expression with `self` (and `oldSelf`) typed: the program, its
-/// type, and whether it refers to `oldSelf`; or the rendered compile errors.
+/// A checked expression: the program, its type, whether it refers to `oldSelf`, and the
+/// type of each of its sub-expressions by id (for the cost model).
+pub(super) struct Checked {
+    pub(super) program: Program,
+    pub(super) ty: Ty,
+    pub(super) uses_old_self: bool,
+    pub(super) types: HashMap<u64, Ty>,
+}
+
+/// Parses and checks an expression with `self` (and `oldSelf`) typed, or returns the
+/// rendered compile errors.
 pub(super) fn check_expression(
     nodes: &[SchemaNode],
     source: &str,
     self_ty: &Ty,
     old_ty: &Ty,
-) -> Result<(Program, Ty, bool), String> {
+) -> Result<Checked, String> {
     let program = env()
         .compile(source)
         .map_err(|e| render_issues(source, parse_issues(&e)))?;
@@ -168,13 +180,20 @@ pub(super) fn check_expression(
         issues: Vec::new(),
         uses_old_self: false,
         in_format: false,
+        types: HashMap::new(),
     };
     let ty = checker.check(program.expression());
     if !checker.issues.is_empty() {
         return Err(render_issues(source, checker.issues));
     }
     let uses_old_self = checker.uses_old_self;
-    Ok((program, ty, uses_old_self))
+    let types = std::mem::take(&mut checker.types);
+    Ok(Checked {
+        program,
+        ty,
+        uses_old_self,
+        types,
+    })
 }
 
 struct Checker<'a> {
@@ -185,6 +204,8 @@ struct Checker<'a> {
     uses_old_self: bool,
     /// Checking the arguments of `format()` (or lists and maps in them).
     in_format: bool,
+    /// The type found for each sub-expression.
+    types: HashMap<u64, Ty>,
 }
 
 /// The names a bare identifier may be besides variables: CEL's type names.
@@ -239,13 +260,16 @@ impl Checker<'_> {
     }
 
     fn check(&mut self, e: &IdedExpr) -> Ty {
-        if !matches!(e.expr, Expr::List(_) | Expr::Map(_)) {
+        let t = if !matches!(e.expr, Expr::List(_) | Expr::Map(_)) {
             let in_format = std::mem::replace(&mut self.in_format, false);
             let t = self.check_expr(e);
             self.in_format = in_format;
-            return t;
-        }
-        self.check_expr(e)
+            t
+        } else {
+            self.check_expr(e)
+        };
+        self.types.insert(e.id, t.clone());
+        t
     }
 
     fn check_expr(&mut self, e: &IdedExpr) -> Ty {
@@ -487,6 +511,8 @@ impl Checker<'_> {
             "timestamp" => Ty::Timestamp,
             "dyn" => Ty::Dyn,
             "type" => Ty::Type,
+            "quantity" if call.target.is_none() => Ty::Quantity,
+            "add" | "sub" if first == Some(Ty::Quantity) => Ty::Quantity,
             "split" => Ty::List(Box::new(Ty::String)),
             "reverse" => first.unwrap_or(Ty::Unknown),
             "sort" | "slice" | "distinct" => first.unwrap_or(Ty::Unknown),

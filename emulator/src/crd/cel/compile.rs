@@ -6,7 +6,12 @@ use std::collections::HashMap;
 use cel::Program;
 use serde_json::Value;
 
-use super::check::{Ty, check_expression, node_ty};
+use super::check::{Checked, Ty, check_expression, node_ty};
+use super::cost::{
+    STATIC_ESTIMATED_COST_LIMIT, SchemaSizes, TotalCost, cost_error_message, max_cardinality,
+    max_elements_factor, multiply_guard,
+};
+use super::estimate::estimate;
 use super::schema::{NodeId, SchemaNode, str_of};
 use crate::status::Cause;
 
@@ -43,6 +48,10 @@ pub(super) struct Rule {
     /// `Ok(None)` for a blank rule (skipped), `Err` with the compile error.
     pub(super) program: Result<Option<Program>, String>,
     pub(super) message_expression: Option<Program>,
+    pub(super) message_expression_source: String,
+    /// The types of the rule's and the messageExpression's sub-expressions (cost model).
+    pub(super) types: HashMap<u64, Ty>,
+    pub(super) message_types: HashMap<u64, Ty>,
 }
 
 /// What a schema position is compiled for: `runtime` builds validators (not for `anyOf`,
@@ -59,6 +68,8 @@ pub(super) struct Compiler<'a> {
     /// `OpenAPISchemaErrorList.SchemaErrors`, then `CELErrors`, as the server lists them.
     pub(super) schema_errors: Vec<Cause>,
     pub(super) cel_errors: Vec<Cause>,
+    /// The estimated costs of the rules compiled so far (`CELSchemaContext.TotalCost`).
+    pub(super) total_cost: TotalCost,
 }
 
 /// The rule's fields as written (`apiextensions.ValidationRule`).
@@ -123,9 +134,13 @@ impl Compiler<'_> {
         path: &str,
         mode: Mode,
         forbid_old_self: Option<&str>,
+        cardinality: Option<u64>,
     ) -> Option<Validator> {
         let schema_errors_before = self.schema_errors.len();
         let n = &self.nodes[node];
+        // `childContext`: how many times the children of this schema may occur.
+        let child_cardinality =
+            cardinality.and_then(|c| max_elements_factor(vschema).map(|f| multiply_guard(c, f)));
         let mut v = Validator {
             node,
             rules: Vec::new(),
@@ -144,7 +159,7 @@ impl Compiler<'_> {
         ) {
             let p = format!("{path}.additionalProperties");
             v.additional = self
-                .validator(sub, child, &p, mode, forbid_old_self)
+                .validator(sub, child, &p, mode, forbid_old_self, child_cardinality)
                 .map(Box::new);
         }
         if let Some(props) = vschema.get("properties").and_then(Value::as_object) {
@@ -163,9 +178,14 @@ impl Compiler<'_> {
                 };
                 // A property the node lacks (under allOf) is only checked.
                 let child = child.unwrap_or(node);
-                if let Some(pv) =
-                    self.validator(sub, child, &p, sub_mode, forbid_old_self.or(own_forbid))
-                    && sub_mode.runtime
+                if let Some(pv) = self.validator(
+                    sub,
+                    child,
+                    &p,
+                    sub_mode,
+                    forbid_old_self.or(own_forbid),
+                    child_cardinality,
+                ) && sub_mode.runtime
                 {
                     v.props.insert(name.clone(), pv);
                 }
@@ -179,7 +199,8 @@ impl Compiler<'_> {
                         runtime: mode.runtime && nested,
                         report_cel: false,
                     };
-                    if let Some(a) = self.validator(sub, node, &p, sub_mode, forbid_old_self)
+                    if let Some(a) =
+                        self.validator(sub, node, &p, sub_mode, forbid_old_self, cardinality)
                         && sub_mode.runtime
                     {
                         v.all_of.push(a);
@@ -193,14 +214,21 @@ impl Compiler<'_> {
                 runtime: false,
                 report_cel: false,
             };
-            self.validator(sub, node, &p, sub_mode, forbid_old_self);
+            self.validator(sub, node, &p, sub_mode, forbid_old_self, cardinality);
         }
         if let (Some(sub), Some(child)) = (vschema.get("items").filter(|i| i.is_object()), n.items)
         {
             let p = format!("{path}.items");
             let own_forbid = (str_of(vschema, "x-kubernetes-list-type") != "map").then_some(path);
             v.items = self
-                .validator(sub, child, &p, mode, forbid_old_self.or(own_forbid))
+                .validator(
+                    sub,
+                    child,
+                    &p,
+                    mode,
+                    forbid_old_self.or(own_forbid),
+                    child_cardinality,
+                )
                 .map(Box::new);
         }
 
@@ -213,7 +241,13 @@ impl Compiler<'_> {
             self.check_rule_fields(&specs, node, path);
             let report = mode.report_cel && self.schema_errors.len() == schema_errors_before;
             if mode.runtime || report {
-                self.compile_rules(&mut v, &specs, path, report, forbid_old_self);
+                let ctx = RuleContext {
+                    path,
+                    report,
+                    forbid_old_self,
+                    cardinality,
+                };
+                self.compile_rules(&mut v, &specs, ctx);
             }
         }
 
@@ -290,14 +324,13 @@ impl Compiler<'_> {
     }
 
     /// Compiles the rules of one node, reporting what fails as CRD errors when `report`.
-    fn compile_rules(
-        &mut self,
-        v: &mut Validator,
-        specs: &[RuleSpec],
-        path: &str,
-        report: bool,
-        forbid_old_self: Option<&str>,
-    ) {
+    fn compile_rules(&mut self, v: &mut Validator, specs: &[RuleSpec], ctx: RuleContext<'_>) {
+        let RuleContext {
+            path,
+            report,
+            forbid_old_self,
+            cardinality,
+        } = ctx;
         let nodes = self.nodes;
         let Some(self_ty) = node_ty(nodes, v.node) else {
             // `Compile` fails as a whole: the node has no CEL type.
@@ -316,6 +349,18 @@ impl Compiler<'_> {
             let at = |field: &str| format!("{path}.x-kubernetes-validations[{i}].{field}");
             let compiled = compile_rule(nodes, v.node, &self_ty, spec);
             if report {
+                // `getExpressionCost`: the rule's cost times how many times it may run.
+                let times = cardinality.unwrap_or_else(|| max_cardinality(nodes[v.node].min_size));
+                let cost = multiply_guard(compiled.max_cost, times);
+                if cost > STATIC_ESTIMATED_COST_LIMIT {
+                    let detail = cost_error_message(
+                        "estimated rule cost",
+                        cost,
+                        STATIC_ESTIMATED_COST_LIMIT,
+                    );
+                    self.cel_errors.push(Cause::forbidden(at("rule"), &detail));
+                }
+                self.total_cost.observe(at("rule"), cost);
                 if let Err(detail) = &compiled.rule.program {
                     self.cel_errors
                         .push(invalid_raw(at("rule"), &spec.go_json(), detail));
@@ -326,6 +371,18 @@ impl Compiler<'_> {
                         &spec.go_json(),
                         detail,
                     ));
+                } else if compiled.rule.message_expression.is_some() {
+                    let cost = compiled.message_max_cost;
+                    if cost > STATIC_ESTIMATED_COST_LIMIT {
+                        let detail = cost_error_message(
+                            "estimated messageExpression cost",
+                            cost,
+                            STATIC_ESTIMATED_COST_LIMIT,
+                        );
+                        self.cel_errors
+                            .push(Cause::forbidden(at("messageExpression"), &detail));
+                    }
+                    self.total_cost.observe(at("messageExpression"), cost);
                 }
                 if compiled.rule.uses_old_self {
                     if let Some(within) = forbid_old_self {
@@ -368,9 +425,22 @@ fn invalid_raw(field: String, rendered: &str, detail: &str) -> Cause {
     )
 }
 
+/// Where a node's rules are, and what their CRD errors and costs depend on.
+#[derive(Clone, Copy)]
+struct RuleContext<'a> {
+    path: &'a str,
+    report: bool,
+    forbid_old_self: Option<&'a str>,
+    /// `CELSchemaContext.MaxCardinality`: `None` when under a list or map without a limit.
+    cardinality: Option<u64>,
+}
+
 struct Compiled {
     rule: Rule,
     message_expression_error: Option<String>,
+    /// The estimated worst-case costs (`MaxCost`, `MessageExpressionMaxCost`).
+    max_cost: u64,
+    message_max_cost: u64,
 }
 
 /// `compileRule`: the rule, then its messageExpression, then its fieldPath.
@@ -384,14 +454,21 @@ fn compile_rule(nodes: &[SchemaNode], node: NodeId, self_ty: &Ty, spec: &RuleSpe
         uses_old_self: false,
         program: Ok(None),
         message_expression: None,
+        message_expression_source: spec.message_expression.clone(),
+        types: HashMap::new(),
+        message_types: HashMap::new(),
     };
     let mut message_expression_error = None;
+    let (mut max_cost, mut message_max_cost) = (0, 0);
     if spec.rule.trim().is_empty() {
         return Compiled {
             rule,
             message_expression_error,
+            max_cost,
+            message_max_cost,
         };
     }
+    let mut sizes = SchemaSizes { nodes, root: node };
     let old_ty = if rule.optional_old_self {
         Ty::Optional(Box::new(self_ty.clone()))
     } else {
@@ -399,11 +476,18 @@ fn compile_rule(nodes: &[SchemaNode], node: NodeId, self_ty: &Ty, spec: &RuleSpe
     };
     match check_expression(nodes, &spec.rule, self_ty, &old_ty) {
         Err(issues) => rule.program = Err(format!("compilation failed: {issues}")),
-        Ok((program, ty, uses_old_self)) => {
+        Ok(Checked {
+            program,
+            ty,
+            uses_old_self,
+            types,
+        }) => {
             rule.uses_old_self = uses_old_self;
             if ty.is_concrete() && ty != Ty::Bool {
                 rule.program = Err("cel expression must evaluate to a bool".to_string());
             } else {
+                max_cost = estimate(program.expression(), &types, &mut sizes);
+                rule.types = types;
                 rule.program = Ok(Some(program));
                 if !spec.message_expression.is_empty() {
                     match check_expression(nodes, &spec.message_expression, self_ty, &old_ty) {
@@ -411,11 +495,16 @@ fn compile_rule(nodes: &[SchemaNode], node: NodeId, self_ty: &Ty, spec: &RuleSpe
                             message_expression_error =
                                 Some(format!("messageExpression compilation failed: {issues}"))
                         }
-                        Ok((_, ty, _)) if ty.is_concrete() && ty != Ty::String => {
+                        Ok(c) if c.ty.is_concrete() && c.ty != Ty::String => {
                             message_expression_error =
                                 Some("messageExpression must evaluate to a string".to_string())
                         }
-                        Ok((p, _, _)) => rule.message_expression = Some(p),
+                        Ok(c) => {
+                            message_max_cost =
+                                estimate(c.program.expression(), &c.types, &mut sizes);
+                            rule.message_types = c.types;
+                            rule.message_expression = Some(c.program);
+                        }
                     }
                 }
                 if message_expression_error.is_none() && !spec.field_path.is_empty() {
@@ -427,6 +516,8 @@ fn compile_rule(nodes: &[SchemaNode], node: NodeId, self_ty: &Ty, spec: &RuleSpe
     Compiled {
         rule,
         message_expression_error,
+        max_cost,
+        message_max_cost,
     }
 }
 

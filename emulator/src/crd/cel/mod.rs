@@ -19,9 +19,32 @@
 //!   `timestamp` or regex literal, a list or map literal mixing types); deeper typing
 //!   errors (a call with arguments of the wrong types, iterating an object) surface at
 //!   evaluation as cel-go's runtime "no such overload" error instead of failing the CRD;
-//! - no cost is estimated or measured: the CRD-time cost limits (`StaticEstimatedCostLimit`)
-//!   and the runtime budgets (`PerCallLimit` 1,000,000, `RuntimeCELCostBudget` 10,000,000
-//!   of `k8s.io/apiserver/pkg/apis/cel/config.go`) are not enforced.
+//! - costs (`cost.rs`, `estimate.rs`): at CRD create/update each rule's and
+//!   messageExpression's worst-case cost is estimated as cel-go's `checker/cost.go` does
+//!   (with the Kubernetes library's and the lists/sets extensions' call costs, and the
+//!   sizes `SchemaDeclType` derives from `maxItems`/`maxLength`/`maxProperties`, or else
+//!   from the 3 MiB request size); a rule's cost, times how many times its node can occur
+//!   (`MaxCardinality`), must stay within `StaticEstimatedCostLimit` (10,000,000), and the
+//!   schema's total within `StaticEstimatedCRDCostLimit` (100,000,000), reported as the
+//!   Forbidden errors of validation.go. The `cel` crate cannot meter an evaluation, so
+//!   the runtime cost is that same estimator run with the sizes of the values the rule
+//!   reads (the largest string, list or map at each path, across list items and map
+//!   values) instead of the schema's: an upper bound of cel-go's actual cost, exact for
+//!   straight-line rules and comprehensions that run to the end, and higher where cel-go
+//!   stops early (`exists`, `&&`/`||` short-circuits, the untaken `?:` branch) or where
+//!   its runtime formula is cheaper than its estimate (`join`, the list functions). It is
+//!   charged before evaluating: above `PerCallLimit` (1,000,000) the rule fails with
+//!   cel-go's cancellation error (charged as just past the limit), and past the object's
+//!   `RuntimeCELCostBudget` (10,000,000) validation stops, with the errors of
+//!   validation.go. Approximations: types come from the small checker, so where it knows
+//!   no type the estimate assumes an O(1) overload (`+`, comparisons) rather than
+//!   cel-go's string or list one; Kubernetes types other than quantities (IP, CIDR, URL,
+//!   semver, format) are not modelled (their functions are unavailable anyway); the
+//!   per-expression limit is not waived for an unchanged schema on CRD update
+//!   (`suppressPerExpressionCost`), as `Rules::compile` does not see the old schema; and,
+//!   deliberately, in a messageExpression `string()` of a number or bool is taken to be at
+//!   most 32 characters, where cel-go gives it no size (the real server refuses
+//!   `'at most ' + string(self.max)` as far beyond the budget).
 //!
 //! Libraries: the standard library, optionals, the strings and lists extensions, the
 //! Kubernetes list functions (`isSorted`, `sum`, `min`, `max`, `indexOf`, `lastIndexOf`),
@@ -33,6 +56,10 @@
 
 mod check;
 mod compile;
+mod cost;
+#[cfg(test)]
+mod cost_tests;
+mod estimate;
 mod library;
 mod schema;
 #[cfg(test)]
@@ -44,6 +71,9 @@ use serde_json::Value;
 
 use crate::status::Cause;
 use compile::{Compiler, Mode, Validator};
+use cost::{
+    RUNTIME_CEL_COST_BUDGET, STATIC_ESTIMATED_CRD_COST_LIMIT, TotalCost, cost_error_message,
+};
 use schema::{SchemaNode, build_node};
 use walk::{Corr, Ratchet, Walk};
 
@@ -73,6 +103,7 @@ impl Rules {
             nodes: &nodes,
             schema_errors: Vec::new(),
             cel_errors: Vec::new(),
+            total_cost: TotalCost::default(),
         };
         let root = compiler.validator(
             schema,
@@ -83,9 +114,28 @@ impl Rules {
                 report_cel: true,
             },
             None,
+            Some(1),
         );
         let mut errors = compiler.schema_errors;
         errors.extend(compiler.cel_errors);
+        // The CRD-wide limit, checked once the whole schema is (validation.go).
+        let total = &compiler.total_cost;
+        if total.total > STATIC_ESTIMATED_CRD_COST_LIMIT {
+            for (rule, _) in &total.most_expensive {
+                errors.push(Cause::forbidden(
+                    rule.clone(),
+                    "contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema",
+                ));
+            }
+            errors.push(Cause::forbidden(
+                path,
+                &cost_error_message(
+                    "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema",
+                    total.total,
+                    STATIC_ESTIMATED_CRD_COST_LIMIT,
+                ),
+            ));
+        }
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -114,6 +164,7 @@ impl Rules {
             nodes: &self.nodes,
             errors: Vec::new(),
             warnings: Vec::new(),
+            remaining: RUNTIME_CEL_COST_BUDGET,
         };
         let ratchet = Ratchet {
             current: old.map(|old| Corr {

@@ -35,6 +35,11 @@ pub(super) struct SchemaNode {
     /// `SchemaDeclType` gives this node a CEL type: values of nodes without one (no type
     /// and not int-or-string, or a list or map of such) are hidden from CEL.
     pub(super) exposed: bool,
+    /// `DeclType.MaxElements`: the most characters, items or properties a value may have,
+    /// from `maxLength`/`maxItems`/`maxProperties` or the request size (see `cost.rs`).
+    pub(super) max_elements: u64,
+    /// `DeclType.MinSerializedSize`: the fewest bytes a value serializes to in JSON.
+    pub(super) min_size: i64,
 }
 
 pub(super) fn str_of<'a>(s: &'a Value, key: &str) -> &'a str {
@@ -136,6 +141,9 @@ pub(super) fn build_node(
             _ => false,
         }
     };
+    let (max_elements, min_size) = super::cost::size_bounds(nodes, &node, schema);
+    node.max_elements = max_elements;
+    node.min_size = min_size;
     nodes[id] = node;
     id
 }

