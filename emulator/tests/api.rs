@@ -18,6 +18,13 @@ async fn start() -> (RunningEmulator, Client) {
     start_with(Emulator::builder()).await
 }
 
+/// An emulator with the published CRD manifests installed (`scripts/crds.sh`); their
+/// absence fails the test, naming the script.
+async fn start_with_published_crds() -> (RunningEmulator, Client) {
+    let crds = modelplane_emulator::published_crds_dir().unwrap_or_else(|e| panic!("{e}"));
+    start_with(Emulator::builder().crds(modelplane_emulator::Crds::Manifests(crds))).await
+}
+
 async fn start_with(b: modelplane_emulator::EmulatorBuilder) -> (RunningEmulator, Client) {
     let emu = b
         .bookmark_interval(Duration::from_millis(200))
@@ -459,7 +466,7 @@ async fn runtime_watcher_list_watch_and_streaming_lists() {
 
 #[tokio::test]
 async fn defaulting_like_the_real_server() {
-    let (_emu, client) = start().await;
+    let (_emu, client) = start_with_published_crds().await;
     let deps: Api<Deployment> = Api::default_namespaced(client.clone());
     let d = deps
         .create(
@@ -1567,7 +1574,7 @@ fn dynamic_api(client: &Client, group: &str, kind: &str, plural: &str) -> Api<Dy
 
 #[tokio::test]
 async fn gateway_api_and_inference_pool_schemas() {
-    let (_emu, client) = start().await;
+    let (_emu, client) = start_with_published_crds().await;
     let pp = PatchParams::apply("modelplane");
     let gateways = dynamic_api(&client, "gateway.networking.k8s.io", "Gateway", "gateways");
     let gw = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "gw"},
@@ -1993,7 +2000,7 @@ async fn pod_admission_priority_and_service_accounts() {
 /// pkg/apiserver/schema/cel/validation.go), on create and on server-side apply alike.
 #[tokio::test]
 async fn httproute_path_values_are_checked_like_the_crds_cel_rules() {
-    let (_emu, client) = start().await;
+    let (_emu, client) = start_with_published_crds().await;
     let routes = httproute_api(&client);
     for (value, message) in [
         (
