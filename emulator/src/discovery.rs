@@ -154,9 +154,15 @@ pub fn resource_list(kinds: &Kinds, group: &str, version: &str) -> Option<Value>
                 "binding" => ("Binding", json!(["create"])),
                 "scale" => ("Scale", json!(["get", "patch", "update"])),
                 // A connecter's verbs follow its HTTP methods (GET get, POST create, PUT
-                // update, PATCH patch, DELETE delete; pkg/registry/core/service/proxy.go).
+                // update, PATCH patch, DELETE delete), the same for both proxies
+                // (pkg/registry/core/service/proxy.go, pod/rest/subresources.go); the
+                // kind is their connect options' (`ServiceProxyOptions`, `PodProxyOptions`).
                 "proxy" => (
-                    "ServiceProxyOptions",
+                    if k.kind == "Pod" {
+                        "PodProxyOptions"
+                    } else {
+                        "ServiceProxyOptions"
+                    },
                     json!(["create", "delete", "get", "patch", "update"]),
                 ),
                 _ => (k.kind, json!(["update"])),

@@ -1,7 +1,7 @@
 //! The HTTP surface: URL parsing into (kind, namespace, name, subresource), query options,
 //! CRUD and list handlers and the request log. Watches live in `watch.rs`, Tables in
-//! `table.rs`, scale and binding in `subresources.rs`, the Services' `proxy` subresource in
-//! `cluster/service_proxy.rs`; the response and body encoding and the write options they
+//! `table.rs`, scale and binding in `subresources.rs`, the Services' and Pods' `proxy`
+//! subresources in `cluster/service_proxy.rs` and `cluster/pod_proxy.rs`; the response and body encoding and the write options they
 //! all share live in `wire.rs`, below all of them.
 //!
 //! Every request passes through one axum middleware (`record`), which also applies the
@@ -85,7 +85,7 @@ pub struct AppState {
     pub faults: crate::cluster::Faults,
     /// `apiserver_request_total`, counted in `record` and served at `/metrics`.
     pub metrics: crate::metrics::Metrics,
-    /// The Gateway data plane's state, which the service proxy shares.
+    /// The Gateway data plane's state, which the service and pod proxies share.
     pub plane: crate::cluster::dataplane::Plane,
 }
 
@@ -227,11 +227,19 @@ async fn dispatch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    // `services/{name}/proxy[/{path...}]` takes the rest of the path as it is.
+    // `services/{name}/proxy[/{path...}]` and `pods/{name}/proxy[/{path...}]` take the
+    // rest of the path as it is.
     if let Some(p) = crate::cluster::service_proxy::parse(uri.path()) {
-        return crate::cluster::service_proxy::serve(&state.store, &state.plane, &method, p, &body)
-            .await
-            .unwrap_or_else(IntoResponse::into_response);
+        use crate::cluster::{pod_proxy, service_proxy};
+        let answer = match p.resource {
+            service_proxy::Proxied::Service => {
+                service_proxy::serve(&state.store, &state.plane, &method, p, &body).await
+            }
+            service_proxy::Proxied::Pod => {
+                pod_proxy::serve(&state.store, &state.plane, &method, p, &body).await
+            }
+        };
+        return answer.unwrap_or_else(IntoResponse::into_response);
     }
     let query = parse_query(uri.query().unwrap_or(""));
     match route(&state, &method, uri.path(), &query, &headers, body).await {

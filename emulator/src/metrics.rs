@@ -121,7 +121,8 @@ fn labels(kinds: &Kinds, req: &RequestInfo<'_>, code: u16) -> Option<Labels> {
         ["namespaces", _, plural] => (plural, true, None, ""),
         ["namespaces", _, plural, n] => (plural, true, Some(*n), ""),
         ["namespaces", _, plural, n, s] => (plural, true, Some(*n), *s),
-        // `services/{name}/proxy/{path...}`: a connect subresource with a path.
+        // `services/{name}/proxy/{path...}`, `pods/{name}/proxy/{path...}`: a connect
+        // subresource with a path.
         ["namespaces", _, plural, n, "proxy", ..] => (plural, true, Some(*n), "proxy"),
         [plural, n] => (plural, false, Some(*n), ""),
         [plural, n, s] => (plural, false, Some(*n), *s),
@@ -136,7 +137,7 @@ fn labels(kinds: &Kinds, req: &RequestInfo<'_>, code: u16) -> Option<Labels> {
             .query
             .get("watch")
             .is_some_and(|w| !w.is_empty() && w != "0" && !w.eq_ignore_ascii_case("false"));
-    // Connect subresources (the service proxy) count under the installer's "CONNECT"
+    // Connect subresources (the service and pod proxies) count under the installer's "CONNECT"
     // action whatever the method (k8s.io/apiserver pkg/endpoints/installer.go).
     let verb = match (req.method, name.is_some()) {
         _ if sub == "proxy" => "CONNECT",

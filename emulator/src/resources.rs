@@ -132,7 +132,7 @@ impl ResourceKind {
             return if v.scale.is_some() { &["scale"] } else { &[] };
         }
         match (self.group, self.plural) {
-            ("", "pods") => &["binding"],
+            ("", "pods") => &["binding", "proxy"],
             ("", "services") => &["proxy"],
             ("", "namespaces") => &["finalize"],
             ("apps", "deployments") | ("apps", "replicasets") => &["scale"],

@@ -802,3 +802,70 @@ async fn kubectl_apply_of_the_published_crds_serves_them_until_they_are_deleted(
     let empty = env.ok(&["get", "lws", "-o", "name"], None).await;
     assert_eq!(empty, "");
 }
+
+// `kubectl get --raw` through the Pods' proxy subresource (pkg/registry/core/pod/rest/
+// subresources.go): a sim pod's vLLM-style /metrics, on the first declared container port
+// as ResourceLocation (pkg/registry/core/pod/strategy.go) picks it, and the real NotFound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_raw_reads_a_sim_pods_metrics_through_the_pod_proxy() {
+    let builder = Emulator::builder()
+        .nodes(1)
+        .start_delay(Duration::from_millis(100));
+    let env = Env::start_with(kubectl_path(), builder).await;
+    let pod = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: qwen-0
+  labels: {modelplane.io/engine: sim}
+spec:
+  containers:
+  - name: server
+    image: ghcr.io/llm-d/llm-d-inference-sim:v0.5.1
+    args: [--model, qwen, --port, "8000"]
+    ports:
+    - {name: http, containerPort: 8000}
+"#;
+    env.ok(&["apply", "-f", "-"], Some(pod)).await;
+    env.ok(
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "pod/qwen-0",
+            "--timeout=30s",
+        ],
+        None,
+    )
+    .await;
+    let metrics = env
+        .ok(
+            &[
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/pods/qwen-0/proxy/metrics",
+            ],
+            None,
+        )
+        .await;
+    assert!(
+        metrics.contains("vllm:num_requests_running{model_name=\"qwen\"} 0"),
+        "{metrics}"
+    );
+    let out = env
+        .run(
+            &[
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/pods/nope:8000/proxy/metrics",
+            ],
+            None,
+        )
+        .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Error from server (NotFound): pods \"nope\" not found"),
+        "{stderr}"
+    );
+    env.emu.shutdown().await;
+}

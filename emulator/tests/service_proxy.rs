@@ -121,44 +121,9 @@ fn proxy(service: &str, path: &str) -> String {
     format!("/api/v1/namespaces/default/services/{service}/proxy{path}")
 }
 
-/// One raw answer through the `kube` client (status, lower-case headers, body).
-struct Answer {
-    status: u16,
-    headers: http::HeaderMap,
-    body: String,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-    fn pod(&self) -> &str {
-        self.headers
-            .get("x-emulator-pod")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    }
-}
-
-async fn send(client: &Client, method: &str, path: &str, body: Option<Value>) -> Answer {
-    let mut req = http::Request::builder().method(method).uri(path);
-    if body.is_some() {
-        req = req.header("content-type", "application/json");
-    }
-    let body = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
-    let res = client
-        .send(req.body(kube::client::Body::from(body)).unwrap())
-        .await
-        .unwrap();
-    let status = res.status().as_u16();
-    let headers = res.headers().clone();
-    let bytes = res.into_body().collect_bytes().await.unwrap();
-    Answer {
-        status,
-        headers,
-        body: String::from_utf8(bytes.to_vec()).unwrap(),
-    }
-}
+#[path = "support/raw.rs"]
+mod raw;
+use raw::send;
 
 fn chat(model: &str) -> Value {
     json!({"model": model, "messages": [{"role": "user", "content": "hello there"}]})

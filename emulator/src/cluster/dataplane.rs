@@ -1273,9 +1273,10 @@ async fn openai(
     }
 }
 
-// The API server's service proxy (`service_proxy.rs`) shares the data plane's state: its
-// requests go to a Service's pods round robin, as a Service backendRef's do, and count in
-// the pods' in-flight load (and a sim pod's running/waiting requests) the same way.
+// The API server's service and pod proxies (`service_proxy.rs`, `pod_proxy.rs`) share the
+// data plane's state: service proxy requests go to a Service's pods round robin, as a
+// Service backendRef's do, pod proxy requests to the one pod, and both count in the pods'
+// in-flight load (and a sim pod's running/waiting requests) the same way.
 impl Plane {
     /// The data plane's state for a store, created once and shared by the Gateway
     /// listener and the API server.
@@ -1299,6 +1300,18 @@ impl Plane {
     ) -> Response {
         let target = self.any(&format!("Service/{ns}/{name}"), pods);
         answer(target, method, path, body).await
+    }
+
+    /// Sends a request to `pod` itself (the API server's pod proxy, `pod_proxy.rs`),
+    /// counted in flight as for the Gateway, and answers as that pod does.
+    pub(crate) async fn answer_for_pod(
+        &self,
+        pod: Value,
+        method: &Method,
+        path: &str,
+        body: &Bytes,
+    ) -> Response {
+        answer(self.target(pod), method, path, body).await
     }
 }
 

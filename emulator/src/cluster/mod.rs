@@ -15,6 +15,7 @@ pub(crate) mod faults;
 mod kubelet;
 mod networking;
 mod node_lifecycle;
+pub(crate) mod pod_proxy;
 mod quotas;
 mod scheduler;
 pub(crate) mod service_proxy;

@@ -43,6 +43,9 @@
 //! The emulator does no authorization; a real server needs verb `create` (POST), `get`
 //! (GET, HEAD), `update`, `patch` or `delete` on `services/proxy` (the verb follows the
 //! HTTP method: k8s.io/apiserver pkg/endpoints/request/requestinfo.go).
+//!
+//! The URL parsing, the path joining and `SplitSchemeNamePort` here are shared with the
+//! Pods' `proxy` subresource (`pod_proxy.rs`), which takes its URL the same way.
 
 use axum::body::Bytes;
 use axum::http::Method;
@@ -55,8 +58,10 @@ use super::{deleting, is_true};
 use crate::status::{ApiError, ApiResult};
 use crate::store::Store;
 
-/// The methods ProxyREST connects (pkg/registry/core/service/proxy.go).
-const PROXY_METHODS: [Method; 7] = [
+/// The methods ProxyREST connects: `proxyMethods` of the Services' (pkg/registry/core/
+/// service/proxy.go) and, the same list, of the Pods' (pkg/registry/core/pod/rest/
+/// subresources.go).
+pub(crate) const PROXY_METHODS: [Method; 7] = [
     Method::GET,
     Method::POST,
     Method::PUT,
@@ -66,13 +71,23 @@ const PROXY_METHODS: [Method; 7] = [
     Method::OPTIONS,
 ];
 
-/// A service proxy URL, taken apart.
+/// The resources whose `proxy` subresource the API server serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Proxied {
+    /// `services/{name}/proxy`: served here.
+    Service,
+    /// `pods/{name}/proxy`: served by `pod_proxy.rs`.
+    Pod,
+}
+
+/// A service or pod proxy URL, taken apart.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct ProxyRequest {
+    pub resource: Proxied,
     pub namespace: String,
     /// `name`, `name:port` or `scheme:name:port`, as written.
     pub id: String,
-    /// The path sent to the endpoint (empty: the root).
+    /// The path sent to the endpoint or pod (empty: the root).
     pub path: String,
 }
 
@@ -124,7 +139,9 @@ fn join_preserving_trailing_slash(p: &str) -> String {
     out
 }
 
-/// Recognises `/api/v1/namespaces/{ns}/services/{name}/proxy[/{path...}]`. The remaining
+/// Recognises `/api/v1/namespaces/{ns}/{services|pods}/{name}/proxy[/{path...}]`: both
+/// connecters take the `path` option the same way (`NewConnectOptions` returns `true,
+/// "path"` in pkg/registry/core/service/proxy.go and pod/rest/subresources.go). The remaining
 /// path is built as the apiserver's `getRequestOptions` builds the `path` connect option
 /// (k8s.io/apiserver pkg/endpoints/handlers/rest.go): the request's parts after
 /// `proxy`, with a leading slash, and a trailing slash when the request had one.
@@ -136,13 +153,18 @@ pub(crate) fn parse(raw_path: &str) -> Option<ProxyRequest> {
         "v1",
         "namespaces",
         ns,
-        "services",
+        plural,
         id,
         "proxy",
         rest @ ..,
     ] = parts.as_slice()
     else {
         return None;
+    };
+    let resource = match *plural {
+        "services" => Proxied::Service,
+        "pods" => Proxied::Pod,
+        _ => return None,
     };
     if ns.is_empty() || id.is_empty() {
         return None;
@@ -155,6 +177,7 @@ pub(crate) fn parse(raw_path: &str) -> Option<ProxyRequest> {
         p.push('/');
     }
     Some(ProxyRequest {
+        resource,
         namespace: ns.to_string(),
         id: id.to_string(),
         path: join_preserving_trailing_slash(&p),
@@ -163,8 +186,8 @@ pub(crate) fn parse(raw_path: &str) -> Option<ProxyRequest> {
 
 /// `utilnet.SplitSchemeNamePort` (k8s.io/apimachinery pkg/util/net/port_split.go):
 /// `name`, `name:port` or `scheme:name:port`, a non-empty name and a scheme of "",
-/// `http` or `https`.
-fn split_scheme_name_port(id: &str) -> Option<(&str, &str, &str)> {
+/// `http` or `https`. Both proxies' `ResourceLocation` split their id with it.
+pub(crate) fn split_scheme_name_port(id: &str) -> Option<(&str, &str, &str)> {
     let parts: Vec<&str> = id.split(':').collect();
     let (scheme, name, port) = match parts.as_slice() {
         [name] => ("", *name, ""),
@@ -319,7 +342,9 @@ mod tests {
     use super::*;
 
     fn parsed(p: &str) -> Option<(String, String, String)> {
-        parse(p).map(|r| (r.namespace, r.id, r.path))
+        parse(p)
+            .filter(|r| r.resource == Proxied::Service)
+            .map(|r| (r.namespace, r.id, r.path))
     }
 
     fn t(ns: &str, id: &str, path: &str) -> Option<(String, String, String)> {
@@ -353,8 +378,22 @@ mod tests {
         );
         assert_eq!(parsed("/api/v1/namespaces/a/services/q"), None);
         assert_eq!(parsed("/api/v1/namespaces/a/services/q/status"), None);
-        assert_eq!(parsed("/api/v1/namespaces/a/pods/q/proxy"), None);
         assert_eq!(parsed("/apis/v1/namespaces/a/services/q/proxy"), None);
+        assert_eq!(parse("/api/v1/namespaces/a/configmaps/q/proxy"), None);
+        // The Pods' proxy takes its path the same way.
+        assert_eq!(
+            parse("/api/v1/namespaces/team-a/pods/qwen-0:8000/proxy/metrics"),
+            Some(ProxyRequest {
+                resource: Proxied::Pod,
+                namespace: "team-a".into(),
+                id: "qwen-0:8000".into(),
+                path: "/metrics".into(),
+            })
+        );
+        assert_eq!(
+            parse("/api/v1/namespaces/a/pods/p/proxy/").map(|r| (r.resource, r.path)),
+            Some((Proxied::Pod, "/".into()))
+        );
     }
 
     // utilnet.SplitSchemeNamePort (k8s.io/apimachinery pkg/util/net/port_split.go).
