@@ -32,6 +32,9 @@ log "building modelplane and the emulator (release)"
 SQLX_OFFLINE=true cargo build --quiet --release --bin modelplane
 SQLX_OFFLINE=true cargo build --quiet --release -p modelplane-emulator --bin modelplane-emulator
 
+# The published CRDs, as a real cluster has them: custom resources are validated by them.
+crds=$PWD/$(scripts/crds.sh)
+
 work=$(mktemp -d)
 pids=()
 stop_all() {
@@ -82,7 +85,7 @@ for n in "${sizes[@]}"; do
   emu_port=$(free_port 16443)
   nodes=$(( n / 100 + 3 ))
   target/release/modelplane-emulator --listen "127.0.0.1:$emu_port" --kubeconfig-out "$work/kubeconfig" \
-    --nodes "$nodes" --start-delay 0s >"$work/emulator-$n.log" 2>&1 &
+    --nodes "$nodes" --start-delay 0s --crds "$crds" >"$work/emulator-$n.log" 2>&1 &
   emu=$!; pids+=("$emu")
   until curl -fsS "http://127.0.0.1:$emu_port/readyz" >/dev/null 2>&1; do
     kill -0 "$emu" 2>/dev/null || { cat "$work/emulator-$n.log"; die "the emulator did not start"; }

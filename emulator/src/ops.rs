@@ -505,7 +505,10 @@ pub fn create(
 ) -> ApiResult<WriteResult> {
     check_type(kind, &mut body)?;
     let warnings = field_validation(kind, &mut body, opts)?;
-    store.write(|st| create_locked(st, store, kind, ns, body, opts, false, warnings))
+    store.write(|st| {
+        crate::crd::refuse_create_while_terminating(st, store, kind)?;
+        create_locked(st, store, kind, ns, body, opts, false, warnings)
+    })
 }
 
 /// Creation with the lock held; `by_apply` when the object already carries apply's managedFields.

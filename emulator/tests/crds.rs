@@ -496,3 +496,73 @@ async fn a_tightened_schema_ratchets_unchanged_values() {
         )]
     );
 }
+
+/// Deleting a CRD whose instance has a finalizer: the CRD stays, `Terminating` (the
+/// finalizer controller, pkg/controller/finalizer/crd_finalizer.go, waits for the
+/// instances), creates are refused with 405 (customresource_handler.go serveResource),
+/// and once the instance's finalizer is cleared the instance and then the CRD are gone.
+#[tokio::test]
+async fn a_crd_waits_for_its_instances_finalizers_and_refuses_creates_meanwhile() {
+    let (_emu, client) = start().await;
+    crds(&client)
+        .create(&PostParams::default(), &widget_crd(None, json!([])))
+        .await
+        .unwrap();
+    established(&client).await;
+    let mut held = widget(json!({"size": "small"}));
+    held["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    widgets(&client)
+        .create(&PostParams::default(), &object(held))
+        .await
+        .unwrap();
+    crds(&client)
+        .delete("widgets.example.com", &Default::default())
+        .await
+        .unwrap();
+    let mut terminating = false;
+    for _ in 0..200 {
+        let crd = crds(&client).get("widgets.example.com").await.unwrap();
+        let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+        if conditions.iter().any(|c| {
+            c.type_ == "Terminating" && c.reason.as_deref() == Some("InstanceDeletionInProgress")
+        }) {
+            terminating = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(terminating, "the CRD says it waits for its instances");
+    let another = object(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "another"}, "spec": {}}));
+    let err = status(
+        widgets(&client)
+            .create(&PostParams::default(), &another)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (err.code, err.reason.as_str(), err.message.as_str()),
+        (
+            405,
+            "MethodNotAllowed",
+            "create not allowed while custom resource definition is terminating"
+        )
+    );
+    let release = json!({"metadata": {"finalizers": null}});
+    widgets(&client)
+        .patch("w", &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .unwrap();
+    for _ in 0..200 {
+        if crds(&client)
+            .get_opt("widgets.example.com")
+            .await
+            .unwrap()
+            .is_none()
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the CRD was not removed after its last instance went");
+}

@@ -497,6 +497,39 @@ fn finalize(store: &Store, crd_kind: &'static ResourceKind, crd: &Value) -> bool
     true
 }
 
+/// A create of a custom resource whose CRD is being deleted is refused (apiextensions-
+/// apiserver `pkg/apiserver/customresource_handler.go`, serveResource: 405 for the verb
+/// `create` while the CRD is terminating; other verbs go on, so finalizers can be cleared).
+pub(crate) fn refuse_create_while_terminating(
+    st: &crate::store::State,
+    store: &Store,
+    kind: &ResourceKind,
+) -> Result<(), crate::status::ApiError> {
+    if kind.crd.is_none() {
+        return Ok(());
+    }
+    let kinds = store.kinds();
+    let Some(crd_kind) =
+        kinds.by_resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    else {
+        return Ok(());
+    };
+    let name = format!("{}.{}", kind.plural, kind.group);
+    let terminating = st
+        .get(crd_kind, "", &name)
+        .is_some_and(|crd| crd.pointer("/metadata/deletionTimestamp").is_some());
+    if !terminating {
+        return Ok(());
+    }
+    let mut e = crate::status::ApiError::new(
+        405,
+        "MethodNotAllowed",
+        "create not allowed while custom resource definition is terminating",
+    );
+    e.details = Some(json!({"group": kind.group, "kind": kind.plural}));
+    Err(e)
+}
+
 /// The conditions with `Terminating` set (and `Established` kept, as the real server does
 /// until the definition is gone).
 fn terminating(crd: &Value, reason: &str, message: &str) -> Value {
