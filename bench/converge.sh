@@ -4,6 +4,8 @@
 #   bench/converge.sh                  # N = 100 and 1,000
 #   bench/converge.sh 100 1000 10000   # any list of N
 #   CLIENTS=16 IDLE_SECONDS=10 bench/converge.sh 1000
+#   GATEWAY=gateway-system/inference bench/converge.sh 1000   # with a Gateway: an HTTPRoute
+#                                      # per record, validated by the Gateway API's CRD
 #
 # For each N, on a fresh emulator (simulated cluster, zero pod start delay, enough nodes for
 # N pods) and a fresh database: modelplane's API and worker run as two processes
@@ -85,7 +87,8 @@ for n in "${sizes[@]}"; do
   emu_port=$(free_port 16443)
   nodes=$(( n / 100 + 3 ))
   target/release/modelplane-emulator --listen "127.0.0.1:$emu_port" --kubeconfig-out "$work/kubeconfig" \
-    --nodes "$nodes" --start-delay 0s --crds "$crds" >"$work/emulator-$n.log" 2>&1 &
+    --nodes "$nodes" --start-delay 0s --crds "$crds" ${GATEWAY:+--gateway "$GATEWAY"} \
+    >"$work/emulator-$n.log" 2>&1 &
   emu=$!; pids+=("$emu")
   until curl -fsS "http://127.0.0.1:$emu_port/readyz" >/dev/null 2>&1; do
     kill -0 "$emu" 2>/dev/null || { cat "$work/emulator-$n.log"; die "the emulator did not start"; }
@@ -96,7 +99,8 @@ for n in "${sizes[@]}"; do
   token="mpt_bench_$(head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
   common=(env DATABASE_URL="$db" MODELPLANE_BOOTSTRAP_TOKEN="$token" MODELPLANE_LOG=warn
           MODELPLANE_KUBECONFIG="$work/kubeconfig" MODELPLANE_INSTALLATION=bench
-          MODELPLANE_RATE_LIMIT_PER_MINUTE=100000000 MODELPLANE_RATE_LIMIT_BURST=10000000)
+          MODELPLANE_RATE_LIMIT_PER_MINUTE=100000000 MODELPLANE_RATE_LIMIT_BURST=10000000
+          ${GATEWAY:+MODELPLANE_GATEWAY="$GATEWAY"})
   "${common[@]}" MODELPLANE_ROLE=api MODELPLANE_LISTEN="127.0.0.1:$api_port" \
     MODELPLANE_DB_MAX_CONNECTIONS="$CLIENTS" target/release/modelplane serve >"$work/api-$n.log" 2>&1 &
   api=$!; pids+=("$api")
