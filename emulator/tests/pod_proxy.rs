@@ -100,20 +100,7 @@ fn proxy(id: &str, path: &str) -> String {
 
 #[path = "support/raw.rs"]
 mod raw;
-use raw::send;
-
-/// The Status of a failed request made with `Client::request_text`.
-async fn failure(client: &Client, method: &str, path: &str) -> kube::core::Status {
-    let req = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .body(Vec::new())
-        .unwrap();
-    match client.request_text(req).await {
-        Err(kube::Error::Api(s)) => *s,
-        other => panic!("{method} {path}: expected a Status, got {other:?}"),
-    }
-}
+use raw::{failure, send};
 
 // ProxyREST.Connect (pod/rest/subresources.go): ResourceLocation builds the pod's
 // location `{podIP}:{port}`, the `path` option is joined to it, and the pod's status,

@@ -123,23 +123,10 @@ fn proxy(service: &str, path: &str) -> String {
 
 #[path = "support/raw.rs"]
 mod raw;
-use raw::send;
+use raw::{failure, send};
 
 fn chat(model: &str) -> Value {
     json!({"model": model, "messages": [{"role": "user", "content": "hello there"}]})
-}
-
-/// The Status of a failed request made with `Client::request_text`.
-async fn failure(client: &Client, method: &str, path: &str) -> kube::core::Status {
-    let req = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .body(Vec::new())
-        .unwrap();
-    match client.request_text(req).await {
-        Err(kube::Error::Api(s)) => *s,
-        other => panic!("{method} {path}: expected a Status, got {other:?}"),
-    }
 }
 
 // ProxyREST.Connect (pkg/registry/core/service/proxy.go): ResourceLocation picks a ready

@@ -42,3 +42,16 @@ pub async fn send(client: &Client, method: &str, path: &str, body: Option<Value>
         body: String::from_utf8(bytes.to_vec()).unwrap(),
     }
 }
+
+/// The Status of a failed request made with `Client::request_text`.
+pub async fn failure(client: &Client, method: &str, path: &str) -> kube::core::Status {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .body(Vec::new())
+        .unwrap();
+    match client.request_text(req).await {
+        Err(kube::Error::Api(s)) => *s,
+        other => panic!("{method} {path}: expected a Status, got {other:?}"),
+    }
+}

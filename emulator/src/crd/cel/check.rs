@@ -272,6 +272,8 @@ impl Checker<'_> {
         t
     }
 
+    /// The type of an expression: one arm per expression kind (cel-go's checker walks
+    /// them the same way).
     fn check_expr(&mut self, e: &IdedExpr) -> Ty {
         match &e.expr {
             Expr::Literal(l) => match l {
@@ -429,6 +431,8 @@ impl Checker<'_> {
         }
     }
 
+    /// The type of a call: one arm per function the checker knows (a table, like
+    /// cel-go's overload declarations).
     fn call(&mut self, call: &CallExpr) -> Ty {
         if let Some(target) = &call.target
             && self.is_namespace(target)

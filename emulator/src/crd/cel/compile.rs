@@ -127,6 +127,8 @@ impl Compiler<'_> {
     /// Compiles the rules of `vschema` (the schema at this position, or an `allOf` entry
     /// of it) applying to values of `node`, and those below. `forbid_old_self` is the
     /// outermost path under which old values can't be correlated.
+    /// Long because it follows compilation.go's `Compile` step by step (each rule's
+    /// checks, cost and error in upstream's order), so the two read side by side.
     pub(super) fn validator(
         &mut self,
         vschema: &Value,

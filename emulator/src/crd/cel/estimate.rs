@@ -162,6 +162,7 @@ impl Coster<'_> {
         None
     }
 
+    /// `cost`: one arm per expression kind, as cel-go's `coster.cost` is laid out.
     fn cost(&mut self, e: &IdedExpr) -> Est {
         match &e.expr {
             Expr::Literal(_) | Expr::Unspecified => Est::fixed(0),
@@ -381,6 +382,8 @@ impl Coster<'_> {
     }
 
     /// `functionCost`: the call's cost (with or without its arguments') and result size.
+    /// A table of one arm per library function (cel-go's checker and Kubernetes's
+    /// `library/cost.go`), kept as one match so each arm can be set against upstream.
     fn function_cost(
         &mut self,
         e: &IdedExpr,

@@ -53,7 +53,7 @@ fn flag(s: &Value, key: &str) -> bool {
 /// Adds `schema` (and its properties, items and additionalProperties) to the arena. At a
 /// resource root (the CRD's root, or an `x-kubernetes-embedded-resource`), `apiVersion`,
 /// `kind`, `metadata.name` and `metadata.generateName` are always visible
-/// (`WithTypeAndObjectMeta`).
+/// (`WithTypeAndObjectMeta`). One function for every keyword, as `SchemaDeclType` is.
 pub(super) fn build_node(
     nodes: &mut Vec<SchemaNode>,
     schema: &Value,

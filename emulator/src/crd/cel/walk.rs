@@ -275,7 +275,8 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// `validateExpressions`: the rules of one node.
+    /// `validateExpressions`: the rules of one node. Long because it keeps upstream's order
+    /// (budget, transition rules, rule, messageExpression, ratcheting) in one place.
     fn expressions(
         &mut self,
         v: &Validator,
