@@ -83,6 +83,7 @@ async fn main() {
         limits: SpecLimits::default(),
         routing: Default::default(),
         gpu_resource_name: "nvidia.com/gpu".into(),
+        load_interval: std::time::Duration::from_secs(15),
     };
     let actor = Actor::system();
     create_project(

@@ -51,6 +51,7 @@ async fn main() {
         limits: SpecLimits::default(),
         routing: Default::default(),
         gpu_resource_name: "nvidia.com/gpu".into(),
+        load_interval: std::time::Duration::from_secs(15),
     };
     service::tokens::ensure_bootstrap_token(&ctx, TOKEN)
         .await

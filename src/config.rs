@@ -93,6 +93,39 @@ pub struct ServeConfig {
     pub cluster: ClusterConfig,
     #[command(flatten)]
     pub reconciler: ReconcilerConfig,
+    #[command(flatten)]
+    pub load: LoadConfig,
+}
+
+/// How the worker reads what the model servers serve (`status.load` and the metric series).
+#[derive(Debug, Clone, Args)]
+pub struct LoadConfig {
+    /// Seconds between readings of the model servers' metrics.
+    #[arg(long, env = "MODELPLANE_LOAD_INTERVAL_SECS", default_value_t = 15)]
+    pub load_interval_secs: u64,
+    /// A Prometheus to query (PromQL over its HTTP API) instead of reading the pods; a
+    /// PodMonitor is applied per deployment when the cluster serves that kind.
+    #[arg(long, env = "MODELPLANE_PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
+    /// How pods are read without Prometheus: `direct` (the pod IP, from inside the
+    /// cluster), `proxy` (the API server's pods/proxy), or `auto` (direct in a cluster,
+    /// proxy with a kubeconfig).
+    #[arg(long, env = "MODELPLANE_LOAD_SCRAPE", value_enum, default_value_t = ScrapeVia::Auto)]
+    pub load_scrape: ScrapeVia,
+    /// Seconds one pod's (or Prometheus') answer may take.
+    #[arg(long, env = "MODELPLANE_LOAD_TIMEOUT_SECS", default_value_t = 5)]
+    pub load_timeout_secs: u64,
+    /// Most bytes read of one pod's metrics page; a larger page is reported, not read.
+    #[arg(long, env = "MODELPLANE_LOAD_MAX_BYTES", default_value_t = 8 << 20)]
+    pub load_max_bytes: usize,
+}
+
+/// How pods' metrics pages are reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScrapeVia {
+    Auto,
+    Direct,
+    Proxy,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -128,6 +128,15 @@ catalogue! {
     WORKER_HEARTBEAT = "modelplane_worker_heartbeat_timestamp_seconds", Gauge in Seconds,
         [],
         "Unix time of the worker loop's last beat.";
+    LOAD_ROUNDS = "modelplane_load_rounds_total", Counter,
+        ["outcome"],
+        "Rounds of serving-metric readings the collecting worker wrote, by outcome (ok, error: the round could not be written).";
+    LOAD_ROUND_DURATION = "modelplane_load_round_duration_seconds", Histogram in Seconds,
+        [],
+        "How long one round of serving-metric readings took: listing pods, reading them (or Prometheus), writing to Postgres.";
+    LOAD_POD_READS = "modelplane_load_pod_reads_total", Counter,
+        ["outcome"],
+        "Model-server metrics pages read, by outcome (ok; error: unreachable, timed out, too large, not the text format, none of the engine's metrics).";
 }
 
 /// Upper bounds, in seconds, of the buckets of every histogram (all are durations).

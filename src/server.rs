@@ -212,6 +212,7 @@ async fn service_context(
                 .collect(),
         }),
         gpu_resource_name: config.reconciler.gpu_resource_name.as_str().into(),
+        load_interval: Duration::from_secs(config.load.load_interval_secs.max(1)),
     })
 }
 
@@ -246,9 +247,60 @@ async fn start_worker(
         config.database.db_worker_connections.max(1),
     )
     .await?;
-    let worker = Worker::new(worker_pool, cluster, worker_config);
+    let installation = worker_config.build.installation.clone();
+    let client = cluster.client.clone();
+    let worker = Worker::new(worker_pool.clone(), cluster, worker_config);
     let health = worker.health();
+    let settings = load_settings(config, installation, client.clone())?;
+    tokio::spawn(
+        crate::reconciler::load::Collector::new(worker_pool, client, settings, health.clone())
+            .run(shutdown.clone()),
+    );
     Ok((tokio::spawn(worker.run(shutdown.clone())), health))
+}
+
+/// How the worker reads serving metrics: from `MODELPLANE_PROMETHEUS_URL` when set, else
+/// from each pod (by IP inside the cluster, through the API server outside it).
+fn load_settings(
+    config: &ServeConfig,
+    installation: String,
+    client: kube::Client,
+) -> Result<crate::reconciler::load::LoadSettings, StartupError> {
+    use crate::config::ScrapeVia;
+    use crate::reconciler::load::{LoadSettings, PromSource, Source, Via};
+    let load = &config.load;
+    let timeout = Duration::from_secs(load.load_timeout_secs.max(1));
+    let source = match &load.prometheus_url {
+        Some(url) => Source::Prometheus(
+            PromSource::new(url, timeout).map_err(|e| StartupError::Config(e.to_string()))?,
+        ),
+        None => {
+            let in_cluster = config.cluster.kubeconfig.is_none();
+            let direct = match load.load_scrape {
+                ScrapeVia::Direct => true,
+                ScrapeVia::Proxy => false,
+                ScrapeVia::Auto => in_cluster,
+            };
+            if direct {
+                let http = reqwest::Client::builder()
+                    .connect_timeout(timeout)
+                    .build()
+                    .map_err(|e| {
+                        StartupError::Config(format!("cannot build an HTTP client: {e}"))
+                    })?;
+                Source::Pods(Via::Direct(http))
+            } else {
+                Source::Pods(Via::Proxy(client))
+            }
+        }
+    };
+    Ok(LoadSettings {
+        interval: Duration::from_secs(load.load_interval_secs.max(1)),
+        timeout,
+        max_bytes: load.load_max_bytes.max(1024),
+        source,
+        installation,
+    })
 }
 
 /// After the listener closed: WebSockets get `grace` to close, then the worker to stop.

@@ -14,7 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::rest::{access, canary, capacity, deployments, health, projects, watch};
+use super::rest::{access, canary, capacity, deployments, health, metrics, projects, watch};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -27,6 +27,7 @@ use super::rest::{access, canary, capacity, deployments, health, projects, watch
         (name = "projects", description = "Tenants, each mapped to one Kubernetes namespace"),
         (name = "deployments", description = "Model deployments: the spec you ask for and the status the worker reports"),
         (name = "canary", description = "A second track of a deployment on a share of its traffic: start, weigh, promote, abort"),
+        (name = "metrics", description = "What the model servers serve: requests, tokens, latency, queues, over a window"),
         (name = "capacity", description = "The cluster's GPUs, project quotas and GPU-hours"),
         (name = "access", description = "API tokens, role bindings for OIDC users and groups, audit logs"),
         (name = "health", description = "Liveness and readiness"),
@@ -229,6 +230,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(deployments::chat_completion))
         .routes(routes!(deployments::list_deployment_events))
         .routes(routes!(deployments::list_project_events))
+        .routes(routes!(metrics::deployment_metrics))
+        .routes(routes!(metrics::project_metrics))
         .routes(routes!(watch::watch_deployment))
         .routes(routes!(watch::watch_project))
         .routes(routes!(access::whoami))

@@ -9,6 +9,7 @@ mod capacity;
 mod errors;
 mod health;
 mod json;
+mod load;
 mod names;
 mod quantity;
 mod records;
@@ -31,6 +32,9 @@ pub use capacity::{
 pub use errors::{FieldError, FieldErrors, from_json_value, from_json_value_at};
 pub use health::{CheckResult, ReadinessCheck};
 pub use json::{canonical_json, parse_strict as parse_json_strict};
+pub use load::{
+    Load, LoadFigures, LoadSample, LoadUpdate, Metrics, MetricsDialect, Series, SeriesName, Track,
+};
 pub use names::{
     DeploymentName, ProjectName, is_dns1123_label, is_dns1123_subdomain, is_ip_literal,
     validate_label_key, validate_label_value, validate_path_prefix,

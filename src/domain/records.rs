@@ -203,6 +203,9 @@ pub enum ChangeKind {
     Deleted,
     /// A new timeline entry.
     Event,
+    /// A new reading of the deployment's serving metrics (`status.load`); only watchers
+    /// that asked for load receive it.
+    Load,
 }
 
 impl ChangeKind {

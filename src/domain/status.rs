@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::canary::CanaryHeader;
+use super::load::Load;
 
 /// Where a deployment stands. Each phase's meaning, when it is entered and left, and what
 /// to do about it: the table in the repository's `docs/API-DESIGN.md#phases`.
@@ -131,6 +132,11 @@ pub struct DeploymentStatus {
     /// The canary track, while the deployment has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanaryStatus>,
+    /// What the deployment serves now, from its model servers' metrics (all tracks
+    /// together); absent until the first reading. Read beside the status, never stored in
+    /// it: a new reading is not a status change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<Load>,
 }
 
 impl DeploymentStatus {
@@ -147,6 +153,7 @@ impl DeploymentStatus {
             conditions: Vec::new(),
             endpoints: Endpoints::default(),
             canary: None,
+            load: None,
         }
     }
 }
@@ -171,4 +178,7 @@ pub struct CanaryStatus {
     /// The canary's own in-cluster Service URL; the external URLs are the deployment's
     /// (send the header to reach the canary through them).
     pub endpoints: Endpoints,
+    /// What the canary track alone serves now (see [`DeploymentStatus::load`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<Load>,
 }

@@ -27,6 +27,9 @@ pub struct WorkerHealth {
     results: AtomicU64,
     last_success: AtomicU64,
     last_failure: Mutex<Option<(u64, String)>>,
+    /// The serving metrics' source (Prometheus) at the last round: `None` before one or
+    /// without Prometheus; the error when it failed.
+    load_source: Mutex<Option<Result<(), String>>>,
 }
 
 /// The worker's state as readiness reports it.
@@ -55,6 +58,18 @@ impl WorkerHealth {
     pub fn cluster_failed(&self, why: &str) {
         let n = self.results.fetch_add(1, Ordering::SeqCst) + 1;
         *self.last_failure.lock().expect("health lock") = Some((n, why.into()));
+    }
+
+    /// The result of the last query of the serving metrics' Prometheus.
+    pub fn load_source(&self, result: Result<(), String>) {
+        *self.load_source.lock().expect("health lock") = Some(result);
+    }
+
+    /// Why the serving metrics' Prometheus failed at the last round, if it did (`Some(None)`:
+    /// it answered).
+    pub fn load_source_report(&self) -> Option<Option<String>> {
+        let last = self.load_source.lock().expect("health lock");
+        last.as_ref().map(|r| r.as_ref().err().cloned())
     }
 
     pub fn report(&self) -> WorkerReport {
@@ -154,6 +169,19 @@ impl ReadinessCheck for ReconcilerReadiness {
                     ok: report.alive,
                     required: true,
                     message: report.message,
+                });
+            }
+            // The serving metrics are not what the process serves: a Prometheus that is
+            // down degrades readiness, it never fails it.
+            if let Some(source) = self.worker.as_ref().and_then(|w| w.load_source_report()) {
+                checks.push(CheckResult {
+                    name: "prometheus".into(),
+                    ok: source.is_none(),
+                    required: false,
+                    message: source.map_or_else(
+                        || "answered the last serving-metrics query".to_owned(),
+                        |why| format!("serving metrics are stale: {why}"),
+                    ),
                 });
             }
             checks

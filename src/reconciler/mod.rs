@@ -6,6 +6,7 @@ pub mod desired;
 pub mod health;
 pub mod inventory;
 pub mod kube_events;
+pub mod load;
 pub mod seen;
 pub mod status;
 pub mod worker;

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::access::{Authorized, authorize, still_allowed};
 use super::{Actor, Context, ServiceError};
-use crate::domain::{Change, ChangeKind, Deployment, Role, TimelineEvent};
+use crate::domain::{Change, ChangeKind, Deployment, LoadUpdate, Role, TimelineEvent};
 use crate::store;
 
 /// How long feed rows are kept: a watcher that was away longer must re-read.
@@ -35,7 +35,11 @@ const BATCH: i64 = 500;
 
 /// The process's view of the change feed.
 pub struct ChangeHub {
+    /// Every change but new load readings: what most watchers follow.
     sender: broadcast::Sender<Change>,
+    /// Every change, load readings included, for the watchers that asked for load (the
+    /// others are not woken by a reading every interval).
+    with_load: broadcast::Sender<Change>,
     /// The newest sequence number broadcast.
     latest: AtomicI64,
     /// What each recent change loaded, shared by every watcher it reaches: a thousand
@@ -76,9 +80,11 @@ impl ChangeHub {
         limits: StreamLimits,
     ) -> Result<Arc<Self>, sqlx::Error> {
         let (sender, _) = broadcast::channel(4096);
+        let (with_load, _) = broadcast::channel(4096);
         let (_, newest) = store::changes::feed_bounds(&pool).await?;
         let hub = Arc::new(Self {
             sender,
+            with_load,
             latest: AtomicI64::new(newest.unwrap_or(0)),
             loaded: Mutex::default(),
             shutdown: shutdown.clone(),
@@ -133,16 +139,23 @@ impl ChangeHub {
                         .await
                         .map_err(|_| ())?,
                 ),
-                _ => Loaded::Deployment(
-                    store::deployments::find_deployment_by_id(
+                _ => {
+                    let found = store::deployments::find_deployment_by_id(
                         &ctx.pool,
                         change.project_id,
                         change.deployment_id,
                     )
                     .await
-                    .map_err(|_| ())?
-                    .map(|row| Box::new(row.into_record(project))),
-                ),
+                    .map_err(|_| ())?;
+                    let mut deployment: Vec<Deployment> = found
+                        .map(|row| row.into_record(project))
+                        .into_iter()
+                        .collect();
+                    super::load::attach(ctx, &mut deployment)
+                        .await
+                        .map_err(|_| ())?;
+                    Loaded::Deployment(deployment.pop().map(Box::new))
+                }
             };
             Ok::<_, ()>(loaded)
         };
@@ -189,7 +202,7 @@ impl ChangeHub {
     /// subscribe before they read the feed, so they start past anything skipped here.
     async fn notified(&self, pool: &PgPool, payload: &str) {
         match payload.parse::<i64>() {
-            Ok(seq) if self.sender.receiver_count() == 0 => {
+            Ok(seq) if self.sender.receiver_count() + self.with_load.receiver_count() == 0 => {
                 self.latest.fetch_max(seq, Ordering::AcqRel);
             }
             _ => self.catch_up(pool).await,
@@ -212,7 +225,10 @@ impl ChangeHub {
             for change in changes {
                 self.latest.store(change.seq, Ordering::Release);
                 // No receiver is not an error: nobody is watching.
-                let _ = self.sender.send(change);
+                if change.kind != ChangeKind::Load {
+                    let _ = self.sender.send(change.clone());
+                }
+                let _ = self.with_load.send(change);
             }
             if !full {
                 return;
@@ -248,6 +264,8 @@ pub enum WatchEvent {
     },
     /// A new timeline entry.
     Timeline { seq: i64, event: TimelineEvent },
+    /// A new reading of a deployment's load (only for watches that asked for load).
+    Load { seq: i64, update: Box<LoadUpdate> },
     /// The record is gone.
     Deleted { seq: i64, id: Uuid },
     /// Everything before this is the starting point (the current state, or the changes
@@ -267,6 +285,15 @@ pub enum Watched<'a> {
     Deployment(&'a str),
 }
 
+/// Where a watch starts and what it sends besides the changes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WatchOptions {
+    /// Replay every change after this sequence number instead of the current state.
+    pub resume_after: Option<i64>,
+    /// Also send new load readings ([`WatchEvent::Load`]).
+    pub with_load: bool,
+}
+
 /// Starts a watch: the current state first (or, with `resume_after`, every change since),
 /// then every change, until the caller goes away or its credential stops holding.
 /// `address` is the client's, for the per-address stream cap.
@@ -277,12 +304,20 @@ pub async fn watch(
     address: &str,
     project: &str,
     watched: Watched<'_>,
-    resume_after: Option<i64>,
+    options: WatchOptions,
 ) -> Result<impl Stream<Item = WatchEvent> + Send + use<>, ServiceError> {
+    let WatchOptions {
+        resume_after,
+        with_load,
+    } = options;
     let project = authorize(ctx, actor, project, Role::Viewer).await?;
     let slot = hub.slots.take(&actor.key(), address)?;
     // Subscribed before reading anything: no change can fall between the two.
-    let receiver = hub.sender.subscribe();
+    let receiver = if with_load {
+        hub.with_load.subscribe()
+    } else {
+        hub.sender.subscribe()
+    };
     // The feed's newest row, read now (the hub may not have caught up with it yet): every
     // change up to it is in the state read next, so the state's sequence number is a resume
     // point that replays nothing the state already shows.
@@ -302,6 +337,7 @@ pub async fn watch(
         actor: actor.clone(),
         project,
         only: deployment.as_ref().map(|d| d.id),
+        with_load,
         sender,
         cursor: start,
         checked: Instant::now(),
@@ -321,6 +357,8 @@ struct Watcher {
     project: Authorized,
     /// One deployment, or the whole project.
     only: Option<Uuid>,
+    /// Whether new load readings are sent.
+    with_load: bool,
     sender: mpsc::Sender<WatchEvent>,
     /// The last sequence number delivered (or covered by a state sent).
     cursor: i64,
@@ -453,6 +491,7 @@ impl Watcher {
         if change.seq <= self.cursor
             || change.project_id != self.project.id
             || self.only.is_some_and(|id| id != change.deployment_id)
+            || (change.kind == ChangeKind::Load && !self.with_load)
         {
             return Ok(());
         }
@@ -475,6 +514,12 @@ impl Watcher {
                     seq: change.seq,
                     event,
                 },
+                Loaded::Deployment(Some(deployment)) if kind == ChangeKind::Load => {
+                    WatchEvent::Load {
+                        seq: change.seq,
+                        update: Box::new(LoadUpdate::of(&deployment)),
+                    }
+                }
                 Loaded::Deployment(Some(deployment)) => WatchEvent::Deployment {
                     seq: change.seq,
                     kind: Some(kind),

@@ -13,6 +13,7 @@ pub mod deployments;
 mod diff;
 pub mod health;
 pub mod live;
+pub mod load;
 pub mod projects;
 pub mod role_bindings;
 pub mod streams;
@@ -45,6 +46,9 @@ pub struct Context {
     pub routing: Arc<RoutingPolicy>,
     /// The GPU resource name of specs that name none (for quotas and the fit check).
     pub gpu_resource_name: Arc<str>,
+    /// How often the worker reads the model servers' metrics: a reading older than a few
+    /// intervals is shown stale.
+    pub load_interval: std::time::Duration,
 }
 
 /// How routes on shared Gateways are kept apart (see `domain::routing`).

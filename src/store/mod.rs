@@ -11,6 +11,7 @@ pub mod deployments;
 pub mod events;
 pub mod gateways;
 pub mod idempotency;
+pub mod load;
 pub mod projects;
 pub mod quota;
 pub mod revisions;

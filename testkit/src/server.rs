@@ -39,6 +39,8 @@ pub struct Options {
     pub graphql: api::graphql::GraphqlLimits,
     /// How "try it" reaches a model (the cluster's client goes with `cluster` above).
     pub chat_via: service::chat::ChatVia,
+    /// The collection interval the API assumes when it ages `status.load`.
+    pub load_interval: std::time::Duration,
 }
 
 impl Default for Options {
@@ -55,6 +57,7 @@ impl Default for Options {
             web_dir: "/nonexistent/modelplane-web".into(),
             connections: modelplane::listener::ConnectionLimits::default(),
             streams: service::live::StreamLimits::default(),
+            load_interval: std::time::Duration::from_secs(15),
             graphql: api::graphql::GraphqlLimits::default(),
             chat_via: service::chat::ChatVia::ApiServer,
         }
@@ -117,6 +120,7 @@ impl TestApp {
                 reserved_hostnames: vec!["gateway.example.com".into()],
             }),
             gpu_resource_name: "nvidia.com/gpu".into(),
+            load_interval: options.load_interval,
         };
         service::tokens::ensure_bootstrap_token(&ctx, ADMIN_TOKEN)
             .await

@@ -33,6 +33,9 @@ pub(crate) fn resource_of(api_version: &str, kind: &str) -> ApiResource {
 }
 pub(crate) struct Harness {
     pub(crate) app: TestApp,
+    /// The worker's database (the collector writes with it).
+    pub(crate) pool: PgPool,
+    pub(crate) health: std::sync::Arc<modelplane::reconciler::health::WorkerHealth>,
     pub(crate) emulator: Option<RunningEmulator>,
     pub(crate) kube: kube::Client,
     pub(crate) shutdown: CancellationToken,
@@ -113,18 +116,49 @@ pub(crate) async fn harness_on(
         pool.clone(),
         crate::common::Options {
             cluster: Some((cluster.clone(), false)),
+            // The collector of `Harness::collect_load` reads every second.
+            load_interval: LOAD_INTERVAL,
             ..crate::common::Options::default()
         },
     )
     .await;
     let shutdown = CancellationToken::new();
-    tokio::spawn(Worker::new(pool, cluster, config).run(shutdown.clone()));
+    let worker = Worker::new(pool.clone(), cluster, config);
+    let health = worker.health();
+    tokio::spawn(worker.run(shutdown.clone()));
     Harness {
+        pool,
+        health,
         app,
         emulator: Some(emulator),
         kube,
         shutdown,
         _dir: TempDir(dir),
+    }
+}
+
+/// How often the serving-metrics collector of the tests reads (and the API's idea of it).
+pub(crate) const LOAD_INTERVAL: Duration = Duration::from_secs(1);
+
+impl Harness {
+    /// Starts the serving-metrics collector, reading pods through the API server's
+    /// pods/proxy (as a worker outside the cluster does) every [`LOAD_INTERVAL`].
+    pub(crate) fn collect_load(&self) {
+        use modelplane::reconciler::load::{Collector, LoadSettings, Source, Via};
+        let settings = LoadSettings {
+            interval: LOAD_INTERVAL,
+            timeout: Duration::from_secs(5),
+            max_bytes: 8 << 20,
+            source: Source::Pods(Via::Proxy(self.kube.clone())),
+            installation: "test".into(),
+        };
+        let collector = Collector::new(
+            self.pool.clone(),
+            self.kube.clone(),
+            settings,
+            self.health.clone(),
+        );
+        tokio::spawn(collector.run(self.shutdown.clone()));
     }
 }
 

@@ -8,6 +8,7 @@ mod harness;
 mod inference_pool;
 mod kube_events;
 mod lifecycle;
+mod load;
 mod nodes;
 mod objects;
 mod outages;

@@ -22,6 +22,7 @@
 use std::cmp::Ordering as Cmp;
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +34,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use super::{GATEWAY_CONTROLLER, is_true};
 use crate::resources::meta_str;
@@ -58,18 +60,35 @@ struct PlaneState {
     wrr: Mutex<HashMap<String, Vec<i64>>>,
     /// Round robin over a backend's ready pods (and the picker's tie-break), by backend.
     rr: Mutex<HashMap<String, usize>>,
-    /// Requests in flight per pod uid (and a sim pod's running/waiting requests).
-    loads: Mutex<HashMap<String, Arc<PodLoad>>>,
+    /// Requests in flight per pod uid (and a sim pod's running/waiting requests and the
+    /// figures of the requests it served).
+    loads: Mutex<Loads>,
 }
 
+/// The load records by pod uid. They are forgotten only once their pod is gone from the
+/// store and no request holds them: a sim pod's record carries its served figures, which
+/// a live pod must keep (forgetting them would be a counter reset no restart caused).
+#[derive(Default)]
+struct Loads {
+    by_uid: HashMap<String, Arc<PodLoad>>,
+    /// The size at which the records of deleted pods are swept (at least
+    /// `LOADS_SWEPT_AT`; twice what a sweep leaves, so a sweep is rare however many pods
+    /// are alive).
+    sweep_at: usize,
+}
+
+const LOADS_SWEPT_AT: usize = 1024;
+
 /// What a pod is doing: requests the data plane has sent it and not yet seen answered,
-/// and, for sim pods, how many of them run or wait for one of `--max-num-seqs` slots.
+/// and, for sim pods, how many of them run or wait for one of `--max-num-seqs` slots,
+/// and what the requests it answered add up to (its `/metrics` counters and histograms).
 struct PodLoad {
     in_flight: AtomicUsize,
     running: AtomicUsize,
     waiting: AtomicUsize,
     max_num_seqs: usize,
     slots: Arc<Semaphore>,
+    served: Mutex<Served>,
 }
 
 /// One request in flight to a pod; dropped when its answer (a stream included) is done.
@@ -116,33 +135,92 @@ impl PodLoad {
         drop(waiting);
         Some(Running(self.clone(), permit))
     }
+
+    fn served(&self) -> std::sync::MutexGuard<'_, Served> {
+        self.served.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the served figures over when the pod's sim container has restarted since
+    /// they began: a new process, whose counters start from zero (a Prometheus counter
+    /// reset). A view of the pod older than the figures changes nothing.
+    fn follow_restarts(&self, incarnation: i64) {
+        let mut served = self.served();
+        if incarnation > served.incarnation {
+            *served = Served::new(incarnation);
+        }
+    }
+
+    /// Adds to the served figures what a request of process `incarnation` did; nothing
+    /// when that process has since restarted (the request died with it).
+    fn record(&self, incarnation: i64, f: impl FnOnce(&mut Served)) {
+        let mut served = self.served();
+        if served.incarnation == incarnation {
+            f(&mut served);
+        }
+    }
+}
+
+/// How many times a pod's first container (the one `sim_config` reads) has restarted:
+/// its `restartCount` in `status.containerStatuses`, 0 before it has a status.
+fn incarnation(pod: &Value) -> i64 {
+    let name = pod
+        .pointer("/spec/containers/0/name")
+        .and_then(Value::as_str);
+    pod.pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|s| s.get("name").and_then(Value::as_str) == name)
+        .and_then(|s| s.get("restartCount"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
 }
 
 impl PlaneState {
-    /// The load record of a pod, created on first use.
+    /// The load record of a pod, created on first use; a sim pod's served figures start
+    /// over when its container has restarted.
     fn load_locked(
-        loads: &mut HashMap<String, Arc<PodLoad>>,
+        store: &Store,
+        loads: &mut Loads,
         pod: &Value,
         sim: Option<&SimConfig>,
     ) -> Arc<PodLoad> {
         let uid = meta_str(pod, "uid").unwrap_or("").to_string();
-        if !loads.contains_key(&uid) && loads.len() >= 1024 {
-            // Records nobody holds are all zero: forgetting them loses nothing.
-            loads.retain(|_, l| Arc::strong_count(l) > 1);
+        let restarts = incarnation(pod);
+        if let Some(load) = loads.by_uid.get(&uid) {
+            load.follow_restarts(restarts);
+            return load.clone();
         }
-        loads
-            .entry(uid)
-            .or_insert_with(|| {
-                let n = sim.map_or(DEFAULT_MAX_NUM_SEQS, |s| s.max_num_seqs).max(1);
-                Arc::new(PodLoad {
-                    in_flight: AtomicUsize::new(0),
-                    running: AtomicUsize::new(0),
-                    waiting: AtomicUsize::new(0),
-                    max_num_seqs: n,
-                    slots: Arc::new(Semaphore::new(n)),
+        if loads.by_uid.len() >= loads.sweep_at.max(LOADS_SWEPT_AT) {
+            // Forget the records of deleted pods that no request holds.
+            let live: std::collections::HashSet<String> = store
+                .kinds()
+                .by_resource("", "v1", "pods")
+                .map(|kind| {
+                    store
+                        .lock()
+                        .list(kind, None)
+                        .iter()
+                        .filter_map(|p| meta_str(p, "uid").map(String::from))
+                        .collect()
                 })
-            })
-            .clone()
+                .unwrap_or_default();
+            loads
+                .by_uid
+                .retain(|uid, l| Arc::strong_count(l) > 1 || live.contains(uid));
+            loads.sweep_at = (2 * loads.by_uid.len()).max(LOADS_SWEPT_AT);
+        }
+        let n = sim.map_or(DEFAULT_MAX_NUM_SEQS, |s| s.max_num_seqs).max(1);
+        let load = Arc::new(PodLoad {
+            in_flight: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            max_num_seqs: n,
+            slots: Arc::new(Semaphore::new(n)),
+            served: Mutex::new(Served::new(restarts)),
+        });
+        loads.by_uid.insert(uid, load.clone());
+        load
     }
 
     fn next_rr(&self, key: &str) -> usize {
@@ -825,7 +903,7 @@ impl Plane {
     fn target(&self, pod: Value) -> Target {
         let sim = sim_config(&pod);
         let mut loads = self.state.loads.lock().unwrap_or_else(|e| e.into_inner());
-        let load = PlaneState::load_locked(&mut loads, &pod, sim.as_ref());
+        let load = PlaneState::load_locked(&self.store, &mut loads, &pod, sim.as_ref());
         Target {
             pod,
             sim,
@@ -849,7 +927,7 @@ impl Plane {
         for k in 0..pods.len() {
             let i = (start + k) % pods.len();
             let sim = sim_config(&pods[i]);
-            let load = PlaneState::load_locked(&mut loads, &pods[i], sim.as_ref());
+            let load = PlaneState::load_locked(&self.store, &mut loads, &pods[i], sim.as_ref());
             let n = load.in_flight.load(Ordering::SeqCst);
             if best.as_ref().is_none_or(|(_, b, _, _)| n < *b) {
                 best = Some((i, n, load, sim));
@@ -1021,15 +1099,259 @@ fn openai_error(code: StatusCode, ty: &str, msg: &str) -> Response {
     )
 }
 
-/// A sim pod's `/metrics`: vLLM's gauges of running and waiting requests and KV-cache
-/// use, with the `model_name` label (names as llm-d-inference-sim's
-/// pkg/llm-d-inference-sim/metrics.go and docs/metrics.md export them; the older
-/// `vllm:gpu_cache_usage_perc` name too). The emulator models the KV cache as filled in
-/// proportion to the running requests: running / max-num-seqs.
+// A sim pod's serving figures, as vLLM's PrometheusStatLogger (vllm/v1/metrics/loggers.py
+// in github.com/vllm-project/vllm) and llm-d-inference-sim, the simulator the emulator
+// imitates (pkg/llm-d-inference-sim/metrics.go, docs/metrics.md), export them, measured
+// from the requests the pod really answered. The histograms' bucket boundaries are
+// vLLM's (loggers.py; vllm/v1/metrics/buckets.py in later releases), which the simulator
+// copies in pkg/common/utils.go (TTFTBucketsBoundaries, TPOTBucketsBoundaries,
+// RequestLatencyBucketsBoundaries).
+
+/// `vllm:time_to_first_token_seconds`.
+const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+/// `vllm:inter_token_latency_seconds` and `vllm:time_per_output_token_seconds`.
+const ITL_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+/// `vllm:e2e_request_latency_seconds`.
+const REQUEST_LATENCY_BUCKETS: &[f64] = &[
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+
+/// Why a request finished: vLLM's FinishReason (vllm/v1/engine/__init__.py), the value of
+/// the `finished_reason` label of `vllm:request_success_total` (later vLLM releases add
+/// `error` and `repetition`, which the simulator never gives).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Finish {
+    /// The answer ended on its own.
+    Stop,
+    /// The answer was cut at max_tokens.
+    Length,
+    /// The client went away before the end.
+    Abort,
+}
+
+impl Finish {
+    const ALL: [Finish; 3] = [Finish::Stop, Finish::Length, Finish::Abort];
+
+    fn label(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+            Finish::Abort => "abort",
+        }
+    }
+}
+
+/// A Prometheus histogram: observations per bucket (not cumulative; the exposition
+/// accumulates them), their sum and count.
+struct Histogram {
+    bounds: &'static [f64],
+    /// One per bound, then the `+Inf` bucket.
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len() + 1],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, d: Duration) {
+        let v = d.as_secs_f64();
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| v <= *b)
+            .unwrap_or(self.bounds.len());
+        self.counts[i] += 1;
+        self.sum += v;
+        self.count += 1;
+    }
+}
+
+/// What one run of a sim pod's process (one `incarnation` of its container) has served.
+struct Served {
+    /// The container's restartCount when these figures began.
+    incarnation: i64,
+    prompt_tokens: u64,
+    generation_tokens: u64,
+    /// Finished requests, by `Finish` (in `Finish::ALL` order).
+    finished: [u64; 3],
+    ttft: Histogram,
+    itl: Histogram,
+    e2e: Histogram,
+}
+
+impl Served {
+    fn new(incarnation: i64) -> Served {
+        Served {
+            incarnation,
+            prompt_tokens: 0,
+            generation_tokens: 0,
+            finished: [0; 3],
+            ttft: Histogram::new(TTFT_BUCKETS),
+            itl: Histogram::new(ITL_BUCKETS),
+            e2e: Histogram::new(REQUEST_LATENCY_BUCKETS),
+        }
+    }
+}
+
+/// One completion request's course through a sim pod, recorded into its figures as it
+/// goes, as vLLM's frontend records them (docs/design/metrics.md, "Interval
+/// Calculations" and "Frontend Stats Collection"): the time to first token from the
+/// request's arrival (so the wait for a slot counts), an inter-token latency between
+/// successive tokens, the prompt tokens once prefill is done (the first token) and each
+/// generated token when it is produced, and at the end the finish reason and the
+/// end-to-end latency from arrival to the final token. Dropped before it finished (the
+/// client went away: axum drops the handler, or hyper the streamed body), it finishes
+/// as `abort`.
+struct Course {
+    load: Arc<PodLoad>,
+    incarnation: i64,
+    arrival: Instant,
+    prompt_tokens: u64,
+    generated: u64,
+    last_token: Option<Instant>,
+    done: bool,
+}
+
+impl Course {
+    fn new(load: Arc<PodLoad>, incarnation: i64, arrival: Instant, prompt_tokens: usize) -> Course {
+        Course {
+            load,
+            incarnation,
+            arrival,
+            prompt_tokens: prompt_tokens as u64,
+            generated: 0,
+            last_token: None,
+            done: false,
+        }
+    }
+
+    /// A token is produced now; returns when.
+    fn token(&mut self) -> Instant {
+        let now = Instant::now();
+        let (arrival, prompt, last) = (self.arrival, self.prompt_tokens, self.last_token);
+        self.load.record(self.incarnation, |s| {
+            match last {
+                None => {
+                    s.ttft.observe(now - arrival);
+                    s.prompt_tokens += prompt;
+                }
+                Some(last) => s.itl.observe(now - last),
+            }
+            s.generation_tokens += 1;
+        });
+        self.generated += 1;
+        self.last_token = Some(now);
+        now
+    }
+
+    fn finish(&mut self, why: Finish) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let now = Instant::now();
+        // An answer of no tokens still had its prompt processed (unless it was aborted
+        // before that).
+        let prompt = if self.last_token.is_none() && why != Finish::Abort {
+            self.prompt_tokens
+        } else {
+            0
+        };
+        let e2e = now - self.arrival;
+        self.load.record(self.incarnation, |s| {
+            s.prompt_tokens += prompt;
+            s.finished[why as usize] += 1;
+            s.e2e.observe(e2e);
+        });
+    }
+}
+
+impl Drop for Course {
+    fn drop(&mut self) {
+        self.finish(Finish::Abort);
+    }
+}
+
+/// Sleeps until `t` (not at all when it has passed).
+async fn until(t: Instant) {
+    if t > Instant::now() {
+        tokio::time::sleep_until(t).await;
+    }
+}
+
+/// A label value in the text exposition format: backslash, double quote and line feed
+/// escaped.
+fn label_value(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The `# HELP` and `# TYPE` lines of a metric family (once per family).
+fn family(out: &mut String, name: &str, ty: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {ty}");
+}
+
+/// A histogram's `_bucket` series (cumulative, ending with `le="+Inf"`), `_sum` and
+/// `_count`.
+fn histogram(out: &mut String, name: &str, help: &str, labels: &str, h: &Histogram) {
+    family(out, name, "histogram", help);
+    let mut cumulative = 0;
+    for (i, n) in h.counts.iter().enumerate() {
+        cumulative += n;
+        let le = h.bounds.get(i).map_or("+Inf".to_string(), f64::to_string);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+}
+
+/// A sim pod's `/metrics`, in the Prometheus text exposition format 0.0.4, every series
+/// labelled `model_name`:
+///
+/// - vLLM's gauges of running and waiting requests and KV-cache use (names and help as
+///   llm-d-inference-sim exports them; the older `vllm:gpu_cache_usage_perc` name too).
+///   The emulator models the KV cache as filled in proportion to the running requests:
+///   running / max-num-seqs.
+/// - the counters `vllm:prompt_tokens_total`, `vllm:generation_tokens_total` and
+///   `vllm:request_success_total` by `finished_reason`, whose `stop`, `length` and
+///   `abort` series are there from zero (vLLM creates a child per FinishReason when it
+///   starts). The label is vLLM's `finished_reason`; llm-d-inference-sim names it
+///   `finish_reason` (PromLabelFinishReason in pkg/api/vllm-models.go), which a
+///   collector written for vLLM would not find. Aborted requests are counted as
+///   `abort`, as the label means; vLLM releases up to at least 0.13 leave that series
+///   at 0 because their abort path skips the finished-request stats
+///   (vllm-project/vllm#31503), while counting the tokens an aborted request had
+///   processed (vllm-project/vllm#55634), as here.
+/// - the histograms `vllm:time_to_first_token_seconds`,
+///   `vllm:inter_token_latency_seconds`, `vllm:e2e_request_latency_seconds`, and
+///   `vllm:time_per_output_token_seconds`, the name vLLM 0.11 deprecated for the
+///   inter-token latency (hidden since 0.12) and which llm-d-inference-sim still
+///   exports with the same observations (its `tpotUpdater` observes both).
+///
+/// The prompt tokens are the words the sim counts for `usage.prompt_tokens`, the
+/// generation tokens the completion tokens it produced. The figures belong to the
+/// process: a restarted container (or a new pod) starts them from zero.
 fn metrics(model: &str, load: &PodLoad) -> Response {
     let running = load.running.load(Ordering::SeqCst);
     let waiting = load.waiting.load(Ordering::SeqCst);
     let usage = (running as f64 / load.max_num_seqs as f64).min(1.0);
+    let labels = format!("model_name=\"{}\"", label_value(model));
     let mut out = String::new();
     for (name, help, value) in [
         (
@@ -1053,11 +1375,65 @@ fn metrics(model: &str, load: &PodLoad) -> Response {
             usage,
         ),
     ] {
-        let model = model.replace('\\', "\\\\").replace('"', "\\\"");
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{model_name=\"{model}\"}} {value}\n"
-        ));
+        family(&mut out, name, "gauge", help);
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
     }
+    let served = load.served();
+    for (name, help, value) in [
+        (
+            "vllm:prompt_tokens_total",
+            "Total number of prompt tokens processed.",
+            served.prompt_tokens,
+        ),
+        (
+            "vllm:generation_tokens_total",
+            "Total number of generated tokens.",
+            served.generation_tokens,
+        ),
+    ] {
+        family(&mut out, name, "counter", help);
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
+    }
+    let name = "vllm:request_success_total";
+    family(
+        &mut out,
+        name,
+        "counter",
+        "Count of successfully processed requests.",
+    );
+    for why in Finish::ALL {
+        let _ = writeln!(
+            out,
+            "{name}{{{labels},finished_reason=\"{}\"}} {}",
+            why.label(),
+            served.finished[why as usize]
+        );
+    }
+    for (name, help, h) in [
+        (
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            &served.ttft,
+        ),
+        (
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            &served.itl,
+        ),
+        (
+            "vllm:time_per_output_token_seconds",
+            "Histogram of time per output token in seconds.",
+            &served.itl,
+        ),
+        (
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of end to end request latency in seconds.",
+            &served.e2e,
+        ),
+    ] {
+        histogram(&mut out, name, help, &labels, h);
+    }
+    drop(served);
     (
         StatusCode::OK,
         [(
@@ -1072,15 +1448,22 @@ fn metrics(model: &str, load: &PodLoad) -> Response {
 /// The OpenAI-compatible simulator (as llm-d-inference-sim in echo mode: the answer
 /// repeats the last user message, cut to max_tokens words). A completion waits for one
 /// of the pod's `--max-num-seqs` slots, then `--time-to-first-token` before its first
-/// token and `--inter-token-latency` before each further one (streamed answers send each
-/// token when it is due).
+/// token and `--inter-token-latency` after each token before the next (as the
+/// simulator's `simulateTTFT` and `simulateInterTokenLatency` sleep, in
+/// pkg/llm-d-inference-sim/context.go); streamed answers send each token when it is
+/// produced. Each completion's course is recorded for `/metrics` (`Course`); `incarnation`
+/// is the restart count of the pod's container the request reached.
 async fn openai(
     sim: &SimConfig,
     in_flight: InFlight,
+    incarnation: i64,
     method: &Method,
     path: &str,
     body: &Bytes,
 ) -> Response {
+    // The request's arrival at the pod, from which vLLM measures the time to first
+    // token and the end-to-end latency.
+    let arrival = Instant::now();
     let model = sim.model.as_str();
     let created = chrono::Utc::now().timestamp();
     match (method.as_str(), path) {
@@ -1162,6 +1545,14 @@ async fn openai(
             let prompt_tokens = words(&prompt_text);
             let completion_tokens = tokens.len();
             let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens});
+            let finish_reason = if finish == "length" {
+                Finish::Length
+            } else {
+                Finish::Stop
+            };
+            // From here the request is the engine's: one that goes away, even while it
+            // waits for a slot, is aborted.
+            let mut course = Course::new(in_flight.0.clone(), incarnation, arrival, prompt_tokens);
             let Some(running) = in_flight.0.admit().await else {
                 return openai_error(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -1185,10 +1576,15 @@ async fn openai(
                 } else {
                     json!({"index": 0, "text": answer, "finish_reason": finish, "logprobs": null})
                 };
-                let generating = sim.ttft + sim.itl * (completion_tokens as u32).saturating_sub(1);
-                if !generating.is_zero() {
-                    tokio::time::sleep(generating).await;
+                let mut due = Instant::now() + sim.ttft;
+                for _ in 0..completion_tokens {
+                    until(due).await;
+                    due = course.token() + sim.itl;
                 }
+                if completion_tokens == 0 {
+                    until(due).await;
+                }
+                course.finish(finish_reason);
                 drop(running);
                 return json_resp(
                     StatusCode::OK,
@@ -1231,32 +1627,48 @@ async fn openai(
             {
                 events.push(json!({"id": id, "object": object, "created": created, "model": model, "choices": [], "usage": usage}));
             }
-            let mut frames: Vec<Bytes> = events
-                .iter()
-                .map(|e| Bytes::from(format!("data: {e}\n\n")))
-                .collect();
-            frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
-            // Each token's chunk is sent when it is due; the request stays running (and
-            // in flight) until the stream ends or the client goes away.
+            // Each token's chunk is sent when it is produced; the finish chunk follows the
+            // last token. The request stays running (and in flight) until the stream ends
+            // or the client goes away.
             let first = usize::from(chat);
-            let delays = (0..frames.len()).map(move |i| {
-                if i == first {
-                    sim.ttft
-                } else if i > first && i < first + completion_tokens {
-                    sim.itl
-                } else {
-                    Duration::ZERO
+            let mut frames: Vec<(Bytes, Beat)> = events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let beat = match i {
+                        i if i >= first && i < first + completion_tokens => Beat::Token,
+                        i if i == first + completion_tokens => Beat::Finish,
+                        _ => Beat::Frame,
+                    };
+                    (Bytes::from(format!("data: {e}\n\n")), beat)
+                })
+                .collect();
+            frames.push((Bytes::from_static(b"data: [DONE]\n\n"), Beat::Frame));
+            let streamed = Streamed {
+                frames: frames.into_iter(),
+                due: Instant::now() + sim.ttft,
+                itl: sim.itl,
+                course,
+                finish: finish_reason,
+                _running: running,
+                _in_flight: in_flight,
+            };
+            let stream = futures::stream::unfold(streamed, |mut a| async move {
+                let (frame, beat) = a.frames.next()?;
+                match beat {
+                    Beat::Token => {
+                        until(a.due).await;
+                        a.due = a.course.token() + a.itl;
+                    }
+                    Beat::Finish => {
+                        if a.course.generated == 0 {
+                            until(a.due).await;
+                        }
+                        a.course.finish(a.finish);
+                    }
+                    Beat::Frame => {}
                 }
-            });
-            let delays: Vec<Duration> = delays.collect();
-            let timed = frames.into_iter().zip(delays);
-            let held = Some((running, in_flight));
-            let stream = futures::stream::unfold((timed, held), |(mut timed, held)| async move {
-                let (frame, delay) = timed.next()?;
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
-                }
-                Some((Ok::<_, Infallible>(frame), (timed, held)))
+                Some((Ok::<_, Infallible>(frame), a))
             });
             Response::builder()
                 .status(StatusCode::OK)
@@ -1271,6 +1683,28 @@ async fn openai(
             &format!("{method} {path} is not served by the simulator"),
         ),
     }
+}
+
+/// What a frame of a streamed answer is.
+enum Beat {
+    /// A token's chunk, sent when the token is produced.
+    Token,
+    /// The finish chunk, after the last token: the request is done.
+    Finish,
+    /// Anything else (the role chunk, usage, `[DONE]`), sent at once.
+    Frame,
+}
+
+/// A streamed answer's state: its frames, when the next token is due, and what it holds
+/// (fields drop in order: the course records an abort before the slot is freed).
+struct Streamed {
+    frames: std::vec::IntoIter<(Bytes, Beat)>,
+    due: Instant,
+    itl: Duration,
+    course: Course,
+    finish: Finish,
+    _running: Running,
+    _in_flight: InFlight,
 }
 
 // The API server's service and pod proxies (`service_proxy.rs`, `pod_proxy.rs`) share the
@@ -1321,7 +1755,10 @@ async fn answer(target: Target, method: &Method, path: &str, body: &Bytes) -> Re
     let ns = meta_str(&target.pod, "namespace").unwrap_or("").to_string();
     let pod_name = meta_str(&target.pod, "name").unwrap_or("").to_string();
     let mut resp = match &target.sim {
-        Some(sim) => openai(sim, target.in_flight, method, path, body).await,
+        Some(sim) => {
+            let incarnation = incarnation(&target.pod);
+            openai(sim, target.in_flight, incarnation, method, path, body).await
+        }
         None => {
             let image = target
                 .pod
@@ -1418,6 +1855,233 @@ mod tests {
             ]
         );
         assert_eq!(percent_decode("100%"), "100%");
+    }
+
+    /// A sim pod `p` (uid `uid`) whose container has restarted `restarts` times.
+    fn sim_pod(uid: &str, restarts: i64) -> Value {
+        json!({"metadata": {"name": "p", "namespace": "default", "uid": uid,
+                            "labels": {"modelplane.io/engine": "sim"}},
+               "spec": {"containers": [{"name": "server", "image": "x",
+                                        "args": ["--model", "m", "--time-to-first-token", "50ms"]}]},
+               "status": {"containerStatuses": [{"name": "server", "restartCount": restarts}]}})
+    }
+
+    async fn body_text(r: Response) -> String {
+        let b = axum::body::to_bytes(r.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        String::from_utf8(b.to_vec()).unwrap()
+    }
+
+    /// The value of the series written exactly `series` (name and labels).
+    fn sample(text: &str, series: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+            .parse()
+            .unwrap()
+    }
+
+    async fn scrape(plane: &Plane, pod: &Value) -> String {
+        body_text(
+            plane
+                .answer_for_pod(pod.clone(), &Method::GET, "/metrics", &Bytes::new())
+                .await,
+        )
+        .await
+    }
+
+    async fn complete(plane: &Plane, pod: &Value, path: &str, body: Value) -> Response {
+        let body = Bytes::from(body.to_string());
+        plane
+            .answer_for_pod(pod.clone(), &Method::POST, path, &body)
+            .await
+    }
+
+    const M: &str = "{model_name=\"m\"}";
+
+    // vLLM's counters belong to the process: "generally reset to zero when the vLLM
+    // instance restarts" (docs/design/metrics.md, Metrics Publishing - Prometheus). A
+    // container restart is seen as a higher restartCount of the pod's sim container.
+    #[tokio::test]
+    async fn a_restarted_sim_container_starts_its_figures_from_zero() {
+        let plane = Plane::new(Store::new(crate::resources::Kinds::new(true, true), 64));
+        let before = sim_pod("u1", 0);
+        let r = complete(
+            &plane,
+            &before,
+            "/v1/completions",
+            json!({"model": "m", "prompt": "one two three", "max_tokens": 2}),
+        )
+        .await;
+        let usage = serde_json::from_str::<Value>(&body_text(r).await).unwrap()["usage"].clone();
+        assert_eq!(
+            usage,
+            json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})
+        );
+        let r = complete(
+            &plane,
+            &before,
+            "/v1/chat/completions",
+            json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "a b"}]}),
+        )
+        .await;
+        assert!(body_text(r).await.ends_with("data: [DONE]\n\n"));
+        let m = scrape(&plane, &before).await;
+        assert_eq!(sample(&m, &format!("vllm:prompt_tokens_total{M}")), 5.0);
+        assert_eq!(sample(&m, &format!("vllm:generation_tokens_total{M}")), 4.0);
+        let success = |m: &str, why: &str| {
+            sample(
+                m,
+                &format!(
+                    "vllm:request_success_total{{model_name=\"m\",finished_reason=\"{why}\"}}"
+                ),
+            )
+        };
+        assert_eq!(
+            (
+                success(&m, "stop"),
+                success(&m, "length"),
+                success(&m, "abort")
+            ),
+            (1.0, 1.0, 0.0)
+        );
+        assert_eq!(
+            sample(&m, &format!("vllm:time_to_first_token_seconds_count{M}")),
+            2.0
+        );
+        assert!(sample(&m, &format!("vllm:time_to_first_token_seconds_sum{M}")) >= 0.1);
+        assert_eq!(
+            sample(&m, &format!("vllm:inter_token_latency_seconds_count{M}")),
+            2.0
+        );
+        assert_eq!(
+            sample(&m, &format!("vllm:e2e_request_latency_seconds_count{M}")),
+            2.0
+        );
+
+        // A request the old process took is still waiting for its first token when the
+        // container restarts: the new process's figures start from zero and never see it.
+        let old = complete(
+            &plane,
+            &before,
+            "/v1/completions",
+            json!({"model": "m", "prompt": "x y"}),
+        );
+        tokio::pin!(old);
+        assert!(futures::poll!(&mut old).is_pending());
+        let after = sim_pod("u1", 1);
+        let zero = |m: &str| {
+            assert_eq!(
+                sample(m, &format!("vllm:prompt_tokens_total{M}")),
+                0.0,
+                "{m}"
+            );
+            assert_eq!(
+                sample(m, &format!("vllm:generation_tokens_total{M}")),
+                0.0,
+                "{m}"
+            );
+            for why in ["stop", "length", "abort"] {
+                assert_eq!(success(m, why), 0.0, "{m}");
+            }
+            for h in [
+                "time_to_first_token_seconds",
+                "inter_token_latency_seconds",
+                "time_per_output_token_seconds",
+                "e2e_request_latency_seconds",
+            ] {
+                assert_eq!(sample(m, &format!("vllm:{h}_count{M}")), 0.0, "{m}");
+                assert_eq!(sample(m, &format!("vllm:{h}_sum{M}")), 0.0, "{m}");
+            }
+        };
+        zero(&scrape(&plane, &after).await);
+        assert_eq!(old.await.status(), StatusCode::OK);
+        zero(&scrape(&plane, &after).await);
+        // An older view of the pod does not bring the old figures back.
+        zero(&scrape(&plane, &before).await);
+
+        // The new process counts its own requests.
+        complete(
+            &plane,
+            &after,
+            "/v1/completions",
+            json!({"model": "m", "prompt": "x y"}),
+        )
+        .await;
+        let m = scrape(&plane, &after).await;
+        assert_eq!(sample(&m, &format!("vllm:prompt_tokens_total{M}")), 2.0);
+        assert_eq!(success(&m, "stop"), 1.0);
+    }
+
+    // A client that goes away mid-stream (hyper drops the body) aborts the request: it
+    // counts as finished_reason="abort" with the tokens produced so far, and its slot
+    // is free again.
+    #[tokio::test]
+    async fn a_dropped_stream_is_an_aborted_request() {
+        use futures::StreamExt;
+        let plane = Plane::new(Store::new(crate::resources::Kinds::new(true, true), 64));
+        let pod = sim_pod("u1", 0);
+        let r = complete(
+            &plane,
+            &pod,
+            "/v1/completions",
+            json!({"model": "m", "stream": true, "prompt": "a b c d e f"}),
+        )
+        .await;
+        let mut frames = r.into_body().into_data_stream();
+        let first = frames.next().await.unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&first).contains("\"text\":\"a\""));
+        let m = scrape(&plane, &pod).await;
+        assert_eq!(sample(&m, &format!("vllm:num_requests_running{M}")), 1.0);
+        drop(frames);
+        let m = scrape(&plane, &pod).await;
+        assert_eq!(sample(&m, &format!("vllm:num_requests_running{M}")), 0.0);
+        assert_eq!(
+            sample(
+                &m,
+                "vllm:request_success_total{model_name=\"m\",finished_reason=\"abort\"}"
+            ),
+            1.0
+        );
+        assert_eq!(sample(&m, &format!("vllm:prompt_tokens_total{M}")), 6.0);
+        assert_eq!(sample(&m, &format!("vllm:generation_tokens_total{M}")), 1.0);
+        assert_eq!(
+            sample(&m, &format!("vllm:time_to_first_token_seconds_count{M}")),
+            1.0
+        );
+        assert_eq!(
+            sample(&m, &format!("vllm:inter_token_latency_seconds_count{M}")),
+            0.0
+        );
+        assert_eq!(
+            sample(&m, &format!("vllm:e2e_request_latency_seconds_count{M}")),
+            1.0
+        );
+    }
+
+    // The text exposition format 0.0.4: label values escape backslash, double quote and
+    // line feed; a histogram's buckets are cumulative and end with le="+Inf" = _count.
+    #[test]
+    fn histograms_and_labels_follow_the_text_format() {
+        assert_eq!(label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let mut h = Histogram::new(ITL_BUCKETS);
+        for ms in [5, 10, 30, 30, 100_000] {
+            h.observe(Duration::from_millis(ms));
+        }
+        let mut out = String::new();
+        histogram(&mut out, "x", "Help.", "model_name=\"m\"", &h);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "# HELP x Help.");
+        assert_eq!(lines[1], "# TYPE x histogram");
+        assert_eq!(lines[2], "x_bucket{model_name=\"m\",le=\"0.01\"} 2");
+        assert_eq!(lines[3], "x_bucket{model_name=\"m\",le=\"0.025\"} 2");
+        assert_eq!(lines[4], "x_bucket{model_name=\"m\",le=\"0.05\"} 4");
+        assert_eq!(lines[20], "x_bucket{model_name=\"m\",le=\"80\"} 4");
+        assert_eq!(lines[21], "x_bucket{model_name=\"m\",le=\"+Inf\"} 5");
+        let sum: f64 = 0.005 + 0.01 + 0.03 + 0.03 + 100.0;
+        assert_eq!(lines[22], format!("x_sum{{model_name=\"m\"}} {sum}"));
+        assert_eq!(lines[23], "x_count{model_name=\"m\"} 5");
     }
 }
 

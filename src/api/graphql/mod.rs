@@ -10,6 +10,7 @@ mod capacity;
 mod errors;
 mod graphiql;
 pub mod guard;
+mod load;
 mod loaders;
 mod mutation;
 mod query;

@@ -111,6 +111,29 @@ impl Subscription {
         }))
     }
 
+    /// New readings of the serving metrics of one deployment (`name`) or of every
+    /// deployment of the project, whenever their figures change (at most one per
+    /// deployment per collection interval). Other subscriptions never carry these.
+    async fn deployment_load(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: Option<String>,
+        after_seq: Option<i64>,
+    ) -> Result<impl Stream<Item = super::load::LoadChange> + use<>> {
+        let watched = match &name {
+            Some(name) => Watched::Deployment(name),
+            None => Watched::Project,
+        };
+        let events = watch_with(ctx, &project, watched, after_seq, true).await?;
+        Ok(events.filter_map(|event| async move {
+            match event {
+                WatchEvent::Load { seq, update } => Some(super::load::LoadChange::of(seq, &update)),
+                _ => None,
+            }
+        }))
+    }
+
     /// A deployment's new timeline entries.
     async fn deployment_events(
         &self,
@@ -138,6 +161,16 @@ async fn watch(
     watched: Watched<'_>,
     after_seq: Option<i64>,
 ) -> Result<impl Stream<Item = WatchEvent> + use<>> {
+    watch_with(ctx, project, watched, after_seq, false).await
+}
+
+async fn watch_with(
+    ctx: &Context<'_>,
+    project: &str,
+    watched: Watched<'_>,
+    after_seq: Option<i64>,
+    with_load: bool,
+) -> Result<impl Stream<Item = WatchEvent> + use<>> {
     let (state, actor) = state(ctx)?;
     let address = ctx
         .data_opt::<crate::api::extract::ClientAddress>()
@@ -149,7 +182,10 @@ async fn watch(
         address,
         project,
         watched,
-        after_seq,
+        live::WatchOptions {
+            resume_after: after_seq,
+            with_load,
+        },
     )
     .await
     .map_err(service_error)
@@ -189,6 +225,8 @@ fn change(
             reset: true,
         },
         // Subscriptions mark the end of the starting state with `kind: null` messages alone.
-        WatchEvent::Timeline { .. } | WatchEvent::Synced { .. } => return None,
+        WatchEvent::Timeline { .. } | WatchEvent::Synced { .. } | WatchEvent::Load { .. } => {
+            return None;
+        }
     })
 }

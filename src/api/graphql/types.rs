@@ -73,6 +73,7 @@ pub enum ChangeKind {
     Deleting,
     Deleted,
     Event,
+    Load,
 }
 
 #[derive(SimpleObject)]
@@ -154,6 +155,8 @@ pub struct CanaryStatus {
     /// Percent of requests without the header the live route sends to the canary now.
     pub routed_weight: i32,
     pub endpoints: Endpoints,
+    /// What the canary track alone serves now.
+    pub load: Option<super::load::Load>,
 }
 
 /// A Kubernetes object a deployment owns.
@@ -220,6 +223,24 @@ impl Project {
             .await
             .map_err(super::errors::service_error)?;
         Ok(quota.into())
+    }
+
+    /// Serving metrics over a window, summed over the project's deployments.
+    #[graphql(complexity = "super::DB_COST + child_complexity")]
+    async fn metrics(
+        &self,
+        ctx: &Context<'_>,
+        window: Option<String>,
+        step: Option<String>,
+        series: Option<Vec<super::load::SeriesName>>,
+    ) -> Result<super::load::Metrics> {
+        let project = authorized(ctx, &self.name).await?;
+        let (state, _) = super::state(ctx)?;
+        let query = super::load::query(window, step, series, None);
+        let metrics = service::load::project_metrics_in(&state.ctx, &project, &query)
+            .await
+            .map_err(service_error)?;
+        Ok(metrics.into())
     }
 
     /// GPU-hours of the project's ready replicas over the last `days` days (project
@@ -358,8 +379,38 @@ impl DeploymentNode {
                     replicas: (&t.replicas).into(),
                     routed_weight: t.routed_weight,
                     endpoints: (&t.endpoints).into(),
+                    load: t.load.as_ref().map(Into::into),
                 }),
         })
+    }
+    /// What the deployment serves now, from its model servers' metrics (all tracks);
+    /// null until the first reading. Read with the deployment: a page costs no more
+    /// statements with it.
+    async fn load(&self) -> Option<super::load::Load> {
+        self.deployment.status.load.as_ref().map(Into::into)
+    }
+    /// Serving metrics over a window (`window` like `1h`, default 1 hour; `step` like
+    /// `1m`; `series` default all; `track` default every pod).
+    #[graphql(complexity = "super::DB_COST + child_complexity")]
+    async fn metrics(
+        &self,
+        ctx: &Context<'_>,
+        window: Option<String>,
+        step: Option<String>,
+        series: Option<Vec<super::load::SeriesName>>,
+        track: Option<super::load::Track>,
+    ) -> Result<super::load::Metrics> {
+        let (state, _) = state(ctx)?;
+        let query = super::load::query(window, step, series, track);
+        let metrics = service::load::deployment_metrics_in(
+            &state.ctx,
+            &self.project,
+            &self.deployment.name,
+            &query,
+        )
+        .await
+        .map_err(service_error)?;
+        Ok(metrics.into())
     }
     async fn restarted_at(&self) -> Option<DateTime<Utc>> {
         self.deployment.restarted_at

@@ -5,6 +5,7 @@ pub mod canary;
 pub mod capacity;
 pub mod deployments;
 pub mod health;
+pub mod metrics;
 pub mod projects;
 pub mod responses;
 pub mod watch;

@@ -15,7 +15,7 @@ use futures::{Stream, StreamExt};
 use super::responses::{DeploymentPath, NoSuchDeployment, NoSuchProject, ProjectPath};
 use crate::api::AppState;
 use crate::api::error::ApiError;
-use crate::api::extract::ClientAddress;
+use crate::api::extract::{ClientAddress, Query};
 use crate::service::Actor;
 use crate::service::live::{self, WatchEvent, Watched};
 
@@ -23,8 +23,11 @@ use crate::service::live::{self, WatchEvent, Watched};
 /// follows is live), then `created`, `spec`, `status`, `restart`, `deleting` (each with the
 /// deployment), `event` (a timeline entry), and `deleted`, which ends the stream. `reset` means the `Last-Event-ID` was older than the
 /// feed keeps (24 hours): a `state` follows. A `: keep-alive` comment comes every 15 s.
+/// With `?load=true`, a `load` event (`{id, name, load, canaryLoad}`) follows every new
+/// reading of the deployment's serving metrics whose figures changed (at most one per
+/// collection interval).
 #[utoipa::path(get, path = "/api/v1/projects/{project}/deployments/{name}/watch", tag = "deployments",
-    params(DeploymentPath,
+    params(DeploymentPath, WatchParams,
         ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id: every change since is sent")),
     responses(
         (status = 200, description = "A stream of events", content_type = "text/event-stream", body = String),
@@ -35,6 +38,7 @@ pub async fn watch_deployment(
     actor: Actor,
     ClientAddress(address): ClientAddress,
     Path(DeploymentPath { project, name }): Path<DeploymentPath>,
+    Query(params): Query<WatchParams>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let resume = last_event_id(&headers)?;
@@ -45,7 +49,10 @@ pub async fn watch_deployment(
         &address,
         &project,
         Watched::Deployment(&name),
-        resume,
+        live::WatchOptions {
+            resume_after: resume,
+            with_load: params.load,
+        },
     )
     .await?;
     Ok(sse(events))
@@ -54,9 +61,9 @@ pub async fn watch_deployment(
 /// Watch every deployment of a project: a `state` event per deployment first, then `synced`
 /// (sent at once for an empty project), then the changes of all of them (as for one
 /// deployment; `deleted` does not end this stream). After a resume, `synced` follows the
-/// replayed changes.
+/// replayed changes. With `?load=true`, `load` events too (see the deployment's watch).
 #[utoipa::path(get, path = "/api/v1/projects/{project}/watch", tag = "deployments",
-    params(ProjectPath,
+    params(ProjectPath, WatchParams,
         ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id: every change since is sent")),
     responses(
         (status = 200, description = "A stream of events", content_type = "text/event-stream", body = String),
@@ -67,6 +74,7 @@ pub async fn watch_project(
     actor: Actor,
     ClientAddress(address): ClientAddress,
     Path(ProjectPath { project }): Path<ProjectPath>,
+    Query(params): Query<WatchParams>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let resume = last_event_id(&headers)?;
@@ -77,10 +85,23 @@ pub async fn watch_project(
         &address,
         &project,
         Watched::Project,
-        resume,
+        live::WatchOptions {
+            resume_after: resume,
+            with_load: params.load,
+        },
     )
     .await?;
     Ok(sse(events))
+}
+
+/// What a watch sends besides the changes.
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct WatchParams {
+    /// Also send `load` events: new readings of the serving metrics.
+    #[serde(default)]
+    pub load: bool,
 }
 
 fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
@@ -117,6 +138,7 @@ fn sse(
                 serde_json::to_string(&deployment),
             ),
             WatchEvent::Timeline { seq, event } => (seq, "event", serde_json::to_string(&event)),
+            WatchEvent::Load { seq, update } => (seq, "load", serde_json::to_string(&update)),
             WatchEvent::Deleted { seq, id } => (
                 seq,
                 "deleted",

@@ -50,6 +50,7 @@ pub fn canary_status(
             external,
             reason,
         },
+        load: None,
     }
 }
 

@@ -222,6 +222,8 @@ fn status(
         conditions,
         endpoints,
         canary: None,
+        // Read beside the status by the API, never written by the reconciler.
+        load: None,
     }
 }
 

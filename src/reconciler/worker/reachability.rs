@@ -256,6 +256,7 @@ mod tests {
             conditions: vec![],
             endpoints: Endpoints::default(),
             canary: None,
+            load: None,
         }
     }
 

@@ -21,7 +21,10 @@ pub async fn get_deployment_in(
 ) -> Result<Deployment, ServiceError> {
     project.require(Role::Viewer)?;
     let row = find(ctx, project, name).await?;
-    Ok(row.into_record(&project.name))
+    let mut deployment = [row.into_record(&project.name)];
+    super::super::load::attach(ctx, &mut deployment).await?;
+    let [deployment] = deployment;
+    Ok(deployment)
 }
 
 async fn find(ctx: &Context, project: &Project, name: &str) -> Result<DeploymentRow, ServiceError> {
@@ -106,12 +109,14 @@ pub async fn list_deployments_in(
     let rows = store::deployments::list_deployments(&mut *conn, project.id, &filter).await?;
     conn.reuse();
     let page = cursor::page(rows, limit, &filters, |row| row.id.to_string());
+    let mut items: Vec<Deployment> = page
+        .items
+        .into_iter()
+        .map(|row| row.into_record(&project.name))
+        .collect();
+    super::super::load::attach(ctx, &mut items).await?;
     Ok(Page {
-        items: page
-            .items
-            .into_iter()
-            .map(|row| row.into_record(&project.name))
-            .collect(),
+        items,
         next_cursor: page.next_cursor,
         cursors: page.cursors,
     })
@@ -132,7 +137,9 @@ pub async fn get_deployment_by_id(
     let project = authorize(ctx, actor, &found.project, Role::Viewer)
         .await
         .map_err(|_| not_found())?;
-    let deployment = row.into_record(&project.name);
+    let mut deployment = [row.into_record(&project.name)];
+    super::super::load::attach(ctx, &mut deployment).await?;
+    let [deployment] = deployment;
     Ok((project, deployment))
 }
 

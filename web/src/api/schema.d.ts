@@ -244,6 +244,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/projects/{project}/deployments/{name}/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A deployment's serving metrics over a window, one value (or `null`: nothing measured)
+         *     per step for each series: requests/s, tokens/s in and out, time to first token,
+         *     inter-token and end-to-end latency, queue, running, KV-cache use, error rate, replicas.
+         * @description Within a step, rates and gauges are averaged, medians averaged, 95th percentiles the
+         *     highest reading (a bound, not a percentile of the step), replicas the most.
+         */
+        get: operations["deployment_metrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/projects/{project}/deployments/{name}/restart": {
         parameters: {
             query?: never;
@@ -327,6 +350,9 @@ export interface paths {
          *     follows is live), then `created`, `spec`, `status`, `restart`, `deleting` (each with the
          *     deployment), `event` (a timeline entry), and `deleted`, which ends the stream. `reset` means the `Last-Event-ID` was older than the
          *     feed keeps (24 hours): a `state` follows. A `: keep-alive` comment comes every 15 s.
+         *     With `?load=true`, a `load` event (`{id, name, load, canaryLoad}`) follows every new
+         *     reading of the deployment's serving metrics whose figures changed (at most one per
+         *     collection interval).
          */
         get: operations["watch_deployment"];
         put?: never;
@@ -346,6 +372,28 @@ export interface paths {
         };
         /** The timeline of a deployment by id, also after it was deleted. */
         get: operations["list_project_events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/projects/{project}/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A project's serving metrics over a window, summed over its deployments (those deleted
+         *     within the window included): rates, queues and replicas added, KV-cache use averaged,
+         *     medians and the error rate weighted by each deployment's requests, 95th percentiles the
+         *     highest deployment's.
+         */
+        get: operations["project_metrics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -483,7 +531,7 @@ export interface paths {
          * Watch every deployment of a project: a `state` event per deployment first, then `synced`
          *     (sent at once for an empty project), then the changes of all of them (as for one
          *     deployment; `deleted` does not end this stream). After a resume, `synced` follows the
-         *     replayed changes.
+         *     replayed changes. With `?load=true`, `load` events too (see the deployment's watch).
          */
         get: operations["watch_project"];
         put?: never;
@@ -667,6 +715,7 @@ export interface components {
              */
             endpoints: components["schemas"]["Endpoints"];
             header: components["schemas"]["CanaryHeader"];
+            load?: components["schemas"]["Load"] | null;
             /** @description One line naming the cause when something is wrong with the canary track. */
             message: string;
             /** @description The canary track's own phase (`Deploying`, `Ready`, `Failed`, …). */
@@ -833,6 +882,7 @@ export interface components {
             canary?: components["schemas"]["CanaryStatus"] | null;
             conditions: components["schemas"]["Condition"][];
             endpoints: components["schemas"]["Endpoints"];
+            load?: components["schemas"]["Load"] | null;
             /** @description One line naming the cause when something is wrong. */
             message: string;
             /**
@@ -995,6 +1045,111 @@ export interface components {
             scorers?: components["schemas"]["ScorerWeights"] | null;
             whenUnavailable?: components["schemas"]["PoolFallback"] | null;
         };
+        /** @description What a deployment (or one of its tracks) serves now: `status.load`. */
+        Load: components["schemas"]["LoadFigures"] & {
+            /**
+             * Format: date-time
+             * @description When the pods were read.
+             */
+            asOf: string;
+            dialect: components["schemas"]["MetricsDialect"];
+            /**
+             * Format: int64
+             * @description Ready pods at the reading.
+             */
+            pods: number;
+            /**
+             * Format: int64
+             * @description Pods whose metrics were read at the reading.
+             */
+            podsRead: number;
+            /** @description Why the load is stale or missing, in one line. */
+            reason?: string | null;
+            /**
+             * @description The numbers are not current: the last reading failed (see `reason`); the figures are
+             *     the last good ones, or absent.
+             */
+            stale: boolean;
+        };
+        /** @description The numbers of one reading, for a track or a whole deployment. */
+        LoadFigures: {
+            /**
+             * Format: double
+             * @description Whole-request latency, 95th percentile, in seconds.
+             */
+            e2eLatencyP95Seconds?: number | null;
+            /**
+             * Format: double
+             * @description The fraction of finished requests that ended in an error or were aborted.
+             */
+            errorRate?: number | null;
+            /**
+             * Format: double
+             * @description Generated (output) tokens per second.
+             */
+            generationTokensPerSecond?: number | null;
+            /**
+             * Format: double
+             * @description Time between output tokens, median, in seconds.
+             */
+            interTokenLatencyP50Seconds?: number | null;
+            /**
+             * Format: double
+             * @description KV-cache use, 0 to 1, the mean over the pods.
+             */
+            kvCacheUsage?: number | null;
+            /**
+             * Format: double
+             * @description Prompt (input) tokens processed per second.
+             */
+            promptTokensPerSecond?: number | null;
+            /**
+             * Format: double
+             * @description Requests finished per second (any outcome).
+             */
+            requestsPerSecond?: number | null;
+            /**
+             * Format: double
+             * @description Requests being served, summed over the pods.
+             */
+            running?: number | null;
+            /**
+             * Format: double
+             * @description Time to first token over the interval: median and 95th percentile, in seconds.
+             */
+            ttftP50Seconds?: number | null;
+            /** Format: double */
+            ttftP95Seconds?: number | null;
+            /**
+             * Format: double
+             * @description Requests queued (waiting for a slot), summed over the pods.
+             */
+            waiting?: number | null;
+        };
+        /**
+         * @description A deployment's (or a project's) metrics over a window, column-oriented: the values of
+         *     every series line up with `timestamps`.
+         */
+        Metrics: {
+            /**
+             * Format: int64
+             * @description The stored resolution the points were computed from: 15 s readings for windows
+             *     within their retention, 5-minute rollups beyond.
+             */
+            resolutionSeconds: number;
+            series: components["schemas"]["Series"][];
+            /** Format: int64 */
+            stepSeconds: number;
+            /** @description The start of each step. */
+            timestamps: string[];
+            /** Format: int64 */
+            windowSeconds: number;
+        };
+        /**
+         * @description Whose metric names a model server publishes.
+         * @enum {string}
+         */
+        MetricsDialect: "vllm" | "sglang" | "tgi" | "unknown";
         ModelSpec: {
             /** @description A branch, tag or commit of the model repository. */
             revision?: string | null;
@@ -1371,6 +1526,18 @@ export interface components {
             /** @description `restricted` (default) or `image-default`. */
             profile?: components["schemas"]["SecurityProfile"];
         };
+        /** @description One series of a metrics answer: a value (or a gap) per timestamp. */
+        Series: {
+            name: components["schemas"]["SeriesName"];
+            unit: string;
+            /** @description One per timestamp; `null` where nothing was measured. */
+            values: (number | null)[];
+        };
+        /**
+         * @description A series that `…/metrics` can return, named as the query parameter `series` spells it.
+         * @enum {string}
+         */
+        SeriesName: "requestsPerSecond" | "promptTokensPerSecond" | "generationTokensPerSecond" | "ttftP50Seconds" | "ttftP95Seconds" | "interTokenLatencyP50Seconds" | "e2eLatencyP95Seconds" | "waiting" | "running" | "kvCacheUsage" | "errorRate" | "replicas";
         /** @description How a pod stops. */
         ShutdownSpec: {
             /**
@@ -3638,6 +3805,119 @@ export interface operations {
             };
         };
     };
+    deployment_metrics: {
+        parameters: {
+            query?: {
+                /**
+                 * @description How far back: a number and `s`, `m`, `h` or `d` (default `1h`, at most `30d`).
+                 *     Windows up to 24 h read the 15 s readings; longer ones the 5-minute rollups.
+                 */
+                window?: string;
+                /**
+                 * @description The width of one point (default: the window / 60, at least the stored resolution;
+                 *     at most 1,000 points).
+                 */
+                step?: string;
+                /**
+                 * @description Comma-separated series (default: all): `requestsPerSecond`, `promptTokensPerSecond`,
+                 *     `generationTokensPerSecond`, `ttftP50Seconds`, `ttftP95Seconds`,
+                 *     `interTokenLatencyP50Seconds`, `e2eLatencyP95Seconds`, `waiting`, `running`,
+                 *     `kvCacheUsage`, `errorRate`, `replicas`.
+                 */
+                series?: string;
+                /**
+                 * @description A deployment's track: `all` (default: every pod), `stable` or `canary`. Not for a
+                 *     project's metrics.
+                 */
+                track?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Project name */
+                project: string;
+                /** @description Deployment name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The series, column-oriented */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Metrics"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project or deployment */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field, parameter or header is invalid; `errors` names each */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     restart_deployment: {
         parameters: {
             query?: never;
@@ -4161,7 +4441,10 @@ export interface operations {
     };
     watch_deployment: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Also send `load` events: new readings of the serving metrics. */
+                load?: boolean;
+            };
             header?: {
                 /** @description Resume after this event id: every change since is sent */
                 "Last-Event-ID"?: number | null;
@@ -4308,6 +4591,117 @@ export interface operations {
                 };
             };
             /** @description Invalid parameter */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    project_metrics: {
+        parameters: {
+            query?: {
+                /**
+                 * @description How far back: a number and `s`, `m`, `h` or `d` (default `1h`, at most `30d`).
+                 *     Windows up to 24 h read the 15 s readings; longer ones the 5-minute rollups.
+                 */
+                window?: string;
+                /**
+                 * @description The width of one point (default: the window / 60, at least the stored resolution;
+                 *     at most 1,000 points).
+                 */
+                step?: string;
+                /**
+                 * @description Comma-separated series (default: all): `requestsPerSecond`, `promptTokensPerSecond`,
+                 *     `generationTokensPerSecond`, `ttftP50Seconds`, `ttftP95Seconds`,
+                 *     `interTokenLatencyP50Seconds`, `e2eLatencyP95Seconds`, `waiting`, `running`,
+                 *     `kvCacheUsage`, `errorRate`, `replicas`.
+                 */
+                series?: string;
+                /**
+                 * @description A deployment's track: `all` (default: every pod), `stable` or `canary`. Not for a
+                 *     project's metrics.
+                 */
+                track?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Project name */
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The series, column-oriented */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Metrics"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field, parameter or header is invalid; `errors` names each */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -5319,7 +5713,10 @@ export interface operations {
     };
     watch_project: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Also send `load` events: new readings of the serving metrics. */
+                load?: boolean;
+            };
             header?: {
                 /** @description Resume after this event id: every change since is sent */
                 "Last-Event-ID"?: number | null;

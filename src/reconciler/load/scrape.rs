@@ -1,0 +1,154 @@
+//! Reading one pod's metrics page: straight from the pod IP (the worker runs in the
+//! cluster) or through the API server's `pods/{name}:{port}/proxy` subresource (the worker
+//! runs outside, with a kubeconfig). Each read is time-boxed and capped in size.
+
+use std::time::Duration;
+
+use futures::AsyncReadExt;
+use k8s_openapi::api::core::v1::Pod;
+
+/// How a pod's page is reached.
+#[derive(Clone)]
+pub enum Via {
+    /// `http://{pod IP}:{port}/metrics`.
+    Direct(reqwest::Client),
+    /// `GET /api/v1/namespaces/{ns}/pods/{name}:{port}/proxy/metrics` on the API server
+    /// (needs `get` on `pods/proxy`).
+    Proxy(kube::Client),
+}
+
+/// Why a pod's page could not be read, in one line.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ScrapeError {
+    #[error("no answer within {0} s")]
+    Timeout(u64),
+    #[error("the metrics page is larger than {0} bytes; not read")]
+    TooLarge(usize),
+    #[error("answered HTTP {0}")]
+    Status(u16),
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    #[error("the metrics page is not UTF-8 text")]
+    NotText,
+    #[error("the pod has no IP yet")]
+    NoAddress,
+}
+
+/// Reads `pod`'s metrics page on `port`: at most `max_bytes`, within `timeout`.
+pub async fn scrape(
+    via: &Via,
+    pod: &Pod,
+    port: i32,
+    timeout: Duration,
+    max_bytes: usize,
+) -> Result<String, ScrapeError> {
+    let read = async {
+        match via {
+            Via::Direct(http) => direct(http, pod, port, max_bytes).await,
+            Via::Proxy(client) => proxy(client, pod, port, max_bytes).await,
+        }
+    };
+    let bytes = tokio::time::timeout(timeout, read)
+        .await
+        .map_err(|_| ScrapeError::Timeout(timeout.as_secs()))??;
+    String::from_utf8(bytes).map_err(|_| ScrapeError::NotText)
+}
+
+async fn direct(
+    http: &reqwest::Client,
+    pod: &Pod,
+    port: i32,
+    max_bytes: usize,
+) -> Result<Vec<u8>, ScrapeError> {
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .ok_or(ScrapeError::NoAddress)?;
+    // An IPv6 pod address needs brackets in a URL.
+    let host = if ip.contains(':') {
+        format!("[{ip}]")
+    } else {
+        ip.to_owned()
+    };
+    let response = http
+        .get(format!("http://{host}:{port}/metrics"))
+        .send()
+        .await
+        .map_err(|e| ScrapeError::Unreachable(without_url(&e)))?;
+    if !response.status().is_success() {
+        return Err(ScrapeError::Status(response.status().as_u16()));
+    }
+    if response
+        .content_length()
+        .is_some_and(|n| n > max_bytes as u64)
+    {
+        return Err(ScrapeError::TooLarge(max_bytes));
+    }
+    let mut body = Vec::new();
+    let mut response = response;
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| ScrapeError::Unreachable(without_url(&e)))?
+    {
+        if body.len() + chunk.len() > max_bytes {
+            return Err(ScrapeError::TooLarge(max_bytes));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+async fn proxy(
+    client: &kube::Client,
+    pod: &Pod,
+    port: i32,
+    max_bytes: usize,
+) -> Result<Vec<u8>, ScrapeError> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let path = format!("/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/metrics");
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(|e| ScrapeError::Unreachable(e.to_string()))?;
+    let stream = client.request_stream(request).await.map_err(|e| match e {
+        kube::Error::Api(status) => ScrapeError::Status(status.code),
+        other => ScrapeError::Unreachable(other.to_string()),
+    })?;
+    // One byte past the cap tells a page exactly at the cap from a larger one.
+    let mut body = Vec::new();
+    let read = stream
+        .take(max_bytes as u64 + 1)
+        .read_to_end(&mut body)
+        .await;
+    read.map_err(|e| ScrapeError::Unreachable(e.to_string()))?;
+    if body.len() > max_bytes {
+        return Err(ScrapeError::TooLarge(max_bytes));
+    }
+    Ok(body)
+}
+
+/// reqwest's errors print the URL; the pod's address is in the message already.
+fn without_url(e: &reqwest::Error) -> String {
+    let kind = if e.is_connect() {
+        "connection refused or no route"
+    } else if e.is_timeout() {
+        "timed out"
+    } else if e.is_body() || e.is_decode() {
+        "the answer broke off"
+    } else {
+        "request failed"
+    };
+    kind.to_owned()
+}
+
+/// The port of the model server's `http` container port (the page is served there).
+pub fn metrics_port(pod: &Pod) -> Option<i32> {
+    let containers = &pod.spec.as_ref()?.containers;
+    let ports = || containers.iter().flat_map(|c| c.ports.iter().flatten());
+    ports()
+        .find(|p| p.name.as_deref() == Some("http"))
+        .or_else(|| ports().next())
+        .map(|p| p.container_port)
+}
