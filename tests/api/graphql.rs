@@ -523,7 +523,8 @@ async fn a_page_of_deployments_with_nested_lists_costs_a_fixed_number_of_stateme
         assert_eq!(created.status(), StatusCode::CREATED);
     }
     let query = r#"query($first: Int) { deployments(project: "team-a", first: $first) {
-        edges { node { name phase latestEvents(count: 5) { kind actor } revisionCount } } } }"#;
+        edges { node { name phase latestEvents(count: 5) { kind actor } revisionCount
+                       load { requestsPerSecond stale } } } } }"#;
     let run = |first: i64, request_id: &'static str| {
         let app = &app;
         async move {

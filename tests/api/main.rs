@@ -9,6 +9,7 @@ mod errors;
 mod graphql;
 mod hardening;
 mod hot_connections;
+mod load;
 mod lookups;
 mod metrics;
 mod openapi;

@@ -396,3 +396,85 @@ async fn unreachable_garbage_huge_and_slow_pages_are_errors_not_numbers() {
         .unwrap_err();
     assert_eq!(err, ScrapeError::Status(404));
 }
+
+/// A canary's load is reported on its own track: requests sent with the canary header reach
+/// only the canary's pod, and `status.canary.load` carries them while the stable track's
+/// series shows none.
+#[sqlx::test]
+async fn a_canarys_load_is_reported_on_its_own_track(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.collect_load();
+    h.app.create_project("team-a").await;
+    create_with(&h, "qwen", sim_spec()).await;
+    let record = ready(&h, "qwen").await;
+    let base = record["status"]["endpoints"]["openaiBase"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let started = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/canary",
+            &json!({"spec": {"engine": {"args": ["--time-to-first-token=10ms"]}}, "weight": 0}),
+        )
+        .await;
+    assert_eq!(started.status(), StatusCode::CREATED);
+    wait_for(
+        "the canary track ready",
+        Duration::from_secs(60),
+        || async { h.deployment("qwen").await["status"]["canary"]["replicas"]["ready"] == 1 },
+    )
+    .await;
+    let models: Value = reqwest::get(format!("{base}/models"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let model = models["data"][0]["id"].as_str().unwrap().to_owned();
+    let client = reqwest::Client::new();
+    let send = || async {
+        let response = client
+            .post(format!("{base}/completions"))
+            .header("x-modelplane-canary", "true")
+            .json(&json!({"model": model, "prompt": "hello there", "max_tokens": 2}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    };
+    wait_for(
+        "the canary's requests in its load",
+        Duration::from_secs(30),
+        || async {
+            send().await;
+            let d = h.deployment("qwen").await;
+            d["status"]["canary"]["load"]["requestsPerSecond"]
+                .as_f64()
+                .is_some_and(|r| r > 0.0)
+        },
+    )
+    .await;
+    let d = h.deployment("qwen").await;
+    assert_eq!(d["status"]["canary"]["load"]["pods"], 1);
+    assert_eq!(
+        d["status"]["load"]["pods"], 2,
+        "the whole deployment: both tracks"
+    );
+    let stable: Value = h
+        .app
+        .get("/api/v1/projects/team-a/deployments/qwen/metrics?window=5m&step=1s&series=requestsPerSecond&track=stable")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        stable["series"][0]["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_f64)
+            .all(|r| r == 0.0),
+        "the stable track served none of them: {stable}"
+    );
+}

@@ -177,11 +177,20 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
         async move { api.get_opt(name).await.unwrap().is_some() }
     };
 
+    // The serving-metrics collector runs as the worker's (outside the cluster: through the
+    // API server's pods/proxy).
+    h.collect_load();
     h.app.create_project("team-a").await;
     let mut spec = sim_spec();
     spec["replicas"] = json!(2);
     create_with(&h, "qwen", spec).await;
     h.wait_applied("qwen", 1).await;
+    wait_for(
+        "the pods' metrics read",
+        Duration::from_secs(30),
+        || async { h.deployment("qwen").await["status"]["load"]["podsRead"] == json!(2) },
+    )
+    .await;
 
     // A pod that is not modelplane's, in a namespace of ours: its events reach the worker's
     // event watch, which reads the pod to find out whose it is (`get pods`). Pods elsewhere
