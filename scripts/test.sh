@@ -92,6 +92,12 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   log "installing cargo-nextest (a few minutes, once)"
   cargo install cargo-nextest --locked >&2
 fi
+# tests/reconciler/prometheus.rs runs a real Prometheus (Debian's, from apt, once); it
+# fails rather than skips without one.
+if ! command -v prometheus >/dev/null 2>&1; then
+  log "installing prometheus (apt, once)"
+  scripts/install-prometheus.sh >/dev/null
+fi
 cargo nextest run --workspace --no-fail-fast
 
 log "portal end-to-end tests"

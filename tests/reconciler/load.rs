@@ -16,7 +16,8 @@ use sqlx::PgPool;
 
 use super::{Harness, create_with, harness_on, sim_spec, wait_for};
 
-fn cluster() -> modelplane_emulator::EmulatorBuilder {
+/// One GPU node, quick kubelets and a Gateway (also the PromQL tests' cluster).
+pub(super) fn cluster() -> modelplane_emulator::EmulatorBuilder {
     super::emulator()
         .nodes(1)
         .gpus_per_node(8)
@@ -75,7 +76,7 @@ fn within(what: &str, got: f64, want: f64, tolerance: f64) {
     );
 }
 
-async fn ready(h: &Harness, name: &str) -> Value {
+pub(super) async fn ready(h: &Harness, name: &str) -> Value {
     wait_for(
         &format!("{name} to be Ready"),
         Duration::from_secs(60),

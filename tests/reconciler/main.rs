@@ -13,6 +13,7 @@ mod nodes;
 mod objects;
 mod outages;
 mod processes;
+mod prometheus;
 mod rbac;
 mod shutdown;
 mod traces;
