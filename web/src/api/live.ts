@@ -1,9 +1,12 @@
 // Live views built on the SSE watch streams (`GET …/watch`): the first events are the
 // current state, then every change arrives as it is committed. The results also refresh
-// the TanStack Query cache, so every screen showing a deployment follows it.
+// the TanStack Query cache, so every screen showing a deployment follows it. Both watches
+// ask for `load` events (`?load=true`): each new serving-metrics reading is merged into the
+// deployment's `status.load` (and its canary's), so the current figures follow too.
 import { useEffect, useState } from 'react';
 import { useQueryClient } from '@tanstack/react-query';
 import type { Deployment, TimelineEvent } from './client';
+import { withLoad, type LoadUpdate } from './metrics';
 import { follow } from './sse';
 
 export interface LiveStatus {
@@ -34,7 +37,7 @@ export function useProjectDeployments(project: string | undefined) {
       flush = undefined;
       setItems(new Map(current));
     };
-    void follow(`/api/v1/projects/${enc(project)}/watch`, {
+    void follow(`/api/v1/projects/${enc(project)}/watch?load=true`, {
       signal: abort.signal,
       onStatus: (connected, error) => setStatus((s) => ({ ...s, connected, error: connected ? undefined : error })),
       onEvent: (event) => {
@@ -50,6 +53,13 @@ export function useProjectDeployments(project: string | undefined) {
         } else if (event.event === 'deleted') {
           const { id } = JSON.parse(event.data) as { id: string };
           for (const [name, d] of current) if (d.id === id) current.delete(name);
+        } else if (event.event === 'load') {
+          const update = JSON.parse(event.data) as LoadUpdate;
+          const d = current.get(update.name);
+          if (!d || d.id !== update.id) return;
+          const next = withLoad(d, update);
+          current.set(d.name, next);
+          client.setQueryData(['deployment', project, d.name], next);
         } else if (event.event !== 'event') {
           const d = JSON.parse(event.data) as Deployment;
           current.set(d.name, d);
@@ -77,10 +87,16 @@ export function useDeploymentWatch(project: string, name: string) {
 
   useEffect(() => {
     const abort = new AbortController();
+    let current: Deployment | undefined;
+    const show = (d: Deployment) => {
+      current = d;
+      setDeployment(d);
+      client.setQueryData(['deployment', project, name], d);
+    };
     setDeployment(undefined);
     setEvents([]);
     setDeleted(false);
-    void follow(`/api/v1/projects/${enc(project)}/deployments/${enc(name)}/watch`, {
+    void follow(`/api/v1/projects/${enc(project)}/deployments/${enc(name)}/watch?load=true`, {
       signal: abort.signal,
       onStatus: (connected, error) => setStatus((s) => ({ ...s, connected, error: connected ? undefined : error })),
       onEvent: (event) => {
@@ -92,10 +108,11 @@ export function useDeploymentWatch(project: string, name: string) {
           const e = JSON.parse(event.data) as TimelineEvent;
           setEvents((list) => (list.some((x) => x.id === e.id) ? list : [...list, e]));
           void client.invalidateQueries({ queryKey: ['revisions', project, name] });
+        } else if (event.event === 'load') {
+          const update = JSON.parse(event.data) as LoadUpdate;
+          if (current?.id === update.id) show(withLoad(current, update));
         } else if (event.event !== 'reset') {
-          const d = JSON.parse(event.data) as Deployment;
-          setDeployment(d);
-          client.setQueryData(['deployment', project, name], d);
+          show(JSON.parse(event.data) as Deployment);
         }
         setStatus((s) => (s.loaded ? s : { ...s, loaded: true }));
       },

@@ -41,7 +41,7 @@ describe('DeploymentList', () => {
     expect(within(row).getByRole('button', { name: 'Copy URL: http://gw/team-a/qwen' })).toBeInTheDocument();
     // A Ready deployment shows no cause and needs no GPU.
     const ready = screen.getByRole('link', { name: 'chat' }).closest('tr')!;
-    expect(within(ready).getByText('—')).toBeInTheDocument();
+    expect(within(ready).getAllByRole('cell')[3]).toHaveTextContent(/^—$/); // GPUs
     expect(within(ready).queryByText(/rolling out/)).toBeNull();
     // Sorted by name.
     const names = screen.getAllByRole('link').map((a) => a.textContent).filter((t) => t === 'chat' || t === 'qwen');
@@ -120,5 +120,47 @@ describe('DeploymentList', () => {
     const quota = await screen.findByRole('region', { name: 'Quota' });
     expect(within(quota).getByTestId('quota-none')).toHaveTextContent('nvidia.com/gpu: 6 GPUs requested · no quota');
     expect(within(quota).queryByRole('progressbar')).toBeNull();
+  });
+});
+
+describe('DeploymentList — requests/s', () => {
+  const LOAD = { asOf: '2026-11-24T10:00:00Z', stale: false, dialect: 'vllm', pods: 1, podsRead: 1, requestsPerSecond: 1.5 };
+
+  it('shows requests/s now and a sparkline of the last hour, live; a dash without readings', async () => {
+    const served = deployment('served', {}, { load: LOAD });
+    const calls = stubFetch(ADMIN, ({ url }) => {
+      if (url.pathname === '/api/v1/projects/team-a/watch')
+        return sse([
+          { event: 'state', data: served },
+          { event: 'state', data: chat },
+          { event: 'load', data: { id: 'id-served', name: 'served', load: { ...LOAD, requestsPerSecond: 2.25 }, canaryLoad: null } },
+        ]);
+      if (url.pathname === '/api/v1/projects/team-a/quota') return json(NO_QUOTA);
+      if (url.pathname === '/api/v1/projects/team-a/deployments/served/metrics')
+        return json({
+          windowSeconds: 3600,
+          stepSeconds: 60,
+          resolutionSeconds: 15,
+          timestamps: ['2026-11-24T09:58:00Z', '2026-11-24T09:59:00Z', '2026-11-24T10:00:00Z'],
+          series: [{ name: 'requestsPerSecond', unit: 'req/s', values: [1, null, 2.25] }],
+        });
+      return undefined;
+    });
+    renderAt('/projects/team-a/deployments', '/projects/:project/deployments', <DeploymentList />);
+    const row = (await screen.findByRole('link', { name: 'served' })).closest('tr')!;
+    expect(screen.getByRole('columnheader', { name: 'Requests/s' })).toBeInTheDocument();
+    // The watch asked for load events; the newer reading is the one shown.
+    expect(calls.find((c) => c.url.pathname.endsWith('/watch'))!.url.searchParams.get('load')).toBe('true');
+    expect(await within(row).findByTestId('requests-now')).toHaveTextContent('2.25 req/s');
+    expect(
+      await within(row).findByRole('img', { name: 'Requests/s over the last hour: latest 2.25, lowest 1, highest 2.25' }),
+    ).toBeInTheDocument();
+    const spark = calls.find((c) => c.url.pathname.endsWith('/metrics'))!;
+    expect(Object.fromEntries(spark.url.searchParams)).toEqual({ window: '1h', step: '1m', series: 'requestsPerSecond' });
+
+    // Never read: a dash, and no metrics call for it.
+    const unread = screen.getByRole('link', { name: 'chat' }).closest('tr')!;
+    expect(within(unread).getByTestId('requests-none')).toHaveTextContent('— no readings yet');
+    expect(calls.filter((c) => c.url.pathname.endsWith('/metrics'))).toHaveLength(1);
   });
 });

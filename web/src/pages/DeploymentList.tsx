@@ -1,12 +1,16 @@
+import { useEffect, useRef, useState, type RefObject } from 'react';
 import { Link, useParams, useSearchParams } from 'react-router';
+import { useQuery } from '@tanstack/react-query';
 import type { Deployment, Phase } from '../api/client';
 import { useProjectDeployments } from '../api/live';
+import { getDeploymentMetrics, keys, num, seriesValues } from '../api/metrics';
 import { useAuth } from '../auth/AuthProvider';
 import { can } from '../auth/roles';
 import { CopyButton } from '../components/CopyButton';
 import { PhaseBadge } from '../components/PhaseBadge';
 import { ProjectQuota } from '../components/ProjectQuota';
 import { ReplicaBar } from '../components/ReplicaBar';
+import { Sparkline } from '../components/Sparkline';
 import { Empty, ErrorState, Loading } from '../components/States';
 import { useTitle } from '../components/Title';
 
@@ -48,6 +52,64 @@ function ago(iso: string): string {
   if (seconds < 3600) return `${Math.floor(seconds / 60)}m ago`;
   if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ago`;
   return `${Math.floor(seconds / 86400)}d ago`;
+}
+
+/** True once `ref`'s element has come into view (at once where IntersectionObserver is missing). */
+function useSeen(ref: RefObject<Element | null>): boolean {
+  const [seen, setSeen] = useState(typeof IntersectionObserver === 'undefined');
+  useEffect(() => {
+    const el = ref.current;
+    if (seen || !el) return;
+    const observer = new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) setSeen(true);
+    });
+    observer.observe(el);
+    return () => observer.disconnect();
+  }, [ref, seen]);
+  return seen;
+}
+
+/**
+ * Requests/s now (from `status.load`, live) and over the last hour as a sparkline: one small
+ * metrics call per row once the row is in view, only for deployments that have been read.
+ */
+function Requests({ deployment }: { deployment: Deployment }) {
+  const { project, name } = deployment;
+  const load = deployment.status.load;
+  const ref = useRef<HTMLSpanElement>(null);
+  const seen = useSeen(ref);
+  const hour = useQuery({
+    queryKey: keys.metrics(project, name, 'sparkline'),
+    queryFn: () => getDeploymentMetrics(project, name, { window: '1h', step: '1m', series: ['requestsPerSecond'] }),
+    enabled: seen && !!load,
+    refetchInterval: 60_000,
+  });
+  const now = load?.requestsPerSecond;
+  return (
+    <span className="requests" ref={ref}>
+      {!load ? (
+        <span className="muted" title="No readings yet" data-testid="requests-none">
+          —<span className="visually-hidden"> no readings yet</span>
+        </span>
+      ) : (
+        <>
+          {hour.data && (
+            <Sparkline values={seriesValues(hour.data, 'requestsPerSecond')} label="Requests/s over the last hour" format={num} />
+          )}
+          <span className="num" data-testid="requests-now" title={load.stale ? `Not current: ${load.reason ?? 'the last reading failed'}` : undefined}>
+            {now === null || now === undefined ? (
+              <>
+                —<span className="visually-hidden"> not measured</span>
+              </>
+            ) : (
+              `${num(now)} req/s`
+            )}
+            {load.stale && <span className="muted"> (stale)</span>}
+          </span>
+        </>
+      )}
+    </span>
+  );
 }
 
 /** Every deployment of a project, live from the project's watch stream. */
@@ -161,6 +223,7 @@ export function DeploymentList() {
                 <th scope="col">Phase</th>
                 <th scope="col">Replicas</th>
                 <th scope="col">GPUs</th>
+                <th scope="col">Requests/s</th>
                 <th scope="col">Endpoint</th>
                 <th scope="col" className="hide-narrow">
                   Updated
@@ -185,6 +248,9 @@ export function DeploymentList() {
                       <ReplicaBar replicas={d.status.replicas} />
                     </td>
                     <td>{gpus > 0 ? gpus : '—'}</td>
+                    <td>
+                      <Requests deployment={d} />
+                    </td>
                     <td>
                       {url ? (
                         <span className="endpoint">

@@ -1,7 +1,8 @@
-import { screen } from '@testing-library/react';
+import { screen, waitFor, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ADMIN, deployment, json, renderAt, sse, stubFetch, viewerOf, type Handler } from '../test/render';
+import { FakePlot } from '../test/uplot';
 import { DeploymentPage } from './DeploymentPage';
 
 afterEach(() => vi.unstubAllGlobals());
@@ -75,5 +76,118 @@ describe('DeploymentPage', () => {
     expect(patch.headers.get('If-Match')).toBe('"id-qwen.1"');
     expect(patch.headers.get('Content-Type')).toBe('application/merge-patch+json');
     expect(patch.body).toEqual({ spec: { replicas: 4 } });
+  });
+});
+
+const LOAD = {
+  asOf: '2026-11-24T10:00:00Z',
+  stale: false,
+  dialect: 'vllm',
+  pods: 1,
+  podsRead: 1,
+  requestsPerSecond: 2,
+  promptTokensPerSecond: 100,
+  generationTokensPerSecond: 50,
+  ttftP50Seconds: 0.1,
+  ttftP95Seconds: 0.3,
+  waiting: 0,
+  running: 1,
+  kvCacheUsage: 0.1,
+  errorRate: 0,
+};
+
+/** A Metrics answer with every series asked for, with a gap in the middle. */
+function metricsFor(url: URL) {
+  const names = (url.searchParams.get('series') ?? '').split(',');
+  return json({
+    windowSeconds: 3600,
+    stepSeconds: 60,
+    resolutionSeconds: 15,
+    timestamps: ['2026-11-24T09:58:00Z', '2026-11-24T09:59:00Z', '2026-11-24T10:00:00Z'],
+    series: names.map((name) => ({ name, unit: name === 'replicas' ? 'pods' : 'x', values: [1, null, 2] })),
+  });
+}
+
+describe('DeploymentPage — serving', () => {
+  const serving = (d: unknown, events: { event: string; data: unknown }[] = []) =>
+    stubFetch(ADMIN, (request) => {
+      const path = request.url.pathname;
+      if (path === `${BASE}/watch`) return sse([{ event: 'state', data: d }, ...events]);
+      if (path === `${BASE}/metrics`) return metricsFor(request.url);
+      return backend()(request);
+    });
+
+  it('shows the current figures, follows the watch’s load events, and charts the chosen window', async () => {
+    const ready = deployment('qwen', {}, { load: LOAD });
+    const calls = serving(ready, [{ event: 'load', data: { id: 'id-qwen', name: 'qwen', load: { ...LOAD, requestsPerSecond: 7.5 }, canaryLoad: null } }]);
+    renderAt(...PAGE, <DeploymentPage />);
+    const section = await screen.findByRole('region', { name: 'Serving' });
+    // The watch asked for load events, and the newer reading replaced the first.
+    expect(calls.find((c) => c.url.pathname === `${BASE}/watch`)!.url.searchParams.get('load')).toBe('true');
+    expect(await within(section).findByText('7.5 req/s')).toBeInTheDocument();
+    // One call for every chart; the default window is the last hour.
+    for (const name of ['Requests (req/s)', 'Tokens (tokens/s)', 'Time to first token (seconds)', 'Queue (requests)', 'Replicas (pods)']) {
+      expect(await within(section).findByRole('figure', { name })).toBeInTheDocument();
+    }
+    const first = calls.filter((c) => c.url.pathname === `${BASE}/metrics`);
+    expect(first).toHaveLength(1);
+    expect(first[0]!.url.searchParams.get('window')).toBe('1h');
+    expect(first[0]!.url.searchParams.get('step')).toBe('1m');
+    expect(first[0]!.url.searchParams.get('track')).toBeNull();
+    expect(first[0]!.url.searchParams.get('series')!.split(',')).toEqual([
+      'requestsPerSecond',
+      'promptTokensPerSecond',
+      'generationTokensPerSecond',
+      'ttftP95Seconds',
+      'ttftP50Seconds',
+      'waiting',
+      'running',
+      'replicas',
+    ]);
+    // Gaps stay gaps on the way to the chart.
+    expect(FakePlot.live().map((p) => p.data[1])).toContainEqual([1, null, 2]);
+
+    const user = userEvent.setup();
+    const windows = within(section).getByRole('group', { name: 'Window' });
+    expect(within(windows).getByRole('button', { name: '1h' })).toHaveAttribute('aria-pressed', 'true');
+    await user.click(within(windows).getByRole('button', { name: '24h' }));
+    await waitFor(() => expect(calls.some((c) => c.url.pathname === `${BASE}/metrics` && c.url.searchParams.get('window') === '24h')).toBe(true));
+    const day = calls.find((c) => c.url.searchParams.get('window') === '24h')!;
+    expect(day.url.searchParams.get('step')).toBe('15m');
+    expect(within(windows).getByRole('button', { name: '24h' })).toHaveAttribute('aria-pressed', 'true');
+  });
+
+  it('shows the canary track’s figures beside all pods’, and charts a track on request', async () => {
+    const canary = {
+      phase: 'Ready',
+      message: '',
+      promoting: false,
+      weight: 10,
+      replicas: { desired: 1, updated: 1, ready: 1, available: 1 },
+      endpoints: { external: [], cluster: 'http://qwen-canary.team-a:8000', openaiBase: null, reason: null },
+      header: { name: 'x-modelplane-canary', value: 'true' },
+      load: { ...LOAD, stale: true, reason: '1 of 1 ready pods could not be read: timed out', requestsPerSecond: 0.5 },
+    };
+    const calls = serving(deployment('qwen', {}, { load: LOAD, canary }));
+    renderAt(...PAGE, <DeploymentPage />);
+    const all = await screen.findByRole('region', { name: 'All pods' });
+    const track = screen.getByRole('region', { name: 'Canary track' });
+    expect(within(all).getByText('2 req/s')).toBeInTheDocument();
+    expect(within(all).queryByText('Stale')).toBeNull();
+    expect(within(track).getByText('0.5 req/s')).toBeInTheDocument();
+    expect(within(track).getByText('Stale')).toBeInTheDocument();
+    expect(within(track).getByText(/timed out/)).toBeInTheDocument();
+
+    await userEvent.setup().selectOptions(await screen.findByLabelText('Pods'), 'canary');
+    await waitFor(() => expect(calls.some((c) => c.url.searchParams.get('track') === 'canary')).toBe(true));
+  });
+
+  it('without a reading yet says so and asks for no chart', async () => {
+    const calls = serving(deployment('qwen'));
+    renderAt(...PAGE, <DeploymentPage />);
+    const section = await screen.findByRole('region', { name: 'Serving' });
+    expect(within(section).getByText('No readings yet')).toBeInTheDocument();
+    expect(within(section).getByText('The charts start with the first reading.')).toBeInTheDocument();
+    expect(calls.some((c) => c.url.pathname === `${BASE}/metrics`)).toBe(false);
   });
 });

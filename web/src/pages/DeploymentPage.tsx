@@ -9,6 +9,7 @@ import { useTitle } from '../components/Title';
 import { CreateWarnings } from './deployment/CreateWarnings';
 import { DeleteDeployment, EditSpec } from './deployment/Edit';
 import { Revisions, Timeline } from './deployment/History';
+import { Serving } from './deployment/Serving';
 import { Conditions, Endpoints, KubernetesObjects, Replicas } from './deployment/Status';
 import { TryIt } from './deployment/TryIt';
 
@@ -94,6 +95,7 @@ export function DeploymentPage() {
           <Timeline deployment={deployment} live={events} />
         </div>
       </div>
+      <Serving deployment={deployment} />
       <Revisions deployment={deployment} editable={editable} />
       {editable && <EditSpec deployment={deployment} />}
       <KubernetesObjects deployment={deployment} />

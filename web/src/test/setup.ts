@@ -1,6 +1,7 @@
 import '@testing-library/jest-dom/vitest';
 import { cleanup } from '@testing-library/react';
-import { afterEach } from 'vitest';
+import { afterEach, vi } from 'vitest';
+import { plots } from './uplot';
 
 afterEach(() => {
   cleanup();
@@ -16,3 +17,9 @@ if (typeof HTMLDialogElement !== 'undefined' && !HTMLDialogElement.prototype.sho
     this.removeAttribute('open');
   };
 }
+
+// uPlot needs a canvas, which jsdom has not: every test gets the stand-in of ./uplot.ts.
+vi.mock('uplot', async () => ({ default: (await import('./uplot')).FakePlot }));
+afterEach(() => {
+  plots.length = 0;
+});
