@@ -20,6 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/postgres.sh
+source bench/lib.sh
 
 CLIENTS=${CLIENTS:-16}
 IDLE_SECONDS=${IDLE_SECONDS:-10}
@@ -46,34 +47,13 @@ stop_all() {
 }
 trap 'stop_all; rm -rf "$work"' EXIT
 
-free_port() { local p=$1; while port_open "$p"; do p=$((p + 1)); done; echo "$p"; }
-peak_kib() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# CPU ticks of every Postgres process (the server is shared; nothing else should be using it),
-# and of those that have exited (the server process's reaped children: its own parent is no
-# Postgres process), so a connection closed during the window does not take its ticks along.
-postgres_ticks() {
-  cat /proc/[0-9]*/stat 2>/dev/null | awk '
-    $2 == "(postgres)" { pg[$1] = 1; parent[$1] = $4; t += $14 + $15; reaped[$1] = $16 + $17 }
-    END { for (p in pg) if (!(parent[p] in pg)) t += reaped[p]; printf "%d\n", t }'
-}
-# Sum of apiserver_request_total, for reads (get, list, watch) or writes (everything else).
-k8s_requests() { # url reads|writes
-  curl -fsS "$1/metrics" | awk -v want="$2" '
-    /^apiserver_request_total\{/ {
-      match($0, /verb="[^"]*"/); verb = substr($0, RSTART + 6, RLENGTH - 7)
-      read = (verb == "GET" || verb == "LIST" || verb == "WATCH" || verb == "get" || verb == "list" || verb == "watch")
-      if ((want == "reads") == read) sum += $NF
-    }
-    END { printf "%d\n", sum }'
-}
 # A fingerprint of every row the worker could write: the records (their row versions),
 # timeline entries, queued work and the change feed. Equal before and after: nothing written.
 db_fingerprint() { # database url
   psql -tA "$1" -c "select (select coalesce(sum(xmin::text::bigint), 0) from model_deployment)
     || '/' || (select count(*) from deployment_event)
     || '/' || (select count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) from reconcile_work)
-    || '/' || (select coalesce(max(seq), 0) from deployment_change)"
+    || '/' || (select coalesce(max(seq), 0) from deployment_change where kind <> 'load')"
 }
 printf '%8s %9s %9s %14s %14s %15s %10s %10s %10s\n' N seconds "POSTs s" "k8s reads/rec" "k8s writes/rec" "reconciles/rec" "api MiB" "worker MiB" "emu MiB" >"$work/table"
 printf '%8s %10s %12s %10s %10s\n' N "api cpu s" "worker cpu s" "emu cpu s" "pg cpu s" >"$work/cpu"
@@ -99,6 +79,7 @@ for n in "${sizes[@]}"; do
   token="mpt_bench_$(head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
   common=(env DATABASE_URL="$db" MODELPLANE_BOOTSTRAP_TOKEN="$token" MODELPLANE_LOG=warn
           MODELPLANE_KUBECONFIG="$work/kubeconfig" MODELPLANE_INSTALLATION=bench
+          MODELPLANE_LOAD_INTERVAL_SECS=0
           MODELPLANE_RATE_LIMIT_PER_MINUTE=100000000 MODELPLANE_RATE_LIMIT_BURST=10000000
           ${GATEWAY:+MODELPLANE_GATEWAY="$GATEWAY"})
   "${common[@]}" MODELPLANE_ROLE=api MODELPLANE_LISTEN="127.0.0.1:$api_port" \

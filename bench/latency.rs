@@ -59,6 +59,7 @@ async fn main() {
             gpu_product_label: "nvidia.com/gpu.product".into(),
             s3_downloader_image: "amazon/aws-cli:2.22.0".into(),
             epp_image: "registry.k8s.io/gateway-api-inference-extension/epp:v1.4.0".into(),
+            pod_monitor_interval_secs: None,
         },
         budgets: Budgets {
             unschedulable_seconds: 300,

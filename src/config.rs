@@ -100,7 +100,7 @@ pub struct ServeConfig {
 /// How the worker reads what the model servers serve (`status.load` and the metric series).
 #[derive(Debug, Clone, Args)]
 pub struct LoadConfig {
-    /// Seconds between readings of the model servers' metrics.
+    /// Seconds between readings of the model servers' metrics; 0 turns collection off.
     #[arg(long, env = "MODELPLANE_LOAD_INTERVAL_SECS", default_value_t = 15)]
     pub load_interval_secs: u64,
     /// A Prometheus to query (PromQL over its HTTP API) instead of reading the pods; a

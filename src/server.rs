@@ -78,7 +78,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     bootstrap_token(&config, &ctx).await?;
     let oidc = oidc_verifier(&config.auth).await?;
     // The worker drives only a cluster named explicitly; the API needs none.
-    let worker_config = worker_config(&config.reconciler);
+    let worker_config = worker_config(&config.reconciler, &config.load);
     let cluster = if config.role.runs_worker() || config.cluster.kubeconfig.is_some() {
         let cluster = cluster::connect(
             config.cluster.kubeconfig.as_ref(),
@@ -251,11 +251,16 @@ async fn start_worker(
     let client = cluster.client.clone();
     let worker = Worker::new(worker_pool.clone(), cluster, worker_config);
     let health = worker.health();
-    let settings = load_settings(config, installation, client.clone())?;
-    tokio::spawn(
-        crate::reconciler::load::Collector::new(worker_pool, client, settings, health.clone())
-            .run(shutdown.clone()),
-    );
+    // An interval of 0 turns the collection off.
+    if config.load.load_interval_secs > 0 {
+        let settings = load_settings(config, installation, client.clone())?;
+        tokio::spawn(
+            crate::reconciler::load::Collector::new(worker_pool, client, settings, health.clone())
+                .run(shutdown.clone()),
+        );
+    } else {
+        tracing::info!("serving metrics are not collected (MODELPLANE_LOAD_INTERVAL_SECS=0)");
+    }
     Ok((tokio::spawn(worker.run(shutdown.clone())), health))
 }
 
@@ -354,7 +359,7 @@ impl ReadinessCheck for Draining {
     }
 }
 
-fn worker_config(config: &ReconcilerConfig) -> WorkerConfig {
+fn worker_config(config: &ReconcilerConfig, load: &crate::config::LoadConfig) -> WorkerConfig {
     let worker_id = config.worker_id.clone().unwrap_or_else(|| {
         let host = std::env::var("HOSTNAME")
             .ok()
@@ -383,6 +388,12 @@ fn worker_config(config: &ReconcilerConfig) -> WorkerConfig {
             gpu_product_label: config.gpu_product_label.clone(),
             s3_downloader_image: config.s3_downloader_image.clone(),
             epp_image: config.epp_image.clone(),
+            // Prometheus scrapes the pods as often as the worker reads it.
+            pod_monitor_interval_secs: load
+                .prometheus_url
+                .as_ref()
+                .filter(|_| load.load_interval_secs > 0)
+                .map(|_| load.load_interval_secs),
         },
         budgets: Budgets {
             unschedulable_seconds: config.unschedulable_budget_secs,

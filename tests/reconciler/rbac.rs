@@ -129,7 +129,8 @@ fn allowed_to_everyone(path: &str) -> bool {
 
 /// The chart's worker ClusterRole, expanded into (group, resource, verb).
 fn chart_worker_permissions() -> BTreeSet<Permission> {
-    let objects = chart::render(&[]);
+    // With serving metrics from Prometheus: the PodMonitors too.
+    let objects = chart::try_render(&[], &["config.prometheusUrl=http://prometheus:9090"]).unwrap();
     let role: ClusterRole =
         serde_json::from_value(chart::object(&objects, "ClusterRole", "modelplane-worker").clone())
             .unwrap();
@@ -164,7 +165,11 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
         .nodes(2)
         .start_delay(Duration::from_millis(100))
         .gateway("gateway-system", "inference");
-    let h = harness_on(pool, cluster, |_| {}).await;
+    // As a worker configured with a Prometheus: a PodMonitor per deployment.
+    let h = harness_on(pool, cluster, |c| {
+        c.build.pod_monitor_interval_secs = Some(15)
+    })
+    .await;
     let emulator = h.emulator.as_ref().unwrap();
     // The test's own client: the harness's carries the worker's X-Client-Id.
     let client =
@@ -360,6 +365,12 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
     .await;
 
     h.delete_and_wait_gone("qwen").await;
+    wait_for(
+        "the PodMonitor collected with its owner",
+        Duration::from_secs(15),
+        || async { !exists("monitoring.coreos.com/v1", "PodMonitor", "qwen").await },
+    )
+    .await;
     let deleted = h
         .app
         .request(Method::DELETE, "/api/v1/projects/team-a")

@@ -21,6 +21,8 @@
 //!   [`PoolObjects`], the mode's seven objects.
 //! - `endpoint_picker`: the pool's endpoint picker: its Deployment, Service, ServiceAccount,
 //!   Role, RoleBinding and scorer ConfigMap.
+//! - `pod_monitor`: the PodMonitor that has a Prometheus scrape the pods (serving metrics
+//!   read from Prometheus).
 
 mod budget;
 mod deployment;
@@ -28,6 +30,7 @@ mod endpoint_picker;
 mod inference_pool;
 mod model_source;
 mod namespace;
+mod pod_monitor;
 mod route;
 mod service;
 #[cfg(test)]
@@ -56,6 +59,8 @@ pub use self::inference_pool::{
     PoolParentRef, PoolParentStatus, PoolPort, PoolSelector, pool_objects,
 };
 use self::namespace::namespace_object;
+use self::pod_monitor::pod_monitor_object;
+pub use self::pod_monitor::{PodMetricsEndpoint, PodMonitor, PodMonitorSpec};
 use self::route::route_object;
 pub use self::route::{GatewayRef, gateway_of, route_path_prefix};
 use self::service::service_object;
@@ -97,6 +102,9 @@ pub struct BuildConfig {
     pub s3_downloader_image: String,
     /// Image of the endpoint picker of deployments in InferencePool mode.
     pub epp_image: String,
+    /// Serving metrics come from a Prometheus: a PodMonitor per deployment has it scrape
+    /// the pods every this many seconds. `None`: no PodMonitor.
+    pub pod_monitor_interval_secs: Option<u64>,
 }
 
 /// One record as the worker sees it: the stored record and its spec with defaults resolved.
@@ -160,6 +168,9 @@ pub struct DesiredObjects {
     /// In InferencePool mode: the route to the Service, which a live route to the Service
     /// stays until the endpoint picker is ready (a switch of mode loses no request).
     pub service_route: Option<HttpRoute>,
+    /// The PodMonitor, when serving metrics come from Prometheus. Applied with the
+    /// Deployment as its owner, so the garbage collector removes it with the deployment.
+    pub pod_monitor: Option<PodMonitor>,
 }
 
 impl DesiredObjects {
@@ -173,6 +184,9 @@ impl DesiredObjects {
         ];
         if let Some(budget) = &self.disruption_budget {
             all.push(as_json(budget));
+        }
+        if let Some(monitor) = &self.pod_monitor {
+            all.push(as_json(monitor));
         }
         if let Some(canary) = &self.canary {
             all.push(as_json(&canary.deployment));
@@ -243,6 +257,9 @@ pub fn desired_objects(
         canary: canary.map(|plan| canary_objects(&plan.target, namespace, config)),
         disruption_budget: (t.serving.replicas > 1)
             .then(|| disruption_budget_object(t, namespace, &labels)),
+        pod_monitor: config
+            .pod_monitor_interval_secs
+            .map(|secs| pod_monitor_object(t, namespace, &labels, secs)),
         gateway,
         config_hash,
     }

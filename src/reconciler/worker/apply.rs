@@ -8,7 +8,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::Worker;
 use crate::reconciler::cluster::{ClusterError, Object, contains, kind_of};
-use crate::reconciler::desired::{DesiredObjects, PoolObjects, as_json};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use crate::reconciler::desired::{DesiredObjects, PodMonitor, PoolObjects, as_json};
 use crate::reconciler::status::{Observed, has_available_replica};
 
 /// The objects observation needs, as read during one reconcile. The outer `None`: not read
@@ -45,6 +47,9 @@ impl Worker {
         }
         let deployment = self.apply_required(&desired.deployment, observed).await?;
         let service = self.apply_required(&desired.service, observed).await?;
+        if let Some(monitor) = &desired.pod_monitor {
+            self.apply_pod_monitor(monitor, &deployment).await?;
+        }
         self.apply_disruption_budget(desired, observed).await?;
         // The canary's refusal fails its track, not the deployment; it goes before the route,
         // which names its Service.
@@ -118,6 +123,33 @@ impl Worker {
             }
         }
         Ok(())
+    }
+
+    /// Applies the PodMonitor, owned by the model-server Deployment so that the garbage
+    /// collector deletes it with it (no list or delete of PodMonitors needed). A cluster
+    /// without the Prometheus Operator's CRD (404) gets none: the figures then come from
+    /// whatever else scrapes the pods. Neither that nor a refusal decides the phase.
+    async fn apply_pod_monitor(
+        &self,
+        monitor: &PodMonitor,
+        owner: &K8sDeployment,
+    ) -> Result<(), ClusterError> {
+        let mut monitor = monitor.clone();
+        monitor.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: owner.metadata.name.clone().unwrap_or_default(),
+            uid: owner.metadata.uid.clone().unwrap_or_default(),
+            ..OwnerReference::default()
+        }]);
+        match self.apply_unless_refused(&monitor).await {
+            Ok(_) => Ok(()),
+            Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
+                tracing::debug!("the cluster does not serve PodMonitors; none was made");
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
     }
 
     /// InferencePool mode: the pool first, so a cluster without its CRD gets nothing of the
