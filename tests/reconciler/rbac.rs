@@ -129,8 +129,12 @@ fn allowed_to_everyone(path: &str) -> bool {
 
 /// The chart's worker ClusterRole, expanded into (group, resource, verb).
 fn chart_worker_permissions() -> BTreeSet<Permission> {
-    // With serving metrics from Prometheus: the PodMonitors too.
-    let objects = chart::try_render(&[], &["config.prometheusUrl=http://prometheus:9090"]).unwrap();
+    chart_role_permissions(&[])
+}
+
+/// The chart's worker ClusterRole rendered with `set`, expanded.
+fn chart_role_permissions(set: &[&str]) -> BTreeSet<Permission> {
+    let objects = chart::try_render(&[], set).unwrap();
     let role: ClusterRole =
         serde_json::from_value(chart::object(&objects, "ClusterRole", "modelplane-worker").clone())
             .unwrap();
@@ -165,11 +169,7 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
         .nodes(2)
         .start_delay(Duration::from_millis(100))
         .gateway("gateway-system", "inference");
-    // As a worker configured with a Prometheus: a PodMonitor per deployment.
-    let h = harness_on(pool, cluster, |c| {
-        c.build.pod_monitor_interval_secs = Some(15)
-    })
-    .await;
+    let h = harness_on(pool, cluster, |_| {}).await;
     let emulator = h.emulator.as_ref().unwrap();
     // The test's own client: the harness's carries the worker's X-Client-Id.
     let client =
@@ -418,4 +418,85 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
          missing (the worker would get 403): {missing:?}\n\
          extra (never used): {extra:?}"
     );
+}
+
+/// With `config.prometheusUrl` the chart grants exactly create and patch on PodMonitors more,
+/// and a worker configured with a Prometheus uses exactly those: it applies one PodMonitor
+/// per deployment (server-side apply of a new object is a create, then patches), accepted
+/// by the published CRD, owned by the Deployment, and collected with it.
+#[sqlx::test]
+async fn with_prometheus_the_chart_adds_exactly_the_pod_monitor_rules_the_worker_uses(
+    pool: PgPool,
+) {
+    let extra: BTreeSet<Permission> =
+        chart_role_permissions(&["config.prometheusUrl=http://prometheus:9090"])
+            .difference(&chart_role_permissions(&[]))
+            .cloned()
+            .collect();
+    let pod_monitors = |verbs: &[&str]| -> BTreeSet<Permission> {
+        verbs
+            .iter()
+            .map(|v| {
+                (
+                    "monitoring.coreos.com".to_owned(),
+                    "podmonitors".to_owned(),
+                    (*v).to_owned(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(extra, pod_monitors(&["create", "patch"]));
+
+    let cluster = super::emulator()
+        .nodes(1)
+        .start_delay(Duration::from_millis(100));
+    let h = harness_on(pool, cluster, |c| {
+        c.build.pod_monitor_interval_secs = Some(15)
+    })
+    .await;
+    let emulator = h.emulator.as_ref().unwrap();
+    let client =
+        kube::Client::try_from(kube::Config::new(emulator.url().parse().unwrap())).unwrap();
+    let monitors: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        "team-a",
+        &resource_of("monitoring.coreos.com/v1", "PodMonitor"),
+    );
+    h.app.create_project("team-a").await;
+    create_with(&h, "qwen", sim_spec()).await;
+    h.wait_applied("qwen", 1).await;
+    let monitor = monitors.get("qwen").await.unwrap();
+    assert_eq!(
+        monitor.metadata.owner_references.as_ref().unwrap()[0].kind,
+        "Deployment"
+    );
+    assert_eq!(
+        monitor.data["spec"]["podTargetLabels"],
+        json!(["modelplane.io/deployment-id", "modelplane.io/track"])
+    );
+    // A second apply of the same spec is a patch of the existing object.
+    let scaled = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/scale",
+            &json!({"replicas": 2}),
+        )
+        .await;
+    assert_eq!(scaled.status(), StatusCode::OK);
+    h.wait_applied("qwen", 2).await;
+    h.delete_and_wait_gone("qwen").await;
+    wait_for(
+        "the PodMonitor collected with its owner",
+        Duration::from_secs(15),
+        || async { monitors.get_opt("qwen").await.unwrap().is_none() },
+    )
+    .await;
+    let used: BTreeSet<Permission> = emulator
+        .requests()
+        .snapshot()
+        .iter()
+        .filter(|r| r.client_id.as_deref() == Some("worker-a") && r.path.contains("/podmonitors"))
+        .flat_map(|r| permissions(&r.method, &r.path, &r.query, r.status).unwrap())
+        .collect();
+    assert_eq!(used, pod_monitors(&["create", "patch"]));
 }
