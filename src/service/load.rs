@@ -186,6 +186,10 @@ fn out_of_range() -> FieldErrors {
     )
 }
 
+/// The window, step, resolution and series of a query. One piece on purpose: each
+/// parameter's check depends on those before it (the step's floor on the window's
+/// resolution, the points on both) and every problem goes into one `FieldErrors`, so a
+/// caller hears of all its mistakes at once.
 fn parse_window(
     query: &MetricsQuery,
     interval: Duration,

@@ -210,7 +210,9 @@ impl Collector {
         Ok(stats)
     }
 
-    /// Readings from each ready pod's own page.
+    /// Readings from each ready pod's own page. One piece on purpose: its three steps (read
+    /// every page, turn each into a change since its last reading, sum them per scope)
+    /// share the round's maps of pages, deltas and errors; split, they pass all three around.
     async fn read_pods(
         &mut self,
         via: &Via,
