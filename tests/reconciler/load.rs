@@ -241,13 +241,19 @@ async fn the_load_sent_through_the_gateway_is_what_status_load_reports(pool: PgP
         .filter(|v| *v > 0.0)
         .collect();
     assert!(busy.len() >= readings.len(), "{busy:?}");
+    // Replicas: none until the pod was ready (a round may come before it is), then the
+    // one pod from there on.
+    let replicas: Vec<f64> = series[1]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
     assert!(
-        series[1]["values"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(Value::as_f64)
-            .all(|r| r == 1.0)
+        replicas.iter().all(|r| *r == 0.0 || *r == 1.0)
+            && replicas.is_sorted()
+            && replicas.iter().filter(|r| **r == 1.0).count() >= readings.len(),
+        "{replicas:?}"
     );
 
     // The project's sum is this deployment's.
