@@ -1,4 +1,4 @@
-import { screen, within } from '@testing-library/react';
+import { screen, waitFor, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ADMIN, deployment, json, renderAt, sse, stubFetch, viewerOf } from '../test/render';
@@ -162,5 +162,28 @@ describe('DeploymentList — requests/s', () => {
     const unread = screen.getByRole('link', { name: 'chat' }).closest('tr')!;
     expect(within(unread).getByTestId('requests-none')).toHaveTextContent('— no readings yet');
     expect(calls.filter((c) => c.url.pathname.endsWith('/metrics'))).toHaveLength(1);
+  });
+
+  it('read but nothing measured (an engine without the figure): one dash, not one per part', async () => {
+    const quiet = deployment('quiet', {}, { load: { ...LOAD, requestsPerSecond: null } });
+    const calls = stubFetch(ADMIN, ({ url }) => {
+      if (url.pathname === '/api/v1/projects/team-a/watch') return sse([{ event: 'state', data: quiet }]);
+      if (url.pathname === '/api/v1/projects/team-a/quota') return json(NO_QUOTA);
+      if (url.pathname === '/api/v1/projects/team-a/deployments/quiet/metrics')
+        return json({
+          windowSeconds: 3600,
+          stepSeconds: 60,
+          resolutionSeconds: 15,
+          timestamps: ['2026-11-24T09:59:00Z', '2026-11-24T10:00:00Z'],
+          series: [{ name: 'requestsPerSecond', unit: 'req/s', values: [null, null] }],
+        });
+      return undefined;
+    });
+    renderAt('/projects/team-a/deployments', '/projects/:project/deployments', <DeploymentList />);
+    const row = (await screen.findByRole('link', { name: 'quiet' })).closest('tr')!;
+    await waitFor(() => expect(calls.some((c) => c.url.pathname.endsWith('/metrics'))).toBe(true));
+    const cell = within(row).getByTestId('requests-now').closest('td')!;
+    await waitFor(() => expect(cell.textContent).toBe('— not measured'));
+    expect(within(row).queryByTestId('sparkline-none')).toBeNull();
   });
 });

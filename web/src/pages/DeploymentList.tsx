@@ -85,6 +85,7 @@ function Requests({ deployment }: { deployment: Deployment }) {
     refetchInterval: 60_000,
   });
   const now = load?.requestsPerSecond;
+  const trend = hour.data ? seriesValues(hour.data, 'requestsPerSecond') : [];
   return (
     <span className="requests" ref={ref}>
       {!load ? (
@@ -93,9 +94,8 @@ function Requests({ deployment }: { deployment: Deployment }) {
         </span>
       ) : (
         <>
-          {hour.data && (
-            <Sparkline values={seriesValues(hour.data, 'requestsPerSecond')} label="Requests/s over the last hour" format={num} />
-          )}
+          {/* Without a measured step the trend says nothing the figure beside it does not. */}
+          {trend.some((v) => v !== null) && <Sparkline values={trend} label="Requests/s over the last hour" format={num} />}
           <span className="num" data-testid="requests-now" title={load.stale ? `Not current: ${load.reason ?? 'the last reading failed'}` : undefined}>
             {now === null || now === undefined ? (
               <>
