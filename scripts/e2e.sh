@@ -33,7 +33,7 @@ log "starting the whole system for the portal tests (API on 127.0.0.1:$api_port)
 DATABASE_URL=$e2e_db MODELPLANE_BOOTSTRAP_TOKEN=$token \
   MODELPLANE_LISTEN=127.0.0.1:$api_port MODELPLANE_EMULATOR_LISTEN=127.0.0.1:$emulator_port \
   MODELPLANE_EMULATOR_GATEWAY_LISTEN=127.0.0.1:$gateway_port \
-  MODELPLANE_EMULATOR_KUBECONFIG=$state/kubeconfig MODELPLANE_LOG=warn \
+  MODELPLANE_EMULATOR_KUBECONFIG=$state/kubeconfig MODELPLANE_LOG=warn MODELPLANE_LOAD_INTERVAL_SECS=2 \
   setsid scripts/run.sh >"$state/run.log" 2>&1 &
 run_pid=$!
 stop() {

@@ -137,6 +137,9 @@ catalogue! {
     LOAD_POD_READS = "modelplane_load_pod_reads_total", Counter,
         ["outcome"],
         "Model-server metrics pages read, by outcome (ok; error: unreachable, timed out, too large, not the text format, none of the engine's metrics).";
+    AUTOSCALER_DECISIONS = "modelplane_autoscaler_scaled_total", Counter,
+        ["direction"],
+        "Replica counts the autoscaler changed, by direction (up, down).";
 }
 
 /// Upper bounds, in seconds, of the buckets of every histogram (all are durations).

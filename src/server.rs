@@ -248,18 +248,31 @@ async fn start_worker(
     )
     .await?;
     let installation = worker_config.build.installation.clone();
+    let gpu_resource_name = worker_config.build.engines.gpu_resource_name.clone();
+    let worker_id = worker_config.worker_id.clone();
     let client = cluster.client.clone();
     let worker = Worker::new(worker_pool.clone(), cluster, worker_config);
     let health = worker.health();
-    // An interval of 0 turns the collection off.
+    // An interval of 0 turns the collection off, and with it the autoscaler (its signal).
     if config.load.load_interval_secs > 0 {
         let settings = load_settings(config, installation, client.clone())?;
+        let autoscaler = crate::reconciler::autoscaler::Autoscaler::new(
+            worker_pool.clone(),
+            client.clone(),
+            gpu_resource_name,
+            &worker_id,
+        )
+        .with_seen(worker.seen());
         tokio::spawn(
             crate::reconciler::load::Collector::new(worker_pool, client, settings, health.clone())
+                .with_pods_from(worker.seen())
+                .with_autoscaler(autoscaler)
                 .run(shutdown.clone()),
         );
     } else {
-        tracing::info!("serving metrics are not collected (MODELPLANE_LOAD_INTERVAL_SECS=0)");
+        tracing::info!(
+            "serving metrics are not collected and nothing is autoscaled (MODELPLANE_LOAD_INTERVAL_SECS=0)"
+        );
     }
     Ok((tokio::spawn(worker.run(shutdown.clone())), health))
 }

@@ -4,6 +4,7 @@
 //! [`FieldError`]s with a JSON path, so a value that exists is valid.
 
 mod access;
+mod autoscaling;
 mod canary;
 mod capacity;
 mod errors;
@@ -20,6 +21,10 @@ mod spec;
 mod status;
 
 pub use access::{Role, SubjectKind, TokenRole};
+pub use autoscaling::{
+    AutoscalingSpec, AutoscalingStatus, Decision, Observation, ScalingChange, ScalingLimit,
+    ScalingMemory, ScalingMetric, ScalingTarget, decide,
+};
 pub use canary::{
     CANARY_SUFFIX, Canary, CanaryHeader, DEFAULT_CANARY_HEADER, MAX_CANARY_WEIGHT,
     canary_object_name, check_canary_weight, check_not_canary_name,

@@ -115,6 +115,8 @@ pub enum EventKind {
     /// By the worker: objects the record no longer wants (a canary's, InferencePool
     /// mode's) wait for the Gateway to take in the route without them.
     CleanupWaiting,
+    /// By the autoscaler: the replica count followed the load (the message says why).
+    Autoscaled,
 }
 
 impl EventKind {

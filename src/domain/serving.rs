@@ -253,6 +253,19 @@ impl DeploymentSpec {
                 format!("must be {CURRENT_SPEC_VERSION} (or omitted)"),
             );
         }
+        if let Some(autoscaling) = &self.autoscaling {
+            autoscaling.validate(self.replicas, limits.max_replicas, &mut errors);
+            if autoscaling.min_replicas == 0 {
+                // Until modelplane's activator holds the first request while a replica
+                // starts, a deployment at zero would answer 503: refused, not half-done.
+                errors.push(
+                    "spec.autoscaling.minReplicas",
+                    "must be at least 1 for now: scaling to zero needs modelplane's activator, which is not available yet",
+                );
+            }
+            self.replicas
+                .get_or_insert(autoscaling.starting_replicas(None));
+        }
         self.replicas.get_or_insert(DEFAULT_REPLICAS);
         self.engine.port.get_or_insert(DEFAULT_PORT);
         if self.model.served_name.is_none() {

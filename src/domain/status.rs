@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::autoscaling::AutoscalingStatus;
 use super::canary::CanaryHeader;
 use super::load::Load;
 
@@ -137,6 +138,10 @@ pub struct DeploymentStatus {
     /// it: a new reading is not a status change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<Load>,
+    /// What the autoscaler decided last and why, with `spec.autoscaling`. Read beside the
+    /// status, never stored in it, like `load`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingStatus>,
 }
 
 impl DeploymentStatus {
@@ -154,6 +159,7 @@ impl DeploymentStatus {
             endpoints: Endpoints::default(),
             canary: None,
             load: None,
+            autoscaling: None,
         }
     }
 }

@@ -126,6 +126,14 @@ impl<K: Object> Seen<K> {
         Some(state.objects.get(&key).map(|o| o.as_ref().clone()))
     }
 
+    /// Every object as last seen, or `None` until the first list is complete.
+    pub fn all(&self) -> Option<Vec<Arc<K>>> {
+        let state = self.state.read().expect("seen lock");
+        state
+            .ready
+            .then(|| state.objects.values().cloned().collect())
+    }
+
     /// The objects labelled with record `id`, or `None` until the first list is complete.
     pub fn of_record(&self, id: Uuid) -> Option<Vec<K>> {
         let state = self.state.read().expect("seen lock");

@@ -192,12 +192,21 @@ pub(super) fn tracks_of(
     spec: &DeploymentSpec,
     canary: Option<&DeploymentSpec>,
 ) -> Vec<TrackDemand> {
+    tracks(&ctx.gpu_resource_name, name, spec, canary)
+}
+
+fn tracks(
+    gpu_resource_name: &str,
+    name: &str,
+    spec: &DeploymentSpec,
+    canary: Option<&DeploymentSpec>,
+) -> Vec<TrackDemand> {
     [Some(spec), canary]
         .into_iter()
         .flatten()
         // A stored spec that does not resolve asks for nothing the worker would apply.
         .filter_map(|s| s.serving(name).ok())
-        .map(|serving| TrackDemand::of(&serving, &ctx.gpu_resource_name))
+        .map(|serving| TrackDemand::of(&serving, gpu_resource_name))
         .collect()
 }
 
@@ -207,14 +216,31 @@ async fn project_demand(
     db: &mut sqlx::PgConnection,
     project_id: Uuid,
 ) -> Result<Demand, ServiceError> {
+    Ok(demand_of_project(db, &ctx.gpu_resource_name, project_id).await?)
+}
+
+/// [`project_demand`] for the worker's autoscaler. An autoscaled deployment counts the
+/// replicas the autoscaler set, not its spec's starting point; a change to its spec then
+/// adds and removes the same starting count, so its live count stays counted.
+pub(crate) async fn demand_of_project(
+    db: &mut sqlx::PgConnection,
+    gpu_resource_name: &str,
+    project_id: Uuid,
+) -> Result<Demand, sqlx::Error> {
+    let live = store::autoscaling::project_replicas(&mut *db, project_id).await?;
     let mut demand = Demand::default();
     for d in store::deployments::specs_of_project(&mut *db, project_id).await? {
         if d.deleting {
             continue;
         }
         let canary = d.canary.as_ref().map(|c| &c.spec);
-        for track in tracks_of(ctx, &d.name, &d.spec, canary) {
-            demand.add(&track);
+        let mut tracks = tracks(gpu_resource_name, &d.name, &d.spec, canary);
+        if let (Some(autoscaling), Some(stable)) = (&d.spec.autoscaling, tracks.first_mut()) {
+            stable.replicas =
+                autoscaling.live_replicas(live.get(&d.name).copied(), d.spec.replicas);
+        }
+        for track in &tracks {
+            demand.add(track);
         }
     }
     Ok(demand)

@@ -51,14 +51,27 @@ struct Window {
     series: Vec<SeriesName>,
 }
 
-/// Adds each deployment's current load (`status.load`, `status.canary.load`): one read
-/// for all of them. A reading older than a few collection intervals is marked stale.
+/// Adds what is read beside each deployment's status: its current load (`status.load`,
+/// `status.canary.load`), one read for all of them (a reading older than a few collection
+/// intervals is marked stale), and the autoscaler's last decision (`status.autoscaling`) for
+/// those that autoscale.
 #[instrument(skip_all, fields(deployments = deployments.len()))]
 pub async fn attach(ctx: &Context, deployments: &mut [Deployment]) -> Result<(), ServiceError> {
     if deployments.is_empty() {
         return Ok(());
     }
     let ids: Vec<_> = deployments.iter().map(|d| d.id).collect();
+    let autoscaled: Vec<_> = deployments
+        .iter()
+        .filter(|d| d.spec.autoscaling.is_some())
+        .map(|d| d.id)
+        .collect();
+    if !autoscaled.is_empty() {
+        let mut states = store::autoscaling::states(&ctx.pool, &autoscaled).await?;
+        for deployment in deployments.iter_mut() {
+            deployment.status.autoscaling = states.remove(&deployment.id);
+        }
+    }
     let mut loads = store::load::current(&ctx.pool, &ids).await?;
     let now = Utc::now();
     for deployment in deployments.iter_mut() {

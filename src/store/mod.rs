@@ -5,6 +5,7 @@
 //! paths is in [`throughput`] (re-exported here under its old paths).
 
 pub mod audit;
+pub mod autoscaling;
 pub mod capacity;
 pub mod changes;
 pub mod deployments;

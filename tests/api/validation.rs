@@ -237,6 +237,51 @@ fn cases() -> Vec<(&'static str, Value, &'static str)> {
             json!({"annotations": {"modelplane.io/restart": "x"}}),
             "spec.annotations.modelplane.io/restart",
         ),
+        (
+            "qwen",
+            json!({"autoscaling": {"minReplicas": 3, "maxReplicas": 2, "target": {"metric": "waitingPerReplica", "value": 4}}}),
+            "spec.autoscaling.maxReplicas",
+        ),
+        (
+            "qwen",
+            json!({"autoscaling": {"minReplicas": 1, "maxReplicas": 2, "target": {"metric": "queue", "value": 4}}}),
+            "spec.autoscaling.target.metric",
+        ),
+        (
+            "qwen",
+            json!({"autoscaling": {"minReplicas": 1, "maxReplicas": 2, "target": {"metric": "kvCacheUsage", "value": 80}}}),
+            "spec.autoscaling.target.value",
+        ),
+        (
+            "qwen",
+            json!({"autoscaling": {"minReplicas": 1, "maxReplicas": 2, "target": {"metric": "runningPerReplica", "value": 0}}}),
+            "spec.autoscaling.target.value",
+        ),
+        (
+            "qwen",
+            json!({"autoscaling": {"minReplicas": 1, "maxReplicas": 4, "target": {"metric": "waitingPerReplica", "value": 4}, "scaleDownDelaySeconds": -1}}),
+            "spec.autoscaling.scaleDownDelaySeconds",
+        ),
+        (
+            "qwen",
+            json!({"autoscaling": {"minReplicas": 1, "maxReplicas": 4, "target": {"metric": "waitingPerReplica", "value": 4}, "scaleToZeroAfterSeconds": 300}}),
+            "spec.autoscaling.scaleToZeroAfterSeconds",
+        ),
+        (
+            "qwen",
+            json!({"autoscaling": {"minReplicas": 0, "maxReplicas": 4, "target": {"metric": "waitingPerReplica", "value": 4}}}),
+            "spec.autoscaling.minReplicas",
+        ),
+        (
+            "qwen",
+            json!({"replicas": 5, "autoscaling": {"minReplicas": 1, "maxReplicas": 4, "target": {"metric": "waitingPerReplica", "value": 4}}}),
+            "spec.replicas",
+        ),
+        (
+            "qwen",
+            json!({"autoscaling": {"minReplicas": 1, "maxReplicas": 4}}),
+            "spec.autoscaling.target",
+        ),
         ("qwen", json!({"specVersion": 7}), "spec.specVersion"),
         ("qwen", json!({"unknownField": true}), "spec.unknownField"),
         ("2qwen", json!({}), "name"),

@@ -6,7 +6,7 @@
 //
 // What a person does: sign in; create the first project; create a `sim` deployment through the form (after a value
 // only the API rejects shows its error next to the field) and watch it reach Ready without a
-// reload; copy its endpoint; chat with it; scale it to 2; edit it, roll back to revision 1 and
+// reload; copy its endpoint; chat with it; see it counted in Serving; scale it to 2; edit it, roll back to revision 1 and
 // read the diff; check a viewer sees no edit controls; delete it and see it leave the list.
 const assert = require('node:assert/strict');
 const path = require('node:path');
@@ -185,6 +185,16 @@ async function signIn(page, token) {
     assert.ok(answerText.trim().length > 0, 'an answer is shown');
     await page.screenshot({ path: path.join(SHOTS, 'deployment-page.png'), fullPage: true });
     await accessible(page, 'the deployment page');
+
+    step('the Serving section shows what the pod serves, live: another message counts in requests/s');
+    // scripts/e2e.sh has the worker read the pods every 2 s. A rate needs two readings of
+    // the pod, so the message is sent once the first one is shown.
+    const serving = page.getByRole('region', { name: 'Serving' });
+    await serving.getByText(/1 of 1 ready pod read · vllm metrics/).waitFor(WAIT);
+    await page.getByLabel('Message', { exact: true }).fill('Count this one');
+    await page.getByRole('button', { name: 'Send' }).click();
+    await serving.getByText(/^(?!0 req\/s)\d[\d.,]* req\/s$/).first().waitFor(WAIT);
+    await page.screenshot({ path: path.join(SHOTS, 'deployment-serving.png'), fullPage: true });
 
     step('scale to 2 and see the replica bar follow');
     await page.getByRole('spinbutton', { name: 'Replicas' }).fill('2');

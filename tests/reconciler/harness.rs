@@ -36,6 +36,8 @@ pub(crate) struct Harness {
     /// The worker's database (the collector writes with it).
     pub(crate) pool: PgPool,
     pub(crate) health: std::sync::Arc<modelplane::reconciler::health::WorkerHealth>,
+    /// The worker's watch caches (the collector reads the pods from them).
+    pub(crate) seen: std::sync::Arc<modelplane::reconciler::seen::SeenKinds>,
     pub(crate) emulator: Option<RunningEmulator>,
     pub(crate) kube: kube::Client,
     pub(crate) shutdown: CancellationToken,
@@ -126,10 +128,12 @@ pub(crate) async fn harness_on(
     let shutdown = CancellationToken::new();
     let worker = Worker::new(pool.clone(), cluster, config);
     let health = worker.health();
+    let seen = worker.seen();
     tokio::spawn(worker.run(shutdown.clone()));
     Harness {
         pool,
         health,
+        seen,
         app,
         emulator: Some(emulator),
         kube,
@@ -143,7 +147,8 @@ pub(crate) const LOAD_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Harness {
     /// Starts the serving-metrics collector, reading pods through the API server's
-    /// pods/proxy (as a worker outside the cluster does) every [`LOAD_INTERVAL`].
+    /// pods/proxy (as a worker outside the cluster does) every [`LOAD_INTERVAL`], and the
+    /// autoscaler after it.
     pub(crate) fn collect_load(&self) {
         use modelplane::reconciler::load::{Collector, LoadSettings, Source, Via};
         let settings = LoadSettings {
@@ -153,12 +158,23 @@ impl Harness {
             source: Source::Pods(Via::Proxy(self.kube.clone())),
             installation: "test".into(),
         };
+        // Its pods come from the worker's watch, and the autoscaler decides after each
+        // round, as `serve` runs them.
+        let autoscaler = modelplane::reconciler::autoscaler::Autoscaler::new(
+            self.pool.clone(),
+            self.kube.clone(),
+            "nvidia.com/gpu".into(),
+            "worker-a",
+        )
+        .with_seen(self.seen.clone());
         let collector = Collector::new(
             self.pool.clone(),
             self.kube.clone(),
             settings,
             self.health.clone(),
-        );
+        )
+        .with_pods_from(self.seen.clone())
+        .with_autoscaler(autoscaler);
         tokio::spawn(collector.run(self.shutdown.clone()));
     }
 }

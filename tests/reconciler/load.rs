@@ -27,7 +27,7 @@ pub(super) fn cluster() -> modelplane_emulator::EmulatorBuilder {
 
 /// What the clients sent and got back.
 #[derive(Default)]
-struct Sent {
+pub(super) struct Sent {
     requests: AtomicU64,
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
@@ -36,7 +36,7 @@ struct Sent {
 }
 
 /// `clients` closed-loop clients sending completions at `url` until `stop`.
-fn drive(
+pub(super) fn drive(
     url: String,
     model: String,
     clients: usize,

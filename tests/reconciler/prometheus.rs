@@ -58,7 +58,8 @@ fn collect_from(h: &Harness, source: PromSource) {
         source: Source::Prometheus(source),
         installation: "test".into(),
     };
-    let collector = Collector::new(h.pool.clone(), h.kube.clone(), settings, h.health.clone());
+    let collector = Collector::new(h.pool.clone(), h.kube.clone(), settings, h.health.clone())
+        .with_pods_from(h.seen.clone());
     tokio::spawn(collector.run(h.shutdown.clone()));
 }
 

@@ -6,6 +6,7 @@
 //! `Authorization` header or the `connection_init` payload's `Authorization`, and again for
 //! every operation and every few seconds while it is open ([`guard`]).
 
+mod autoscaling;
 mod capacity;
 mod errors;
 mod graphiql;

@@ -389,6 +389,11 @@ impl DeploymentNode {
     async fn load(&self) -> Option<super::load::Load> {
         self.deployment.status.load.as_ref().map(Into::into)
     }
+    /// With `spec.autoscaling`: the replica count the autoscaler set, what the load asked
+    /// for, what limited it and why, in one sentence; null before its first decision.
+    async fn autoscaling(&self) -> Option<super::autoscaling::Autoscaling> {
+        self.deployment.status.autoscaling.as_ref().map(Into::into)
+    }
     /// Serving metrics over a window (`window` like `1h`, default 1 hour; `step` like
     /// `1m`; `series` default all; `track` default every pod).
     #[graphql(complexity = "super::DB_COST + child_complexity")]

@@ -19,6 +19,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::autoscaling::AutoscalingSpec;
 use super::errors::FieldErrors;
 use super::names::{
     is_dns1123_label, is_dns1123_subdomain, validate_label_key, validate_label_value,
@@ -162,6 +163,9 @@ pub struct DeploymentSpec {
     pub rollout: RolloutSpec,
     #[serde(default)]
     pub shutdown: ShutdownSpec,
+    /// Replicas that follow the load (`replicas` is then where they start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingSpec>,
     /// Labels carried onto the Kubernetes objects (never into selectors). They are not put
     /// on the pods, so changing them never restarts a model server.
     #[serde(default)]

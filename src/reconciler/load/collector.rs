@@ -1,6 +1,11 @@
 //! The collection loop: every interval, read what each deployment's ready pods serve,
 //! per track, and write one round of readings (`store::load::write_round`). One worker
 //! collects at a time (a Postgres advisory lock); the others wait to take over.
+//!
+//! The pods come from the worker's own pod watch (no LIST each round), and their pages are
+//! read spread over half the interval rather than in one burst, as Prometheus spreads its
+//! targets' scrapes over theirs (`scrape/target.go`, `Target.offset`): the API and Postgres
+//! beside the worker then see a steady trickle, not a spike every interval.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -20,11 +25,13 @@ use super::prometheus::{PromSource, TrackedFigures};
 use super::rates::{self, PodDelta, Tracker};
 use super::scrape::{self, Via};
 use crate::domain::{Load, LoadFigures, LoadSample, MetricsDialect, Track};
+use crate::reconciler::autoscaler::Autoscaler;
 use crate::reconciler::desired::{
     LABEL_DEPLOYMENT_ID, LABEL_ENGINE, LABEL_INSTALLATION, LABEL_MANAGED_BY, LABEL_TRACK,
     TRACK_CANARY,
 };
 use crate::reconciler::health::WorkerHealth;
+use crate::reconciler::seen::SeenKinds;
 use crate::store;
 use crate::store::load::{Reading, Scope, Target};
 
@@ -64,6 +71,11 @@ pub struct Collector {
     last: HashMap<(Uuid, Scope), Load>,
     /// When the series were last rolled up and pruned.
     housekept: Option<Instant>,
+    /// The worker's watch caches, when it runs beside one: its managed pods are read from
+    /// there instead of listed each round.
+    seen: Option<Arc<SeenKinds>>,
+    /// Decides the replicas of autoscaled deployments after each round, from its readings.
+    autoscaler: Option<Autoscaler>,
 }
 
 impl Collector {
@@ -81,7 +93,22 @@ impl Collector {
             tracker: Tracker::default(),
             last: HashMap::new(),
             housekept: None,
+            seen: None,
+            autoscaler: None,
         }
+    }
+
+    /// Runs `autoscaler` after each round, on the readings just taken.
+    pub fn with_autoscaler(mut self, autoscaler: Autoscaler) -> Self {
+        self.autoscaler = Some(autoscaler);
+        self
+    }
+
+    /// Reads the pods from the worker's watch caches (they watch the same pods: those of
+    /// this installation); until its first list is complete, the pods are listed.
+    pub fn with_pods_from(mut self, seen: Arc<SeenKinds>) -> Self {
+        self.seen = Some(seen);
+        self
     }
 
     /// Collects every interval while this worker holds the collector's lock, until
@@ -101,7 +128,7 @@ impl Collector {
             let started = Instant::now();
             match self.round().await {
                 Ok(stats) => {
-                    tracing::debug!(deployments = stats.deployments, pods = stats.pods, failed = stats.failed, changed = stats.changed, elapsed = ?started.elapsed(), "load round");
+                    tracing::debug!(deployments = stats.deployments, pods = stats.pods, failed = stats.failed, changed = stats.changed, scaled = stats.scaled, elapsed = ?started.elapsed(), "load round");
                     metrics::counter!(crate::metrics::LOAD_ROUNDS, "outcome" => "ok").increment(1);
                 }
                 Err(err) => {
@@ -150,9 +177,18 @@ impl Collector {
             "{LABEL_MANAGED_BY}=modelplane,{LABEL_INSTALLATION}={}",
             self.settings.installation
         );
-        let listed = Api::<Pod>::all(self.client.clone())
-            .list(&ListParams::default().labels(&selector))
-            .await;
+        let cached = self
+            .seen
+            .as_ref()
+            .and_then(|seen| seen.of::<Pod>())
+            .and_then(|pods| pods.all());
+        let listed = match cached {
+            Some(pods) => Ok(pods),
+            None => Api::<Pod>::all(self.client.clone())
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map(|list| list.items.into_iter().map(Arc::new).collect()),
+        };
         let mut stats = Stats {
             deployments: targets.len(),
             ..Stats::default()
@@ -166,8 +202,8 @@ impl Collector {
                     .map(|(t, scope)| self.failed(t, scope, at, None, &why))
                     .collect()
             }
-            Ok(list) => {
-                let ready = ready_pods(list.items);
+            Ok(pods) => {
+                let ready = ready_pods(pods);
                 stats.pods = ready.values().map(Vec::len).sum();
                 match &self.settings.source {
                     Source::Pods(via) => {
@@ -207,6 +243,10 @@ impl Collector {
         self.last.retain(|(id, _), _| live.contains(id));
         let mut conn = self.pool.acquire().await?;
         stats.changed = store::load::write_round(&mut conn, &readings).await?.len();
+        drop(conn);
+        if let Some(autoscaler) = &mut self.autoscaler {
+            stats.scaled = autoscaler.round(&self.last, Utc::now()).await?;
+        }
         Ok(stats)
     }
 
@@ -217,13 +257,13 @@ impl Collector {
         &mut self,
         via: &Via,
         targets: &[Target],
-        ready: &HashMap<Uuid, Vec<(Track, Pod)>>,
+        ready: &HashMap<Uuid, Vec<(Track, Arc<Pod>)>>,
         at: DateTime<Utc>,
         stats: &mut Stats,
     ) -> Vec<Reading> {
         let timeout = self.settings.timeout;
         let max_bytes = self.settings.max_bytes;
-        let jobs: Vec<(String, Pod, MetricsDialect)> = ready
+        let jobs: Vec<(String, Arc<Pod>, MetricsDialect)> = ready
             .values()
             .flatten()
             .map(|(_, pod)| {
@@ -231,31 +271,42 @@ impl Collector {
                 (uid(pod), pod.clone(), dialect_of(engine))
             })
             .collect();
-        let pages: HashMap<String, Result<PodMetrics, String>> =
-            futures::stream::iter(jobs.into_iter().map(|(uid, pod, dialect)| {
-                let via = via.clone();
-                async move {
-                    let result = read_pod(&via, &pod, dialect, timeout, max_bytes).await;
-                    (uid, result)
-                }
-            }))
+        // Pod i starts at i/n of the spread; each is timed when its page arrives, so its
+        // rates divide by its own time between reads.
+        let started = tokio::time::Instant::now();
+        let spread = self.settings.interval / 2;
+        let n = jobs.len().max(1) as u32;
+        let pages: HashMap<String, (DateTime<Utc>, Result<PodMetrics, String>)> =
+            futures::stream::iter(
+                jobs.into_iter()
+                    .enumerate()
+                    .map(|(i, (uid, pod, dialect))| {
+                        let via = via.clone();
+                        async move {
+                            tokio::time::sleep_until(started + spread * i as u32 / n).await;
+                            let result = read_pod(&via, &pod, dialect, timeout, max_bytes).await;
+                            (uid, (Utc::now(), result))
+                        }
+                    }),
+            )
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
+        let failed = pages.values().filter(|(_, r)| r.is_err()).count();
         metrics::counter!(crate::metrics::LOAD_POD_READS, "outcome" => "ok")
-            .increment(pages.values().filter(|r| r.is_ok()).count() as u64);
+            .increment((pages.len() - failed) as u64);
         metrics::counter!(crate::metrics::LOAD_POD_READS, "outcome" => "error")
-            .increment(pages.values().filter(|r| r.is_err()).count() as u64);
-        stats.failed = pages.values().filter(|r| r.is_err()).count();
+            .increment(failed as u64);
+        stats.failed = failed;
 
         // Each pod's change since its previous reading, once (a pod counts in `all` and in
         // its track).
         let mut deltas: HashMap<String, PodDelta> = HashMap::new();
         let mut errors: HashMap<String, String> = HashMap::new();
-        for (uid, page) in pages {
+        for (uid, (read_at, page)) in pages {
             match page {
                 Ok(metrics) => {
-                    deltas.insert(uid.clone(), self.tracker.observe(&uid, at, metrics));
+                    deltas.insert(uid.clone(), self.tracker.observe(&uid, read_at, metrics));
                 }
                 Err(why) => {
                     errors.insert(uid, why);
@@ -271,7 +322,7 @@ impl Collector {
                 let in_scope: Vec<&Pod> = pods
                     .iter()
                     .filter(|(track, _)| in_track(scope, *track))
-                    .map(|(_, pod)| pod)
+                    .map(|(_, pod)| pod.as_ref())
                     .collect();
                 let read: Vec<&PodDelta> = in_scope
                     .iter()
@@ -312,7 +363,7 @@ impl Collector {
         &self,
         found: &HashMap<Uuid, TrackedFigures>,
         targets: &[Target],
-        ready: &HashMap<Uuid, Vec<(Track, Pod)>>,
+        ready: &HashMap<Uuid, Vec<(Track, Arc<Pod>)>>,
         at: DateTime<Utc>,
     ) -> Vec<Reading> {
         let mut readings = Vec::new();
@@ -489,6 +540,7 @@ struct Stats {
     pods: usize,
     failed: usize,
     changed: usize,
+    scaled: usize,
 }
 
 /// The scopes a deployment is read in: the whole, and each track while it has a canary.
@@ -512,7 +564,7 @@ fn in_track(scope: Scope, track: Track) -> bool {
     }
 }
 
-fn count(pods: &[(Track, Pod)], scope: Scope) -> usize {
+fn count(pods: &[(Track, Arc<Pod>)], scope: Scope) -> usize {
     pods.iter().filter(|(t, _)| in_track(scope, *t)).count()
 }
 
@@ -543,8 +595,8 @@ async fn read_pod(
 
 /// The ready pods of each deployment, with their track. A pod being deleted is not ready
 /// for this: it is draining.
-fn ready_pods(pods: Vec<Pod>) -> HashMap<Uuid, Vec<(Track, Pod)>> {
-    let mut out: HashMap<Uuid, Vec<(Track, Pod)>> = HashMap::new();
+fn ready_pods(pods: Vec<Arc<Pod>>) -> HashMap<Uuid, Vec<(Track, Arc<Pod>)>> {
+    let mut out: HashMap<Uuid, Vec<(Track, Arc<Pod>)>> = HashMap::new();
     for pod in pods {
         let ready = pod.metadata.deletion_timestamp.is_none()
             && pod

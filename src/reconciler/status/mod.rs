@@ -224,6 +224,7 @@ fn status(
         canary: None,
         // Read beside the status by the API, never written by the reconciler.
         load: None,
+        autoscaling: None,
     }
 }
 

@@ -84,8 +84,9 @@ pub struct Worker {
     cluster: Cluster,
     config: WorkerConfig,
     health: Arc<WorkerHealth>,
-    /// What the watches have seen of the kinds read during reconciles.
-    seen: SeenKinds,
+    /// What the watches have seen of the kinds read during reconciles (and of the pods the
+    /// serving-metrics collector reads).
+    seen: Arc<SeenKinds>,
     /// Records to requeue after cluster changes, written to the queue in batches.
     requeue: tokio::sync::mpsc::UnboundedSender<Uuid>,
     requeued: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>>>,
@@ -105,16 +106,24 @@ impl Worker {
             cluster,
             config,
             health: Arc::default(),
-            seen: SeenKinds::default()
-                .with::<Namespace>()
-                .with::<K8sDeployment>()
-                .with::<Service>()
-                .with::<EndpointSlice>()
-                .with::<Pod>()
-                .with::<HttpRoute>()
-                .with::<InferencePool>()
-                .with::<PodDisruptionBudget>(),
+            seen: Arc::new(
+                SeenKinds::default()
+                    .with::<Namespace>()
+                    .with::<K8sDeployment>()
+                    .with::<Service>()
+                    .with::<EndpointSlice>()
+                    .with::<Pod>()
+                    .with::<HttpRoute>()
+                    .with::<InferencePool>()
+                    .with::<PodDisruptionBudget>(),
+            ),
         })
+    }
+
+    /// What the worker's watches have seen (its managed pods among them), kept current
+    /// while it runs.
+    pub fn seen(&self) -> Arc<SeenKinds> {
+        self.seen.clone()
     }
 
     /// The worker's liveness and recent cluster results, for readiness.

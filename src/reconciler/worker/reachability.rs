@@ -257,6 +257,7 @@ mod tests {
             endpoints: Endpoints::default(),
             canary: None,
             load: None,
+            autoscaling: None,
         }
     }
 

@@ -88,9 +88,14 @@ impl Worker {
         if record.deletion_requested_at.is_some() {
             return self.finish_deletion(&target).await;
         }
-        let Some(serving) = self.valid_serving(&target, &record).await? else {
+        let Some(mut serving) = self.valid_serving(&target, &record).await? else {
             return Ok(Outcome::Done);
         };
+        if let Some(autoscaling) = &record.spec.autoscaling {
+            // The autoscaler's count, not the spec's starting point.
+            let stored = store::autoscaling::replicas(&self.pool, id).await?;
+            serving.replicas = autoscaling.live_replicas(stored, record.spec.replicas) as i32;
+        }
         let canary = CanaryTrack::of(&record);
         let pass = Pass {
             target: &target,

@@ -669,6 +669,72 @@ export interface components {
             /** @description What it was done to, e.g. `token/ci-deployer`. */
             target: string;
         };
+        /**
+         * @description How the replica count follows the load. `spec.replicas` is the starting point; the
+         *     count the autoscaler sets is in `status.autoscaling`, so the spec and its revisions do
+         *     not change with every decision. With a canary, only the stable track is scaled (by the
+         *     stable track's load); the canary keeps `canary.replicas`.
+         */
+        AutoscalingSpec: {
+            /**
+             * Format: int64
+             * @description Seconds a request may wait at zero for the first replica to be ready; only with
+             *     `minReplicas: 0`. Default 600.
+             */
+            activationTimeoutSeconds?: number | null;
+            /**
+             * Format: int64
+             * @description The most replicas.
+             */
+            maxReplicas: number;
+            /**
+             * Format: int64
+             * @description The fewest replicas (0 allows scaling to zero when idle).
+             */
+            minReplicas: number;
+            /**
+             * Format: int64
+             * @description Seconds a lower load must last before scaling down (the highest recommendation in
+             *     that window is taken). Default 300.
+             */
+            scaleDownDelaySeconds?: number | null;
+            /**
+             * Format: int64
+             * @description Seconds without a request before going to zero; only with `minReplicas: 0`.
+             *     Default 900.
+             */
+            scaleToZeroAfterSeconds?: number | null;
+            /**
+             * Format: int64
+             * @description Seconds a higher load must last before scaling up (its lowest recommendation in that
+             *     window is taken). Default 0.
+             */
+            scaleUpStabilizationSeconds?: number | null;
+            /** @description The figure each replica should carry. */
+            target: components["schemas"]["ScalingTarget"];
+        };
+        /**
+         * @description What the autoscaler did last and why (`status.autoscaling`): read beside the status,
+         *     never stored in it, like `load`.
+         */
+        AutoscalingStatus: {
+            /** Format: date-time */
+            decidedAt: string;
+            lastScaled?: components["schemas"]["ScalingChange"] | null;
+            limitedBy?: components["schemas"]["ScalingLimit"] | null;
+            /** @description The last decision in one sentence ("holding 3: 4 waiting per replica, target 10"). */
+            reason: string;
+            /**
+             * Format: int64
+             * @description The replicas the deployment is set to now.
+             */
+            replicas: number;
+            /**
+             * Format: int64
+             * @description What the load asked for at the last decision, before stabilization and clamps.
+             */
+            wanted: number;
+        };
         /** @description A cache volume: an existing PVC (`claimName`), or an emptyDir with an optional `sizeLimit`. */
         CacheVolume: {
             claimName?: string | null;
@@ -842,6 +908,7 @@ export interface components {
             annotations?: {
                 [key: string]: string;
             };
+            autoscaling?: components["schemas"]["AutoscalingSpec"] | null;
             engine?: components["schemas"]["EngineSpec"];
             /**
              * @description Labels carried onto the Kubernetes objects (never into selectors). They are not put
@@ -879,6 +946,7 @@ export interface components {
         };
         /** @description The observed state the worker writes; the API never changes it except for `phase` on delete. */
         DeploymentStatus: {
+            autoscaling?: components["schemas"]["AutoscalingStatus"] | null;
             canary?: components["schemas"]["CanaryStatus"] | null;
             conditions: components["schemas"]["Condition"][];
             endpoints: components["schemas"]["Endpoints"];
@@ -940,7 +1008,7 @@ export interface components {
          * @description What a timeline entry records. Stored (and listed) as its name.
          * @enum {string}
          */
-        EventKind: "Created" | "SpecChanged" | "Scaled" | "RolledBack" | "RestartRequested" | "DeleteRequested" | "CanaryStarted" | "CanaryChanged" | "CanaryPromoted" | "CanaryAborted" | "Applied" | "DriftRepaired" | "PhaseChanged" | "ClusterUnreachable" | "Deleted" | "CanaryRemoved" | "InferencePoolRemoved" | "CleanupWaiting";
+        EventKind: "Created" | "SpecChanged" | "Scaled" | "RolledBack" | "RestartRequested" | "DeleteRequested" | "CanaryStarted" | "CanaryChanged" | "CanaryPromoted" | "CanaryAborted" | "Applied" | "DriftRepaired" | "PhaseChanged" | "ClusterUnreachable" | "Deleted" | "CanaryRemoved" | "InferencePoolRemoved" | "CleanupWaiting" | "Autoscaled";
         /** @description One problem with one field of the input, e.g. `spec.resources.gpu.count`. */
         FieldError: {
             /** @description Dotted JSON path of the offending field (`spec.engine.args[2]`). */
@@ -1486,6 +1554,36 @@ export interface components {
              * @description 0 up to the server's `MODELPLANE_MAX_REPLICAS` (default 100).
              */
             replicas: number;
+        };
+        /** @description One change of the replica count. */
+        ScalingChange: {
+            /** Format: date-time */
+            at: string;
+            /** Format: int64 */
+            from: number;
+            reason: string;
+            /** Format: int64 */
+            to: number;
+        };
+        /**
+         * @description What bounded a decision below (or above) what the load asked for.
+         * @enum {string}
+         */
+        ScalingLimit: "minReplicas" | "maxReplicas" | "quota" | "capacity" | "scaleUpStabilization" | "scaleDownDelay" | "staleMetrics" | "notServing";
+        /**
+         * @description What the autoscaler measures.
+         * @enum {string}
+         */
+        ScalingMetric: "waitingPerReplica" | "runningPerReplica" | "kvCacheUsage" | "requestsPerSecondPerReplica";
+        /** @description The per-replica figure the autoscaler keeps each replica at. */
+        ScalingTarget: {
+            metric: components["schemas"]["ScalingMetric"];
+            /**
+             * Format: double
+             * @description The figure per replica: requests (waiting or running), requests/s, or for
+             *     `kvCacheUsage` a fraction of the cache (0 to 1).
+             */
+            value: number;
         };
         SchedulingSpec: {
             nodeSelector?: {

@@ -67,6 +67,44 @@ describe('CreateDeployment', () => {
     expect(post.body).toMatchObject({ name: 'chat', spec: { model: { source: 'ftp://x' }, engine: { kind: 'sim' } } });
   });
 
+  it('offers autoscaling: its fields appear when it is on, are sent, and carry their API errors', async () => {
+    const calls = stubFetch(ADMIN, withCapacity(CAPACITY, ({ method, url }) =>
+      method === 'POST' && url.pathname === '/api/v1/projects/team-a/deployments'
+        ? json(
+            {
+              type: 'urn:modelplane:problem:invalid-input',
+              title: 'Invalid input',
+              status: 422,
+              detail: '1 field is invalid',
+              errors: [{ field: 'spec.autoscaling.maxReplicas', message: 'must be at least minReplicas (3): it is 2' }],
+            },
+            422,
+          )
+        : undefined,
+    ));
+    renderAt(...PAGE, <CreateDeployment />);
+    const user = userEvent.setup();
+    await user.type(await screen.findByLabelText('Name'), 'chat');
+    expect(screen.queryByLabelText('Maximum replicas')).toBeNull();
+    await user.click(screen.getByRole('checkbox', { name: /Follow the load/ }));
+    await user.clear(screen.getByLabelText('Minimum replicas'));
+    await user.type(screen.getByLabelText('Minimum replicas'), '3');
+    await user.clear(screen.getByLabelText('Maximum replicas'));
+    await user.type(screen.getByLabelText('Maximum replicas'), '2');
+    await user.selectOptions(screen.getByLabelText('Scale on'), 'kvCacheUsage');
+    await user.clear(screen.getByLabelText('Target per replica'));
+    await user.type(screen.getByLabelText('Target per replica'), '0.8');
+    await user.click(screen.getByRole('button', { name: 'Create' }));
+
+    const max = screen.getByLabelText('Maximum replicas');
+    expect(await screen.findByText('must be at least minReplicas (3): it is 2')).toBeInTheDocument();
+    expect(max).toHaveAttribute('aria-invalid', 'true');
+    const post = calls.find((c) => c.method === 'POST')!;
+    expect(post.body).toMatchObject({
+      spec: { autoscaling: { minReplicas: 3, maxReplicas: 2, target: { metric: 'kvCacheUsage', value: 0.8 } } },
+    });
+  });
+
   it('the curl panel shows the body the form sends', async () => {
     stubFetch(ADMIN, withCapacity(CAPACITY));
     renderAt(...PAGE, <CreateDeployment />);

@@ -9,7 +9,7 @@ import { Field } from '../components/Field';
 import { FreeGpus, fitWarning, gpuFit, gpusPerReplica, products, useCapacity } from '../components/FreeGpus';
 import { Empty } from '../components/States';
 import { useTitle } from '../components/Title';
-import { ADVANCED, applyPreset, buildBody, curlFor, EMPTY, fieldFor, PRESETS, type FormState } from './create/form';
+import { ADVANCED, applyPreset, buildBody, curlFor, EMPTY, fieldFor, PRESETS, SCALE_METRICS, type FormState } from './create/form';
 
 type Errors = Partial<Record<keyof FormState, string>>;
 
@@ -200,7 +200,63 @@ export function CreateDeployment() {
             {text('memory', 'Memory', 'Per replica, e.g. 16Gi.')}
             {text('sharedMemory', 'Shared memory', 'Size of /dev/shm, e.g. 2Gi (tensor parallelism needs it).')}
           </div>
-          {text('replicas', 'Replicas', 'How many copies serve; 0 keeps the deployment but stops every pod.', { inputMode: 'numeric' })}
+          {text(
+            'replicas',
+            'Replicas',
+            state.autoscale === 'on'
+              ? 'Where the autoscaler starts; between the minimum and the maximum.'
+              : 'How many copies serve; 0 keeps the deployment but stops every pod.',
+            { inputMode: 'numeric' },
+          )}
+        </fieldset>
+
+        <fieldset>
+          <legend>Autoscaling</legend>
+          <div className={`field field-check${errors.autoscale ? ' field-invalid' : ''}`}>
+            <label>
+              <input
+                type="checkbox"
+                name="autoscale"
+                checked={state.autoscale === 'on'}
+                onChange={(e) => set('autoscale')(e.target.checked ? 'on' : '')}
+              />{' '}
+              Follow the load: replicas between a minimum and a maximum, within the project’s quota and the free GPUs
+            </label>
+            {errors.autoscale && (
+              <p className="field-error" role="alert">
+                {errors.autoscale}
+              </p>
+            )}
+          </div>
+          {state.autoscale === 'on' && (
+            <>
+              <div className="field-row">
+                {text('minReplicas', 'Minimum replicas', 'The fewest that serve (at least 1).', { inputMode: 'numeric' })}
+                {text('maxReplicas', 'Maximum replicas', 'The most it may scale to.', { inputMode: 'numeric' })}
+              </div>
+              <div className="field-row">
+                <Field label="Scale on" hint="The figure each replica is kept at, from the model servers’ own metrics." error={errors.scaleMetric}>
+                  {(a) => (
+                    <select {...a} name="scaleMetric" value={state.scaleMetric} onChange={(e) => set('scaleMetric')(e.target.value)}>
+                      {SCALE_METRICS.map((m) => (
+                        <option key={m.metric} value={m.metric}>
+                          {m.label}
+                        </option>
+                      ))}
+                    </select>
+                  )}
+                </Field>
+                {text(
+                  'scaleTarget',
+                  'Target per replica',
+                  `In ${SCALE_METRICS.find((m) => m.metric === state.scaleMetric)?.unit ?? 'the metric’s unit'}.`,
+                )}
+                {text('scaleDownDelay', 'Scale-down delay (seconds)', 'How long a lower load must last before replicas are removed; default 300.', {
+                  inputMode: 'numeric',
+                })}
+              </div>
+            </>
+          )}
         </fieldset>
 
         <fieldset>

@@ -51,6 +51,37 @@ describe('DeploymentPage', () => {
     expect(screen.getByRole('button', { name: 'Send' })).toBeInTheDocument();
   });
 
+  it('shows an autoscaled deployment’s range and the last decision in its words, with no Scale control', async () => {
+    const auto = deployment(
+      'qwen',
+      { replicas: 1, autoscaling: { minReplicas: 1, maxReplicas: 6, target: { metric: 'waitingPerReplica', value: 4 } } },
+      {
+        replicas: { desired: 3, updated: 3, ready: 3, available: 3 },
+        autoscaling: {
+          replicas: 3,
+          wanted: 6,
+          limitedBy: 'quota',
+          reason: 'holding 3: 9 waiting per replica, target 4; wants 6, quota allows 3',
+          decidedAt: '2026-11-24T10:05:00Z',
+          lastScaled: { at: '2026-11-24T10:01:00Z', from: 1, to: 3, reason: '1 → 3: 36 waiting per replica, target 4; wants 6, quota allows 3' },
+        },
+      },
+    );
+    stubFetch(ADMIN, (request) => {
+      if (request.url.pathname === `${BASE}/watch`) return sse([{ event: 'state', data: auto }]);
+      return backend()(request);
+    });
+    renderAt(...PAGE, <DeploymentPage />);
+    const box = await screen.findByTestId('autoscaling');
+    expect(box).toHaveTextContent('Autoscaled between 1 and 6 replicas, keeping queued requests per replica at 4');
+    expect(within(box).getByText('Limited by').nextElementSibling).toHaveTextContent('the project’s quota');
+    expect(within(box).getByText('The load asks for').nextElementSibling).toHaveTextContent('6');
+    expect(box).toHaveTextContent('holding 3: 9 waiting per replica, target 4; wants 6, quota allows 3');
+    expect(box).toHaveTextContent('1 → 3 at');
+    expect(screen.queryByRole('button', { name: 'Scale' })).toBeNull();
+    expect(screen.getByRole('button', { name: 'Restart' })).toBeInTheDocument();
+  });
+
   it('explains a 412 on save: someone changed it since the editor opened', async () => {
     const calls = stubFetch(
       ADMIN,

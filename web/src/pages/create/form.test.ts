@@ -26,6 +26,24 @@ describe('buildBody', () => {
     expect(body.spec.scheduling?.tolerations).toEqual([{ key: 'nvidia.com/gpu', operator: 'Exists', effect: 'NoSchedule' }]);
   });
 
+  it('sends autoscaling only when it is on, targets as numbers, and maps its errors to its fields', () => {
+    const off = { ...applyPreset(EMPTY, preset('sim')), name: 'chat' };
+    expect(buildBody(off).spec.autoscaling).toBeUndefined();
+    const on = { ...off, autoscale: 'on', minReplicas: '1', maxReplicas: '6', scaleMetric: 'kvCacheUsage', scaleTarget: '0.8' };
+    expect(buildBody(on).spec.autoscaling).toEqual({ minReplicas: 1, maxReplicas: 6, target: { metric: 'kvCacheUsage', value: 0.8 } });
+    expect(buildBody({ ...on, scaleTarget: 'lots', scaleDownDelay: '60' }).spec.autoscaling).toEqual({
+      minReplicas: 1,
+      maxReplicas: 6,
+      target: { metric: 'kvCacheUsage', value: 'lots' },
+      scaleDownDelaySeconds: 60,
+    });
+    expect(fieldFor('spec.autoscaling.maxReplicas')).toBe('maxReplicas');
+    expect(fieldFor('spec.autoscaling.target.value')).toBe('scaleTarget');
+    expect(fieldFor('spec.autoscaling.target.metric')).toBe('scaleMetric');
+    expect(fieldFor('spec.autoscaling.scaleDownDelaySeconds')).toBe('scaleDownDelay');
+    expect(fieldFor('spec.autoscaling.scaleToZeroAfterSeconds')).toBe('autoscale');
+  });
+
   it('keeps an empty model source so the API names it', () => {
     expect(buildBody({ ...EMPTY, name: 'x' }).spec.model).toEqual({ source: '' });
   });

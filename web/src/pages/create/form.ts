@@ -16,6 +16,13 @@ export interface FormState {
   memory: string;
   sharedMemory: string;
   replicas: string;
+  /** `on` when the replicas follow the load. */
+  autoscale: string;
+  minReplicas: string;
+  maxReplicas: string;
+  scaleMetric: string;
+  scaleTarget: string;
+  scaleDownDelay: string;
   gateway: string;
   hostname: string;
   pathPrefix: string;
@@ -40,6 +47,12 @@ export const EMPTY: FormState = {
   memory: '',
   sharedMemory: '',
   replicas: '1',
+  autoscale: '',
+  minReplicas: '1',
+  maxReplicas: '4',
+  scaleMetric: 'waitingPerReplica',
+  scaleTarget: '4',
+  scaleDownDelay: '',
   gateway: '',
   hostname: '',
   pathPrefix: '',
@@ -116,6 +129,21 @@ function numberOrText(value: string): number | string | undefined {
   return /^-?\d+$/.test(v) ? Number(v) : v;
 }
 
+/** A decimal field (a target such as 0.8), the same way. */
+function decimalOrText(value: string): number | string | undefined {
+  const v = value.trim();
+  if (!v) return undefined;
+  return /^-?\d+(\.\d+)?$/.test(v) ? Number(v) : v;
+}
+
+/** What the autoscaler can keep each replica at, with what the target's number means. */
+export const SCALE_METRICS: { metric: string; label: string; unit: string }[] = [
+  { metric: 'waitingPerReplica', label: 'Queued requests per replica', unit: 'requests waiting' },
+  { metric: 'runningPerReplica', label: 'Running requests per replica', unit: 'requests running' },
+  { metric: 'kvCacheUsage', label: 'KV-cache use', unit: 'fraction, 0 to 1' },
+  { metric: 'requestsPerSecondPerReplica', label: 'Requests/s per replica', unit: 'requests per second' },
+];
+
 function text(value: string): string | undefined {
   const v = value.trim();
   return v ? v : undefined;
@@ -167,6 +195,15 @@ export function buildBody(s: FormState): Body {
     model: { source: s.source.trim(), servedName: text(s.servedName) },
     engine: { kind: s.engine, image: text(s.image), args: lines(s.args), env },
     replicas: numberOrText(s.replicas),
+    autoscaling:
+      s.autoscale === 'on'
+        ? {
+            minReplicas: numberOrText(s.minReplicas),
+            maxReplicas: numberOrText(s.maxReplicas),
+            target: { metric: s.scaleMetric, value: decimalOrText(s.scaleTarget) },
+            scaleDownDelaySeconds: numberOrText(s.scaleDownDelay),
+          }
+        : undefined,
     resources: { cpu: text(s.cpu), memory: text(s.memory), sharedMemory: text(s.sharedMemory), gpu },
     routing: { gateway: text(s.gateway), hostname: text(s.hostname), pathPrefix: text(s.pathPrefix) },
     labels: pairs(s.labels),
@@ -208,6 +245,12 @@ export function fieldFor(path: string): keyof FormState | null {
     ['spec.resources.memory', 'memory'],
     ['spec.resources.sharedMemory', 'sharedMemory'],
     ['spec.replicas', 'replicas'],
+    ['spec.autoscaling.minReplicas', 'minReplicas'],
+    ['spec.autoscaling.maxReplicas', 'maxReplicas'],
+    ['spec.autoscaling.target.metric', 'scaleMetric'],
+    ['spec.autoscaling.target', 'scaleTarget'],
+    ['spec.autoscaling.scaleDownDelaySeconds', 'scaleDownDelay'],
+    ['spec.autoscaling', 'autoscale'],
     ['spec.routing.gateway', 'gateway'],
     ['spec.routing.hostname', 'hostname'],
     ['spec.routing.pathPrefix', 'pathPrefix'],

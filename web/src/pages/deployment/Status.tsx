@@ -85,6 +85,7 @@ export function Replicas({ deployment, editable }: { deployment: Deployment; edi
     scale.mutate(Number(replicas));
   };
   const scaleError = scale.error instanceof ApiError ? (scale.error.fields.replicas ?? scale.error.message) : scale.error?.message;
+  const autoscaled = !!deployment.spec.autoscaling;
   return (
     <section className="card" aria-labelledby="replicas-title">
       <h2 id="replicas-title">Replicas</h2>
@@ -92,8 +93,11 @@ export function Replicas({ deployment, editable }: { deployment: Deployment; edi
         <ReplicaBar replicas={r} /> ready of {r.desired} wanted · {r.updated} on the current spec · {r.available}{' '}
         available
       </p>
+      {autoscaled && <Autoscaling deployment={deployment} />}
       {editable && (
         <form className="inline-form" onSubmit={submit}>
+          {!autoscaled && (
+            <>
           <div className={`field${scaleError ? ' field-invalid' : ''}`}>
             <label htmlFor="scale-replicas">Replicas</label>
             <input
@@ -114,6 +118,8 @@ export function Replicas({ deployment, editable }: { deployment: Deployment; edi
           <button type="submit" className="btn btn-primary" disabled={scale.isPending}>
             Scale
           </button>
+            </>
+          )}
           <button type="button" className="btn" onClick={() => setConfirmRestart(true)} disabled={restart.isPending}>
             Restart
           </button>
@@ -236,3 +242,69 @@ export function KubernetesObjects({ deployment }: { deployment: Deployment }) {
   );
 }
 
+const METRIC_WORDS: Record<string, string> = {
+  waitingPerReplica: 'queued requests per replica',
+  runningPerReplica: 'running requests per replica',
+  kvCacheUsage: 'KV-cache use',
+  requestsPerSecondPerReplica: 'requests/s per replica',
+};
+
+const LIMIT_WORDS: Record<string, string> = {
+  minReplicas: 'the minimum',
+  maxReplicas: 'the maximum',
+  quota: 'the project’s quota',
+  capacity: 'the free GPUs',
+  scaleUpStabilization: 'the scale-up stabilization window',
+  scaleDownDelay: 'the scale-down delay',
+  staleMetrics: 'missing or stale metrics (the count is held)',
+  notServing: 'the deployment not serving',
+};
+
+/** The autoscaling range, and the autoscaler's last decision in its own words. */
+function Autoscaling({ deployment }: { deployment: Deployment }) {
+  const spec = deployment.spec.autoscaling!;
+  const state = deployment.status.autoscaling;
+  const target =
+    spec.target.metric === 'kvCacheUsage' ? `${Math.round(spec.target.value * 100)}%` : String(spec.target.value);
+  return (
+    <div className="autoscaling" data-testid="autoscaling">
+      <p>
+        <strong>Autoscaled</strong> between {spec.minReplicas} and {spec.maxReplicas} replicas, keeping{' '}
+        {METRIC_WORDS[spec.target.metric] ?? spec.target.metric} at {target}; scaling by hand is off while it is on (edit the
+        spec to change the range).
+      </p>
+      {state ? (
+        <dl className="figures">
+          <div className="figure">
+            <dt>Set to</dt>
+            <dd className="num">{state.replicas}</dd>
+          </div>
+          <div className="figure">
+            <dt>The load asks for</dt>
+            <dd className="num">{state.wanted}</dd>
+          </div>
+          <div className="figure">
+            <dt>Limited by</dt>
+            <dd>{state.limitedBy ? (LIMIT_WORDS[state.limitedBy] ?? state.limitedBy) : 'nothing'}</dd>
+          </div>
+          <div className="figure figure-wide">
+            <dt>Last decision</dt>
+            <dd>
+              {state.reason} <span className="muted">({when(state.decidedAt)})</span>
+            </dd>
+          </div>
+          {state.lastScaled && (
+            <div className="figure figure-wide">
+              <dt>Last change</dt>
+              <dd>
+                {state.lastScaled.from} → {state.lastScaled.to} at {when(state.lastScaled.at)}: {state.lastScaled.reason}
+              </dd>
+            </div>
+          )}
+        </dl>
+      ) : (
+        <p className="muted">No decision yet: the autoscaler decides after each reading of the serving metrics.</p>
+      )}
+    </div>
+  );
+}
