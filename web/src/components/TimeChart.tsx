@@ -11,6 +11,12 @@ export interface ChartLine {
   label: string;
 }
 
+/** A moment marked on the chart (an autoscaler decision): a vertical line, and its words below. */
+export interface ChartMark {
+  at: string;
+  label: string;
+}
+
 // At least 3:1 against white (WCAG 1.4.11), and told apart by dash pattern and order anyway.
 const COLORS = ['#1f4fd1', '#b35900', '#116329', '#8250df'];
 const DASHES: number[][] = [[], [8, 4], [2, 3], [10, 3, 2, 3]];
@@ -41,6 +47,7 @@ export function TimeChart({
   lines,
   unit,
   format,
+  marks,
   height = 170,
 }: {
   title: string;
@@ -49,6 +56,8 @@ export function TimeChart({
   lines: ChartLine[];
   unit: string;
   format: (v: number) => string;
+  /** Moments to mark; a chart given none (undefined) never draws marks. */
+  marks?: ChartMark[];
   height?: number;
 }) {
   const id = useId();
@@ -57,7 +66,7 @@ export function TimeChart({
   const [hover, setHover] = useState<number | null>(null);
   const [table, setTable] = useState(false);
   // What decides the chart's shape (recreate) and what only its data (setData).
-  const shape = `${unit}|${lines.map((l) => `${l.series}:${l.label}`).join('|')}`;
+  const shape = `${unit}|${lines.map((l) => `${l.series}:${l.label}`).join('|')}|${marks !== undefined}`;
   const data = useMemo(() => {
     const xs = metrics.timestamps.map((t) => Date.parse(t) / 1000);
     const ys = lines.map((l) => metrics.series.find((s) => s.name === l.series)?.values ?? xs.map(() => null));
@@ -68,6 +77,31 @@ export function TimeChart({
   latest.current = data;
   const stats = data.slice(1).map((values) => summary(values as (number | null)[]));
   const measured = stats.some((s) => s !== undefined);
+  // The marks inside the window (from its first step to one step past its last).
+  const xs0 = data[0] as number[];
+  const step = metrics.stepSeconds;
+  const markable = marks !== undefined;
+  const shown = (marks ?? []).filter((m) => {
+    const t = Date.parse(m.at) / 1000;
+    return xs0.length > 0 && t >= xs0[0]! && t <= xs0[xs0.length - 1]! + step;
+  });
+  const markTimes = useRef<number[]>([]);
+  markTimes.current = shown.map((m) => Date.parse(m.at) / 1000);
+  const drawMarks = (u: uPlot) => {
+    const { ctx, bbox } = u;
+    ctx.save();
+    ctx.strokeStyle = '#57606a';
+    ctx.lineWidth = 1;
+    ctx.setLineDash([2, 3]);
+    for (const t of markTimes.current) {
+      const x = Math.round(u.valToPos(t, 'x', true));
+      ctx.beginPath();
+      ctx.moveTo(x, bbox.top);
+      ctx.lineTo(x, bbox.top + bbox.height);
+      ctx.stroke();
+    }
+    ctx.restore();
+  };
 
   useEffect(() => {
     const el = box.current;
@@ -107,7 +141,11 @@ export function TimeChart({
           points: { fill: i === 0 ? color(i) : '#ffffff', stroke: color(i) },
         })),
       ],
-      hooks: { setCursor: [(u) => setHover(u.cursor.idx ?? null)] },
+      hooks: {
+        setCursor: [(u) => setHover(u.cursor.idx ?? null)],
+        // Marks as dotted vertical lines across the plot (their words are listed below it).
+        draw: markable ? [drawMarks] : [],
+      },
     };
     const u = new uPlot(options, latest.current, el);
     plot.current = u;
@@ -124,6 +162,10 @@ export function TimeChart({
   useEffect(() => {
     plot.current?.setData(data);
   }, [data]);
+  const markKey = markTimes.current.join(',');
+  useEffect(() => {
+    plot.current?.redraw();
+  }, [markKey]);
 
   const xs = data[0] as number[];
   const at = hover !== null && hover < xs.length ? hover : null;
@@ -164,6 +206,15 @@ export function TimeChart({
         <div ref={box} className="chart-canvas" aria-hidden="true" data-testid="chart-canvas" />
       ) : (
         <p className="muted chart-empty">Nothing measured over {window}.</p>
+      )}
+      {shown.length > 0 && (
+        <ol className="chart-marks" aria-label={`${title}: marked on the chart`}>
+          {shown.map((m) => (
+            <li key={`${m.at}|${m.label}`}>
+              <time dateTime={m.at}>{clock(Date.parse(m.at) / 1000)}</time> {m.label}
+            </li>
+          ))}
+        </ol>
       )}
       {measured && (
         <details className="chart-table" onToggle={(e) => setTable((e.target as HTMLDetailsElement).open)}>

@@ -148,6 +148,47 @@ describe('DeploymentPage — serving', () => {
       return backend()(request);
     });
 
+  it('marks the autoscaler’s decisions on the replica chart, in words too', async () => {
+    const auto = deployment(
+      'qwen',
+      { autoscaling: { minReplicas: 1, maxReplicas: 4, target: { metric: 'waitingPerReplica', value: 4 } } },
+      { load: LOAD },
+    );
+    const event = (id: number, createdAt: string, kind: string, message: string) => ({
+      id,
+      deploymentId: 'id-qwen',
+      kind,
+      message,
+      actor: 'autoscaler',
+      createdAt,
+    });
+    stubFetch(ADMIN, (request) => {
+      const path = request.url.pathname;
+      if (path === `${BASE}/watch`) return sse([{ event: 'state', data: auto }]);
+      if (path === `${BASE}/metrics`) return metricsFor(request.url);
+      if (path === `${BASE}/events`)
+        return json({
+          items: [
+            event(1, '2026-11-24T09:00:00Z', 'Autoscaled', '2 → 1: 0 waiting per replica, target 4'),
+            event(2, '2026-11-24T09:59:30Z', 'Autoscaled', '1 → 4: 9 waiting per replica, target 4; wants 9, maxReplicas is 4'),
+            event(3, '2026-11-24T09:59:40Z', 'PhaseChanged', 'Deploying'),
+          ],
+          nextCursor: null,
+        });
+      return backend()(request);
+    });
+    renderAt(...PAGE, <DeploymentPage />);
+    const chart = await screen.findByRole('figure', { name: 'Replicas (pods)' });
+    // Only the decision inside the charted hour, and no other timeline entry.
+    const marks = await within(chart).findByRole('list', { name: 'Replicas: marked on the chart' });
+    expect(within(marks).getAllByRole('listitem').map((li) => li.textContent)).toEqual([
+      expect.stringMatching(/ 1 → 4: 9 waiting per replica, target 4; wants 9, maxReplicas is 4$/),
+    ]);
+    expect(within(screen.getByRole('figure', { name: 'Requests (req/s)' })).queryByRole('list', { name: /marked/ })).toBeNull();
+    // The replica chart's plot draws them; no other chart has anything to draw.
+    await waitFor(() => expect(FakePlot.live().filter((p) => (p.options.hooks?.draw ?? []).length > 0)).toHaveLength(1));
+  });
+
   it('shows the current figures, follows the watch’s load events, and charts the chosen window', async () => {
     const ready = deployment('qwen', {}, { load: LOAD });
     const calls = serving(ready, [{ event: 'load', data: { id: 'id-qwen', name: 'qwen', load: { ...LOAD, requestsPerSecond: 7.5 }, canaryLoad: null } }]);

@@ -95,7 +95,7 @@ export function DeploymentPage() {
           <Timeline deployment={deployment} live={events} />
         </div>
       </div>
-      <Serving deployment={deployment} />
+      <Serving deployment={deployment} live={events} />
       <Revisions deployment={deployment} editable={editable} />
       {editable && <EditSpec deployment={deployment} />}
       <KubernetesObjects deployment={deployment} />

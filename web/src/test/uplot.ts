@@ -21,6 +21,10 @@ export class FakePlot {
     this.data = data;
   }
   setSize() {}
+  redraws = 0;
+  redraw() {
+    this.redraws += 1;
+  }
   destroy() {
     this.destroyed = true;
   }

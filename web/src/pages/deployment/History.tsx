@@ -21,7 +21,8 @@ async function allPages<T>(load: (cursor?: string) => Promise<{ items: T[]; next
   return out;
 }
 
-export function Timeline({ deployment, live }: { deployment: Deployment; live: TimelineEvent[] }) {
+/** The stored timeline (every page) merged with the entries the watch brought since, newest first. */
+export function useTimeline(deployment: Deployment, live: TimelineEvent[]) {
   const { project, name } = deployment;
   const stored = useQuery({
     queryKey: ['events', project, name],
@@ -40,6 +41,11 @@ export function Timeline({ deployment, live }: { deployment: Deployment; live: T
     for (const e of live) byId.set(e.id, e);
     return [...byId.values()].sort((a, b) => b.id - a.id);
   }, [stored.data, live]);
+  return { stored, events };
+}
+
+export function Timeline({ deployment, live }: { deployment: Deployment; live: TimelineEvent[] }) {
+  const { stored, events } = useTimeline(deployment, live);
   return (
     <section className="card" aria-labelledby="timeline-title">
       <h2 id="timeline-title">Timeline</h2>

@@ -1,9 +1,9 @@
 // What the deployment serves: the current figures from `status.load` (live through the
 // watch's `load` events) for the whole deployment and, beside them, its canary track; and
 // charts over a chosen window from `…/metrics`, refetched every 15 s.
-import { lazy, Suspense, useState, type ReactNode } from 'react';
+import { lazy, Suspense, useMemo, useState, type ReactNode } from 'react';
 import { keepPreviousData, useQuery } from '@tanstack/react-query';
-import type { Deployment } from '../../api/client';
+import type { Deployment, TimelineEvent } from '../../api/client';
 import {
   getDeploymentMetrics,
   keys,
@@ -18,6 +18,7 @@ import {
 } from '../../api/metrics';
 import { Empty, ErrorState } from '../../components/States';
 import type { ChartLine } from '../../components/TimeChart';
+import { useTimeline } from './History';
 import { when } from './Status';
 
 // uPlot and the chart are a chunk of their own, fetched when a deployment page first shows
@@ -172,7 +173,7 @@ const CHARTS: { title: string; unit: string; format: (v: number) => string; line
 const SERIES: SeriesName[] = CHARTS.flatMap((c) => c.lines.map((l) => l.series));
 
 /** The charts over a window the reader picks, for the whole deployment or one track. */
-function Charts({ deployment }: { deployment: Deployment }) {
+function Charts({ deployment, live }: { deployment: Deployment; live: TimelineEvent[] }) {
   const { project, name } = deployment;
   const [span, setSpan] = useState<MetricsWindow>('1h');
   const [track, setTrack] = useState<Track>('all');
@@ -192,6 +193,18 @@ function Charts({ deployment }: { deployment: Deployment }) {
     placeholderData: keepPreviousData,
   });
   const over = `the last ${choice.label}`;
+  // The autoscaler's decisions, marked on the replica chart (oldest first).
+  const { events } = useTimeline(deployment, live);
+  const decisions = useMemo(
+    () =>
+      deployment.spec.autoscaling
+        ? events
+            .filter((e) => e.kind === 'Autoscaled')
+            .map((e) => ({ at: e.createdAt, label: e.message }))
+            .reverse()
+        : [],
+    [events, deployment.spec.autoscaling],
+  );
   return (
     <>
       <div className="chart-controls">
@@ -229,7 +242,16 @@ function Charts({ deployment }: { deployment: Deployment }) {
         <Suspense fallback={<p className="muted">Loading the charts…</p>}>
           <div className="charts">
             {CHARTS.map((c) => (
-              <TimeChart key={c.title} title={c.title} unit={c.unit} format={c.format} lines={c.lines} metrics={metrics.data} window={over} />
+              <TimeChart
+                key={c.title}
+                title={c.title}
+                unit={c.unit}
+                format={c.format}
+                lines={c.lines}
+                metrics={metrics.data}
+                window={over}
+                marks={c.title === 'Replicas' ? decisions : undefined}
+              />
             ))}
           </div>
         </Suspense>
@@ -238,7 +260,7 @@ function Charts({ deployment }: { deployment: Deployment }) {
   );
 }
 
-export function Serving({ deployment }: { deployment: Deployment }) {
+export function Serving({ deployment, live = [] }: { deployment: Deployment; live?: TimelineEvent[] }) {
   const { load, canary } = deployment.status;
   return (
     <section className="card" aria-labelledby="serving-title">
@@ -258,7 +280,7 @@ export function Serving({ deployment }: { deployment: Deployment }) {
         <LoadFigures load={load} />
       )}
       {load ? (
-        <Charts deployment={deployment} />
+        <Charts deployment={deployment} live={live} />
       ) : (
         <p className="hint">The charts start with the first reading.</p>
       )}
