@@ -12,7 +12,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use super::load::{Sent, cluster, drive, ready};
+use super::load::{Sent, cluster, drive, openai, ready};
 use super::{Harness, create_with, harness_on, sim_spec, wait_for};
 
 /// A sim whose pods serve 4 requests at once, autoscaled on the queue per replica.
@@ -35,41 +35,16 @@ fn autoscaled(max: i64) -> Value {
 
 /// The timeline's `Autoscaled` entries, oldest first.
 async fn decisions(h: &Harness, name: &str) -> Vec<String> {
-    let events: Value = h
-        .app
-        .get(&format!(
-            "/api/v1/projects/team-a/deployments/{name}/events"
-        ))
-        .await
-        .json()
-        .await
-        .unwrap();
-    events["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "Autoscaled")
-        .map(|e| e["message"].as_str().unwrap().to_owned())
-        .collect()
+    h.timeline(name, "Autoscaled").await
 }
 
 /// 40 closed-loop clients through the Gateway URL until the returned flag is set.
 async fn load(h: &Harness, name: &str) -> (Arc<AtomicBool>, Vec<tokio::task::JoinHandle<()>>) {
-    let record = ready(h, name).await;
-    let base = record["status"]["endpoints"]["openaiBase"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let models: Value = reqwest::get(format!("{base}/models"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (base, model) = openai(&ready(h, name).await).await;
     let stop = Arc::new(AtomicBool::new(false));
     let clients = drive(
         format!("{base}/completions"),
-        models["data"][0]["id"].as_str().unwrap().to_owned(),
+        model,
         40,
         stop.clone(),
         Arc::new(Sent::default()),

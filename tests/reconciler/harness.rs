@@ -290,7 +290,26 @@ impl Harness {
             .count()
     }
 
+    /// The kinds of `name`'s timeline entries, oldest first.
     pub(crate) async fn events(&self, name: &str) -> Vec<String> {
+        self.timeline_entries(name)
+            .await
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// The messages of `name`'s timeline entries of `kind`, oldest first.
+    pub(crate) async fn timeline(&self, name: &str, kind: &str) -> Vec<String> {
+        self.timeline_entries(name)
+            .await
+            .iter()
+            .filter(|e| e["kind"] == kind)
+            .map(|e| e["message"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    async fn timeline_entries(&self, name: &str) -> Vec<Value> {
         let events: Value = self
             .app
             .get(&format!(
@@ -300,12 +319,7 @@ impl Harness {
             .json()
             .await
             .unwrap();
-        events["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["kind"].as_str().unwrap().to_owned())
-            .collect()
+        events["items"].as_array().unwrap().clone()
     }
 }
 

@@ -640,22 +640,7 @@ async fn scaling_up_is_deploying_then_ready_never_degraded(pool: PgPool) {
     h.app.create_project("team-a").await;
     create(&h, "qwen").await;
     wait_phase(&h, "qwen", "Ready", Duration::from_secs(30)).await;
-    let phase_changes = || async {
-        let events: Value = h
-            .app
-            .get("/api/v1/projects/team-a/deployments/qwen/events")
-            .await
-            .json()
-            .await
-            .unwrap();
-        events["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["kind"] == "PhaseChanged")
-            .map(|e| e["message"].as_str().unwrap().to_owned())
-            .collect::<Vec<_>>()
-    };
+    let phase_changes = || h.timeline("qwen", "PhaseChanged");
     // Pods count as available only 2 s after they are ready (`minReadySeconds`, set here as
     // a policy engine might, under its own field manager): for that long the pod watch shows
     // them ready while the Deployment's availableReplicas still says 1, the window in which

@@ -76,6 +76,22 @@ fn within(what: &str, got: f64, want: f64, tolerance: f64) {
     );
 }
 
+/// The deployment's OpenAI base URL (through the Gateway) and the model id it serves.
+pub(super) async fn openai(record: &Value) -> (String, String) {
+    let base = record["status"]["endpoints"]["openaiBase"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let models: Value = reqwest::get(format!("{base}/models"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let model = models["data"][0]["id"].as_str().unwrap().to_owned();
+    (base, model)
+}
+
 pub(super) async fn ready(h: &Harness, name: &str) -> Value {
     wait_for(
         &format!("{name} to be Ready"),
@@ -105,18 +121,7 @@ async fn the_load_sent_through_the_gateway_is_what_status_load_reports(pool: PgP
         "--inter-token-latency=10ms"
     ]);
     create_with(&h, "qwen", spec).await;
-    let record = ready(&h, "qwen").await;
-    let base = record["status"]["endpoints"]["openaiBase"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let models: Value = reqwest::get(format!("{base}/models"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let model = models["data"][0]["id"].as_str().unwrap().to_owned();
+    let (base, model) = openai(&ready(&h, "qwen").await).await;
 
     // Before any request: a reading with zero requests, not a missing one.
     wait_for("a first reading", Duration::from_secs(20), || async {

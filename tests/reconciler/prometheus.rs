@@ -446,11 +446,7 @@ async fn the_promql_path_reports_what_the_sim_pods_served(pool: PgPool) {
         },
     )
     .await;
-    let record = h.deployment("qwen").await;
-    let base = record["status"]["endpoints"]["openaiBase"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (base, model) = super::load::openai(&h.deployment("qwen").await).await;
 
     // Prometheus, given the two pods as the pod role would discover them.
     let pods = ready_model_servers(&h, 2).await;
@@ -481,13 +477,6 @@ async fn the_promql_path_reports_what_the_sim_pods_served(pool: PgPool) {
     fresh("idle", &status["load"], 2);
     fresh("idle canary", &status["canary"]["load"], 1);
 
-    let models: Value = reqwest::get(format!("{base}/models"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let model = models["data"][0]["id"].as_str().unwrap().to_owned();
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(Mutex::new(Vec::new()));
     let started = Utc::now();
