@@ -745,27 +745,19 @@ fn pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
 }
 
 fn endpoint_slice(obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
+    // ValidateEndpointSlice (pkg/apis/discovery/validation/validation.go): the address type,
+    // then each endpoint's addresses, then (ValidateEndpointSliceUpdate) the address type's
+    // immutability, in that order.
     let types = ["IPv4", "IPv6", "FQDN"];
-    match obj.get("addressType").and_then(Value::as_str) {
+    let address_type = obj.get("addressType").and_then(Value::as_str);
+    match address_type {
         None => out.push(Cause::required("addressType")),
         Some(t) if !types.contains(&t) => out.push(Cause::not_supported(
             "addressType",
             &Value::String(t.into()),
             &types,
         )),
-        Some(t) => {
-            if let Some(prev) = old
-                .and_then(|o| o.get("addressType"))
-                .and_then(Value::as_str)
-                && prev != t
-            {
-                out.push(Cause::invalid(
-                    "addressType",
-                    &Value::String(t.into()),
-                    "field is immutable",
-                ));
-            }
-        }
+        Some(_) => {}
     }
     for (i, e) in obj
         .get("endpoints")
@@ -774,13 +766,67 @@ fn endpoint_slice(obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
         .flatten()
         .enumerate()
     {
-        let n = e
-            .get("addresses")
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len);
-        if n == 0 {
+        let addresses = e.get("addresses").and_then(Value::as_array);
+        if addresses.map_or(0, Vec::len) == 0 {
             out.push(Cause::required(format!("endpoints[{i}].addresses")));
         }
+        for (j, address) in addresses.into_iter().flatten().enumerate() {
+            let field = format!("endpoints[{i}].addresses[{j}]");
+            let text = address.as_str().unwrap_or_default();
+            if let Some(detail) = endpoint_address_problem(address_type, text) {
+                out.push(Cause::invalid(field, address, &detail));
+            }
+        }
+    }
+    if let (Some(t), Some(prev)) = (
+        address_type,
+        old.and_then(|o| o.get("addressType"))
+            .and_then(Value::as_str),
+    ) && prev != t
+    {
+        out.push(Cause::invalid(
+            "addressType",
+            &Value::String(t.into()),
+            "field is immutable",
+        ));
+    }
+}
+
+/// What is wrong with an EndpointSlice address of `address_type`: `IsValidIPv4Address` /
+/// `IsValidIPv6Address`, then `ValidateEndpointIP` (pkg/apis/core/validation), which refuses
+/// addresses nothing should be sent to: unspecified, loopback, link-local. FQDN addresses are
+/// checked as names elsewhere; unknown types are not checked (as upstream).
+fn endpoint_address_problem(address_type: Option<&str>, address: &str) -> Option<String> {
+    use std::net::IpAddr;
+    let ip: IpAddr = match address_type {
+        Some("IPv4") => match address.parse::<std::net::Ipv4Addr>() {
+            Ok(ip) => ip.into(),
+            Err(_) => return Some("must be a valid IPv4 address".into()),
+        },
+        Some("IPv6") => match address.parse::<std::net::Ipv6Addr>() {
+            Ok(ip) => ip.into(),
+            Err(_) => return Some("must be a valid IPv6 address".into()),
+        },
+        _ => return None,
+    };
+    let link_local_unicast = match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    };
+    let link_local_multicast = match ip {
+        IpAddr::V4(v4) => v4.octets()[..3] == [224, 0, 0],
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xff0f) == 0xff02,
+    };
+    if ip.is_unspecified() {
+        Some(format!("may not be unspecified ({address})"))
+    } else if ip.is_loopback() {
+        Some("may not be in the loopback range (127.0.0.0/8, ::1/128)".into())
+    } else if link_local_unicast {
+        Some("may not be in the link-local range (169.254.0.0/16, fe80::/10)".into())
+    } else if link_local_multicast {
+        Some("may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)".into())
+    } else {
+        None
     }
 }
 

@@ -1908,7 +1908,68 @@ async fn endpoint_slices() {
             .await
             .unwrap_err(),
     );
-    assert_eq!(err.details.as_ref().unwrap().causes[0].field, "addressType");
+    // As ValidateEndpointSliceUpdate: the addresses against the new type first, then the
+    // type's immutability.
+    let causes: Vec<(String, String)> = err
+        .details
+        .as_ref()
+        .unwrap()
+        .causes
+        .iter()
+        .map(|c| (c.field.clone(), c.message.clone()))
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            (
+                "endpoints[0].addresses[0]".to_owned(),
+                "Invalid value: \"10.0.0.5\": must be a valid IPv6 address".to_owned()
+            ),
+            (
+                "addressType".to_owned(),
+                "Invalid value: \"IPv6\": field is immutable".to_owned()
+            ),
+        ]
+    );
+    // Addresses nothing may be sent to are refused (ValidateEndpointIP): a Service without
+    // a selector cannot point at the API server's own loopback.
+    for (address, message) in [
+        (
+            "127.0.0.1",
+            "may not be in the loopback range (127.0.0.0/8, ::1/128)",
+        ),
+        ("0.0.0.0", "may not be unspecified (0.0.0.0)"),
+        (
+            "169.254.169.254",
+            "may not be in the link-local range (169.254.0.0/16, fe80::/10)",
+        ),
+        (
+            "224.0.0.5",
+            "may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)",
+        ),
+        ("10.0.0.256", "must be a valid IPv4 address"),
+    ] {
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "bad", "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address]}],
+        }))
+        .unwrap();
+        let err = api_err(
+            slices
+                .create(&PostParams::default(), &slice)
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(err.code, 422, "{address}");
+        let cause = &err.details.as_ref().unwrap().causes[0];
+        assert_eq!(cause.field, "endpoints[0].addresses[0]", "{address}");
+        assert!(
+            cause.message.ends_with(message),
+            "{address}: {}",
+            cause.message
+        );
+    }
 }
 
 #[tokio::test]
