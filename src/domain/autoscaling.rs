@@ -279,6 +279,14 @@ impl AutoscalingSpec {
         }
     }
 
+    /// Why scaling by hand is refused while the autoscaler sets the count.
+    pub fn no_manual_scale(&self) -> String {
+        format!(
+            "the deployment is autoscaled between {} and {} replicas: change spec.autoscaling to move that range, or remove it to scale by hand",
+            self.min_replicas, self.max_replicas
+        )
+    }
+
     /// The count to run: the autoscaler's (`stored`) inside the bounds, else the start.
     pub fn live_replicas(&self, stored: Option<i64>, replicas: Option<i64>) -> i64 {
         stored.map_or_else(

@@ -579,14 +579,8 @@ async fn compute_spec(
         SpecChange::Replace(spec) => (parse(*spec)?, "replaced".into(), EventKind::SpecChanged),
         SpecChange::Scale(replicas) => {
             check_replicas(ctx, replicas)?;
-            if let Some(a) = &row.spec.0.autoscaling {
-                return Err(ServiceError::conflict(
-                    Some("replicas"),
-                    format!(
-                        "the deployment is autoscaled between {} and {} replicas: change spec.autoscaling to move that range, or remove it to scale by hand",
-                        a.min_replicas, a.max_replicas
-                    ),
-                ));
+            if let Some(why) = row.spec.0.autoscaling.as_ref().map(|a| a.no_manual_scale()) {
+                return Err(ServiceError::conflict(Some("replicas"), why));
             }
             let mut spec = row.spec.0.clone();
             spec.replicas = Some(replicas);
