@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::{GATEWAY_CONTROLLER, is_true};
+use super::{GATEWAY_CONTROLLER, external, is_true};
 use crate::resources::meta_str;
 use crate::selectors::LabelSelector;
 use crate::store::Store;
@@ -892,6 +892,13 @@ fn refuse(code: StatusCode, msg: &str) -> Refusal {
     (code, msg.to_string())
 }
 
+/// Where a backendRef sends a request: a pod (answered here, as that pod would), or an
+/// address a selector-less Service's EndpointSlices name (`external.rs`).
+enum Backend {
+    Pod(Target),
+    Address(std::net::SocketAddr),
+}
+
 /// The pod a request goes to, with its request counted in flight.
 struct Target {
     pod: Value,
@@ -944,8 +951,9 @@ impl Plane {
         }
     }
 
-    /// Resolves one backendRef of the matched rule to a pod, or the error answer.
-    fn resolve(&self, route_ns: &str, backend: &Value) -> Result<Target, Refusal> {
+    /// Resolves one backendRef of the matched rule to a pod or an address, or the error
+    /// answer.
+    fn resolve(&self, route_ns: &str, backend: &Value) -> Result<Backend, Refusal> {
         let group = backend.get("group").and_then(Value::as_str).unwrap_or("");
         let kind = backend
             .get("kind")
@@ -958,21 +966,40 @@ impl Plane {
         let name = backend.get("name").and_then(Value::as_str).unwrap_or("");
         match (group, kind) {
             ("", "Service") => {
-                let Some(pods) = ready_pods(&self.store, ns, name) else {
+                let svc = self
+                    .store
+                    .kinds()
+                    .by_resource("", "v1", "services")
+                    .and_then(|k| self.store.get(k, ns, name));
+                let Some(svc) = svc else {
                     return Err(refuse(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         &format!("backend Service {ns}/{name} not found"),
                     ));
                 };
+                let key = format!("Service/{ns}/{name}");
+                if external::selectorless(&svc) {
+                    let port = backend.get("port").and_then(Value::as_i64);
+                    let addresses = external::slice_addresses(&self.store, &svc, port);
+                    if addresses.is_empty() {
+                        return Err(refuse(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "no healthy upstream",
+                        ));
+                    }
+                    let i = self.state.next_rr(&key) % addresses.len();
+                    return Ok(Backend::Address(addresses[i]));
+                }
+                let pods = ready_pods(&self.store, ns, name).unwrap_or_default();
                 if pods.is_empty() {
                     return Err(refuse(
                         StatusCode::SERVICE_UNAVAILABLE,
                         "no healthy upstream",
                     ));
                 }
-                Ok(self.any(&format!("Service/{ns}/{name}"), pods))
+                Ok(Backend::Pod(self.any(&key, pods)))
             }
-            (INFERENCE_GROUP, "InferencePool") => self.resolve_pool(ns, name),
+            (INFERENCE_GROUP, "InferencePool") => self.resolve_pool(ns, name).map(Backend::Pod),
             _ => Err(refuse(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("unsupported backend kind {group}/{kind}"),
@@ -1049,7 +1076,8 @@ async fn handle(State(plane): State<Plane>, req: Request) -> Response {
     let host = request_host(req.headers(), req.uri());
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let query = parse_query(req.uri().query().unwrap_or(""));
+    let query_string = req.uri().query().map(str::to_string);
+    let query = parse_query(query_string.as_deref().unwrap_or(""));
     let headers = req.headers().clone();
     let body = match axum::body::to_bytes(req.into_body(), 16 << 20).await {
         Ok(b) => b,
@@ -1081,11 +1109,17 @@ async fn handle(State(plane): State<Plane>, req: Request) -> Response {
             "the matched HTTPRoute rule has no usable backendRefs",
         );
     };
-    let target = match plane.resolve(&m.namespace, &m.backends[i]) {
-        Ok(t) => t,
-        Err((code, msg)) => return text(code, &msg),
-    };
-    answer(target, &method, &m.path, &body).await
+    match plane.resolve(&m.namespace, &m.backends[i]) {
+        Ok(Backend::Pod(target)) => answer(target, &method, &m.path, &body).await,
+        Ok(Backend::Address(address)) => {
+            let path = match query_string {
+                Some(q) => format!("{}?{q}", m.path),
+                None => m.path.clone(),
+            };
+            external::forward(address, &method, &path, &headers, body).await
+        }
+        Err((code, msg)) => text(code, &msg),
+    }
 }
 
 fn words(s: &str) -> usize {

@@ -11,6 +11,7 @@
 
 mod controllers;
 pub(crate) mod dataplane;
+mod external;
 pub(crate) mod faults;
 mod kubelet;
 mod networking;
