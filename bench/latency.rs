@@ -60,6 +60,7 @@ async fn main() {
             s3_downloader_image: "amazon/aws-cli:2.22.0".into(),
             epp_image: "registry.k8s.io/gateway-api-inference-extension/epp:v1.4.0".into(),
             pod_monitor_interval_secs: None,
+            activator: None,
         },
         budgets: Budgets {
             unschedulable_seconds: 300,

@@ -95,6 +95,36 @@ pub struct ServeConfig {
     pub reconciler: ReconcilerConfig,
     #[command(flatten)]
     pub load: LoadConfig,
+    #[command(flatten)]
+    pub activator: ActivatorConfig,
+}
+
+/// The activator: where requests to a deployment at zero replicas wait while one starts.
+/// Unset port: no activator, and `minReplicas: 0` is refused.
+#[derive(Debug, Clone, Args)]
+pub struct ActivatorConfig {
+    /// Port of the activator's listener (on every interface: the Gateway must reach it). The
+    /// API serves it; the worker writes it in each deployment's activator EndpointSlice.
+    #[arg(long, env = "MODELPLANE_ACTIVATOR_PORT")]
+    pub activator_port: Option<u16>,
+    /// The activator's addresses, as the Gateway reaches them (the API processes' pod IPs,
+    /// or this machine's network address): comma-separated IPs. Loopback and link-local
+    /// addresses are refused by Kubernetes in an EndpointSlice.
+    #[arg(long, env = "MODELPLANE_ACTIVATOR_ADDRESSES", value_delimiter = ',')]
+    pub activator_addresses: Vec<std::net::IpAddr>,
+    /// Most requests held per deployment per process; more answer 429.
+    #[arg(long, env = "MODELPLANE_ACTIVATOR_MAX_HELD", default_value_t = 1000)]
+    pub activator_max_held: usize,
+    /// Largest request body the activator holds; larger ones answer 413.
+    #[arg(long, env = "MODELPLANE_ACTIVATOR_MAX_BODY_BYTES", default_value_t = 4 << 20)]
+    pub activator_max_body_bytes: usize,
+}
+
+impl ActivatorConfig {
+    /// Whether deployments may scale to zero: the activator listens and can be reached.
+    pub fn enabled(&self) -> bool {
+        self.activator_port.is_some() && !self.activator_addresses.is_empty()
+    }
 }
 
 /// How the worker reads what the model servers serve (`status.load` and the metric series).

@@ -139,7 +139,16 @@ catalogue! {
         "Model-server metrics pages read, by outcome (ok; error: unreachable, timed out, too large, not the text format, none of the engine's metrics).";
     AUTOSCALER_DECISIONS = "modelplane_autoscaler_scaled_total", Counter,
         ["direction"],
-        "Replica counts the autoscaler changed, by direction (up, down).";
+        "Replica counts the autoscaler changed, by direction (up, down); the activator's scale-ups from zero count as up.";
+    ACTIVATOR_HELD = "modelplane_activator_held_requests", Gauge,
+        [],
+        "Requests the activator holds now, waiting for a deployment at zero to start a replica.";
+    ACTIVATOR_REQUESTS = "modelplane_activator_requests_total", Counter,
+        ["outcome"],
+        "Requests that reached the activator, by outcome (forwarded, too_many, timed_out, not_found, not_serving, unreachable, too_large).";
+    ACTIVATOR_WAIT = "modelplane_activator_wait_seconds", Histogram in Seconds,
+        [],
+        "How long a request waited in the activator for an available replica.";
 }
 
 /// Upper bounds, in seconds, of the buckets of every histogram (all are durations).

@@ -78,7 +78,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     bootstrap_token(&config, &ctx).await?;
     let oidc = oidc_verifier(&config.auth).await?;
     // The worker drives only a cluster named explicitly; the API needs none.
-    let worker_config = worker_config(&config.reconciler, &config.load);
+    let worker_config = worker_config(&config.reconciler, &config.load, &config.activator);
     let cluster = if config.role.runs_worker() || config.cluster.kubeconfig.is_some() {
         let cluster = cluster::connect(
             config.cluster.kubeconfig.as_ref(),
@@ -106,6 +106,15 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     )
     .await?;
     let hub = changes.clone();
+    let models = crate::service::chat::ModelClient::new(
+        config.http.chat_via,
+        std::time::Duration::from_secs(config.http.chat_timeout_secs),
+        cluster.as_ref().map(|c| c.client_once.clone()),
+        config.http.chat_allow_local_addresses,
+    );
+    if config.role != crate::config::ServeRole::Worker {
+        start_activator(&config, &ctx, &changes, &models, &shutdown).await?;
+    }
     let state = AppState::new(crate::api::SharedState {
         auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
         changes,
@@ -117,13 +126,8 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
         }),
         graphiql_assets: config.http.graphiql_dir.clone().into(),
         web_dir: config.http.web_dir.clone().into(),
-        models: crate::service::chat::ModelClient::new(
-            config.http.chat_via,
-            std::time::Duration::from_secs(config.http.chat_timeout_secs),
-            cluster.as_ref().map(|c| c.client_once.clone()),
-            config.http.chat_allow_local_addresses,
-        ),
-        ctx,
+        models: models.clone(),
+        ctx: ctx.clone(),
         metrics,
         limiter: Arc::new(RateLimiter::new(
             config.auth.rate_limit_per_minute,
@@ -183,6 +187,45 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     served
 }
 
+/// The activator's listener, when a port is set: every interface, since the Gateway must
+/// reach it (the requests it takes are only those the worker's routes send).
+async fn start_activator(
+    config: &ServeConfig,
+    ctx: &service::Context,
+    changes: &Arc<crate::service::live::ChangeHub>,
+    models: &crate::service::chat::ModelClient,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<(), StartupError> {
+    let Some(port) = config.activator.activator_port else {
+        return Ok(());
+    };
+    let addr = std::net::SocketAddr::from(([0, 0, 0, 0], port));
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartupError::Listen { addr, source })?;
+    let activator = crate::service::activation::Activator::new(
+        ctx.pool.clone(),
+        changes.clone(),
+        config.activator.activator_max_held,
+    );
+    let app = crate::api::activator::router(
+        activator,
+        models.clone(),
+        config.activator.activator_max_body_bytes,
+    );
+    // The Gateway is its one client: the per-address cap is the whole cap.
+    let limits = crate::listener::ConnectionLimits {
+        max_connections_per_address: config.http.max_connections,
+        ..config.http.connection_limits()
+    };
+    let stop = shutdown.clone();
+    tokio::spawn(crate::listener::serve(listener, app, limits, async move {
+        stop.cancelled().await
+    }));
+    tracing::info!(%addr, addresses = ?config.activator.activator_addresses, "activator listening");
+    Ok(())
+}
+
 /// The service layer's context: the pools and batchers over Postgres, the access cache and
 /// the policies every request applies.
 async fn service_context(
@@ -200,6 +243,7 @@ async fn service_context(
         limits: SpecLimits {
             max_replicas: config.max_replicas,
             allow_plaintext_credentials: config.allow_plaintext_credentials,
+            scale_to_zero: config.activator.enabled(),
         },
         routing: Arc::new(service::RoutingPolicy {
             default_gateway: config.reconciler.gateway.clone(),
@@ -372,7 +416,11 @@ impl ReadinessCheck for Draining {
     }
 }
 
-fn worker_config(config: &ReconcilerConfig, load: &crate::config::LoadConfig) -> WorkerConfig {
+fn worker_config(
+    config: &ReconcilerConfig,
+    load: &crate::config::LoadConfig,
+    activator: &crate::config::ActivatorConfig,
+) -> WorkerConfig {
     let worker_id = config.worker_id.clone().unwrap_or_else(|| {
         let host = std::env::var("HOSTNAME")
             .ok()
@@ -407,6 +455,13 @@ fn worker_config(config: &ReconcilerConfig, load: &crate::config::LoadConfig) ->
                 .as_ref()
                 .filter(|_| load.load_interval_secs > 0)
                 .map(|_| load.load_interval_secs),
+            activator: activator
+                .activator_port
+                .filter(|_| activator.enabled())
+                .map(|port| crate::reconciler::desired::ActivatorAddress {
+                    addresses: activator.activator_addresses.clone(),
+                    port,
+                }),
         },
         budgets: Budgets {
             unschedulable_seconds: config.unschedulable_budget_secs,

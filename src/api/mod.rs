@@ -1,6 +1,7 @@
 //! HTTP front-end: the REST API under `/api/v1`, GraphQL at `/graphql`, health, metrics,
 //! the API reference and the portal.
 
+pub mod activator;
 mod authn;
 pub mod error;
 pub mod extract;

@@ -439,6 +439,8 @@ pub fn decide(spec: &AutoscalingSpec, seen: &Observation, memory: &mut ScalingMe
         return bounded(seen, spec.min_replicas, ScalingLimit::MinReplicas);
     }
     if current == 0 {
+        // Idle time counts again from the replica the activator starts.
+        memory.idle_since = None;
         return Decision {
             replicas: 0,
             wanted: 0,

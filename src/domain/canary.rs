@@ -94,13 +94,22 @@ pub fn check_canary_weight(weight: i32, field: &str) -> Result<(), FieldErrors> 
     }
 }
 
-/// Whether a deployment name is free of the canary suffix (names ending in it are reserved).
+/// The suffix of the Service through which a deployment at zero reaches the activator.
+pub const ACTIVATOR_SUFFIX: &str = "-activator";
+
+/// Whether a deployment name is free of the suffixes of the objects made beside a
+/// deployment's own (a canary's, the activator's Service): names ending in them are reserved.
 pub fn check_not_canary_name(name: &DeploymentName) -> Result<(), FieldErrors> {
-    if name.as_str().ends_with(CANARY_SUFFIX) {
-        return Err(FieldErrors::single(
-            "name",
-            format!("names ending in `{CANARY_SUFFIX}` are reserved for canaries"),
-        ));
+    for (suffix, what) in [
+        (CANARY_SUFFIX, "canaries"),
+        (ACTIVATOR_SUFFIX, "the activator's Services"),
+    ] {
+        if name.as_str().ends_with(suffix) {
+            return Err(FieldErrors::single(
+                "name",
+                format!("names ending in `{suffix}` are reserved for {what}"),
+            ));
+        }
     }
     Ok(())
 }

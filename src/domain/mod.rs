@@ -26,8 +26,8 @@ pub use autoscaling::{
     ScalingMemory, ScalingMetric, ScalingTarget, decide,
 };
 pub use canary::{
-    CANARY_SUFFIX, Canary, CanaryHeader, DEFAULT_CANARY_HEADER, MAX_CANARY_WEIGHT,
-    canary_object_name, check_canary_weight, check_not_canary_name,
+    ACTIVATOR_SUFFIX, CANARY_SUFFIX, Canary, CanaryHeader, DEFAULT_CANARY_HEADER,
+    MAX_CANARY_WEIGHT, canary_object_name, check_canary_weight, check_not_canary_name,
 };
 pub use capacity::{
     CapacityReport, DailyUsage, Demand, DeploymentUsage, Fit, GpuCapacity, GpuNode, GpuQuota,

@@ -255,12 +255,12 @@ impl DeploymentSpec {
         }
         if let Some(autoscaling) = &self.autoscaling {
             autoscaling.validate(self.replicas, limits.max_replicas, &mut errors);
-            if autoscaling.min_replicas == 0 {
-                // Until modelplane's activator holds the first request while a replica
-                // starts, a deployment at zero would answer 503: refused, not half-done.
+            if autoscaling.min_replicas == 0 && !limits.scale_to_zero {
+                // A deployment at zero answers its first request only through the
+                // activator: without one it would answer 503, so it is refused.
                 errors.push(
                     "spec.autoscaling.minReplicas",
-                    "must be at least 1 for now: scaling to zero needs modelplane's activator, which is not available yet",
+                    "must be at least 1: scaling to zero needs modelplane's activator, which this installation does not run (MODELPLANE_ACTIVATOR_PORT and MODELPLANE_ACTIVATOR_ADDRESSES)",
                 );
             }
             self.replicas

@@ -143,16 +143,22 @@ impl Autoscaler {
             (p.replicas, p.wanted, p.limited_by) != (state.replicas, state.wanted, state.limited_by)
         });
         let mut conn = self.pool.acquire().await?;
-        store::autoscaling::record(
+        let written = store::autoscaling::record(
             &mut conn,
             Decided {
                 deployment: d,
                 state: &state,
+                from: current,
                 scaled,
                 announce,
             },
         )
         .await?;
+        if !written {
+            // The activator woke it from zero meanwhile: the next round decides afresh.
+            self.memory.remove(&d.id);
+            return Ok(false);
+        }
         if scaled {
             tracing::info!(deployment = %d.name, project_id = %d.project_id, from = current, to = decision.replicas, reason = %decision.reason, "autoscaled");
             metrics::counter!(crate::metrics::AUTOSCALER_DECISIONS, "direction" => if decision.replicas > current { "up" } else { "down" }).increment(1);

@@ -37,11 +37,14 @@ const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 #[derive(Clone)]
 pub struct ModelClient {
     http: reqwest::Client,
-    via: ChatVia,
+    /// Without a bound on the whole answer (a token stream may take minutes), for the
+    /// activator's forwarded requests (`forward.rs`).
+    pub(super) stream_http: reqwest::Client,
+    pub(super) via: ChatVia,
     /// The cluster's API server, for `api-server`.
-    kube: Option<kube::Client>,
-    timeout: Duration,
-    allow_local: bool,
+    pub(super) kube: Option<kube::Client>,
+    pub(super) timeout: Duration,
+    pub(super) allow_local: bool,
 }
 
 impl std::fmt::Debug for ModelClient {
@@ -68,8 +71,14 @@ impl ModelClient {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .expect("an HTTP client with no TLS configuration builds");
+        let stream_http = reqwest::Client::builder()
+            .connect_timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("an HTTP client with no TLS configuration builds");
         Self {
             http,
+            stream_http,
             via,
             kube,
             timeout,

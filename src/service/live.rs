@@ -114,6 +114,11 @@ impl ChangeHub {
             .is_ok()
     }
 
+    /// Every change but load readings, from now on (the activator waits on it).
+    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.sender.subscribe()
+    }
+
     pub fn latest(&self) -> i64 {
         self.latest.load(Ordering::Acquire)
     }

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod access_cache;
+pub mod activation;
 pub mod audit;
 pub mod canary;
 pub mod capacity;
@@ -11,6 +12,7 @@ pub mod chat;
 mod cursor;
 pub mod deployments;
 mod diff;
+pub mod forward;
 pub mod health;
 pub mod live;
 pub mod load;

@@ -115,6 +115,9 @@ pub async fn states(
 pub struct Decided<'a> {
     pub deployment: &'a Autoscaled,
     pub state: &'a AutoscalingStatus,
+    /// The count the decision started from: it is written only if that still holds (the
+    /// activator may have scaled the deployment up from zero meanwhile).
+    pub from: i64,
     /// The count changed: told on the timeline (which the change feed carries) and the
     /// record is reconciled to apply it.
     pub scaled: bool,
@@ -124,23 +127,30 @@ pub struct Decided<'a> {
 }
 
 /// Writes one decision in one transaction: the state, and when the count changed a
-/// timeline entry (`autoscaled`, by `autoscaler`) and a reconcile.
+/// timeline entry (`autoscaled`, by `autoscaler`) and a reconcile. Returns false, writing
+/// nothing, when the stored count is no longer the one the decision started from.
 #[instrument(skip_all, fields(deployment_id = %decided.deployment.id, scaled = decided.scaled))]
-pub async fn record(conn: &mut PgConnection, decided: Decided<'_>) -> Result<(), sqlx::Error> {
+pub async fn record(conn: &mut PgConnection, decided: Decided<'_>) -> Result<bool, sqlx::Error> {
     let d = decided.deployment;
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    sqlx::query(
+    let written = sqlx::query(
         "insert into deployment_autoscaling (deployment_id, project_id, replicas, state, updated_at)
          values ($1, $2, $3, $4, now())
          on conflict (deployment_id) do update
-             set replicas = excluded.replicas, state = excluded.state, updated_at = now()",
+             set replicas = excluded.replicas, state = excluded.state, updated_at = now()
+             where deployment_autoscaling.replicas = $5",
     )
     .bind(d.id)
     .bind(d.project_id)
     .bind(decided.state.replicas as i32)
     .bind(Json(decided.state))
+    .bind(decided.from as i32)
     .execute(&mut *tx)
-    .await?;
+    .await?
+    .rows_affected();
+    if written == 0 {
+        return Ok(false);
+    }
     if decided.scaled {
         // The entry's own trigger puts it on the change feed.
         super::events::insert_event(
@@ -172,7 +182,100 @@ pub async fn record(conn: &mut PgConnection, decided: Decided<'_>) -> Result<(),
         .execute(&mut *tx)
         .await?;
     }
-    tx.commit().await
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// A deployment as the activator needs it: where it serves and whether it can be woken.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Activation {
+    pub id: Uuid,
+    pub project_id: Uuid,
+    pub name: String,
+    pub namespace: String,
+    pub spec: Json<DeploymentSpec>,
+    pub phase: String,
+    pub deleting: bool,
+    /// The count the autoscaler (or the activator) set, if any.
+    pub stored: Option<i32>,
+    /// Replicas available now, as the worker last wrote.
+    pub available: i64,
+}
+
+/// The deployment with id `id`, for the activator (`None`: there is none).
+#[instrument(skip(db))]
+pub async fn activation(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> Result<Option<Activation>, sqlx::Error> {
+    sqlx::query_as(
+        "select d.id, d.project_id, d.name, p.namespace, d.spec, d.phase,
+                d.deletion_requested_at is not null as deleting, a.replicas as stored,
+                coalesce((d.status -> 'replicas' ->> 'available')::bigint, 0) as available
+         from model_deployment d
+         join project p on p.id = d.project_id
+         left join deployment_autoscaling a on a.deployment_id = d.id
+         where d.id = $1",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Replicas available now of deployment `id`, as the worker last wrote (0 when gone).
+pub async fn available(db: impl PgExecutor<'_>, id: Uuid) -> Result<i64, sqlx::Error> {
+    Ok(sqlx::query_scalar(
+        "select coalesce((status -> 'replicas' ->> 'available')::bigint, 0)
+         from model_deployment where id = $1",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await?
+    .unwrap_or(0))
+}
+
+/// Scales a deployment at zero to one replica, with a timeline entry (by `activator`) and a
+/// reconcile, unless its count is no longer zero: exactly one of any number of concurrent
+/// callers, in any process, gets true.
+#[instrument(skip_all, fields(deployment_id = %deployment.id))]
+pub async fn activate(
+    db: &sqlx::PgPool,
+    deployment: &Activation,
+    state: &AutoscalingStatus,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let written = sqlx::query(
+        "insert into deployment_autoscaling (deployment_id, project_id, replicas, state, updated_at)
+         values ($1, $2, $3, $4, now())
+         on conflict (deployment_id) do update
+             set replicas = excluded.replicas, state = excluded.state, updated_at = now()
+             where deployment_autoscaling.replicas = 0",
+    )
+    .bind(deployment.id)
+    .bind(deployment.project_id)
+    .bind(state.replicas as i32)
+    .bind(Json(state))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if written == 0 {
+        return Ok(false);
+    }
+    super::events::insert_event(
+        &mut *tx,
+        super::events::NewEvent {
+            deployment_id: deployment.id,
+            project_id: deployment.project_id,
+            deployment_name: &deployment.name,
+            kind: EventKind::Autoscaled,
+            message: &state.reason,
+            actor: "activator",
+        },
+    )
+    .await?;
+    super::work_queue::enqueue_reconcile(&mut *tx, deployment.id, None).await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Forgets the counts of deployments that no longer autoscale: their spec's `replicas`

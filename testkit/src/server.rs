@@ -41,6 +41,8 @@ pub struct Options {
     pub chat_via: service::chat::ChatVia,
     /// The collection interval the API assumes when it ages `status.load`.
     pub load_interval: std::time::Duration,
+    /// Requests the activator holds per deployment before it answers 429.
+    pub activator_max_held: usize,
 }
 
 impl Default for Options {
@@ -60,8 +62,23 @@ impl Default for Options {
             load_interval: std::time::Duration::from_secs(15),
             graphql: api::graphql::GraphqlLimits::default(),
             chat_via: service::chat::ChatVia::ApiServer,
+            activator_max_held: 1000,
         }
     }
+}
+
+/// This machine's address on its network (the interface its default route leaves by), found
+/// without sending anything: a UDP socket "connected" to a non-local address. What an
+/// EndpointSlice may name for a process on this machine (Kubernetes refuses loopback).
+pub fn host_address() -> std::net::IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    socket
+        .connect("192.0.2.255:9")
+        .or_else(|_| socket.connect("10.255.255.255:9"))
+        .expect("the activator tests need a network interface with a non-loopback address");
+    let ip = socket.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback() && !ip.is_unspecified(), "{ip}");
+    ip
 }
 
 /// The process's metrics recorder, installed (as `serve` does) by the first app: every app
@@ -91,6 +108,8 @@ pub struct TestApp {
     /// Sends the platform-admin token.
     pub client: Client,
     pub pool: PgPool,
+    /// The activator's port, on every interface (`host_address` reaches it).
+    pub activator_port: u16,
     /// Stops the app's background tasks (the change feed) when the test ends.
     _stop: tokio_util::sync::DropGuard,
 }
@@ -113,6 +132,7 @@ impl TestApp {
                 .unwrap(),
             limits: SpecLimits {
                 max_replicas: 20,
+                scale_to_zero: true,
                 ..SpecLimits::default()
             },
             routing: Arc::new(service::RoutingPolicy {
@@ -133,6 +153,26 @@ impl TestApp {
             service::live::ChangeHub::start_with(pool.clone(), stop.clone(), options.streams)
                 .await
                 .unwrap();
+        let models = service::chat::ModelClient::new(
+            options.chat_via,
+            std::time::Duration::from_secs(10),
+            options.cluster.as_ref().map(|(c, _)| c.client_once.clone()),
+            false,
+        );
+        let activator = service::activation::Activator::new(
+            pool.clone(),
+            changes.clone(),
+            options.activator_max_held,
+        );
+        let activator_listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+        let activator_port = activator_listener.local_addr().unwrap().port();
+        let serving = stop.clone();
+        tokio::spawn(modelplane::listener::serve(
+            activator_listener,
+            api::activator::router(activator, models.clone(), 1 << 20),
+            modelplane::listener::ConnectionLimits::default(),
+            async move { serving.cancelled().await },
+        ));
         let state = AppState::new(api::SharedState {
             changes,
             graphql: api::graphql::schema(options.graphql),
@@ -140,12 +180,7 @@ impl TestApp {
                 .join("web/graphiql/node_modules")
                 .into(),
             web_dir: options.web_dir.clone().into(),
-            models: service::chat::ModelClient::new(
-                options.chat_via,
-                std::time::Duration::from_secs(10),
-                options.cluster.as_ref().map(|(c, _)| c.client_once.clone()),
-                false,
-            ),
+            models,
             auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
             ctx,
             metrics: metrics_handle(),
@@ -185,6 +220,7 @@ impl TestApp {
             base: format!("http://{addr}"),
             client: client_with_token(Some(ADMIN_TOKEN)),
             pool,
+            activator_port,
             _stop: stop.drop_guard(),
         }
     }

@@ -76,6 +76,7 @@ pub(crate) fn worker_config(id: &str) -> WorkerConfig {
             s3_downloader_image: "amazon/aws-cli:2.22.0".into(),
             epp_image: "registry.k8s.io/gateway-api-inference-extension/epp:v1.4.0".into(),
             pod_monitor_interval_secs: None,
+            activator: None,
         },
         budgets: Budgets {
             unschedulable_seconds: 300,
@@ -103,6 +104,16 @@ pub(crate) async fn harness_on(
     builder: modelplane_emulator::EmulatorBuilder,
     tweak: impl FnOnce(&mut WorkerConfig),
 ) -> Harness {
+    harness_with(pool, builder, tweak, |_| {}).await
+}
+
+/// A harness whose API differs from the default as `app` says.
+pub(crate) async fn harness_with(
+    pool: PgPool,
+    builder: modelplane_emulator::EmulatorBuilder,
+    tweak: impl FnOnce(&mut WorkerConfig),
+    app: impl FnOnce(&mut crate::common::Options),
+) -> Harness {
     let emulator = builder.start().await.unwrap();
     let dir = std::env::temp_dir().join(format!("modelplane-reconciler-{}", uuid::Uuid::now_v7()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -115,16 +126,19 @@ pub(crate) async fn harness_on(
         .unwrap();
     let kube = cluster.client.clone();
     // The API has the cluster too, as `serve` gives it: "try it" goes through its API server.
-    let app = TestApp::spawn_with(
-        pool.clone(),
-        crate::common::Options {
-            cluster: Some((cluster.clone(), false)),
-            // The collector of `Harness::collect_load` reads every second.
-            load_interval: LOAD_INTERVAL,
-            ..crate::common::Options::default()
-        },
-    )
-    .await;
+    let mut options = crate::common::Options {
+        cluster: Some((cluster.clone(), false)),
+        // The collector of `Harness::collect_load` reads every second.
+        load_interval: LOAD_INTERVAL,
+        ..crate::common::Options::default()
+    };
+    app(&mut options);
+    let app = TestApp::spawn_with(pool.clone(), options).await;
+    // The app's activator, as the Gateway reaches it (its port on this machine's address).
+    config.build.activator = Some(modelplane::reconciler::desired::ActivatorAddress {
+        addresses: vec![modelplane_testkit::server::host_address()],
+        port: app.activator_port,
+    });
     let shutdown = CancellationToken::new();
     let worker = Worker::new(pool.clone(), cluster, config);
     let health = worker.health();

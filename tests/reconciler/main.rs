@@ -1,6 +1,7 @@
 //! The reconciler against the Kubernetes emulator over HTTP, with a real Postgres. The
 //! harness is in `harness.rs`; the tests are grouped by what they look at.
 
+mod activation;
 mod admission;
 mod autoscaling;
 mod canary;

@@ -190,6 +190,14 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
     spec["replicas"] = json!(2);
     create_with(&h, "qwen", spec).await;
     h.wait_applied("qwen", 1).await;
+    // One that scales to zero: its activator Service and EndpointSlice (the slice created
+    // and patched; removed with its Service by the garbage collector).
+    let mut idle = sim_spec();
+    idle["replicas"] = json!(0);
+    idle["autoscaling"] = json!({"minReplicas": 0, "maxReplicas": 1,
+                                 "target": {"metric": "waitingPerReplica", "value": 4}});
+    create_with(&h, "idle", idle).await;
+    h.wait_applied("idle", 1).await;
     wait_for(
         "the pods' metrics read",
         Duration::from_secs(30),

@@ -86,6 +86,9 @@ pub struct SpecLimits {
     pub max_replicas: i64,
     /// Accept literal values in env vars named like credentials (`HF_TOKEN`, `*_KEY`, …).
     pub allow_plaintext_credentials: bool,
+    /// Whether `autoscaling.minReplicas: 0` is allowed: the installation runs the activator
+    /// that holds the first request while a replica starts.
+    pub scale_to_zero: bool,
 }
 
 impl Default for SpecLimits {
@@ -93,6 +96,7 @@ impl Default for SpecLimits {
         Self {
             max_replicas: 100,
             allow_plaintext_credentials: false,
+            scale_to_zero: false,
         }
     }
 }

@@ -24,6 +24,7 @@
 //! - `pod_monitor`: the PodMonitor that has a Prometheus scrape the pods (serving metrics
 //!   read from Prometheus).
 
+mod activator;
 mod budget;
 mod deployment;
 mod endpoint_picker;
@@ -47,6 +48,8 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use self::activator::activator_objects;
+pub use self::activator::{ACTIVATOR_PATH, ActivatorAddress, ActivatorObjects, activator_name};
 use self::budget::disruption_budget_object;
 use self::deployment::deployment_object;
 pub use self::deployment::engine_image;
@@ -105,6 +108,8 @@ pub struct BuildConfig {
     /// Serving metrics come from a Prometheus: a PodMonitor per deployment has it scrape
     /// the pods every this many seconds. `None`: no PodMonitor.
     pub pod_monitor_interval_secs: Option<u64>,
+    /// The activator, for deployments that scale to zero (`None`: none runs).
+    pub activator: Option<ActivatorAddress>,
 }
 
 /// One record as the worker sees it: the stored record and its spec with defaults resolved.
@@ -171,6 +176,9 @@ pub struct DesiredObjects {
     /// The PodMonitor, when serving metrics come from Prometheus. Applied with the
     /// Deployment as its owner, so the garbage collector removes it with the deployment.
     pub pod_monitor: Option<PodMonitor>,
+    /// For `autoscaling.minReplicas: 0` behind a Gateway (without a canary): the activator's
+    /// Service and EndpointSlice, and the route used while no replica is available.
+    pub activator: Option<ActivatorObjects>,
 }
 
 impl DesiredObjects {
@@ -187,6 +195,13 @@ impl DesiredObjects {
         }
         if let Some(monitor) = &self.pod_monitor {
             all.push(as_json(monitor));
+        }
+        if let Some(activator) = &self.activator {
+            all.extend([
+                as_json(&activator.service),
+                as_json(&activator.slice),
+                as_json(&activator.route),
+            ]);
         }
         if let Some(canary) = &self.canary {
             all.push(as_json(&canary.deployment));
@@ -260,9 +275,23 @@ pub fn desired_objects(
         pod_monitor: config
             .pod_monitor_interval_secs
             .map(|secs| pod_monitor_object(t, namespace, &labels, secs)),
+        activator: gateway
+            .as_ref()
+            .zip(config.activator.as_ref())
+            .filter(|_| canary.is_none() && scales_to_zero(t))
+            .map(|(gw, address)| activator_objects(t, namespace, &labels, gw, address)),
         gateway,
         config_hash,
     }
+}
+
+/// Whether the record may scale to zero (and so be reached through the activator).
+fn scales_to_zero(t: &Target) -> bool {
+    t.serving
+        .spec
+        .autoscaling
+        .as_ref()
+        .is_some_and(|a| a.min_replicas == 0)
 }
 
 /// The canary track's Deployment and Service, labelled as its own target.

@@ -9,7 +9,8 @@ use crate::reconciler::desired::{Target, route_path_prefix};
 /// The in-cluster URL, the external URL through the Gateway, and the OpenAI base URL.
 pub(super) fn endpoints(t: &Target, namespace: &str, observed: &Observed) -> Endpoints {
     let record = t.record;
-    if t.serving.replicas == 0 {
+    let at_zero = t.serving.replicas == 0;
+    if at_zero && !observed.activating {
         // The Service and route are kept, but nothing behind them answers.
         return Endpoints {
             reason: Some("scaled to zero: no replica serves; scale up to get endpoints".into()),
@@ -17,7 +18,8 @@ pub(super) fn endpoints(t: &Target, namespace: &str, observed: &Observed) -> End
         };
     }
     let port = t.serving.port;
-    let cluster = observed.service_exists.then(|| {
+    // At zero only the Gateway's URL wakes the model (through the activator).
+    let cluster = (observed.service_exists && !at_zero).then(|| {
         format!(
             "http://{}.{namespace}.svc.cluster.local:{port}",
             record.name
@@ -35,6 +37,11 @@ pub(super) fn endpoints(t: &Target, namespace: &str, observed: &Observed) -> End
         } else {
             reason = Some(route_message);
         }
+    }
+    if at_zero && reason.is_none() {
+        reason = Some(
+            "scaled to zero: activates on first request (it waits while a replica starts)".into(),
+        );
     }
     let base = external.first().cloned().or_else(|| cluster.clone());
     Endpoints {

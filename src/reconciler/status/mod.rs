@@ -84,6 +84,9 @@ pub struct Observed {
     /// Switching a live deployment to InferencePool mode: the route still goes to the
     /// Service, until the endpoint picker has an available replica.
     pub pool_switch_pending: bool,
+    /// The route goes to the activator (the record scales to zero and no replica is
+    /// available): requests wait there for one.
+    pub activating: bool,
     /// Objects the record no longer wants wait for the Gateway before they are removed.
     pub cleanup_wait: Option<CleanupWait>,
     /// Nodes the record's pods are on that stopped serving them.

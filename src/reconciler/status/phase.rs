@@ -18,7 +18,7 @@ pub(super) fn phase(
     route: &(bool, String),
 ) -> (Phase, String) {
     if rollout.desired == 0 {
-        scaling_to_zero(rollout)
+        scaling_to_zero(rollout, observed.activating)
     } else if rollout.counts.available == 0 {
         none_available(observed, rollout, problem, &route.1)
     } else {
@@ -26,9 +26,14 @@ pub(super) fn phase(
     }
 }
 
-fn scaling_to_zero(rollout: &Rollout) -> (Phase, String) {
+fn scaling_to_zero(rollout: &Rollout, activating: bool) -> (Phase, String) {
     let total = rollout.total;
-    if total == 0 {
+    if total == 0 && activating {
+        (
+            Phase::ScaledToZero,
+            "scaled to zero; the first request starts a replica".to_owned(),
+        )
+    } else if total == 0 {
         (
             Phase::ScaledToZero,
             "scaled to zero; objects kept".to_owned(),

@@ -10,7 +10,9 @@ use super::Worker;
 use crate::reconciler::cluster::{ClusterError, Object, contains, kind_of};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use crate::reconciler::desired::{DesiredObjects, PodMonitor, PoolObjects, as_json};
+use crate::reconciler::desired::{
+    DesiredObjects, PodMonitor, PoolObjects, activator_name, as_json,
+};
 use crate::reconciler::status::{Observed, has_available_replica};
 
 /// The objects observation needs, as read during one reconcile. The outer `None`: not read
@@ -66,10 +68,19 @@ impl Worker {
                 Err(message) => canary_observed.rejected = Some(("Service".into(), message)),
             }
         }
-        let route_wanted = match &desired.pool {
+        let mut route_wanted = match &desired.pool {
             Some(pool) => self.apply_pool(desired, pool, observed).await?,
             None => desired.http_route.as_ref(),
         };
+        // A deployment that scales to zero is reached through the activator while no
+        // replica is available (at zero, or starting): requests wait instead of failing.
+        if self.apply_activator(desired, &deployment).await?
+            && let Some(activator) = &desired.activator
+            && route_wanted.is_some()
+        {
+            route_wanted = Some(&activator.route);
+            observed.activating = true;
+        }
         let mut route = None;
         if let Some(desired_route) = route_wanted {
             match self.apply_unless_refused(desired_route).await {
@@ -89,6 +100,49 @@ impl Worker {
             canary_deployment,
             canary_service,
         })
+    }
+
+    /// Applies the activator's Service and EndpointSlice when the record scales to zero
+    /// (the slice owned by the Service, so the garbage collector removes it with it), or
+    /// removes a Service left from when it did. True when requests should go to the
+    /// activator: it is wanted and `deployment` has no available replica, or is going to zero.
+    async fn apply_activator(
+        &self,
+        desired: &DesiredObjects,
+        deployment: &K8sDeployment,
+    ) -> Result<bool, ClusterError> {
+        let Some(activator) = &desired.activator else {
+            let meta = &desired.deployment.metadata;
+            let name = activator_name(meta.name.as_deref().unwrap_or_default());
+            let seen = self
+                .seen
+                .of::<Service>()
+                .and_then(|seen| seen.get(meta.namespace.as_deref(), &name));
+            if !matches!(seen, Some(None)) {
+                match self
+                    .cluster
+                    .delete::<Service>(meta.namespace.as_deref(), &name)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            return Ok(false);
+        };
+        let service = self.cluster.apply(&activator.service).await?;
+        let mut slice = activator.slice.clone();
+        slice.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Service".into(),
+            name: service.metadata.name.clone().unwrap_or_default(),
+            uid: service.metadata.uid.clone().unwrap_or_default(),
+            ..OwnerReference::default()
+        }]);
+        self.cluster.apply(&slice).await?;
+        let to_zero = desired.deployment.spec.as_ref().and_then(|s| s.replicas) == Some(0);
+        Ok(to_zero || !has_available_replica(Some(deployment)))
     }
 
     /// Applies the record's PodDisruptionBudget, or removes one it no longer wants.

@@ -1,0 +1,158 @@
+//! Forwarding one held request to a deployment's own Service, the answer streamed back as
+//! it comes (the activator's last step). The address is built as "try it" builds it
+//! (`chat.rs`): from the project's namespace, the deployment's name and its port, through
+//! the Kubernetes API server's service proxy or the cluster's DNS, never from anything the
+//! request carries.
+
+use std::net::SocketAddr;
+
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::{Bytes, Frame};
+
+use super::ServiceError;
+use super::chat::{ChatVia, ModelClient, is_forbidden_address};
+
+/// An answer's body as it streams from the model server.
+pub type Streamed = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// The request to forward: method, path and query (below the Service's root), the headers
+/// worth passing on, and the body.
+pub struct Forward<'a> {
+    pub namespace: &'a str,
+    pub service: &'a str,
+    pub port: i64,
+    pub method: http::Method,
+    pub path_and_query: &'a str,
+    pub headers: http::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+/// Headers a proxy passes on: what the model server reads to answer (the rest, hop-by-hop
+/// ones and credentials meant for the Gateway among them, stay behind).
+const PASSED: [http::HeaderName; 3] = [
+    http::header::CONTENT_TYPE,
+    http::header::ACCEPT,
+    http::header::ACCEPT_ENCODING,
+];
+
+impl ModelClient {
+    /// Sends `request` to the deployment's Service and returns the answer as it streams.
+    /// Only the connection is bounded in time: a stream of tokens may take minutes.
+    pub async fn forward(
+        &self,
+        request: Forward<'_>,
+    ) -> Result<http::Response<Streamed>, ServiceError> {
+        let unreachable = |why: &str| ServiceError::ModelUnreachable {
+            message: format!(
+                "the model server of `{}` could not be reached: {why}",
+                request.service
+            ),
+        };
+        if !request.path_and_query.starts_with('/')
+            || request
+                .path_and_query
+                .split(['/', '?'])
+                .any(|s| s == ".." || s == ".")
+        {
+            return Err(unreachable(
+                "the path is not a plain path below the Service",
+            ));
+        }
+        match self.via {
+            ChatVia::ApiServer => {
+                let Some(kube) = &self.kube else {
+                    return Err(unreachable(
+                        "no cluster connection (MODELPLANE_KUBECONFIG), and MODELPLANE_CHAT_VIA is not cluster",
+                    ));
+                };
+                let path = format!(
+                    "/api/v1/namespaces/{}/services/{}:{}/proxy{}",
+                    request.namespace, request.service, request.port, request.path_and_query
+                );
+                let mut builder = http::Request::builder().method(request.method).uri(path);
+                for name in PASSED {
+                    if let Some(value) = request.headers.get(&name) {
+                        builder = builder.header(name, value);
+                    }
+                }
+                let outgoing = builder
+                    .body(kube::client::Body::from(request.body))
+                    .map_err(|_| unreachable("the request could not be built"))?;
+                let response = tokio::time::timeout(self.timeout, kube.send(outgoing))
+                    .await
+                    .map_err(|_| unreachable("no answer in time"))?
+                    .map_err(|_| unreachable("the API server did not answer"))?;
+                Ok(response.map(|body| body.map_err(|e| Box::new(e) as _).boxed_unsync()))
+            }
+            ChatVia::Cluster => {
+                let host = format!(
+                    "{}.{}.svc.cluster.local",
+                    request.service, request.namespace
+                );
+                let port = u16::try_from(request.port)
+                    .map_err(|_| unreachable("its port is out of range"))?;
+                let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
+                    .await
+                    .map_err(|_| unreachable("its Service name does not resolve"))?
+                    .collect();
+                let address = addresses
+                    .into_iter()
+                    .find(|a| self.allow_local || !is_forbidden_address(a.ip()))
+                    .ok_or_else(|| {
+                        unreachable("its Service resolves to no address modelplane may call")
+                    })?;
+                let mut outgoing = self
+                    .stream_http
+                    .request(
+                        request.method,
+                        format!("http://{address}{}", request.path_and_query),
+                    )
+                    .header(reqwest::header::HOST, format!("{host}:{port}"))
+                    .body(request.body);
+                for name in PASSED {
+                    if let Some(value) = request.headers.get(&name) {
+                        outgoing = outgoing.header(name, value);
+                    }
+                }
+                let upstream = tokio::time::timeout(self.timeout, outgoing.send())
+                    .await
+                    .map_err(|_| unreachable("no answer in time"))?
+                    .map_err(|_| unreachable("the connection failed"))?;
+                let mut response = http::Response::builder().status(upstream.status());
+                for (name, value) in upstream.headers() {
+                    if !is_hop_by_hop(name) {
+                        response = response.header(name, value);
+                    }
+                }
+                let body = http_body_util::StreamBody::new(futures::stream::unfold(
+                    Some(upstream),
+                    |upstream| async move {
+                        let mut upstream = upstream?;
+                        match upstream.chunk().await {
+                            Ok(Some(chunk)) => Some((Ok(Frame::data(chunk)), Some(upstream))),
+                            Ok(None) => None,
+                            Err(err) => Some((Err(Box::new(err) as _), None)),
+                        }
+                    },
+                ));
+                response
+                    .body(BodyExt::boxed_unsync(body))
+                    .map_err(|_| unreachable("its answer could not be passed on"))
+            }
+        }
+    }
+}
+
+fn is_hop_by_hop(name: &http::HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}

@@ -1,0 +1,216 @@
+//! Scale from zero through the activator, on the emulator, through the Gateway URL: the
+//! route of a deployment at zero goes to a Service without a selector whose EndpointSlice
+//! names the API's activator (this machine's address: Kubernetes refuses loopback in a
+//! slice), the emulator's Gateway really connects there (`emulator/src/cluster/external.rs`,
+//! Kubernetes' "Services without selectors"), and the activator holds each request until a
+//! replica is available.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+use super::load::cluster;
+use super::{Harness, create_with, harness_with, sim_spec, wait_for};
+
+/// A sim at zero replicas that may scale to zero, answering 200 ms after a request's first
+/// token is due.
+fn at_zero(activation_timeout: i64) -> Value {
+    let mut spec = sim_spec();
+    spec["resources"] = json!({"cpu": "100m", "memory": "256Mi"});
+    spec["replicas"] = json!(0);
+    spec["engine"]["args"] = json!(["--time-to-first-token=50ms", "--inter-token-latency=10ms"]);
+    spec["autoscaling"] = json!({
+        "minReplicas": 0,
+        "maxReplicas": 2,
+        "target": {"metric": "waitingPerReplica", "value": 4},
+        "activationTimeoutSeconds": activation_timeout,
+    });
+    spec
+}
+
+/// The deployment's OpenAI base URL once it is at zero and advertises it.
+async fn base_at_zero(h: &Harness, name: &str) -> String {
+    wait_for(
+        &format!("{name} at zero with its URL"),
+        Duration::from_secs(30),
+        || async {
+            let d = h.deployment(name).await;
+            d["status"]["phase"] == "ScaledToZero"
+                && d["status"]["endpoints"]["openaiBase"].is_string()
+        },
+    )
+    .await;
+    let d = h.deployment(name).await;
+    assert_eq!(
+        d["status"]["endpoints"]["reason"],
+        "scaled to zero: activates on first request (it waits while a replica starts)"
+    );
+    assert!(d["status"]["endpoints"]["cluster"].is_null(), "{d}");
+    d["status"]["endpoints"]["openaiBase"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn route_backend(h: &Harness, name: &str) -> String {
+    let routes: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        h.kube.clone(),
+        "team-a",
+        &super::resource_of("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    );
+    let route = routes.get(name).await.unwrap();
+    route.data["spec"]["rules"][0]["backendRefs"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// At zero, 100 concurrent requests all get the model's answer (none fails), one of them
+/// streamed token by token; the deployment is scaled up exactly once, and once a replica
+/// is available the route goes straight to the model's Service again.
+#[sqlx::test]
+async fn requests_at_zero_wait_for_one_scale_up_and_all_get_answers(pool: PgPool) {
+    let h = harness_with(pool, cluster(), |_| {}, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create_with(&h, "idle", at_zero(60)).await;
+    let base = base_at_zero(&h, "idle").await;
+    assert_eq!(route_backend(&h, "idle").await, "idle-activator");
+    assert_eq!(
+        h.deployment("idle").await["status"]["replicas"]["desired"],
+        0
+    );
+
+    let http = reqwest::Client::new();
+    let completions = (0..100).map(|i| {
+        let http = http.clone();
+        let url = format!("{base}/completions");
+        async move {
+            let response = http
+                .post(url)
+                .json(&json!({"model": "idle", "prompt": format!("request {i}"), "max_tokens": 2}))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            (status, body)
+        }
+    });
+    let streamed = async {
+        let mut response = http
+            .post(format!("{base}/chat/completions"))
+            .json(&json!({"model": "idle", "stream": true, "max_tokens": 3,
+                          "messages": [{"role": "user", "content": "one two three"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let mut chunks = Vec::new();
+        while let Some(chunk) = response.chunk().await.unwrap() {
+            chunks.push(String::from_utf8(chunk.to_vec()).unwrap());
+        }
+        chunks
+    };
+    let (answers, chunks) = tokio::join!(join_all(completions), streamed);
+    for (status, body) in &answers {
+        assert_eq!(*status, 200, "{body}");
+        assert_eq!(body["model"], "idle", "{body}");
+        assert_eq!(
+            body["choices"][0]["text"].as_str().map(str::is_empty),
+            Some(false),
+            "{body}"
+        );
+    }
+    // Server-sent events, each token its own, then the end.
+    let text = chunks.concat();
+    assert!(text.matches("data: {").count() >= 3, "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+
+    let ups = h.timeline("idle", "Autoscaled").await;
+    assert_eq!(ups, vec!["0 → 1: a request arrived while scaled to zero"]);
+    let status = h.deployment("idle").await["status"].clone();
+    assert_eq!(status["autoscaling"]["replicas"], 1, "{status}");
+    assert_eq!(status["autoscaling"]["lastScaled"]["from"], 0);
+
+    // The replica serves: the route goes to the model's Service, not the activator.
+    wait_for(
+        "the route back on the Service",
+        Duration::from_secs(20),
+        || async { route_backend(&h, "idle").await == "idle" },
+    )
+    .await;
+    let direct = http
+        .post(format!("{base}/completions"))
+        .json(&json!({"model": "idle", "prompt": "again", "max_tokens": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(direct.status(), 200);
+    assert!(direct.headers().contains_key("x-emulator-pod"));
+    assert_eq!(h.timeline("idle", "Autoscaled").await.len(), 1);
+}
+
+/// A deployment whose replica cannot start (no node has the CPU it asks for): past the
+/// per-deployment cap of held requests the activator answers 429 at once, and the held
+/// ones get 503 with Retry-After when `activationTimeoutSeconds` passes.
+#[sqlx::test]
+async fn past_the_cap_429_and_past_the_timeout_503(pool: PgPool) {
+    let h = harness_with(pool, cluster(), |_| {}, |o| o.activator_max_held = 2).await;
+    h.app.create_project("team-a").await;
+    let mut spec = at_zero(3);
+    spec["resources"] = json!({"cpu": "500", "memory": "256Mi"});
+    create_with(&h, "huge", spec).await;
+    let base = base_at_zero(&h, "huge").await;
+
+    let send = |prompt: &'static str| {
+        let url = format!("{base}/completions");
+        tokio::spawn(async move {
+            let response = reqwest::Client::new()
+                .post(url)
+                .json(&json!({"model": "huge", "prompt": prompt, "max_tokens": 1}))
+                .send()
+                .await
+                .unwrap();
+            let retry = response
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (
+                response.status().as_u16(),
+                retry,
+                response.json::<Value>().await.unwrap(),
+            )
+        })
+    };
+    let held = [send("a"), send("b")];
+    let metrics = format!("{}/metrics", h.app.base);
+    wait_for("2 requests held", Duration::from_secs(10), || async {
+        let page = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        modelplane_testkit::server::sample(&page, "modelplane_activator_held_requests", &[])
+            == Some(2.0)
+    })
+    .await;
+    let (status, retry, body) = send("c").await.unwrap();
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(retry.as_deref(), Some("1"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("2 requests already wait for it"),
+        "{body}"
+    );
+    for request in held {
+        let (status, retry, body) = request.await.unwrap();
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(retry.as_deref(), Some("10"));
+        assert_eq!(
+            body["error"]["message"],
+            "deployment `huge` did not start a replica within 3 s (spec.autoscaling.activationTimeoutSeconds)"
+        );
+    }
+    // One scale-up for all of them.
+    assert_eq!(h.timeline("huge", "Autoscaled").await.len(), 1);
+}
