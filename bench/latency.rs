@@ -71,6 +71,7 @@ async fn main() {
         resync: Duration::from_secs(3600),
         concurrency: 16,
         gateway_silence: Duration::from_secs(300),
+        activator_service: None,
     };
     tokio::spawn(Worker::new(pool.clone(), cluster, config).run(shutdown.clone()));
 

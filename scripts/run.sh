@@ -32,6 +32,25 @@ if [ -z "${MODELPLANE_KUBECONFIG:-}" ]; then
   check_free MODELPLANE_EMULATOR_LISTEN "${MODELPLANE_EMULATOR_LISTEN:-127.0.0.1:6443}"
   check_free MODELPLANE_EMULATOR_GATEWAY_LISTEN "${MODELPLANE_EMULATOR_GATEWAY_LISTEN:-127.0.0.1:8081}"
 fi
+# The activator (scale from zero): its own port, on every interface, reached by the
+# Gateway at this machine's network address (an EndpointSlice may not name loopback). With
+# the emulator it is on unless no such address exists; with a cluster, set
+# MODELPLANE_ACTIVATOR_PORT and MODELPLANE_ACTIVATOR_ADDRESSES to addresses its Gateway
+# reaches.
+if [ -z "${MODELPLANE_KUBECONFIG:-}" ] && [ -z "${MODELPLANE_ACTIVATOR_ADDRESSES:-}" ]; then
+  host_ip=$(ip -4 route get 192.0.2.255 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -n1)
+  [ -n "$host_ip" ] || host_ip=$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -v '^127\.' | grep '\.' | head -n1 || true)
+  if [ -n "$host_ip" ]; then
+    export MODELPLANE_ACTIVATOR_ADDRESSES=$host_ip
+    export MODELPLANE_ACTIVATOR_PORT=${MODELPLANE_ACTIVATOR_PORT:-8082}
+  fi
+fi
+if [ -n "${MODELPLANE_ACTIVATOR_PORT:-}" ]; then
+  check_free MODELPLANE_ACTIVATOR_PORT "0.0.0.0:$MODELPLANE_ACTIVATOR_PORT"
+  activator_note="the activator listens on port $MODELPLANE_ACTIVATOR_PORT, reached at ${MODELPLANE_ACTIVATOR_ADDRESSES:-?} (autoscaling.minReplicas: 0 allowed)"
+else
+  activator_note="off: no network address for the Gateway to reach the activator by (autoscaling.minReplicas: 0 refused)"
+fi
 
 ensure_postgres modelplane
 ensure_database "$DATABASE_URL"
@@ -148,6 +167,7 @@ cat >&2 <<MSG
     Health          $base/healthz  $base/readyz   Metrics  $base/metrics
     Database        ${DATABASE_URL}
     Kubernetes      $cluster_note
+    Scale to zero   $activator_note
 
   Sign-in token (platform admin; also in $token_file):
         $token_shown

@@ -112,6 +112,10 @@ pub struct ActivatorConfig {
     /// addresses are refused by Kubernetes in an EndpointSlice.
     #[arg(long, env = "MODELPLANE_ACTIVATOR_ADDRESSES", value_delimiter = ',')]
     pub activator_addresses: Vec<std::net::IpAddr>,
+    /// In a cluster: `namespace/name` of the Service in front of the API pods' activator
+    /// port; the worker follows its ready endpoints instead of fixed addresses.
+    #[arg(long, env = "MODELPLANE_ACTIVATOR_SERVICE")]
+    pub activator_service: Option<String>,
     /// Most requests held per deployment per process; more answer 429.
     #[arg(long, env = "MODELPLANE_ACTIVATOR_MAX_HELD", default_value_t = 1000)]
     pub activator_max_held: usize,
@@ -123,7 +127,14 @@ pub struct ActivatorConfig {
 impl ActivatorConfig {
     /// Whether deployments may scale to zero: the activator listens and can be reached.
     pub fn enabled(&self) -> bool {
-        self.activator_port.is_some() && !self.activator_addresses.is_empty()
+        self.activator_port.is_some()
+            && (!self.activator_addresses.is_empty() || self.activator_service.is_some())
+    }
+
+    /// The Service the worker follows, as (namespace, name), when one is set.
+    pub fn service(&self) -> Option<(String, String)> {
+        let (namespace, name) = self.activator_service.as_deref()?.split_once('/')?;
+        Some((namespace.to_owned(), name.to_owned()))
     }
 }
 

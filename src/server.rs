@@ -472,6 +472,13 @@ fn worker_config(
         resync: std::time::Duration::from_secs(config.resync_secs.max(1)),
         concurrency: config.concurrency.max(1),
         gateway_silence: std::time::Duration::from_secs(config.gateway_silence_secs),
+        activator_service: activator.activator_port.zip(activator.service()).map(
+            |(port, (namespace, name))| crate::reconciler::worker::ActivatorService {
+                namespace,
+                name,
+                port,
+            },
+        ),
     }
 }
 

@@ -43,6 +43,8 @@ pub struct Options {
     pub load_interval: std::time::Duration,
     /// Requests the activator holds per deployment before it answers 429.
     pub activator_max_held: usize,
+    /// Whether `minReplicas: 0` is allowed (the installation runs the activator).
+    pub scale_to_zero: bool,
 }
 
 impl Default for Options {
@@ -63,6 +65,7 @@ impl Default for Options {
             graphql: api::graphql::GraphqlLimits::default(),
             chat_via: service::chat::ChatVia::ApiServer,
             activator_max_held: 1000,
+            scale_to_zero: true,
         }
     }
 }
@@ -132,7 +135,7 @@ impl TestApp {
                 .unwrap(),
             limits: SpecLimits {
                 max_replicas: 20,
-                scale_to_zero: true,
+                scale_to_zero: options.scale_to_zero,
                 ..SpecLimits::default()
             },
             routing: Arc::new(service::RoutingPolicy {

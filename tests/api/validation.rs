@@ -269,9 +269,10 @@ fn cases() -> Vec<(&'static str, Value, &'static str)> {
         ),
         (
             "qwen",
-            json!({"autoscaling": {"minReplicas": 0, "maxReplicas": 4, "target": {"metric": "waitingPerReplica", "value": 4}}}),
-            "spec.autoscaling.minReplicas",
+            json!({"autoscaling": {"minReplicas": 0, "maxReplicas": 4, "target": {"metric": "waitingPerReplica", "value": 4}, "activationTimeoutSeconds": 0}}),
+            "spec.autoscaling.activationTimeoutSeconds",
         ),
+        ("qwen-activator", json!({}), "name"),
         (
             "qwen",
             json!({"replicas": 5, "autoscaling": {"minReplicas": 1, "maxReplicas": 4, "target": {"metric": "waitingPerReplica", "value": 4}}}),
@@ -372,5 +373,41 @@ async fn several_problems_are_reported_at_once(pool: PgPool) {
             "spec.resources.cpu",
             "spec.routing.pathPrefix"
         ]
+    );
+}
+
+/// Without an activator (no MODELPLANE_ACTIVATOR_PORT and addresses), a deployment at zero
+/// would answer 503: `minReplicas: 0` is refused, naming the field and what is missing.
+#[sqlx::test]
+async fn scaling_to_zero_is_refused_where_no_activator_runs(pool: PgPool) {
+    let app = TestApp::spawn_with(
+        pool,
+        crate::common::Options {
+            scale_to_zero: false,
+            ..crate::common::Options::default()
+        },
+    )
+    .await;
+    app.create_project("team-a").await;
+    let mut spec = valid_spec();
+    spec["autoscaling"] = json!({"minReplicas": 0, "maxReplicas": 2,
+                                 "target": {"metric": "waitingPerReplica", "value": 4}});
+    let response = app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": "qwen", "spec": spec}),
+        )
+        .await;
+    let problem = expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(
+        problem["errors"][0]["field"], "spec.autoscaling.minReplicas",
+        "{problem}"
+    );
+    assert!(
+        problem["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("this installation does not run"),
+        "{problem}"
     );
 }

@@ -87,6 +87,7 @@ pub(crate) fn worker_config(id: &str) -> WorkerConfig {
         resync: Duration::from_secs(3600),
         concurrency: 8,
         gateway_silence: Duration::from_secs(300),
+        activator_service: None,
     }
 }
 

@@ -373,6 +373,13 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
     .await;
 
     h.delete_and_wait_gone("qwen").await;
+    h.delete_and_wait_gone("idle").await;
+    wait_for(
+        "the activator's EndpointSlice collected with its Service",
+        Duration::from_secs(15),
+        || async { !exists("discovery.k8s.io/v1", "EndpointSlice", "idle-activator").await },
+    )
+    .await;
     wait_for(
         "the PodMonitor collected with its owner",
         Duration::from_secs(15),

@@ -178,7 +178,9 @@ pub struct DesiredObjects {
     pub pod_monitor: Option<PodMonitor>,
     /// For `autoscaling.minReplicas: 0` behind a Gateway (without a canary): the activator's
     /// Service and EndpointSlice, and the route used while no replica is available.
-    pub activator: Option<ActivatorObjects>,
+    /// Boxed: three more objects inline would grow every future holding these past what a
+    /// debug build's stack takes.
+    pub activator: Option<Box<ActivatorObjects>>,
 }
 
 impl DesiredObjects {
@@ -279,7 +281,7 @@ pub fn desired_objects(
             .as_ref()
             .zip(config.activator.as_ref())
             .filter(|_| canary.is_none() && scales_to_zero(t))
-            .map(|(gw, address)| activator_objects(t, namespace, &labels, gw, address)),
+            .map(|(gw, address)| Box::new(activator_objects(t, namespace, &labels, gw, address))),
         gateway,
         config_hash,
     }

@@ -69,12 +69,14 @@ impl Worker {
             }
         }
         let mut route_wanted = match &desired.pool {
-            Some(pool) => self.apply_pool(desired, pool, observed).await?,
+            Some(pool) => Box::pin(self.apply_pool(desired, pool, observed)).await?,
             None => desired.http_route.as_ref(),
         };
         // A deployment that scales to zero is reached through the activator while no
         // replica is available (at zero, or starting): requests wait instead of failing.
-        if self.apply_activator(desired, &deployment).await?
+        // Boxed: each applied kind's future is inlined into this one's, and a debug
+        // build's poll of the whole reconcile must fit a thread's stack.
+        if Box::pin(self.apply_activator(desired, &deployment)).await?
             && let Some(activator) = &desired.activator
             && route_wanted.is_some()
         {

@@ -22,6 +22,7 @@
 //! - `permissions.rs`: writes the API server forbids (403), as the `Authorized=False`
 //!   condition.
 
+mod activator;
 mod apply;
 mod canary;
 mod deletion;
@@ -46,8 +47,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+pub use self::activator::ActivatorService;
 use super::cluster::Cluster;
-use super::desired::{BuildConfig, InferencePool, LABEL_DEPLOYMENT_ID};
+use super::desired::{ActivatorAddress, BuildConfig, InferencePool, LABEL_DEPLOYMENT_ID};
 use super::health::WorkerHealth;
 use super::kube_events::{self, Publisher};
 use super::seen::SeenKinds;
@@ -70,6 +72,9 @@ pub struct WorkerConfig {
     /// How long clean-up waits for a Gateway that has never reported on a route (see
     /// `gateway_wait.rs`).
     pub gateway_silence: Duration,
+    /// In a cluster: the Service whose endpoints run the activator, followed instead of the
+    /// fixed addresses of `build.activator`.
+    pub activator_service: Option<ActivatorService>,
 }
 
 /// Where a record stands after a reconcile, and when to look again.
@@ -92,6 +97,8 @@ pub struct Worker {
     requeued: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>>>,
     /// Kubernetes Events on the managed objects, telling what the timeline tells.
     events: Publisher,
+    /// The activator's addresses as last read from its Service (`activator.rs`).
+    activator: std::sync::RwLock<Option<ActivatorAddress>>,
 }
 
 impl Worker {
@@ -102,6 +109,7 @@ impl Worker {
             events,
             requeue,
             requeued: std::sync::Mutex::new(Some(requeued)),
+            activator: std::sync::RwLock::default(),
             pool,
             cluster,
             config,

@@ -134,6 +134,9 @@ impl Worker {
     /// Starts what runs beside the queue loop until `shutdown`: the watches that requeue
     /// records, the resync, the requeue batcher, the cluster probe and the GPU inventory.
     fn spawn_watches_and_timers(self: &Arc<Self>, shutdown: &CancellationToken) {
+        if let Some(service) = self.config.activator_service.clone() {
+            tokio::spawn(self.clone().follow_activator(service, shutdown.clone()));
+        }
         // A project's namespace serves all its records; every other object, one record.
         tokio::spawn(
             self.clone()

@@ -15,7 +15,9 @@ use super::report::Subjects;
 use super::{Outcome, WORKER_ACTOR, Worker, deployment_ref};
 use crate::domain::{Deployment, DeploymentStatus, EventKind, Phase, ServingSpec};
 use crate::reconciler::cluster::ClusterError;
-use crate::reconciler::desired::{CanaryPlan, DesiredObjects, Target, desired_objects};
+use crate::reconciler::desired::{
+    BuildConfig, CanaryPlan, DesiredObjects, Target, desired_objects,
+};
 use crate::reconciler::status::{
     Observed, canary_status, compute, invalid_spec, recheck_after, with_canary,
 };
@@ -192,12 +194,24 @@ impl Worker {
                 header: &canary.header,
             });
         }
+        // The activator's addresses move with the API pods (`activator.rs`).
+        let followed;
+        let config = match self.activator_address() {
+            address if address != self.config.build.activator => {
+                followed = BuildConfig {
+                    activator: address,
+                    ..self.config.build.clone()
+                };
+                &followed
+            }
+            _ => &self.config.build,
+        };
         let build = |plan: Option<&CanaryPlan>| {
             desired_objects(
                 &pass.subject,
                 namespace,
                 pass.target.namespace_adopted,
-                &self.config.build,
+                config,
                 plan,
             )
         };

@@ -231,7 +231,12 @@ export function CreateDeployment() {
           {state.autoscale === 'on' && (
             <>
               <div className="field-row">
-                {text('minReplicas', 'Minimum replicas', 'The fewest that serve (at least 1).', { inputMode: 'numeric' })}
+                {text(
+                  'minReplicas',
+                  'Minimum replicas',
+                  'The fewest that serve; 0 frees every GPU when idle (the first request then waits while a replica starts).',
+                  { inputMode: 'numeric' },
+                )}
                 {text('maxReplicas', 'Maximum replicas', 'The most it may scale to.', { inputMode: 'numeric' })}
               </div>
               <div className="field-row">
@@ -255,6 +260,19 @@ export function CreateDeployment() {
                   inputMode: 'numeric',
                 })}
               </div>
+              {state.minReplicas.trim() === '0' && (
+                <div className="field-row">
+                  {text('scaleToZeroAfter', 'Scale to zero after (seconds)', 'Without a request for this long, it goes to zero replicas; default 900.', {
+                    inputMode: 'numeric',
+                  })}
+                  {text(
+                    'activationTimeout',
+                    'First request waits up to (seconds)',
+                    'How long a request may wait at zero for a replica to start (large models take minutes); default 600.',
+                    { inputMode: 'numeric' },
+                  )}
+                </div>
+              )}
             </>
           )}
         </fieldset>

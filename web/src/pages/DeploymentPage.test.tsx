@@ -82,6 +82,41 @@ describe('DeploymentPage', () => {
     expect(screen.getByRole('button', { name: 'Restart' })).toBeInTheDocument();
   });
 
+  it('says when a deployment at zero goes idle and how long its first request may wait', async () => {
+    const idle = deployment(
+      'qwen',
+      {
+        replicas: 0,
+        autoscaling: {
+          minReplicas: 0,
+          maxReplicas: 2,
+          target: { metric: 'waitingPerReplica', value: 4 },
+          scaleToZeroAfterSeconds: 120,
+        },
+      },
+      {
+        phase: 'ScaledToZero',
+        replicas: { desired: 0, updated: 0, ready: 0, available: 0 },
+        autoscaling: {
+          replicas: 0,
+          wanted: 0,
+          reason: '1 → 0: no request for 121 s (scaleToZeroAfterSeconds 120)',
+          decidedAt: '2026-11-24T10:05:00Z',
+        },
+      },
+    );
+    stubFetch(ADMIN, (request) => {
+      if (request.url.pathname === `${BASE}/watch`) return sse([{ event: 'state', data: idle }]);
+      return backend()(request);
+    });
+    renderAt(...PAGE, <DeploymentPage />);
+    const box = await screen.findByTestId('autoscaling');
+    expect(box).toHaveTextContent(
+      'After 120 s without a request it goes to zero replicas; the first request then waits up to 600 s while a replica starts.',
+    );
+    expect(box).toHaveTextContent('1 → 0: no request for 121 s');
+  });
+
   it('explains a 412 on save: someone changed it since the editor opened', async () => {
     const calls = stubFetch(
       ADMIN,

@@ -41,7 +41,18 @@ describe('buildBody', () => {
     expect(fieldFor('spec.autoscaling.target.value')).toBe('scaleTarget');
     expect(fieldFor('spec.autoscaling.target.metric')).toBe('scaleMetric');
     expect(fieldFor('spec.autoscaling.scaleDownDelaySeconds')).toBe('scaleDownDelay');
-    expect(fieldFor('spec.autoscaling.scaleToZeroAfterSeconds')).toBe('autoscale');
+    expect(fieldFor('spec.autoscaling.scaleToZeroAfterSeconds')).toBe('scaleToZeroAfter');
+    expect(fieldFor('spec.autoscaling.activationTimeoutSeconds')).toBe('activationTimeout');
+    // The idle time and the wait go only with a minimum of zero.
+    const idle = { ...on, scaleToZeroAfter: '120', activationTimeout: '900' };
+    expect(buildBody(idle).spec.autoscaling?.scaleToZeroAfterSeconds).toBeUndefined();
+    expect(buildBody({ ...idle, minReplicas: '0' }).spec.autoscaling).toEqual({
+      minReplicas: 0,
+      maxReplicas: 6,
+      target: { metric: 'kvCacheUsage', value: 0.8 },
+      scaleToZeroAfterSeconds: 120,
+      activationTimeoutSeconds: 900,
+    });
   });
 
   it('keeps an empty model source so the API names it', () => {

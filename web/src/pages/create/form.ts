@@ -23,6 +23,9 @@ export interface FormState {
   scaleMetric: string;
   scaleTarget: string;
   scaleDownDelay: string;
+  /** With a minimum of 0: idle seconds before going to zero, and how long a request may wait. */
+  scaleToZeroAfter: string;
+  activationTimeout: string;
   gateway: string;
   hostname: string;
   pathPrefix: string;
@@ -53,6 +56,8 @@ export const EMPTY: FormState = {
   scaleMetric: 'waitingPerReplica',
   scaleTarget: '4',
   scaleDownDelay: '',
+  scaleToZeroAfter: '',
+  activationTimeout: '',
   gateway: '',
   hostname: '',
   pathPrefix: '',
@@ -202,6 +207,9 @@ export function buildBody(s: FormState): Body {
             maxReplicas: numberOrText(s.maxReplicas),
             target: { metric: s.scaleMetric, value: decimalOrText(s.scaleTarget) },
             scaleDownDelaySeconds: numberOrText(s.scaleDownDelay),
+            // Only a minimum of zero takes these (the API says so otherwise).
+            scaleToZeroAfterSeconds: s.minReplicas.trim() === '0' ? numberOrText(s.scaleToZeroAfter) : undefined,
+            activationTimeoutSeconds: s.minReplicas.trim() === '0' ? numberOrText(s.activationTimeout) : undefined,
           }
         : undefined,
     resources: { cpu: text(s.cpu), memory: text(s.memory), sharedMemory: text(s.sharedMemory), gpu },
@@ -250,6 +258,8 @@ export function fieldFor(path: string): keyof FormState | null {
     ['spec.autoscaling.target.metric', 'scaleMetric'],
     ['spec.autoscaling.target', 'scaleTarget'],
     ['spec.autoscaling.scaleDownDelaySeconds', 'scaleDownDelay'],
+    ['spec.autoscaling.scaleToZeroAfterSeconds', 'scaleToZeroAfter'],
+    ['spec.autoscaling.activationTimeoutSeconds', 'activationTimeout'],
     ['spec.autoscaling', 'autoscale'],
     ['spec.routing.gateway', 'gateway'],
     ['spec.routing.hostname', 'hostname'],

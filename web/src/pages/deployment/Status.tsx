@@ -272,6 +272,13 @@ function Autoscaling({ deployment }: { deployment: Deployment }) {
         <strong>Autoscaled</strong> between {spec.minReplicas} and {spec.maxReplicas} replicas, keeping{' '}
         {METRIC_WORDS[spec.target.metric] ?? spec.target.metric} at {target}; scaling by hand is off while it is on (edit the
         spec to change the range).
+        {spec.minReplicas === 0 && (
+          <>
+            {' '}
+            After {spec.scaleToZeroAfterSeconds ?? 900} s without a request it goes to zero replicas; the first request then
+            waits up to {spec.activationTimeoutSeconds ?? 600} s while a replica starts.
+          </>
+        )}
       </p>
       {state ? (
         <dl className="figures">

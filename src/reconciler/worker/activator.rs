@@ -1,0 +1,100 @@
+//! The activator's addresses, followed in a cluster: the API pods that run it sit behind a
+//! Service of the Helm chart (`MODELPLANE_ACTIVATOR_SERVICE`), whose EndpointSlices the
+//! EndpointSlice controller keeps. Every few seconds the worker reads them; when the ready
+//! addresses change (API pods rolled, scaled), the deployments that scale to zero are
+//! reconciled, so their own activator EndpointSlices name the pods that run now. Knative's
+//! activator Service is followed the same way by the revisions' public endpoints.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use tokio_util::sync::CancellationToken;
+
+use super::Worker;
+use crate::reconciler::desired::ActivatorAddress;
+use crate::store;
+
+/// A Service whose ready endpoints run the activator, and the activator's port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActivatorService {
+    pub namespace: String,
+    pub name: String,
+    pub port: u16,
+}
+
+/// How often the activator Service's endpoints are read.
+const EVERY: Duration = Duration::from_secs(5);
+
+/// The ready addresses the slices name, sorted, without repeats.
+fn ready_addresses(slices: &[EndpointSlice]) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = slices
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .flat_map(|e| e.addresses.iter())
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+impl Worker {
+    /// The activator's addresses as of now (`None`: no activator).
+    pub(super) fn activator_address(&self) -> Option<ActivatorAddress> {
+        self.activator
+            .read()
+            .expect("not poisoned")
+            .clone()
+            .or_else(|| self.config.build.activator.clone())
+    }
+
+    /// Follows the activator Service's endpoints until `shutdown`.
+    pub(super) async fn follow_activator(
+        self: Arc<Self>,
+        service: ActivatorService,
+        shutdown: CancellationToken,
+    ) {
+        let labels = format!("kubernetes.io/service-name={}", service.name);
+        loop {
+            match self
+                .cluster
+                .list::<EndpointSlice>(Some(&service.namespace), &labels)
+                .await
+            {
+                Ok(slices) => {
+                    let now = Some(ActivatorAddress {
+                        addresses: ready_addresses(&slices),
+                        port: service.port,
+                    });
+                    let changed = {
+                        let mut current = self.activator.write().expect("not poisoned");
+                        let changed = *current != now;
+                        *current = now.clone();
+                        changed
+                    };
+                    if changed {
+                        tracing::info!(addresses = ?now.map(|a| a.addresses), "the activator's addresses changed");
+                        match store::autoscaling::scaling_to_zero(&self.pool).await {
+                            Ok(ids) => ids.into_iter().for_each(|id| {
+                                let _ = self.requeue.send(id);
+                            }),
+                            Err(err) => {
+                                tracing::warn!(error = %err, "cannot list the deployments that scale to zero")
+                            }
+                        }
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, service = %service.name, "cannot read the activator Service's endpoints")
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(EVERY) => {}
+            }
+        }
+    }
+}
