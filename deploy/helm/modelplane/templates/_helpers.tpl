@@ -130,6 +130,11 @@ spec:
         - name: http
           containerPort: 8080
           protocol: TCP
+        {{- if and (eq .role "api") $root.Values.activator.enabled }}
+        - name: activator
+          containerPort: {{ $root.Values.activator.port }}
+          protocol: TCP
+        {{- end }}
       startupProbe:
         httpGet:
           path: /healthz
