@@ -14,8 +14,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::domain::{
-    AutoscalingStatus, Demand, Fit, GpuShape, Load, Observation, Phase, ScalingChange,
-    ScalingMemory, TrackDemand, check_quota, decide, fit,
+    AutoscalingSpec, AutoscalingStatus, Demand, Fit, GpuShape, Load, Observation, Phase,
+    ScalingChange, ScalingMemory, TrackDemand, check_quota, decide, fit,
 };
 use crate::reconciler::kube_events::{self, Publisher};
 use crate::reconciler::seen::SeenKinds;
@@ -87,6 +87,18 @@ impl Autoscaler {
     ) -> Result<bool, sqlx::Error> {
         let Some(spec) = d.spec.autoscaling.as_ref() else {
             return Ok(false);
+        };
+        // A canary's route is the weighted one, never the activator's: while one runs the
+        // stable track keeps a replica.
+        let kept;
+        let spec = if d.has_canary && spec.min_replicas == 0 {
+            kept = AutoscalingSpec {
+                min_replicas: 1,
+                ..spec.clone()
+            };
+            &kept
+        } else {
+            spec
         };
         let current = d
             .state

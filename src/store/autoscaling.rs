@@ -22,6 +22,8 @@ pub struct Autoscaled {
     pub spec: DeploymentSpec,
     pub phase: Phase,
     pub deleting: bool,
+    /// A canary runs beside it (its route is the weighted one, never the activator's).
+    pub has_canary: bool,
     /// The autoscaler's last state, if it decided before.
     pub state: Option<AutoscalingStatus>,
 }
@@ -35,6 +37,7 @@ struct Row {
     spec: Json<DeploymentSpec>,
     phase: String,
     deleting: bool,
+    has_canary: bool,
     state: Option<Json<AutoscalingStatus>>,
 }
 
@@ -43,7 +46,8 @@ struct Row {
 pub async fn autoscaled(db: impl PgExecutor<'_>) -> Result<Vec<Autoscaled>, sqlx::Error> {
     let rows: Vec<Row> = sqlx::query_as(
         "select d.id, d.project_id, d.name, p.namespace, d.spec, d.phase,
-                d.deletion_requested_at is not null as deleting, a.state
+                d.deletion_requested_at is not null as deleting,
+                d.canary is not null as has_canary, a.state
          from model_deployment d
          join project p on p.id = d.project_id
          left join deployment_autoscaling a on a.deployment_id = d.id
@@ -61,6 +65,7 @@ pub async fn autoscaled(db: impl PgExecutor<'_>) -> Result<Vec<Autoscaled>, sqlx
             spec: r.spec.0,
             phase: r.phase.parse().unwrap_or(Phase::Pending),
             deleting: r.deleting,
+            has_canary: r.has_canary,
             state: r.state.map(|s| s.0),
         })
         .collect())

@@ -214,3 +214,46 @@ async fn past_the_cap_429_and_past_the_timeout_503(pool: PgPool) {
     // One scale-up for all of them.
     assert_eq!(h.timeline("huge", "Autoscaled").await.len(), 1);
 }
+
+/// The whole cycle as a user sees it: a deployment that starts with a replica, left idle,
+/// is taken to zero by the autoscaler after `scaleToZeroAfterSeconds` (its route moved to
+/// the activator before the pod goes), and its next request wakes it: one answer, one
+/// scale-up, each step on the timeline in a sentence.
+#[sqlx::test]
+async fn an_idle_deployment_goes_to_zero_and_its_next_request_wakes_it(pool: PgPool) {
+    let h = harness_with(pool, cluster(), |_| {}, |_| {}).await;
+    h.app.create_project("team-a").await;
+    h.collect_load();
+    let mut spec = at_zero(60);
+    spec["replicas"] = json!(1);
+    spec["autoscaling"]["scaleToZeroAfterSeconds"] = json!(30);
+    create_with(&h, "idle", spec).await;
+    let (base, model) = super::load::openai(&super::load::ready(&h, "idle").await).await;
+    assert_eq!(route_backend(&h, "idle").await, "idle");
+
+    // 30 s without a request, then the next decision.
+    wait_for("scaled to zero", Duration::from_secs(90), || async {
+        h.deployment("idle").await["status"]["phase"] == "ScaledToZero"
+    })
+    .await;
+    let downs = h.timeline("idle", "Autoscaled").await;
+    assert_eq!(downs.len(), 1, "{downs:?}");
+    assert!(downs[0].starts_with("1 → 0: no request for "), "{downs:?}");
+    assert!(
+        downs[0].ends_with("(scaleToZeroAfterSeconds 30)"),
+        "{downs:?}"
+    );
+    assert_eq!(route_backend(&h, "idle").await, "idle-activator");
+    assert_eq!(base_at_zero(&h, "idle").await, base);
+
+    let answer = reqwest::Client::new()
+        .post(format!("{base}/completions"))
+        .json(&json!({"model": model, "prompt": "wake up", "max_tokens": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let ups = h.timeline("idle", "Autoscaled").await;
+    assert_eq!(ups.len(), 2, "{ups:?}");
+    assert_eq!(ups[1], "0 → 1: a request arrived while scaled to zero");
+}
