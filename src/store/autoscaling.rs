@@ -207,32 +207,46 @@ pub struct Activation {
     pub available: i64,
 }
 
+/// Replicas available as the worker last wrote, counted only while the Deployment wants
+/// some: pods still serving while it scales to zero are on their way out, and a request
+/// forwarded to them would find none. (A macro: sqlx takes only literal SQL.)
+macro_rules! available {
+    () => {
+        "case when coalesce((d.status -> 'replicas' ->> 'desired')::bigint, 0) > 0
+              then coalesce((d.status -> 'replicas' ->> 'available')::bigint, 0) else 0 end"
+    };
+}
+
 /// The deployment with id `id`, for the activator (`None`: there is none).
 #[instrument(skip(db))]
 pub async fn activation(
     db: impl PgExecutor<'_>,
     id: Uuid,
 ) -> Result<Option<Activation>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(concat!(
         "select d.id, d.project_id, d.name, p.namespace, d.spec, d.phase,
                 d.deletion_requested_at is not null as deleting, a.replicas as stored,
-                coalesce((d.status -> 'replicas' ->> 'available')::bigint, 0) as available
+                ",
+        available!(),
+        " as available
          from model_deployment d
          join project p on p.id = d.project_id
          left join deployment_autoscaling a on a.deployment_id = d.id
-         where d.id = $1",
-    )
+         where d.id = $1"
+    ))
     .bind(id)
     .fetch_optional(db)
     .await
 }
 
-/// Replicas available now of deployment `id`, as the worker last wrote (0 when gone).
+/// Replicas available now of deployment `id`, as the worker last wrote (0 when gone, or
+/// while it scales to zero).
 pub async fn available(db: impl PgExecutor<'_>, id: Uuid) -> Result<i64, sqlx::Error> {
-    Ok(sqlx::query_scalar(
-        "select coalesce((status -> 'replicas' ->> 'available')::bigint, 0)
-         from model_deployment where id = $1",
-    )
+    Ok(sqlx::query_scalar(concat!(
+        "select ",
+        available!(),
+        " from model_deployment d where d.id = $1"
+    ))
     .bind(id)
     .fetch_optional(db)
     .await?

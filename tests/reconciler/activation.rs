@@ -257,3 +257,49 @@ async fn an_idle_deployment_goes_to_zero_and_its_next_request_wakes_it(pool: PgP
     assert_eq!(ups.len(), 2, "{ups:?}");
     assert_eq!(ups[1], "0 → 1: a request arrived while scaled to zero");
 }
+
+/// Two API processes (two activators, each with its own change feed) holding requests for
+/// the same deployment at zero: both wake it, and it is scaled up exactly once.
+#[sqlx::test]
+async fn activators_in_two_processes_scale_it_up_once(pool: PgPool) {
+    use modelplane::service::activation::Activator;
+    use modelplane::service::live::ChangeHub;
+
+    let h = harness_with(pool, cluster(), |_| {}, |_| {}).await;
+    h.app.create_project("team-a").await;
+    create_with(&h, "idle", at_zero(60)).await;
+    base_at_zero(&h, "idle").await;
+    let id: uuid::Uuid = h.deployment("idle").await["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut processes = Vec::new();
+    for _ in 0..2 {
+        // Each process has its own database pool, as `serve` does.
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with((*h.pool.connect_options()).clone())
+            .await
+            .unwrap();
+        let hub = ChangeHub::start(pool.clone(), h.shutdown.clone())
+            .await
+            .unwrap();
+        processes.push(Activator::new(pool, hub, 100));
+    }
+    let wakes = processes
+        .iter()
+        .flat_map(|a| (0..10).map(move |_| a.wake(id)));
+    for woken in join_all(wakes).await {
+        let woken = woken.unwrap();
+        assert_eq!(
+            (woken.name.as_str(), woken.namespace.as_str()),
+            ("idle", "team-a")
+        );
+    }
+    assert_eq!(
+        h.timeline("idle", "Autoscaled").await,
+        vec!["0 → 1: a request arrived while scaled to zero"]
+    );
+    assert!(processes.iter().all(|a| a.held() == 0));
+}
