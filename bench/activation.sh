@@ -75,4 +75,7 @@ done
 
 log "$CYCLES cold starts through the activator, then $STEADY steady requests each way"
 python3 bench/activation.py --api "http://127.0.0.1:$api_port" --token "$token" \
-  --kube "http://127.0.0.1:$emu_port" --cycles "$CYCLES" --steady "$STEADY"
+  --kube "http://127.0.0.1:$emu_port" --cycles "$CYCLES" --steady "$STEADY" || {
+  for f in api worker emulator; do echo "--- $f.log (last lines)"; tail -n 40 "$work/$f.log"; done >&2
+  die "the benchmark failed"
+}

@@ -131,6 +131,9 @@ const HOP_BY_HOP: [&str; 8] = [
 fn client() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
+        // reqwest is built without a TLS provider of its own (`rustls-no-provider`) and
+        // refuses to build a client until one is installed; another may have been already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .redirect(reqwest::redirect::Policy::none())
