@@ -7,7 +7,8 @@
 // What a person does: sign in; create the first project; create a `sim` deployment through the form (after a value
 // only the API rejects shows its error next to the field) and watch it reach Ready without a
 // reload; copy its endpoint; chat with it; see it counted in Serving; scale it to 2; edit it, roll back to revision 1 and
-// read the diff; check a viewer sees no edit controls; delete it and see it leave the list.
+// read the diff; check a viewer sees no edit controls; delete it and see it leave the list; create one that
+// scales to zero and wake it with a request through its Gateway URL.
 const assert = require('node:assert/strict');
 const path = require('node:path');
 const fs = require('node:fs');
@@ -280,6 +281,40 @@ async function signIn(page, token) {
     // live; the empty state appears only once the list's starting state is complete.
     await page.getByText('No deployments in this project yet').waitFor(WAIT);
     assert.equal(await page.getByRole('link', { name: NAME, exact: true }).count(), 0);
+
+    step('scale to zero: created through the form with a minimum of 0, its first request through the Gateway wakes it');
+    await page.getByRole('link', { name: 'Create deployment' }).first().click();
+    await page.getByRole('button', { name: /Simulator/ }).click();
+    await page.getByLabel('Name', { exact: true }).fill('idle');
+    await page.getByLabel('Model source').fill('hf://Qwen/Qwen2.5-0.5B-Instruct');
+    await page.getByLabel('Replicas', { exact: true }).fill('0');
+    await page.getByLabel(/Follow the load/).check();
+    await page.getByLabel('Minimum replicas').fill('0');
+    await page.getByLabel('Scale to zero after (seconds)').waitFor(WAIT);
+    await page.getByRole('button', { name: 'Create', exact: true }).click();
+    await page.waitForURL(`**/projects/${PROJECT}/deployments/idle`, WAIT);
+    await page.locator('[data-phase="ScaledToZero"]').first().waitFor(WAIT);
+    const autoscaling = page.getByTestId('autoscaling');
+    await autoscaling.getByText(/goes to zero replicas; the first request then waits up to 600 s/).waitFor(WAIT);
+    // A deployment at zero keeps its URL, once the Gateway has accepted its route.
+    let idleBase = null;
+    for (const until = Date.now() + WAIT.timeout; !idleBase; await new Promise((r) => setTimeout(r, 200))) {
+      const idle = await rest('GET', `/api/v1/projects/${PROJECT}/deployments/idle`);
+      idleBase = idle.body.status.endpoints.openaiBase;
+      assert.ok(idleBase || Date.now() < until, `no URL at zero: ${JSON.stringify(idle.body.status.endpoints)}`);
+    }
+    // From this process, not the page: the model answers on the Gateway's origin.
+    const woken = await fetch(`${idleBase}/completions`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: 'idle', prompt: 'wake up', max_tokens: 2 }),
+    });
+    assert.equal(woken.status, 200, await woken.clone().text());
+    assert.ok((await woken.json()).choices[0].text, 'the model answered the request that woke it');
+    await autoscaling.getByText(/0 → 1: a request arrived while scaled to zero/).first().waitFor(WAIT);
+    await page.locator('[data-phase="Ready"]').first().waitFor(WAIT);
+    await page.screenshot({ path: path.join(SHOTS, 'deployment-woken-from-zero.png'), fullPage: true });
+    assert.equal((await rest('DELETE', `/api/v1/projects/${PROJECT}/deployments/idle`)).status, 202);
 
     step('an admin creates a token (its secret shown once), sees it in the audit log, revokes it');
     await page.getByRole('link', { name: 'Tokens & access' }).click();

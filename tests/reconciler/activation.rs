@@ -150,6 +150,12 @@ async fn requests_at_zero_wait_for_one_scale_up_and_all_get_answers(pool: PgPool
     assert_eq!(direct.status(), 200);
     assert!(direct.headers().contains_key("x-emulator-pod"));
     assert_eq!(h.timeline("idle", "Autoscaled").await.len(), 1);
+    // The route moving between the activator and the Service is modelplane's own doing,
+    // never told as drift repaired.
+    assert_eq!(
+        h.timeline("idle", "DriftRepaired").await,
+        Vec::<String>::new()
+    );
 }
 
 /// A deployment whose replica cannot start (no node has the CPU it asks for): past the
@@ -256,6 +262,10 @@ async fn an_idle_deployment_goes_to_zero_and_its_next_request_wakes_it(pool: PgP
     let ups = h.timeline("idle", "Autoscaled").await;
     assert_eq!(ups.len(), 2, "{ups:?}");
     assert_eq!(ups[1], "0 → 1: a request arrived while scaled to zero");
+    assert_eq!(
+        h.timeline("idle", "DriftRepaired").await,
+        Vec::<String>::new()
+    );
 }
 
 /// Two API processes (two activators, each with its own change feed) holding requests for

@@ -303,7 +303,10 @@ impl Worker {
                 if observation.stable.route_rejected.is_some()
                     || observation.stable.budget_rejected.is_some()
                     || observation.stable.pool_unavailable
-                    || observation.stable.pool_switch_pending =>
+                    || observation.stable.pool_switch_pending
+                    // The route goes to the activator until a replica is available: the
+                    // pass that sees one must apply again (the digest cannot tell).
+                    || observation.stable.activating =>
             {
                 // Not applied as a whole: try again on the next pass.
                 store::deployments::set_applied_digest(&self.pool, id, None, None).await?;
