@@ -313,3 +313,151 @@ async fn activators_in_two_processes_scale_it_up_once(pool: PgPool) {
     );
     assert!(processes.iter().all(|a| a.held() == 0));
 }
+
+/// A client that goes away while its request is held stops waiting: the request is dropped
+/// (the Gateway closes its upstream connection, as Envoy resets it), never forwarded later.
+#[sqlx::test]
+async fn a_client_that_goes_away_is_no_longer_held(pool: PgPool) {
+    let h = harness_with(pool, cluster(), |_| {}, |_| {}).await;
+    h.app.create_project("team-a").await;
+    let mut spec = at_zero(120);
+    // No node has this much CPU: the replica never starts, so the request would wait on.
+    spec["resources"] = json!({"cpu": "500", "memory": "256Mi"});
+    create_with(&h, "huge", spec).await;
+    let base = base_at_zero(&h, "huge").await;
+    let metrics = format!("{}/metrics", h.app.base);
+    let held = || async {
+        let page = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        modelplane_testkit::server::sample(&page, "modelplane_activator_held_requests", &[])
+    };
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let gave_up = tokio::spawn(async move {
+        impatient
+            .post(format!("{base}/completions"))
+            .json(&json!({"model": "huge", "prompt": "anyone?", "max_tokens": 1}))
+            .send()
+            .await
+    });
+    wait_for("the request held", Duration::from_secs(10), || async {
+        held().await == Some(1.0)
+    })
+    .await;
+    assert!(gave_up.await.unwrap().unwrap_err().is_timeout());
+    wait_for("the request let go", Duration::from_secs(10), || async {
+        held().await == Some(0.0)
+    })
+    .await;
+}
+
+/// In a cluster the activator runs on the API pods, behind the chart's `<release>-activator`
+/// Service: the worker names that Service's ready endpoints (and the activator's port) in
+/// each deployment's activator EndpointSlice, and follows them when the API pods move.
+#[sqlx::test]
+async fn activator_slices_follow_the_api_pods(pool: PgPool) {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use modelplane::reconciler::worker::ActivatorService;
+
+    let service = ActivatorService {
+        namespace: "modelplane-system".into(),
+        name: "modelplane-activator".into(),
+        port: 8081,
+    };
+    let h = harness_with(
+        pool,
+        cluster(),
+        |c| c.activator_service = Some(service),
+        |_| {},
+    )
+    .await;
+    let apply = |api_version: &'static str,
+                 kind: &'static str,
+                 namespace: Option<&'static str>,
+                 object: Value| {
+        let resource = super::resource_of(api_version, kind);
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(h.kube.clone(), ns, &resource),
+            None => Api::all_with(h.kube.clone(), &resource),
+        };
+        async move {
+            let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+            api.patch(
+                &name,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&object),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    // The chart's namespace, and its activator Service's endpoints: two API pods, one of
+    // them not ready (as the EndpointSlice controller keeps them).
+    let api_pods = |ready: &str, unready: &str| {
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "modelplane-activator-abcde",
+                            "labels": {"kubernetes.io/service-name": "modelplane-activator"}},
+               "addressType": "IPv4",
+               "endpoints": [{"addresses": [ready], "conditions": {"ready": true}},
+                             {"addresses": [unready], "conditions": {"ready": false}}],
+               "ports": [{"name": "activator", "port": 8081, "protocol": "TCP"}]})
+    };
+    apply(
+        "v1",
+        "Namespace",
+        None,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "modelplane-system"}}),
+    )
+    .await;
+    apply(
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        Some("modelplane-system"),
+        api_pods("10.1.2.3", "10.1.2.9"),
+    )
+    .await;
+    h.app.create_project("team-a").await;
+    create_with(&h, "idle", at_zero(60)).await;
+    let slices: Api<DynamicObject> = Api::namespaced_with(
+        h.kube.clone(),
+        "team-a",
+        &super::resource_of("discovery.k8s.io/v1", "EndpointSlice"),
+    );
+    let names = |want: &'static str| {
+        let slices = slices.clone();
+        async move {
+            let Some(slice) = slices.get_opt("idle-activator").await.unwrap() else {
+                return false;
+            };
+            let addresses: Vec<&str> = slice.data["endpoints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|e| e["addresses"].as_array().into_iter().flatten())
+                .filter_map(Value::as_str)
+                .collect();
+            addresses == [want] && slice.data["ports"][0]["port"] == 8081
+        }
+    };
+    wait_for(
+        "the activator slice naming the ready API pod",
+        Duration::from_secs(20),
+        || names("10.1.2.3"),
+    )
+    .await;
+    // The API pods rolled: the slice follows.
+    apply(
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        Some("modelplane-system"),
+        api_pods("10.1.2.4", "10.1.2.3"),
+    )
+    .await;
+    wait_for(
+        "the activator slice following the API pods",
+        Duration::from_secs(20),
+        || names("10.1.2.4"),
+    )
+    .await;
+}
