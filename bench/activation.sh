@@ -62,7 +62,8 @@ token="mpt_bench_$(head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
 common=(env DATABASE_URL="$db" MODELPLANE_BOOTSTRAP_TOKEN="$token" MODELPLANE_LOG=warn
         MODELPLANE_KUBECONFIG="$work/kubeconfig" MODELPLANE_INSTALLATION=bench
         MODELPLANE_GATEWAY="$GATEWAY" MODELPLANE_LOAD_INTERVAL_SECS=15
-        MODELPLANE_ACTIVATOR_PORT="$activator_port" MODELPLANE_ACTIVATOR_ADDRESSES="$host_ip")
+        MODELPLANE_ACTIVATOR_PORT="$activator_port" MODELPLANE_ACTIVATOR_ADDRESSES="$host_ip"
+        MODELPLANE_RATE_LIMIT_PER_MINUTE=100000000 MODELPLANE_RATE_LIMIT_BURST=10000000)
 "${common[@]}" MODELPLANE_ROLE=api MODELPLANE_LISTEN="127.0.0.1:$api_port" \
   target/release/modelplane serve >"$work/api.log" 2>&1 &
 pids+=("$!")
