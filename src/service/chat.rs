@@ -227,16 +227,10 @@ async fn via_cluster(
             target.service
         ),
     };
-    let port = u16::try_from(target.port).map_err(|_| unreachable("its port is out of range"))?;
-    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
+    let (address, port) = client
+        .service_address(&host, target.port)
         .await
-        .map_err(|_| unreachable("its Service name does not resolve"))?
-        .collect();
-    // Connect to the address checked, not to a name that could resolve anew.
-    let address = addresses
-        .into_iter()
-        .find(|a| client.allow_local || !is_forbidden_address(a.ip()))
-        .ok_or_else(|| unreachable("its Service resolves to no address modelplane may call"))?;
+        .map_err(unreachable)?;
     let response = client
         .http
         .post(format!("http://{address}/v1/chat/completions"))
@@ -255,6 +249,28 @@ async fn via_cluster(
     let status = response.status().as_u16();
     let bytes = read_bounded(response).await.map_err(|e| unreachable(&e))?;
     Ok((status, bytes))
+}
+
+impl ModelClient {
+    /// The address a Service's in-cluster name resolves to that modelplane may call, and
+    /// its port; the caller connects to this address, not to a name that could resolve anew.
+    /// `Err`: why not, in words.
+    pub(super) async fn service_address(
+        &self,
+        host: &str,
+        port: i64,
+    ) -> Result<(SocketAddr, u16), &'static str> {
+        let port = u16::try_from(port).map_err(|_| "its port is out of range")?;
+        let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|_| "its Service name does not resolve")?
+            .collect();
+        let address = addresses
+            .into_iter()
+            .find(|a| self.allow_local || !is_forbidden_address(a.ip()))
+            .ok_or("its Service resolves to no address modelplane may call")?;
+        Ok((address, port))
+    }
 }
 
 /// Addresses "try it" never connects to unless allowed: loopback, link-local (the cloud

@@ -4,14 +4,12 @@
 //! the Kubernetes API server's service proxy or the cluster's DNS, never from anything the
 //! request carries.
 
-use std::net::SocketAddr;
-
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::{Bytes, Frame};
 
 use super::ServiceError;
-use super::chat::{ChatVia, ModelClient, is_forbidden_address};
+use super::chat::{ChatVia, ModelClient};
 
 /// An answer's body as it streams from the model server.
 pub type Streamed = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
@@ -90,18 +88,10 @@ impl ModelClient {
                     "{}.{}.svc.cluster.local",
                     request.service, request.namespace
                 );
-                let port = u16::try_from(request.port)
-                    .map_err(|_| unreachable("its port is out of range"))?;
-                let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
+                let (address, port) = self
+                    .service_address(&host, request.port)
                     .await
-                    .map_err(|_| unreachable("its Service name does not resolve"))?
-                    .collect();
-                let address = addresses
-                    .into_iter()
-                    .find(|a| self.allow_local || !is_forbidden_address(a.ip()))
-                    .ok_or_else(|| {
-                        unreachable("its Service resolves to no address modelplane may call")
-                    })?;
+                    .map_err(unreachable)?;
                 let mut outgoing = self
                     .stream_http
                     .request(

@@ -157,20 +157,13 @@ pub async fn record(conn: &mut PgConnection, decided: Decided<'_>) -> Result<boo
         return Ok(false);
     }
     if decided.scaled {
-        // The entry's own trigger puts it on the change feed.
-        super::events::insert_event(
-            &mut *tx,
-            super::events::NewEvent {
-                deployment_id: d.id,
-                project_id: d.project_id,
-                deployment_name: &d.name,
-                kind: EventKind::Autoscaled,
-                message: &decided.state.reason,
-                actor: "autoscaler",
-            },
+        scaled(
+            &mut tx,
+            (d.id, d.project_id, &d.name),
+            &decided.state.reason,
+            "autoscaler",
         )
         .await?;
-        super::work_queue::enqueue_reconcile(&mut *tx, d.id, None).await?;
     } else if decided.announce {
         // As the feed's triggers do: the lock keeps sequence numbers in commit order.
         sqlx::query("select pg_advisory_xact_lock(7254017193841)")
@@ -280,21 +273,38 @@ pub async fn activate(
     if written == 0 {
         return Ok(false);
     }
+    scaled(
+        &mut tx,
+        (deployment.id, deployment.project_id, &deployment.name),
+        &state.reason,
+        "activator",
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// What a changed count writes beside it: the timeline entry (`autoscaled`, by `actor`;
+/// its own trigger puts it on the change feed) and a reconcile that applies the count.
+async fn scaled(
+    tx: &mut PgConnection,
+    (id, project_id, name): (Uuid, Uuid, &str),
+    reason: &str,
+    actor: &str,
+) -> Result<(), sqlx::Error> {
     super::events::insert_event(
         &mut *tx,
         super::events::NewEvent {
-            deployment_id: deployment.id,
-            project_id: deployment.project_id,
-            deployment_name: &deployment.name,
+            deployment_id: id,
+            project_id,
+            deployment_name: name,
             kind: EventKind::Autoscaled,
-            message: &state.reason,
-            actor: "activator",
+            message: reason,
+            actor,
         },
     )
     .await?;
-    super::work_queue::enqueue_reconcile(&mut *tx, deployment.id, None).await?;
-    tx.commit().await?;
-    Ok(true)
+    super::work_queue::enqueue_reconcile(&mut *tx, id, None).await
 }
 
 /// Forgets the counts of deployments that no longer autoscale: their spec's `replicas`
