@@ -173,26 +173,7 @@ impl Activator {
         if d.available == 0
             && autoscaling.live_replicas(d.stored.map(i64::from), spec.replicas) == 0
         {
-            let now = Utc::now();
-            let reason = "0 → 1: a request arrived while scaled to zero".to_owned();
-            let state = AutoscalingStatus {
-                replicas: 1,
-                wanted: 1,
-                limited_by: None,
-                reason: reason.clone(),
-                decided_at: now,
-                last_scaled: Some(ScalingChange {
-                    at: now,
-                    from: 0,
-                    to: 1,
-                    reason,
-                }),
-            };
-            if store::autoscaling::activate(&self.pool, &d, &state).await? {
-                tracing::info!(deployment = %d.name, project_id = %d.project_id, "activated: 0 → 1");
-                metrics::counter!(crate::metrics::AUTOSCALER_DECISIONS, "direction" => "up")
-                    .increment(1);
-            }
+            self.scale_from_zero(&d).await?;
         }
         let timeout = autoscaling
             .activation_timeout()
@@ -208,20 +189,7 @@ impl Activator {
                     after: timeout,
                 });
             }
-            let woken = tokio::time::timeout(wait.min(RECHECK), async {
-                loop {
-                    match changes.recv().await {
-                        Ok(change) if change.deployment_id == id => return,
-                        Ok(_) => {}
-                        // Lagged: something may have been missed; look now.
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                            std::future::pending::<()>().await
-                        }
-                    }
-                }
-            });
-            let _ = woken.await;
+            let _ = tokio::time::timeout(wait.min(RECHECK), changed(&mut changes, id)).await;
             available = store::autoscaling::available(&self.pool, id).await?;
         }
         metrics::histogram!(crate::metrics::ACTIVATOR_WAIT).record(arrived.elapsed().as_secs_f64());
@@ -231,5 +199,49 @@ impl Activator {
             port,
             held,
         })
+    }
+}
+
+impl Activator {
+    /// Scales `d` from zero to one replica, unless another request (in any process) did.
+    async fn scale_from_zero(
+        &self,
+        d: &store::autoscaling::Activation,
+    ) -> Result<(), ActivationError> {
+        let now = Utc::now();
+        let reason = "0 → 1: a request arrived while scaled to zero".to_owned();
+        let state = AutoscalingStatus {
+            replicas: 1,
+            wanted: 1,
+            limited_by: None,
+            reason: reason.clone(),
+            decided_at: now,
+            last_scaled: Some(ScalingChange {
+                at: now,
+                from: 0,
+                to: 1,
+                reason,
+            }),
+        };
+        if store::autoscaling::activate(&self.pool, d, &state).await? {
+            tracing::info!(deployment = %d.name, project_id = %d.project_id, "activated: 0 → 1");
+            metrics::counter!(crate::metrics::AUTOSCALER_DECISIONS, "direction" => "up")
+                .increment(1);
+        }
+        Ok(())
+    }
+}
+
+/// Returns once the change feed carries a change of deployment `id` (or may have dropped
+/// one: a lagging receiver looks again at once).
+async fn changed(changes: &mut tokio::sync::broadcast::Receiver<crate::domain::Change>, id: Uuid) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match changes.recv().await {
+            Ok(change) if change.deployment_id == id => return,
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => return,
+            Err(RecvError::Closed) => std::future::pending::<()>().await,
+        }
     }
 }

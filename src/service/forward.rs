@@ -41,11 +41,9 @@ impl ModelClient {
         &self,
         request: Forward<'_>,
     ) -> Result<http::Response<Streamed>, ServiceError> {
+        let service = request.service;
         let unreachable = |why: &str| ServiceError::ModelUnreachable {
-            message: format!(
-                "the model server of `{}` could not be reached: {why}",
-                request.service
-            ),
+            message: format!("the model server of `{service}` could not be reached: {why}"),
         };
         if !request.path_and_query.starts_with('/')
             || request
@@ -57,80 +55,90 @@ impl ModelClient {
                 "the path is not a plain path below the Service",
             ));
         }
-        match self.via {
-            ChatVia::ApiServer => {
-                let Some(kube) = &self.kube else {
-                    return Err(unreachable(
-                        "no cluster connection (MODELPLANE_KUBECONFIG), and MODELPLANE_CHAT_VIA is not cluster",
-                    ));
-                };
-                let path = format!(
-                    "/api/v1/namespaces/{}/services/{}:{}/proxy{}",
-                    request.namespace, request.service, request.port, request.path_and_query
-                );
-                let mut builder = http::Request::builder().method(request.method).uri(path);
-                for name in PASSED {
-                    if let Some(value) = request.headers.get(&name) {
-                        builder = builder.header(name, value);
-                    }
-                }
-                let outgoing = builder
-                    .body(kube::client::Body::from(request.body))
-                    .map_err(|_| unreachable("the request could not be built"))?;
-                let response = tokio::time::timeout(self.timeout, kube.send(outgoing))
-                    .await
-                    .map_err(|_| unreachable("no answer in time"))?
-                    .map_err(|_| unreachable("the API server did not answer"))?;
-                Ok(response.map(|body| body.map_err(|e| Box::new(e) as _).boxed_unsync()))
-            }
-            ChatVia::Cluster => {
-                let host = format!(
-                    "{}.{}.svc.cluster.local",
-                    request.service, request.namespace
-                );
-                let (address, port) = self
-                    .service_address(&host, request.port)
-                    .await
-                    .map_err(unreachable)?;
-                let mut outgoing = self
-                    .stream_http
-                    .request(
-                        request.method,
-                        format!("http://{address}{}", request.path_and_query),
-                    )
-                    .header(reqwest::header::HOST, format!("{host}:{port}"))
-                    .body(request.body);
-                for name in PASSED {
-                    if let Some(value) = request.headers.get(&name) {
-                        outgoing = outgoing.header(name, value);
-                    }
-                }
-                let upstream = tokio::time::timeout(self.timeout, outgoing.send())
-                    .await
-                    .map_err(|_| unreachable("no answer in time"))?
-                    .map_err(|_| unreachable("the connection failed"))?;
-                let mut response = http::Response::builder().status(upstream.status());
-                for (name, value) in upstream.headers() {
-                    if !is_hop_by_hop(name) {
-                        response = response.header(name, value);
-                    }
-                }
-                let body = http_body_util::StreamBody::new(futures::stream::unfold(
-                    Some(upstream),
-                    |upstream| async move {
-                        let mut upstream = upstream?;
-                        match upstream.chunk().await {
-                            Ok(Some(chunk)) => Some((Ok(Frame::data(chunk)), Some(upstream))),
-                            Ok(None) => None,
-                            Err(err) => Some((Err(Box::new(err) as _), None)),
-                        }
-                    },
-                ));
-                response
-                    .body(BodyExt::boxed_unsync(body))
-                    .map_err(|_| unreachable("its answer could not be passed on"))
+        let answer = match self.via {
+            ChatVia::ApiServer => self.via_api_server(request).await,
+            ChatVia::Cluster => self.via_cluster(request).await,
+        };
+        answer.map_err(unreachable)
+    }
+
+    /// Through the Kubernetes API server's service proxy (modelplane outside the cluster).
+    async fn via_api_server(
+        &self,
+        request: Forward<'_>,
+    ) -> Result<http::Response<Streamed>, &'static str> {
+        let Some(kube) = &self.kube else {
+            return Err(
+                "no cluster connection (MODELPLANE_KUBECONFIG), and MODELPLANE_CHAT_VIA is not cluster",
+            );
+        };
+        let path = format!(
+            "/api/v1/namespaces/{}/services/{}:{}/proxy{}",
+            request.namespace, request.service, request.port, request.path_and_query
+        );
+        let mut builder = http::Request::builder().method(request.method).uri(path);
+        for name in PASSED {
+            if let Some(value) = request.headers.get(&name) {
+                builder = builder.header(name, value);
             }
         }
+        let outgoing = builder
+            .body(kube::client::Body::from(request.body))
+            .map_err(|_| "the request could not be built")?;
+        let response = tokio::time::timeout(self.timeout, kube.send(outgoing))
+            .await
+            .map_err(|_| "no answer in time")?
+            .map_err(|_| "the API server did not answer")?;
+        Ok(response.map(|body| body.map_err(|e| Box::new(e) as _).boxed_unsync()))
+    }
+
+    /// Straight to the Service's in-cluster address (modelplane in the cluster).
+    async fn via_cluster(
+        &self,
+        request: Forward<'_>,
+    ) -> Result<http::Response<Streamed>, &'static str> {
+        let host = format!(
+            "{}.{}.svc.cluster.local",
+            request.service, request.namespace
+        );
+        let (address, port) = self.service_address(&host, request.port).await?;
+        let mut outgoing = self
+            .stream_http
+            .request(
+                request.method,
+                format!("http://{address}{}", request.path_and_query),
+            )
+            .header(reqwest::header::HOST, format!("{host}:{port}"))
+            .body(request.body);
+        for name in PASSED {
+            if let Some(value) = request.headers.get(&name) {
+                outgoing = outgoing.header(name, value);
+            }
+        }
+        let upstream = tokio::time::timeout(self.timeout, outgoing.send())
+            .await
+            .map_err(|_| "no answer in time")?
+            .map_err(|_| "the connection failed")?;
+        let mut response = http::Response::builder().status(upstream.status());
+        for (name, value) in upstream.headers() {
+            if !is_hop_by_hop(name) {
+                response = response.header(name, value);
+            }
+        }
+        let body = http_body_util::StreamBody::new(futures::stream::unfold(
+            Some(upstream),
+            |upstream| async move {
+                let mut upstream = upstream?;
+                match upstream.chunk().await {
+                    Ok(Some(chunk)) => Some((Ok(Frame::data(chunk)), Some(upstream))),
+                    Ok(None) => None,
+                    Err(err) => Some((Err(Box::new(err) as _), None)),
+                }
+            },
+        ));
+        response
+            .body(BodyExt::boxed_unsync(body))
+            .map_err(|_| "its answer could not be passed on")
     }
 }
 
