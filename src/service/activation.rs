@@ -8,8 +8,12 @@
 //! 2. scales the deployment from zero to one at once, unless its count is no longer zero
 //!    (a conditional write: of any number of requests in any number of processes, exactly
 //!    one scales it, and the timeline says so once);
-//! 3. waits, at most the spec's `activationTimeoutSeconds`, for a replica to be available
-//!    (woken by the change feed, which carries the worker's status writes);
+//! 3. waits, at most the spec's `activationTimeoutSeconds`, for the deployment's Service to
+//!    have a ready endpoint: said at once by the worker that watches its EndpointSlices (a
+//!    notification on `store::autoscaling::SERVING_CHANNEL`, which the change hub's
+//!    connection also listens to; Knative's activator follows a revision's endpoints so),
+//!    or, should that be missed, seen as a replica available in the status the worker
+//!    writes (the change feed);
 //! 4. is forwarded to the deployment's own Service, the answer streamed back.
 //!
 //! Once a replica is available the worker points the route back at the Service, so steady
@@ -21,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -170,6 +175,7 @@ impl Activator {
         let held = self.take(id, &d.name)?;
         // Subscribed before anything is read: no status write can fall in between.
         let mut changes = self.changes.subscribe();
+        let mut serving = self.changes.serving();
         if d.available == 0
             && autoscaling.live_replicas(d.stored.map(i64::from), spec.replicas) == 0
         {
@@ -189,7 +195,16 @@ impl Activator {
                     after: timeout,
                 });
             }
-            let _ = tokio::time::timeout(wait.min(RECHECK), changed(&mut changes, id)).await;
+            let woken = tokio::time::timeout(wait.min(RECHECK), async {
+                tokio::select! {
+                    () = changed(&mut changes, id) => false,
+                    () = announced(&mut serving, id) => true,
+                }
+            })
+            .await;
+            if woken == Ok(true) {
+                break;
+            }
             available = store::autoscaling::available(&self.pool, id).await?;
         }
         metrics::histogram!(crate::metrics::ACTIVATOR_WAIT).record(arrived.elapsed().as_secs_f64());
@@ -241,6 +256,19 @@ async fn changed(changes: &mut tokio::sync::broadcast::Receiver<crate::domain::C
             Ok(change) if change.deployment_id == id => return,
             Ok(_) => {}
             Err(RecvError::Lagged(_)) => return,
+            Err(RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// Returns once a worker says deployment `id`'s Service has a ready endpoint.
+async fn announced(serving: &mut broadcast::Receiver<Uuid>, id: Uuid) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match serving.recv().await {
+            Ok(ready) if ready == id => return,
+            // A missed word is covered by the status (the change feed, the recheck).
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
             Err(RecvError::Closed) => std::future::pending::<()>().await,
         }
     }

@@ -52,6 +52,10 @@ pub struct ChangeHub {
     sockets: tokio_util::task::TaskTracker,
     /// Open watches and subscriptions, per caller and per address.
     slots: Arc<StreamSlots>,
+    /// Deployments whose Service a worker has just seen gain a ready endpoint while they
+    /// wake from zero (`store::autoscaling::SERVING_CHANNEL`, on the same connection): the
+    /// activator's signal.
+    serving: broadcast::Sender<Uuid>,
 }
 
 /// What a change's watchers send, read once.
@@ -81,6 +85,7 @@ impl ChangeHub {
     ) -> Result<Arc<Self>, sqlx::Error> {
         let (sender, _) = broadcast::channel(4096);
         let (with_load, _) = broadcast::channel(4096);
+        let (serving, _) = broadcast::channel(256);
         let (_, newest) = store::changes::feed_bounds(&pool).await?;
         let hub = Arc::new(Self {
             sender,
@@ -90,6 +95,7 @@ impl ChangeHub {
             shutdown: shutdown.clone(),
             sockets: tokio_util::task::TaskTracker::new(),
             slots: Arc::new(StreamSlots::new(limits)),
+            serving,
         });
         tokio::spawn(hub.clone().follow(pool.clone(), shutdown.clone()));
         tokio::spawn(prune(pool, shutdown));
@@ -112,6 +118,11 @@ impl ChangeHub {
         tokio::time::timeout(within, self.sockets.wait())
             .await
             .is_ok()
+    }
+
+    /// Deployments said to have a ready endpoint while waking from zero, from now on.
+    pub fn serving(&self) -> broadcast::Receiver<Uuid> {
+        self.serving.subscribe()
     }
 
     /// Every change but load readings, from now on (the activator waits on it).
@@ -191,6 +202,11 @@ impl ChangeHub {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     notification = listener.recv() => match notification {
+                        Ok(n) if n.channel() == store::autoscaling::SERVING_CHANNEL => {
+                            if let Ok(id) = n.payload().parse() {
+                                let _ = self.serving.send(id);
+                            }
+                        }
                         Ok(notification) => self.notified(&pool, notification.payload()).await,
                         Err(err) => {
                             tracing::warn!(error = %err, "change listener failed; reconnecting");

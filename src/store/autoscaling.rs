@@ -246,6 +246,21 @@ pub async fn available(db: impl PgExecutor<'_>, id: Uuid) -> Result<i64, sqlx::E
     .unwrap_or(0))
 }
 
+/// The channel on which a worker says that a waking deployment's Service has a ready
+/// endpoint (the payload: the deployment's id), so the requests the activators hold go on at
+/// once instead of after the worker's next pass has written the status.
+pub const SERVING_CHANNEL: &str = "modelplane_serving";
+
+/// Says on [`SERVING_CHANNEL`] that deployment `id`'s Service has a ready endpoint.
+pub async fn announce_serving(db: impl PgExecutor<'_>, id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query("select pg_notify($1, $2)")
+        .bind(SERVING_CHANNEL)
+        .bind(id.to_string())
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
 /// Scales a deployment at zero to one replica, with a timeline entry (by `activator`) and a
 /// reconcile, unless its count is no longer zero: exactly one of any number of concurrent
 /// callers, in any process, gets true.

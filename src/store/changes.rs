@@ -13,9 +13,14 @@ use crate::domain::{Change, ChangeKind};
 /// The channel the triggers `NOTIFY` with a new sequence number.
 pub const CHANNEL: &str = "modelplane_changes";
 
-/// A `LISTEN` connection to [`CHANNEL`].
+/// A `LISTEN` connection to [`CHANNEL`] and to the activator's
+/// [`SERVING_CHANNEL`](super::autoscaling::SERVING_CHANNEL): one connection per process.
 pub async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
-    listen_on(pool, CHANNEL).await
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener
+        .listen_all([CHANNEL, super::autoscaling::SERVING_CHANNEL])
+        .await?;
+    Ok(listener)
 }
 
 /// A `LISTEN` connection to `channel`.

@@ -82,6 +82,18 @@ async fn requests_at_zero_wait_for_one_scale_up_and_all_get_answers(pool: PgPool
         0
     );
 
+    let id = h.deployment("idle").await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // What the activators hear from the worker (see the last assertions).
+    let mut announcements = modelplane::store::changes::listen_on(
+        &h.pool,
+        modelplane::store::autoscaling::SERVING_CHANNEL,
+    )
+    .await
+    .unwrap();
+
     let http = reqwest::Client::new();
     let completions = (0..100).map(|i| {
         let http = http.clone();
@@ -106,7 +118,7 @@ async fn requests_at_zero_wait_for_one_scale_up_and_all_get_answers(pool: PgPool
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), 200);
+        assert_eq!(response.status(), 200, "{:?}", response.text().await);
         let mut chunks = Vec::new();
         while let Some(chunk) = response.chunk().await.unwrap() {
             chunks.push(String::from_utf8(chunk.to_vec()).unwrap());
@@ -130,6 +142,9 @@ async fn requests_at_zero_wait_for_one_scale_up_and_all_get_answers(pool: PgPool
 
     let ups = h.timeline("idle", "Autoscaled").await;
     assert_eq!(ups, vec!["0 → 1: a request arrived while scaled to zero"]);
+    // The worker told the activators when the Service's first endpoint was ready.
+    let heard = announcements.recv().await.unwrap();
+    assert_eq!(heard.payload(), id);
     let status = h.deployment("idle").await["status"].clone();
     assert_eq!(status["autoscaling"]["replicas"], 1, "{status}");
     assert_eq!(status["autoscaling"]["lastScaled"]["from"], 0);
@@ -312,6 +327,59 @@ async fn activators_in_two_processes_scale_it_up_once(pool: PgPool) {
         vec!["0 → 1: a request arrived while scaled to zero"]
     );
     assert!(processes.iter().all(|a| a.held() == 0));
+}
+
+/// A held request goes on as soon as a worker says the deployment's Service has a ready
+/// endpoint, before any status says a replica is available (here none ever does: no node
+/// has the CPU its replica asks for); word about another deployment does not move it.
+#[sqlx::test]
+async fn a_ready_endpoint_announced_sends_held_requests_on(pool: PgPool) {
+    use modelplane::service::activation::Activator;
+    use modelplane::store::autoscaling::announce_serving;
+
+    let h = harness_with(pool, cluster(), |_| {}, |_| {}).await;
+    h.app.create_project("team-a").await;
+    let mut spec = at_zero(120);
+    spec["resources"] = json!({"cpu": "500", "memory": "256Mi"});
+    create_with(&h, "huge", spec).await;
+    base_at_zero(&h, "huge").await;
+    let id: uuid::Uuid = h.deployment("huge").await["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let hub = modelplane::service::live::ChangeHub::start(h.pool.clone(), h.shutdown.clone())
+        .await
+        .unwrap();
+    let activator = Activator::new(h.pool.clone(), hub, 100);
+    let waiting = tokio::spawn({
+        let activator = activator.clone();
+        async move { activator.wake(id).await.map(|w| w.name) }
+    });
+    wait_for("the request held", Duration::from_secs(20), || async {
+        activator.held() == 1
+    })
+    .await;
+    // The scale-up from zero is written before the wait; another deployment's word is not
+    // this one's.
+    wait_for("the scale-up", Duration::from_secs(20), || async {
+        h.timeline("huge", "Autoscaled").await.len() == 1
+    })
+    .await;
+    announce_serving(&h.pool, uuid::Uuid::new_v4())
+        .await
+        .unwrap();
+    assert!(!waiting.is_finished());
+    assert_eq!(
+        h.deployment("huge").await["status"]["replicas"]["available"],
+        0
+    );
+    announce_serving(&h.pool, id).await.unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the announcement sends the held request on")
+        .unwrap();
+    assert_eq!(woken.unwrap(), "huge");
 }
 
 /// A client that goes away while its request is held stops waiting: the request is dropped

@@ -4,6 +4,11 @@
 //! addresses change (API pods rolled, scaled), the deployments that scale to zero are
 //! reconciled, so their own activator EndpointSlices name the pods that run now. Knative's
 //! activator Service is followed the same way by the revisions' public endpoints.
+//!
+//! And the other way: while a deployment wakes from zero, the first ready endpoint of its
+//! own Service (which its EndpointSlices, made by the EndpointSlice controller with the
+//! Service's labels, show to the worker's watch) is announced to the activators at once, so
+//! the requests they hold go on without waiting for the pass that writes the status.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -12,8 +17,8 @@ use std::time::Duration;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio_util::sync::CancellationToken;
 
-use super::Worker;
-use crate::reconciler::desired::ActivatorAddress;
+use super::{Worker, record_id};
+use crate::reconciler::desired::{ActivatorAddress, DesiredObjects};
 use crate::store;
 
 /// A Service whose ready endpoints run the activator, and the activator's port.
@@ -23,6 +28,9 @@ pub struct ActivatorService {
     pub name: String,
     pub port: u16,
 }
+
+/// The label the EndpointSlice controller puts on a Service's slices.
+const SERVICE_NAME: &str = "kubernetes.io/service-name";
 
 /// How often the activator Service's endpoints are read.
 const EVERY: Duration = Duration::from_secs(5);
@@ -42,6 +50,52 @@ fn ready_addresses(slices: &[EndpointSlice]) -> Vec<IpAddr> {
 }
 
 impl Worker {
+    /// Notes whether the record `desired` describes is starting from zero (its route on the
+    /// activator, a replica wanted, none available): while it is, its Service's first ready
+    /// endpoint is announced.
+    pub(super) fn note_waking(&self, desired: &DesiredObjects, starting: bool) {
+        let Some(id) = record_id(desired.deployment.metadata.labels.as_ref()) else {
+            return;
+        };
+        let mut waking = self.waking.lock().expect("not poisoned");
+        match (starting, desired.service.metadata.name.clone()) {
+            (true, Some(service)) => {
+                waking.insert(id, service);
+            }
+            _ => {
+                waking.remove(&id);
+            }
+        }
+    }
+
+    /// On a change of an EndpointSlice: when it is of the Service of a record being woken and
+    /// has a ready endpoint, tells the activators (once).
+    pub(super) fn announce_if_serving(self: &Arc<Self>, slice: &EndpointSlice) {
+        let labels = slice.metadata.labels.as_ref();
+        let Some(id) = record_id(labels) else { return };
+        let service = labels.and_then(|l| l.get(SERVICE_NAME));
+        {
+            let mut waking = self.waking.lock().expect("not poisoned");
+            if service.is_none()
+                || waking.get(&id) != service
+                || ready_addresses(std::slice::from_ref(slice)).is_empty()
+            {
+                return;
+            }
+            waking.remove(&id);
+        }
+        let worker = self.clone();
+        tokio::spawn(async move {
+            match store::autoscaling::announce_serving(&worker.pool, id).await {
+                Ok(()) => {
+                    tracing::debug!(deployment_id = %id, "announced a woken deployment's first ready endpoint")
+                }
+                // The activators see it in the status the next pass writes.
+                Err(err) => tracing::warn!(error = %err, "cannot announce a ready endpoint"),
+            }
+        });
+    }
+
     /// The activator's addresses as of now (`None`: no activator).
     pub(super) fn activator_address(&self) -> Option<ActivatorAddress> {
         self.activator
@@ -57,7 +111,7 @@ impl Worker {
         service: ActivatorService,
         shutdown: CancellationToken,
     ) {
-        let labels = format!("kubernetes.io/service-name={}", service.name);
+        let labels = format!("{SERVICE_NAME}={}", service.name);
         loop {
             match self
                 .cluster

@@ -144,7 +144,9 @@ impl Worker {
         }]);
         self.cluster.apply(&slice).await?;
         let to_zero = desired.deployment.spec.as_ref().and_then(|s| s.replicas) == Some(0);
-        Ok(to_zero || !has_available_replica(Some(deployment)))
+        let starting = !to_zero && !has_available_replica(Some(deployment));
+        self.note_waking(desired, starting);
+        Ok(to_zero || starting)
     }
 
     /// Applies the record's PodDisruptionBudget, or removes one it no longer wants.

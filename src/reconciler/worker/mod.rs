@@ -99,6 +99,9 @@ pub struct Worker {
     events: Publisher,
     /// The activator's addresses as last read from its Service (`activator.rs`).
     activator: std::sync::RwLock<Option<ActivatorAddress>>,
+    /// Records being woken from zero, and the Service whose first ready endpoint the
+    /// activators are told of (`activator.rs`).
+    waking: std::sync::Mutex<std::collections::HashMap<Uuid, String>>,
 }
 
 impl Worker {
@@ -110,6 +113,7 @@ impl Worker {
             requeue,
             requeued: std::sync::Mutex::new(Some(requeued)),
             activator: std::sync::RwLock::default(),
+            waking: std::sync::Mutex::default(),
             pool,
             cluster,
             config,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use gateway_api::gateways::Gateway;
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
@@ -72,6 +73,10 @@ impl Worker {
                     continue;
                 }
             };
+            // A woken deployment's first ready endpoint is news for the activators too.
+            if let Some(slice) = (&object as &dyn std::any::Any).downcast_ref::<EndpointSlice>() {
+                self.announce_if_serving(slice);
+            }
             let labels = object.meta().labels.as_ref();
             let requeued = match owner {
                 Owner::Project => {
