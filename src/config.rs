@@ -97,6 +97,17 @@ pub struct ServeConfig {
     pub load: LoadConfig,
     #[command(flatten)]
     pub activator: ActivatorConfig,
+    #[command(flatten)]
+    pub keys: KeysConfig,
+}
+
+/// The model key check the Gateway calls (the routes' `ExternalAuth` filter).
+#[derive(Debug, Clone, Args)]
+pub struct KeysConfig {
+    /// Port of the key check's listener (Envoy ext_authz's HTTP protocol, on every
+    /// interface: the Gateway must reach it). Unset: no key check here.
+    #[arg(long, env = "MODELPLANE_AUTHZ_PORT")]
+    pub authz_port: Option<u16>,
 }
 
 /// The activator: where requests to a deployment at zero replicas wait while one starts.

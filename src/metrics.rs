@@ -149,6 +149,12 @@ catalogue! {
     ACTIVATOR_WAIT = "modelplane_activator_wait_seconds", Histogram in Seconds,
         [],
         "How long a request waited in the activator for an available replica.";
+    KEY_CHECKS = "modelplane_key_checks_total", Counter,
+        ["outcome"],
+        "Model key checks the Gateway asked for, by outcome (allowed, unauthenticated, forbidden, rate_limited, error).";
+    KEY_CHECK_SECONDS = "modelplane_key_check_seconds", Histogram in Seconds,
+        [],
+        "How long the key check took to answer the Gateway.";
 }
 
 /// Upper bounds, in seconds, of the buckets of every histogram (all are durations).

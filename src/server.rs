@@ -114,6 +114,7 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     );
     if config.role != crate::config::ServeRole::Worker {
         start_activator(&config, &ctx, &changes, &models, &shutdown).await?;
+        start_key_check(&config, &ctx, &shutdown).await?;
     }
     let state = AppState::new(crate::api::SharedState {
         auth: Arc::new(Authenticator::new(ctx.clone(), oidc)),
@@ -223,6 +224,37 @@ async fn start_activator(
         stop.cancelled().await
     }));
     tracing::info!(%addr, addresses = ?config.activator.activator_addresses, "activator listening");
+    Ok(())
+}
+
+/// The key check's listener, when a port is set: every interface, since the Gateway must
+/// reach it (the routes' `ExternalAuth` filter).
+async fn start_key_check(
+    config: &ServeConfig,
+    ctx: &service::Context,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<(), StartupError> {
+    let Some(port) = config.keys.authz_port else {
+        return Ok(());
+    };
+    let addr = std::net::SocketAddr::from(([0, 0, 0, 0], port));
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartupError::Listen { addr, source })?;
+    let check =
+        crate::service::key_check::KeyCheck::start(ctx.pool.clone(), shutdown.clone()).await?;
+    let keys = check.keys();
+    let app = crate::api::authz::router(check);
+    // The Gateway is its one client: the per-address cap is the whole cap.
+    let limits = crate::listener::ConnectionLimits {
+        max_connections_per_address: config.http.max_connections,
+        ..config.http.connection_limits()
+    };
+    let stop = shutdown.clone();
+    tokio::spawn(crate::listener::serve(listener, app, limits, async move {
+        stop.cancelled().await
+    }));
+    tracing::info!(%addr, keys, "key check listening");
     Ok(())
 }
 

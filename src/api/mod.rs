@@ -3,6 +3,7 @@
 
 pub mod activator;
 mod authn;
+pub mod authz;
 pub mod error;
 pub mod extract;
 pub mod graphql;

@@ -14,7 +14,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::rest::{access, canary, capacity, deployments, health, metrics, projects, watch};
+use super::rest::{
+    access, canary, capacity, deployments, health, metrics, model_keys, projects, watch,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -30,6 +32,7 @@ use super::rest::{access, canary, capacity, deployments, health, metrics, projec
         (name = "metrics", description = "What the model servers serve: requests, tokens, latency, queues, over a window"),
         (name = "capacity", description = "The cluster's GPUs, project quotas and GPU-hours"),
         (name = "access", description = "API tokens, role bindings for OIDC users and groups, audit logs"),
+        (name = "keys", description = "Model keys: who may call which model through the Gateway, and how often"),
         (name = "health", description = "Liveness and readiness"),
     )
 )]
@@ -240,6 +243,8 @@ fn api_router() -> OpenApiRouter<AppState> {
             access::create_project_token
         ))
         .routes(routes!(access::revoke_project_token))
+        .routes(routes!(model_keys::list_keys, model_keys::create_key))
+        .routes(routes!(model_keys::get_key, model_keys::revoke_key))
         .routes(routes!(
             access::list_platform_tokens,
             access::create_platform_token

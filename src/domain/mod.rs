@@ -46,7 +46,7 @@ pub use names::{
 };
 pub use quantity::Quantity;
 pub use records::{
-    ApiToken, AuditEvent, Change, ChangeKind, Deployment, EventKind, Project, Revision,
+    ApiToken, AuditEvent, Change, ChangeKind, Deployment, EventKind, ModelKey, Project, Revision,
     RoleBinding, TimelineEvent, entity_tag,
 };
 pub use routing::{RouteClaim, check_shared_gateway_rules, effective_path_prefix};

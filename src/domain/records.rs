@@ -154,6 +154,30 @@ pub struct ApiToken {
     pub last_used_at: Option<DateTime<Utc>>,
 }
 
+/// A model key as listed: a credential for calling a project's models through the Gateway
+/// (an API token manages modelplane; a model key only calls models). Never its secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelKey {
+    pub id: Uuid,
+    pub project: String,
+    pub name: String,
+    /// The secret's first characters, to tell keys apart (`mpk_` and 8 more).
+    pub prefix: String,
+    /// The deployments it may call, by name; `null`: every deployment of the project.
+    pub deployments: Option<Vec<String>>,
+    /// Requests a minute it may send; `null`: no limit.
+    pub requests_per_minute: Option<i32>,
+    /// Model tokens (prompt and completion) a day it may use; `null`: no budget.
+    pub daily_token_budget: Option<i64>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// The last check that let it through (written at most once a minute).
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
 /// A role granted to an OIDC user or group on a project.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

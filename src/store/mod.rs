@@ -13,6 +13,7 @@ pub mod events;
 pub mod gateways;
 pub mod idempotency;
 pub mod load;
+pub mod model_keys;
 pub mod projects;
 pub mod quota;
 pub mod revisions;

@@ -14,7 +14,7 @@ use crate::common::{ADMIN_TOKEN, Options, TestApp, error_fields, expect_problem,
 
 /// A fingerprint of everything a request could change.
 async fn state_of(app: &TestApp) -> Value {
-    let row: (i64, i64, i64, i64, i64, i64, i64, i64, i64) = sqlx::query_as(
+    let row: (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64) = sqlx::query_as(
         "select (select count(*) from project),
                 (select count(*) from model_deployment),
                 (select coalesce(sum(generation), 0)::bigint from model_deployment),
@@ -23,13 +23,14 @@ async fn state_of(app: &TestApp) -> Value {
                 (select count(*) from api_token where revoked_at is null),
                 (select count(*) from role_binding),
                 (select count(*) from deployment_event),
-                (select count(*) from audit_event)",
+                (select count(*) from audit_event),
+                (select count(*) from model_key)",
     )
     .fetch_one(&app.pool)
     .await
     .unwrap();
     json!([
-        row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8
+        row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9
     ])
 }
 
@@ -195,6 +196,22 @@ fn ops() -> Vec<Op> {
             },
         },
         Op {
+            name: "list model keys",
+            need: Need::Admin,
+            make: |p, _| (Method::GET, format!("/api/v1/projects/{p}/keys"), None),
+        },
+        Op {
+            name: "create model key",
+            need: Need::Admin,
+            make: |p, n| {
+                (
+                    Method::POST,
+                    format!("/api/v1/projects/{p}/keys"),
+                    Some(json!({"name": format!("k-{n}")})),
+                )
+            },
+        },
+        Op {
             name: "list role bindings",
             need: Need::Admin,
             make: |p, _| {
@@ -327,7 +344,7 @@ async fn the_role_matrix_holds_for_every_operation_and_refusals_change_nothing(p
             checked += 1;
         }
     }
-    assert_eq!(checked, 18 * 5);
+    assert_eq!(checked, 20 * 5);
 
     // Platform-level operations are refused to every project role.
     for token in [&viewer, &editor, &admin] {
@@ -1033,10 +1050,10 @@ async fn oidc_keys_rotate_without_a_restart(pool: PgPool) {
 
 /// A `tracing` writer that keeps everything written to it.
 #[derive(Clone, Default)]
-struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+pub(crate) struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl LogCapture {
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 }

@@ -11,6 +11,7 @@ mod capacity;
 mod errors;
 mod graphiql;
 pub mod guard;
+mod keys;
 mod load;
 mod loaders;
 mod mutation;

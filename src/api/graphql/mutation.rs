@@ -19,7 +19,7 @@ use crate::service::deployments::{
 };
 use crate::service::projects::{self, CreateProject};
 use crate::service::{Actor, Precondition};
-use crate::service::{role_bindings, tokens};
+use crate::service::{model_keys, role_bindings, tokens};
 
 pub struct Mutation;
 
@@ -432,6 +432,49 @@ impl Mutation {
             .await
             .map_err(service_error)?;
         Ok(token.id)
+    }
+
+    /// Creates a model key (project admins). The secret is in the answer, once.
+    #[allow(clippy::too_many_arguments)]
+    async fn create_model_key(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        deployments: Option<Vec<String>>,
+        requests_per_minute: Option<i32>,
+        daily_token_budget: Option<i64>,
+        expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<super::keys::CreatedModelKey> {
+        let (state, actor) = caller(ctx)?;
+        let request = model_keys::CreateKey {
+            name,
+            deployments,
+            requests_per_minute,
+            daily_token_budget,
+            expires_at,
+        };
+        let created = model_keys::create_key(&state.ctx, actor, &project, request)
+            .await
+            .map_err(service_error)?;
+        Ok(super::keys::CreatedModelKey {
+            key: created.key.into(),
+            secret: created.secret,
+        })
+    }
+
+    /// Revokes a model key (project admins): the Gateway refuses it within a second.
+    async fn revoke_model_key(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        id: Uuid,
+    ) -> Result<super::keys::ModelKey> {
+        let (state, actor) = caller(ctx)?;
+        let key = model_keys::revoke_key(&state.ctx, actor, &project, id)
+            .await
+            .map_err(service_error)?;
+        Ok(key.into())
     }
 
     /// Grants an OIDC user or group a role on a project (project admins). Returns its id.

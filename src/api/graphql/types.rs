@@ -243,6 +243,27 @@ impl Project {
         Ok(metrics.into())
     }
 
+    /// The project's model keys, newest first (project admins).
+    #[graphql(complexity = "super::DB_COST + child_complexity")]
+    async fn model_keys(
+        &self,
+        ctx: &Context<'_>,
+        live: Option<bool>,
+        first: Option<i64>,
+        after: Option<String>,
+    ) -> Result<Page_<super::keys::ModelKey>> {
+        let (state, actor) = super::state(ctx)?;
+        let query = service::model_keys::ListKeys {
+            live,
+            limit: first,
+            cursor: after.clone(),
+        };
+        let page = service::model_keys::list_keys(&state.ctx, actor, &self.name, &query)
+            .await
+            .map_err(service_error)?;
+        Ok(connection(page, after.is_some(), Into::into))
+    }
+
     /// GPU-hours of the project's ready replicas over the last `days` days (project
     /// admins).
     #[graphql(complexity = "super::DB_COST + child_complexity")]

@@ -6,6 +6,7 @@ pub mod capacity;
 pub mod deployments;
 pub mod health;
 pub mod metrics;
+pub mod model_keys;
 pub mod projects;
 pub mod responses;
 pub mod watch;

@@ -8,8 +8,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::domain::{ApiToken, CanaryHeader, DeploymentSpec, Role};
-use crate::service::{self, canary, capacity, deployments, projects, role_bindings, tokens};
+use crate::domain::{ApiToken, CanaryHeader, DeploymentSpec, ModelKey, Role};
+use crate::service::{
+    self, canary, capacity, deployments, model_keys, projects, role_bindings, tokens,
+};
 
 /// The body of `POST …/deployments`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -330,6 +332,72 @@ impl From<tokens::CreatedToken> for CreatedToken {
         Self {
             token: created.token,
             secret: created.secret,
+        }
+    }
+}
+
+/// The body of `POST …/keys`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateModelKey {
+    /// 1 to 63 letters, digits, '.', '_' or '-'; unique among the project's live keys.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+    pub name: String,
+    /// The deployments it may call, by name (1 to 100, each existing now); omit for every
+    /// deployment of the project, those made later included.
+    #[serde(default)]
+    pub deployments: Option<Vec<String>>,
+    /// Requests a minute it may send (1 to 1,000,000); omit for no limit.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub requests_per_minute: Option<i32>,
+    /// Model tokens (prompt and completion) a day it may use; omit for no budget.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub daily_token_budget: Option<i64>,
+    /// When it stops working: in the future, at most 10 years away; omit for when revoked.
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl From<CreateModelKey> for model_keys::CreateKey {
+    fn from(body: CreateModelKey) -> Self {
+        Self {
+            name: body.name,
+            deployments: body.deployments,
+            requests_per_minute: body.requests_per_minute,
+            daily_token_budget: body.daily_token_budget,
+            expires_at: body.expires_at,
+        }
+    }
+}
+
+/// A new model key and its secret. The secret is never shown again.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatedModelKey {
+    #[serde(flatten)]
+    pub key: ModelKey,
+    /// Send as `Authorization: Bearer <secret>` (what OpenAI clients send as their API key)
+    /// or as `x-api-key`. Shown once; only its hash is stored.
+    pub secret: String,
+}
+
+impl From<model_keys::CreatedKey> for CreatedModelKey {
+    fn from(created: model_keys::CreatedKey) -> Self {
+        Self {
+            key: created.key,
+            secret: created.secret,
+        }
+    }
+}
+
+impl From<ListTokens> for model_keys::ListKeys {
+    fn from(query: ListTokens) -> Self {
+        Self {
+            live: query.live,
+            limit: query.limit,
+            cursor: query.cursor,
         }
     }
 }

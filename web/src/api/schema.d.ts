@@ -380,6 +380,42 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/projects/{project}/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the project's model keys, newest first, without their secrets (project admins). */
+        get: operations["list_keys"];
+        put?: never;
+        /** Create a model key (project admins). The secret is shown once. */
+        post: operations["create_key"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/projects/{project}/keys/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One model key, without its secret (project admins). */
+        get: operations["get_key"];
+        put?: never;
+        post?: never;
+        /** Revoke a model key: the Gateway refuses it within a second (project admins). */
+        delete: operations["revoke_key"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/projects/{project}/metrics": {
         parameters: {
             query?: never;
@@ -833,6 +869,31 @@ export interface components {
             name: string;
             spec: components["schemas"]["DeploymentSpec"];
         };
+        /** @description The body of `POST …/keys`. */
+        CreateModelKey: {
+            /**
+             * Format: int64
+             * @description Model tokens (prompt and completion) a day it may use; omit for no budget.
+             */
+            dailyTokenBudget?: number | null;
+            /**
+             * @description The deployments it may call, by name (1 to 100, each existing now); omit for every
+             *     deployment of the project, those made later included.
+             */
+            deployments?: string[] | null;
+            /**
+             * Format: date-time
+             * @description When it stops working: in the future, at most 10 years away; omit for when revoked.
+             */
+            expiresAt?: string | null;
+            /** @description 1 to 63 letters, digits, '.', '_' or '-'; unique among the project's live keys. */
+            name: string;
+            /**
+             * Format: int32
+             * @description Requests a minute it may send (1 to 1,000,000); omit for no limit.
+             */
+            requestsPerMinute?: number | null;
+        };
         /** @description The body of `POST /api/v1/projects`. */
         CreateProject: {
             /** @description Adopt an existing namespace instead of creating one; it then survives the project. */
@@ -859,6 +920,14 @@ export interface components {
             /** @description 1 to 63 letters, digits, '.', '_' or '-'; unique among the live tokens. */
             name: string;
             role?: components["schemas"]["Role"] | null;
+        };
+        /** @description A new model key and its secret. The secret is never shown again. */
+        CreatedModelKey: components["schemas"]["ModelKey"] & {
+            /**
+             * @description Send as `Authorization: Bearer <secret>` (what OpenAI clients send as their API key)
+             *     or as `x-api-key`. Shown once; only its hash is stored.
+             */
+            secret: string;
         };
         /** @description A new token and its secret. The secret is never shown again. */
         CreatedToken: components["schemas"]["ApiToken"] & {
@@ -1218,6 +1287,42 @@ export interface components {
          * @enum {string}
          */
         MetricsDialect: "vllm" | "sglang" | "tgi" | "unknown";
+        /**
+         * @description A model key as listed: a credential for calling a project's models through the Gateway
+         *     (an API token manages modelplane; a model key only calls models). Never its secret.
+         */
+        ModelKey: {
+            /** Format: date-time */
+            createdAt: string;
+            createdBy: string;
+            /**
+             * Format: int64
+             * @description Model tokens (prompt and completion) a day it may use; `null`: no budget.
+             */
+            dailyTokenBudget?: number | null;
+            /** @description The deployments it may call, by name; `null`: every deployment of the project. */
+            deployments?: string[] | null;
+            /** Format: date-time */
+            expiresAt?: string | null;
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: date-time
+             * @description The last check that let it through (written at most once a minute).
+             */
+            lastUsedAt?: string | null;
+            name: string;
+            /** @description The secret's first characters, to tell keys apart (`mpk_` and 8 more). */
+            prefix: string;
+            project: string;
+            /**
+             * Format: int32
+             * @description Requests a minute it may send; `null`: no limit.
+             */
+            requestsPerMinute?: number | null;
+            /** Format: date-time */
+            revokedAt?: string | null;
+        };
         ModelSpec: {
             /** @description A branch, tag or commit of the model repository. */
             revision?: string | null;
@@ -1297,6 +1402,43 @@ export interface components {
                  *     every replica fits on the GPUs free now (also sent as `Warning` headers).
                  */
                 warnings?: string[];
+            }[];
+            /** @description Pass as `cursor` (with the same filters) for the next page; absent on the last page. */
+            nextCursor?: string | null;
+        };
+        /** @description One page of a list and the cursor of the next page, if there is one. */
+        Page_ModelKey: {
+            items: {
+                /** Format: date-time */
+                createdAt: string;
+                createdBy: string;
+                /**
+                 * Format: int64
+                 * @description Model tokens (prompt and completion) a day it may use; `null`: no budget.
+                 */
+                dailyTokenBudget?: number | null;
+                /** @description The deployments it may call, by name; `null`: every deployment of the project. */
+                deployments?: string[] | null;
+                /** Format: date-time */
+                expiresAt?: string | null;
+                /** Format: uuid */
+                id: string;
+                /**
+                 * Format: date-time
+                 * @description The last check that let it through (written at most once a minute).
+                 */
+                lastUsedAt?: string | null;
+                name: string;
+                /** @description The secret's first characters, to tell keys apart (`mpk_` and 8 more). */
+                prefix: string;
+                project: string;
+                /**
+                 * Format: int32
+                 * @description Requests a minute it may send; `null`: no limit.
+                 */
+                requestsPerMinute?: number | null;
+                /** Format: date-time */
+                revokedAt?: string | null;
             }[];
             /** @description Pass as `cursor` (with the same filters) for the next page; absent on the last page. */
             nextCursor?: string | null;
@@ -4690,6 +4832,391 @@ export interface operations {
             };
             /** @description Invalid parameter */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_keys: {
+        parameters: {
+            query?: {
+                /** @description Only tokens that still work: neither revoked nor expired. */
+                live?: boolean;
+                /** @description Page size, 1 to 200 (default 50). */
+                limit?: number;
+                /** @description `nextCursor` from the previous page, with the same filters. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Project name */
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The keys */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Page_ModelKey"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not a project admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field, parameter or header is invalid; `errors` names each */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    create_key: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Project name */
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateModelKey"];
+            };
+        };
+        responses: {
+            /** @description Created; `secret` is shown only now */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedModelKey"];
+                };
+            };
+            /** @description The body is not JSON, or repeats a key */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not a project admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project (or not yours) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A live key of the project has that name */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body's Content-Type is not the one this operation takes */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_key: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Project name */
+                project: string;
+                /** @description The item's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelKey"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not a project admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    revoke_key: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Project name */
+                project: string;
+                /** @description The item's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelKey"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not a project admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such live key */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

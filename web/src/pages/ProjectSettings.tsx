@@ -1,10 +1,11 @@
-// The "Tokens & access" page of a project: its tokens, role bindings, audit log and GPU usage (admins only).
+// The "Tokens & access" page of a project: its tokens, model keys, role bindings, audit log and GPU usage (admins only).
 import { useParams } from 'react-router';
 import { useAuth } from '../auth/AuthProvider';
 import { can } from '../auth/roles';
 import { Empty } from '../components/States';
 import { useTitle } from '../components/Title';
 import { Audit } from './settings/Audit';
+import { ModelKeys } from './settings/ModelKeys';
 import { RoleBindings } from './settings/RoleBindings';
 import { Tokens } from './settings/Tokens';
 import { Usage } from './settings/Usage';
@@ -27,6 +28,7 @@ export function ProjectSettings() {
         <h1>Tokens &amp; access</h1>
       </div>
       <Tokens project={project} />
+      <ModelKeys project={project} />
       <RoleBindings project={project} />
       <Usage project={project} />
       <Audit project={project} />
