@@ -86,6 +86,11 @@ log "tests"
 log "CRD manifests (scripts/crds.sh)"
 MODELPLANE_CRDS=$PWD/$(scripts/crds.sh) || die "the CRD manifests are needed by the tests (see above)"
 export MODELPLANE_CRDS
+# And with the Gateway API's experimental channel, whose HTTPRoute has the ExternalAuth
+# filter that model keys need.
+MODELPLANE_CRDS_EXPERIMENTAL=$PWD/$(MODELPLANE_GATEWAY_API_CHANNEL=experimental scripts/crds.sh target/crds-experimental) \
+  || die "the experimental-channel CRD manifests are needed by the tests (see above)"
+export MODELPLANE_CRDS_EXPERIMENTAL
 # nextest runs every test in its own process: tests that capture logs with a thread-local
 # subscriber, or spawn the binary, never see another test's global state.
 if ! command -v cargo-nextest >/dev/null 2>&1; then

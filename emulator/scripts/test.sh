@@ -12,4 +12,8 @@ if [[ -z "${MODELPLANE_CRDS:-}" ]]; then
   MODELPLANE_CRDS="$PWD/$(scripts/crds.sh)"
   export MODELPLANE_CRDS
 fi
+if [[ -z "${MODELPLANE_CRDS_EXPERIMENTAL:-}" ]]; then
+  MODELPLANE_CRDS_EXPERIMENTAL="$PWD/$(MODELPLANE_GATEWAY_API_CHANNEL=experimental scripts/crds.sh target/crds-experimental)"
+  export MODELPLANE_CRDS_EXPERIMENTAL
+fi
 cargo test -p modelplane-emulator "$@"

@@ -132,6 +132,27 @@ pub fn published_crds_dir() -> Result<PathBuf, String> {
     }
 }
 
+/// The folder of the same manifests with the Gateway API's experimental channel (whose
+/// HTTPRoute has the `ExternalAuth` filter): `MODELPLANE_CRDS_EXPERIMENTAL`, else
+/// `target/crds-experimental` (`MODELPLANE_GATEWAY_API_CHANNEL=experimental scripts/crds.sh
+/// target/crds-experimental` fills it; the test command does).
+pub fn experimental_crds_dir() -> Result<PathBuf, String> {
+    let dir = std::env::var_os("MODELPLANE_CRDS_EXPERIMENTAL")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/crds-experimental")
+        });
+    let route = dir.join("gateway.networking.k8s.io_httproutes.yaml");
+    match std::fs::read_to_string(&route) {
+        Ok(text) if text.contains("externalAuth") => Ok(dir),
+        _ => Err(format!(
+            "no experimental-channel CRD manifests in {}: run MODELPLANE_GATEWAY_API_CHANNEL=experimental scripts/crds.sh target/crds-experimental (scripts/test.sh does) or set MODELPLANE_CRDS_EXPERIMENTAL",
+            dir.display()
+        )),
+    }
+}
+
 /// Configures an emulator before it starts.
 #[derive(Debug, Clone)]
 pub struct EmulatorBuilder {

@@ -1,6 +1,7 @@
 //! The Gateway data plane: a real local port that routes HTTP requests by the HTTPRoutes
 //! the emulator's Gateway controller accepted (hostname, path/method/header/query
-//! matches with the Gateway API's precedence, URL rewrite, weighted backendRefs) to ready
+//! matches with the Gateway API's precedence, URL rewrite, weighted backendRefs, the
+//! ExternalAuth filter: `external_auth.rs`) to ready
 //! backend pods: behind a Service, or selected by an InferencePool, where a simulated
 //! endpoint picker chooses the pod with the fewest requests in flight. Pods of
 //! modelplane's `sim` engine answer with a built-in OpenAI-compatible simulator (with
@@ -36,7 +37,7 @@ use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::{GATEWAY_CONTROLLER, external, is_true};
+use super::{GATEWAY_CONTROLLER, external, external_auth, is_true};
 use crate::resources::meta_str;
 use crate::selectors::LabelSelector;
 use crate::store::Store;
@@ -301,6 +302,8 @@ struct Matched {
     path: String,
     /// Identifies the rule (route uid, generation, index) for the weighted choice.
     rule_key: String,
+    /// The rule's `ExternalAuth` filter (`external_auth.rs`), if it has one.
+    external_auth: Option<Value>,
 }
 
 /// Whether a hostname of a route or listener matches the request's host. A wildcard
@@ -727,6 +730,7 @@ fn route(store: &Store, req: &Req) -> Option<Matched> {
                     continue;
                 }
                 let mut new_path = req.path.to_string();
+                let mut external_auth = None;
                 for f in rule
                     .get("filters")
                     .and_then(Value::as_array)
@@ -735,6 +739,9 @@ fn route(store: &Store, req: &Req) -> Option<Matched> {
                 {
                     if f["type"] == "URLRewrite" {
                         new_path = rewrite(f, prefix, req.path);
+                    }
+                    if f["type"] == "ExternalAuth" {
+                        external_auth = f.get("externalAuth").cloned();
                     }
                 }
                 let backends = rule
@@ -749,6 +756,7 @@ fn route(store: &Store, req: &Req) -> Option<Matched> {
                         backends,
                         path: new_path,
                         rule_key: format!("{uid}/{generation}/{ri}"),
+                        external_auth,
                     },
                 ));
             }
@@ -1078,7 +1086,7 @@ async fn handle(State(plane): State<Plane>, req: Request) -> Response {
     let path = req.uri().path().to_string();
     let query_string = req.uri().query().map(str::to_string);
     let query = parse_query(query_string.as_deref().unwrap_or(""));
-    let headers = req.headers().clone();
+    let mut headers = req.headers().clone();
     let body = match axum::body::to_bytes(req.into_body(), 16 << 20).await {
         Ok(b) => b,
         Err(_) => return text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"),
@@ -1093,6 +1101,36 @@ async fn handle(State(plane): State<Plane>, req: Request) -> Response {
     let Some(m) = route(&plane.store, &r) else {
         return text(StatusCode::NOT_FOUND, "no HTTPRoute matches this request");
     };
+    // The rule's ExternalAuth filter decides before any backend is picked.
+    if let Some(filter) = &m.external_auth {
+        let address = filter
+            .get("backendRef")
+            .and_then(|b| match plane.resolve(&m.namespace, b) {
+                Ok(Backend::Address(address)) => Some(address),
+                _ => None,
+            });
+        let path_and_query = match &query_string {
+            Some(q) => format!("{path}?{q}"),
+            None => path.clone(),
+        };
+        // The client's Host as sent (port included), as Envoy passes its :authority on.
+        let authority = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or(&host)
+            .to_owned();
+        let asked = external_auth::Asked {
+            method: &method,
+            path_and_query: &path_and_query,
+            host: &authority,
+            headers: &headers,
+            body: &body,
+        };
+        match external_auth::check(external::client(), address, filter, asked).await {
+            Ok(allowed) => allowed.apply(&mut headers),
+            Err(denied) => return denied,
+        }
+    }
     // The Gateway API's BackendRef.Weight (apis/v1/shared_types.go): each backendRef
     // gets weight/(sum of the weights) of the requests, weight 0 none, and the weight
     // defaults to 1. A rule whose backendRefs are all invalid answers 500 (HTTPRouteRule

@@ -128,7 +128,7 @@ const HOP_BY_HOP: [&str; 8] = [
     "content-length",
 ];
 
-fn client() -> &'static reqwest::Client {
+pub(crate) fn client() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
         // reqwest is built without a TLS provider of its own (`rustls-no-provider`) and

@@ -12,6 +12,7 @@
 mod controllers;
 pub(crate) mod dataplane;
 mod external;
+mod external_auth;
 pub(crate) mod faults;
 mod kubelet;
 mod networking;

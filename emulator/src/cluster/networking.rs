@@ -681,6 +681,20 @@ fn inference_pools(sim: &Sim, refs: &PoolParents) {
     }
 }
 
+/// What the emulator's GatewayClass reports in `status.supportedFeatures`: the Gateway API
+/// feature names (conformance's `pkg/features`; the HTTPRoute CRD's field descriptions name
+/// the ExternalAuth ones) of what the data plane (`dataplane.rs`, `external_auth.rs`)
+/// carries out, "sorted in ascending alphabetical order by the Name key" (GatewayClassStatus
+/// .SupportedFeatures).
+const SUPPORTED_FEATURES: [&str; 6] = [
+    "Gateway",
+    "HTTPRoute",
+    "HTTPRouteExternalAuthHTTP",
+    "HTTPRouteMethodMatching",
+    "HTTPRoutePathRewrite",
+    "HTTPRouteQueryParamMatching",
+];
+
 /// The status a Gateway reports: the data plane address, listener status, attached routes.
 fn gateways(sim: &Sim) {
     let (Some(gck), Some(gwk), Some(rk)) = (sim.k.gatewayclass, sim.k.gateway, sim.k.httproute)
@@ -706,6 +720,12 @@ fn gateways(sim: &Sim) {
                 "Handled by the modelplane emulator's Gateway controller",
                 g
             )]);
+            status["supportedFeatures"] = json!(
+                SUPPORTED_FEATURES
+                    .iter()
+                    .map(|name| json!({ "name": name }))
+                    .collect::<Vec<_>>()
+            );
             write_status(&sim.store, gck, &c, status, GATEWAY_CONTROLLER);
             meta_str(&c, "name").unwrap_or("").to_string()
         })
