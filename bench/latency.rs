@@ -61,6 +61,7 @@ async fn main() {
             epp_image: "registry.k8s.io/gateway-api-inference-extension/epp:v1.4.0".into(),
             pod_monitor_interval_secs: None,
             activator: None,
+            key_check: None,
         },
         budgets: Budgets {
             unschedulable_seconds: 300,

@@ -138,8 +138,13 @@ pub struct ActivatorConfig {
 impl ActivatorConfig {
     /// Whether deployments may scale to zero: the activator listens and can be reached.
     pub fn enabled(&self) -> bool {
-        self.activator_port.is_some()
-            && (!self.activator_addresses.is_empty() || self.activator_service.is_some())
+        self.activator_port.is_some() && self.addressed()
+    }
+
+    /// Whether the Gateway can be told where the API processes are (fixed addresses or the
+    /// Service in front of them): the activator's and the key check's addresses.
+    pub fn addressed(&self) -> bool {
+        !self.activator_addresses.is_empty() || self.activator_service.is_some()
     }
 
     /// The Service the worker follows, as (namespace, name), when one is set.

@@ -78,7 +78,12 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     bootstrap_token(&config, &ctx).await?;
     let oidc = oidc_verifier(&config.auth).await?;
     // The worker drives only a cluster named explicitly; the API needs none.
-    let worker_config = worker_config(&config.reconciler, &config.load, &config.activator);
+    let worker_config = worker_config(
+        &config.reconciler,
+        &config.load,
+        &config.activator,
+        &config.keys,
+    );
     let cluster = if config.role.runs_worker() || config.cluster.kubeconfig.is_some() {
         let cluster = cluster::connect(
             config.cluster.kubeconfig.as_ref(),
@@ -276,6 +281,7 @@ async fn service_context(
             max_replicas: config.max_replicas,
             allow_plaintext_credentials: config.allow_plaintext_credentials,
             scale_to_zero: config.activator.enabled(),
+            model_keys: config.keys.authz_port.is_some() && config.activator.addressed(),
         },
         routing: Arc::new(service::RoutingPolicy {
             default_gateway: config.reconciler.gateway.clone(),
@@ -452,6 +458,7 @@ fn worker_config(
     config: &ReconcilerConfig,
     load: &crate::config::LoadConfig,
     activator: &crate::config::ActivatorConfig,
+    keys: &crate::config::KeysConfig,
 ) -> WorkerConfig {
     let worker_id = config.worker_id.clone().unwrap_or_else(|| {
         let host = std::env::var("HOSTNAME")
@@ -490,6 +497,14 @@ fn worker_config(
             activator: activator
                 .activator_port
                 .filter(|_| activator.enabled())
+                .map(|port| crate::reconciler::desired::ActivatorAddress {
+                    addresses: activator.activator_addresses.clone(),
+                    port,
+                }),
+            // The key check runs in the API processes, at the activator's addresses.
+            key_check: keys
+                .authz_port
+                .filter(|_| activator.addressed())
                 .map(|port| crate::reconciler::desired::ActivatorAddress {
                     addresses: activator.activator_addresses.clone(),
                     port,

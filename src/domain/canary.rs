@@ -97,9 +97,19 @@ pub fn check_canary_weight(weight: i32, field: &str) -> Result<(), FieldErrors> 
 /// The suffix of the Service through which a deployment at zero reaches the activator.
 pub const ACTIVATOR_SUFFIX: &str = "-activator";
 
+/// The name of the Service through which a project's Gateway routes reach the key check.
+pub const KEY_CHECK_SERVICE: &str = "modelplane-authz";
+
 /// Whether a deployment name is free of the suffixes of the objects made beside a
-/// deployment's own (a canary's, the activator's Service): names ending in them are reserved.
+/// deployment's own (a canary's, the activator's Service): names ending in them are reserved,
+/// as is the key check's Service's name.
 pub fn check_not_canary_name(name: &DeploymentName) -> Result<(), FieldErrors> {
+    if name.as_str() == KEY_CHECK_SERVICE {
+        return Err(FieldErrors::single(
+            "name",
+            format!("`{KEY_CHECK_SERVICE}` is reserved for the key check's Service"),
+        ));
+    }
     for (suffix, what) in [
         (CANARY_SUFFIX, "canaries"),
         (ACTIVATOR_SUFFIX, "the activator's Services"),

@@ -27,7 +27,8 @@ pub use autoscaling::{
 };
 pub use canary::{
     ACTIVATOR_SUFFIX, CANARY_SUFFIX, Canary, CanaryHeader, DEFAULT_CANARY_HEADER,
-    MAX_CANARY_WEIGHT, canary_object_name, check_canary_weight, check_not_canary_name,
+    KEY_CHECK_SERVICE, MAX_CANARY_WEIGHT, canary_object_name, check_canary_weight,
+    check_not_canary_name,
 };
 pub use capacity::{
     CapacityReport, DailyUsage, Demand, DeploymentUsage, Fit, GpuCapacity, GpuNode, GpuQuota,
@@ -53,11 +54,11 @@ pub use routing::{RouteClaim, check_shared_gateway_rules, effective_path_prefix}
 pub use selector::{LabelRequirement, LabelSelector};
 pub use serving::{CacheStorage, PodCount, ServingSpec};
 pub use spec::{
-    CURRENT_SPEC_VERSION, CacheVolume, DeploymentSpec, EngineDefaults, EngineKind, EngineSpec,
-    EnvVar, GpuSpec, InferencePoolSpec, ModelSource, ModelSpec, PodDefaults, PoolFallback,
-    ProbeSpec, RUN_AS_USER, ResourceSpec, RolloutSpec, RoutingMode, RoutingSpec, SchedulingSpec,
-    ScorerWeights, SecretKeyRef, SecurityProfile, SecuritySpec, ShutdownSpec, SpecLimits,
-    StorageSpec, Toleration, check_extended_resource_name, parse_gateway_ref,
+    Access, CURRENT_SPEC_VERSION, CacheVolume, DeploymentSpec, EngineDefaults, EngineKind,
+    EngineSpec, EnvVar, GpuSpec, InferencePoolSpec, ModelSource, ModelSpec, PodDefaults,
+    PoolFallback, ProbeSpec, RUN_AS_USER, ResourceSpec, RolloutSpec, RoutingMode, RoutingSpec,
+    SchedulingSpec, ScorerWeights, SecretKeyRef, SecurityProfile, SecuritySpec, ShutdownSpec,
+    SpecLimits, StorageSpec, Toleration, check_extended_resource_name, parse_gateway_ref,
 };
 pub use status::{
     CanaryStatus, Condition, ConditionStatus, DeploymentStatus, Endpoints, Phase, ReplicaCounts,

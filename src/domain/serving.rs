@@ -9,7 +9,7 @@
 use super::errors::FieldErrors;
 use super::quantity::Quantity;
 use super::spec::{
-    CURRENT_SPEC_VERSION, DEFAULT_PORT, DEFAULT_REPLICAS, DeploymentSpec, EngineKind,
+    Access, CURRENT_SPEC_VERSION, DEFAULT_PORT, DEFAULT_REPLICAS, DeploymentSpec, EngineKind,
     MAX_SPEC_BYTES, ModelSource, SecurityProfile, SpecLimits, find_nul_characters,
     validate_user_map,
 };
@@ -265,6 +265,12 @@ impl DeploymentSpec {
             }
             self.replicas
                 .get_or_insert(autoscaling.starting_replicas(None));
+        }
+        if self.access == Some(Access::Keys) && !limits.model_keys {
+            errors.push(
+                "spec.access",
+                "cannot be keys: this installation does not run modelplane's key check (MODELPLANE_AUTHZ_PORT and MODELPLANE_ACTIVATOR_ADDRESSES or _SERVICE); use public",
+            );
         }
         self.replicas.get_or_insert(DEFAULT_REPLICAS);
         self.engine.port.get_or_insert(DEFAULT_PORT);

@@ -334,13 +334,3 @@ pub async fn forget_unscaled(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error
     .await?
     .rows_affected())
 }
-
-/// The deployments that may scale to zero (`autoscaling.minReplicas: 0`).
-pub async fn scaling_to_zero(db: impl PgExecutor<'_>) -> Result<Vec<Uuid>, sqlx::Error> {
-    sqlx::query_scalar(
-        "select id from model_deployment
-         where (spec -> 'autoscaling' ->> 'minReplicas')::bigint = 0",
-    )
-    .fetch_all(db)
-    .await
-}

@@ -45,6 +45,9 @@ pub struct Options {
     pub activator_max_held: usize,
     /// Whether `minReplicas: 0` is allowed (the installation runs the activator).
     pub scale_to_zero: bool,
+    /// Whether the key check runs (on its own port, every interface): `access: keys` is
+    /// allowed and new deployments default to it.
+    pub model_keys: bool,
 }
 
 impl Default for Options {
@@ -66,6 +69,7 @@ impl Default for Options {
             chat_via: service::chat::ChatVia::ApiServer,
             activator_max_held: 1000,
             scale_to_zero: true,
+            model_keys: false,
         }
     }
 }
@@ -113,6 +117,8 @@ pub struct TestApp {
     pub pool: PgPool,
     /// The activator's port, on every interface (`host_address` reaches it).
     pub activator_port: u16,
+    /// The key check's port, on every interface, when `Options::model_keys`.
+    pub authz_port: Option<u16>,
     /// Stops the app's background tasks (the change feed) when the test ends.
     _stop: tokio_util::sync::DropGuard,
 }
@@ -136,6 +142,7 @@ impl TestApp {
             limits: SpecLimits {
                 max_replicas: 20,
                 scale_to_zero: options.scale_to_zero,
+                model_keys: options.model_keys,
                 ..SpecLimits::default()
             },
             routing: Arc::new(service::RoutingPolicy {
@@ -176,6 +183,23 @@ impl TestApp {
             modelplane::listener::ConnectionLimits::default(),
             async move { serving.cancelled().await },
         ));
+        let authz_port = if options.model_keys {
+            let check = service::key_check::KeyCheck::start(pool.clone(), stop.clone())
+                .await
+                .unwrap();
+            let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let serving = stop.clone();
+            tokio::spawn(modelplane::listener::serve(
+                listener,
+                api::authz::router(check),
+                modelplane::listener::ConnectionLimits::default(),
+                async move { serving.cancelled().await },
+            ));
+            Some(port)
+        } else {
+            None
+        };
         let state = AppState::new(api::SharedState {
             changes,
             graphql: api::graphql::schema(options.graphql),
@@ -224,6 +248,7 @@ impl TestApp {
             client: client_with_token(Some(ADMIN_TOKEN)),
             pool,
             activator_port,
+            authz_port,
             _stop: stop.drop_guard(),
         }
     }

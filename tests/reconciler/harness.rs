@@ -77,6 +77,7 @@ pub(crate) fn worker_config(id: &str) -> WorkerConfig {
             epp_image: "registry.k8s.io/gateway-api-inference-extension/epp:v1.4.0".into(),
             pod_monitor_interval_secs: None,
             activator: None,
+            key_check: None,
         },
         budgets: Budgets {
             unschedulable_seconds: 300,
@@ -140,6 +141,13 @@ pub(crate) async fn harness_with(
         addresses: vec![modelplane_testkit::server::host_address()],
         port: app.activator_port,
     });
+    // And its key check, when it runs one.
+    config.build.key_check =
+        app.authz_port
+            .map(|port| modelplane::reconciler::desired::ActivatorAddress {
+                addresses: vec![modelplane_testkit::server::host_address()],
+                port,
+            });
     let shutdown = CancellationToken::new();
     let worker = Worker::new(pool.clone(), cluster, config);
     let health = worker.health();

@@ -11,6 +11,7 @@ mod inference_pool;
 mod kube_events;
 mod lifecycle;
 mod load;
+mod model_keys;
 mod nodes;
 mod objects;
 mod outages;

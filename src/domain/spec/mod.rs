@@ -80,6 +80,17 @@ static HF_REPO_PART: LazyLock<Regex> =
 static SECRET_KEY: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[-._a-zA-Z0-9]{1,253}$").expect("valid regex"));
 
+/// Who may call a deployment's Gateway URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    /// Anyone who reaches the Gateway.
+    Public,
+    /// Callers presenting a model key of the project that may call this deployment: the
+    /// route's `ExternalAuth` filter asks modelplane's key check.
+    Keys,
+}
+
 /// Limits that come from server configuration.
 #[derive(Debug, Clone)]
 pub struct SpecLimits {
@@ -89,6 +100,9 @@ pub struct SpecLimits {
     /// Whether `autoscaling.minReplicas: 0` is allowed: the installation runs the activator
     /// that holds the first request while a replica starts.
     pub scale_to_zero: bool,
+    /// Whether `access: keys` is allowed: the installation runs the key check the routes'
+    /// `ExternalAuth` filter calls. New deployments default to it then.
+    pub model_keys: bool,
 }
 
 impl Default for SpecLimits {
@@ -97,6 +111,7 @@ impl Default for SpecLimits {
             max_replicas: 100,
             allow_plaintext_credentials: false,
             scale_to_zero: false,
+            model_keys: false,
         }
     }
 }
@@ -170,6 +185,11 @@ pub struct DeploymentSpec {
     /// Replicas that follow the load (`replicas` is then where they start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingSpec>,
+    /// Who may call the Gateway URL: `keys` (a model key of the project, checked by the
+    /// Gateway) or `public` (anyone who reaches the Gateway). New deployments get `keys`
+    /// where the installation runs the key check; a record without it is `public`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<Access>,
     /// Labels carried onto the Kubernetes objects (never into selectors). They are not put
     /// on the pods, so changing them never restarts a model server.
     #[serde(default)]

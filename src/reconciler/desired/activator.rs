@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use gateway_api::httproutes::{
+use gateway_api::experimental::httproutes::{
     HttpRoute, HttpRouteRules, HttpRouteRulesBackendRefs, HttpRouteRulesFilters,
     HttpRouteRulesFiltersType, HttpRouteRulesFiltersUrlRewrite,
     HttpRouteRulesFiltersUrlRewritePath, HttpRouteRulesFiltersUrlRewritePathType,

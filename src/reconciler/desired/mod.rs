@@ -29,6 +29,7 @@ mod budget;
 mod deployment;
 mod endpoint_picker;
 mod inference_pool;
+mod key_check;
 mod model_source;
 mod namespace;
 mod pod_monitor;
@@ -39,7 +40,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 
-use gateway_api::httproutes::HttpRoute;
+use gateway_api::experimental::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::{Capabilities, Namespace, SecurityContext, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -61,6 +62,8 @@ pub use self::inference_pool::{
     EndpointPickerRef, InferencePool, InferencePoolSpec, InferencePoolStatus, PoolObjects,
     PoolParentRef, PoolParentStatus, PoolPort, PoolSelector, pool_objects,
 };
+pub use self::key_check::{KEY_CHECK_PATH, KeyCheckObjects};
+use self::key_check::{guard, key_check_objects};
 use self::namespace::namespace_object;
 use self::pod_monitor::pod_monitor_object;
 pub use self::pod_monitor::{PodMetricsEndpoint, PodMonitor, PodMonitorSpec};
@@ -68,8 +71,8 @@ use self::route::route_object;
 pub use self::route::{GatewayRef, gateway_of, route_path_prefix};
 use self::service::service_object;
 use crate::domain::{
-    Canary, CanaryHeader, Deployment, EngineDefaults, PoolFallback, RoutingMode, ServingSpec,
-    canary_object_name, canonical_json,
+    Access, Canary, CanaryHeader, Deployment, EngineDefaults, PoolFallback, RoutingMode,
+    ServingSpec, canary_object_name, canonical_json,
 };
 
 pub const FIELD_MANAGER: &str = "modelplane";
@@ -110,6 +113,9 @@ pub struct BuildConfig {
     pub pod_monitor_interval_secs: Option<u64>,
     /// The activator, for deployments that scale to zero (`None`: none runs).
     pub activator: Option<ActivatorAddress>,
+    /// The key check, for deployments with `access: keys` (`None`: this worker does not
+    /// know one; their routes still carry the filter, which then fails closed).
+    pub key_check: Option<ActivatorAddress>,
 }
 
 /// One record as the worker sees it: the stored record and its spec with defaults resolved.
@@ -181,6 +187,9 @@ pub struct DesiredObjects {
     /// Boxed: three more objects inline would grow every future holding these past what a
     /// debug build's stack takes.
     pub activator: Option<Box<ActivatorObjects>>,
+    /// For `access: keys` behind a Gateway: the project's key check Service and
+    /// EndpointSlice (`key_check.rs`); the routes carry its filter. Boxed as `activator` is.
+    pub key_check: Option<Box<KeyCheckObjects>>,
 }
 
 impl DesiredObjects {
@@ -204,6 +213,9 @@ impl DesiredObjects {
                 as_json(&activator.slice),
                 as_json(&activator.route),
             ]);
+        }
+        if let Some(key_check) = &self.key_check {
+            all.extend([as_json(&key_check.service), as_json(&key_check.slice)]);
         }
         if let Some(canary) = &self.canary {
             all.push(as_json(&canary.deployment));
@@ -255,7 +267,7 @@ pub fn desired_objects(
         .as_ref()
         .and_then(|p| p.when_unavailable)
         .unwrap_or_default();
-    DesiredObjects {
+    let mut desired = DesiredObjects {
         namespace: namespace_object(t, namespace, adopted, config),
         deployment,
         service: service_object(t, namespace, &labels),
@@ -282,9 +294,29 @@ pub fn desired_objects(
             .zip(config.activator.as_ref())
             .filter(|_| canary.is_none() && scales_to_zero(t))
             .map(|(gw, address)| Box::new(activator_objects(t, namespace, &labels, gw, address))),
+        key_check: None,
         gateway,
         config_hash,
+    };
+    if t.serving.spec.access == Some(Access::Keys) && desired.gateway.is_some() {
+        let port = config.key_check.as_ref().map_or(80, |k| k.port);
+        for route in [
+            desired.http_route.as_mut(),
+            desired.fallback_route.as_mut(),
+            desired.service_route.as_mut(),
+            desired.activator.as_mut().map(|a| &mut a.route),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            guard(route, t.record.id, port);
+        }
+        desired.key_check = config
+            .key_check
+            .as_ref()
+            .map(|address| Box::new(key_check_objects(namespace, &labels, address)));
     }
+    desired
 }
 
 /// Whether the record may scale to zero (and so be reached through the activator).

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use gateway_api::httproutes::{
+use gateway_api::experimental::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
     HttpRouteRulesFilters, HttpRouteRulesFiltersType, HttpRouteRulesFiltersUrlRewrite,
     HttpRouteRulesFiltersUrlRewritePath, HttpRouteRulesFiltersUrlRewritePathType,
@@ -88,6 +88,7 @@ pub(super) fn route_object(
             parent_refs: Some(vec![parent_ref(gateway)]),
             rules: Some(rules),
             hostnames: t.serving.spec.routing.hostname.clone().map(|h| vec![h]),
+            use_default_gateways: None,
         },
     );
     route.metadata = metadata(t, namespace, labels);

@@ -23,6 +23,7 @@ fn config() -> BuildConfig {
         epp_image: "registry.k8s.io/gateway-api-inference-extension/epp:v1.4.0".into(),
         pod_monitor_interval_secs: None,
         activator: None,
+        key_check: None,
     }
 }
 

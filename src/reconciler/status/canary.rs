@@ -1,7 +1,7 @@
 //! The canary track's status, and how a failing canary weighs on the deployment's.
 
 use chrono::{DateTime, Utc};
-use gateway_api::httproutes::{HttpRoute, HttpRouteRulesBackendRefs};
+use gateway_api::experimental::httproutes::{HttpRoute, HttpRouteRulesBackendRefs};
 
 use super::{Budgets, Observed, compute};
 use crate::domain::{Canary, CanaryStatus, DeploymentStatus, Endpoints, Phase};

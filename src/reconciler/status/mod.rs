@@ -28,8 +28,8 @@ mod routing;
 mod tests;
 
 use chrono::{DateTime, Utc};
+use gateway_api::experimental::httproutes::HttpRoute;
 use gateway_api::gateways::Gateway;
-use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::Pod;
 

@@ -1,7 +1,7 @@
 //! Whether the Gateway routes to the deployment: the live HTTPRoute's (and in
 //! InferencePool mode the pool's) status, and the Routed and InferencePool conditions.
 
-use gateway_api::httproutes::HttpRouteStatusParents;
+use gateway_api::experimental::httproutes::HttpRouteStatusParents;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as K8sCondition;
 
 use chrono::{DateTime, Utc};

@@ -1,8 +1,9 @@
 //! The activator's addresses, followed in a cluster: the API pods that run it sit behind a
 //! Service of the Helm chart (`MODELPLANE_ACTIVATOR_SERVICE`), whose EndpointSlices the
 //! EndpointSlice controller keeps. Every few seconds the worker reads them; when the ready
-//! addresses change (API pods rolled, scaled), the deployments that scale to zero are
-//! reconciled, so their own activator EndpointSlices name the pods that run now. Knative's
+//! addresses change (API pods rolled, scaled), every record is reconciled, so the activator
+//! EndpointSlices of those that scale to zero, and the key check's of projects with keys,
+//! name the pods that run now. Knative's
 //! activator Service is followed the same way by the revisions' public endpoints.
 //!
 //! And the other way: while a deployment wakes from zero, the first ready endpoint of its
@@ -131,13 +132,10 @@ impl Worker {
                     };
                     if changed {
                         tracing::info!(addresses = ?now.map(|a| a.addresses), "the activator's addresses changed");
-                        match store::autoscaling::scaling_to_zero(&self.pool).await {
-                            Ok(ids) => ids.into_iter().for_each(|id| {
-                                let _ = self.requeue.send(id);
-                            }),
-                            Err(err) => {
-                                tracing::warn!(error = %err, "cannot list the deployments that scale to zero")
-                            }
+                        // Every record: those at zero name the activator, those with
+                        // keys the key check, both at these addresses.
+                        if let Err(err) = store::work_queue::enqueue_all(&self.pool).await {
+                            tracing::warn!(error = %err, "cannot requeue after the activator's addresses changed");
                         }
                     }
                 }

@@ -1,7 +1,7 @@
 //! Server-side apply of a record's desired objects (refusals noted for the status, not
 //! always fatal), and reading them back to find what drifted.
 
-use gateway_api::httproutes::HttpRoute;
+use gateway_api::experimental::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -76,6 +76,7 @@ impl Worker {
         // replica is available (at zero, or starting): requests wait instead of failing.
         // Boxed: each applied kind's future is inlined into this one's, and a debug
         // build's poll of the whole reconcile must fit a thread's stack.
+        Box::pin(self.apply_key_check(desired)).await?;
         if Box::pin(self.apply_activator(desired, &deployment)).await?
             && let Some(activator) = &desired.activator
             && route_wanted.is_some()
@@ -147,6 +148,26 @@ impl Worker {
         let starting = !to_zero && !has_available_replica(Some(deployment));
         self.note_waking(desired, starting);
         Ok(to_zero || starting)
+    }
+
+    /// Applies the project's key check Service and its EndpointSlice (owned by it) when the
+    /// record asks for keys; they are shared by the project's deployments and stay with the
+    /// namespace.
+    async fn apply_key_check(&self, desired: &DesiredObjects) -> Result<(), ClusterError> {
+        let Some(key_check) = &desired.key_check else {
+            return Ok(());
+        };
+        let service = self.cluster.apply(&key_check.service).await?;
+        let mut slice = key_check.slice.clone();
+        slice.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Service".into(),
+            name: service.metadata.name.clone().unwrap_or_default(),
+            uid: service.metadata.uid.clone().unwrap_or_default(),
+            ..OwnerReference::default()
+        }]);
+        self.cluster.apply(&slice).await?;
+        Ok(())
     }
 
     /// Applies the record's PodDisruptionBudget, or removes one it no longer wants.

@@ -39,7 +39,7 @@ mod watches;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_api::httproutes::HttpRoute;
+use gateway_api::experimental::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;

@@ -2,8 +2,8 @@
 //! Service, pods, route, Gateway, pool and picker; its canary track's), reusing what this
 //! pass already read or wrote.
 
+use gateway_api::experimental::httproutes::HttpRoute;
 use gateway_api::gateways::Gateway;
-use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};

@@ -198,8 +198,18 @@ impl Worker {
         let followed;
         let config = match self.activator_address() {
             address if address != self.config.build.activator => {
+                // The key check runs in the same processes, at the same addresses.
+                let key_check = self.config.build.key_check.as_ref().map(|k| {
+                    crate::reconciler::desired::ActivatorAddress {
+                        addresses: address
+                            .as_ref()
+                            .map_or_else(|| k.addresses.clone(), |a| a.addresses.clone()),
+                        port: k.port,
+                    }
+                });
                 followed = BuildConfig {
                     activator: address,
+                    key_check,
                     ..self.config.build.clone()
                 };
                 &followed

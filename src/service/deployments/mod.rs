@@ -141,7 +141,13 @@ pub async fn create_deployment(
     if let Some(Err(reserved)) = name.as_ref().map(check_not_canary_name) {
         errors.extend(reserved);
     }
-    let serving = match request.spec.parse(&request.name, &ctx.limits) {
+    // A new deployment asks for keys where the installation checks them (a stored record
+    // without `access` stays public: nothing changes for its callers on an upgrade).
+    let mut spec = request.spec;
+    if spec.access.is_none() && ctx.limits.model_keys {
+        spec.access = Some(crate::domain::Access::Keys);
+    }
+    let serving = match spec.parse(&request.name, &ctx.limits) {
         Ok(serving) => Some(serving),
         Err(spec_errors) => {
             errors.extend(spec_errors);

@@ -674,6 +674,11 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * @description Who may call a deployment's Gateway URL.
+         * @enum {string}
+         */
+        Access: "public" | "keys";
         /** @description An API token as listed: never its secret. */
         ApiToken: {
             /** Format: date-time */
@@ -973,6 +978,7 @@ export interface components {
         };
         /** @description What a user asks for. Build it with [`DeploymentSpec::parse`]; a stored one is valid. */
         DeploymentSpec: {
+            access?: components["schemas"]["Access"] | null;
             /** @description Annotations carried onto the Kubernetes objects. */
             annotations?: {
                 [key: string]: string;

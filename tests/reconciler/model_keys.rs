@@ -1,0 +1,213 @@
+//! Model keys enforced at the Gateway, on the emulator with the Gateway API's experimental
+//! channel: a deployment with `access: keys` (what new deployments get where the key check
+//! runs) has the ExternalAuth filter on its route, the emulator's Gateway asks the API's key
+//! check over real HTTP (`emulator/src/cluster/external_auth.rs`), and only a key of the
+//! project gets through its Gateway URL; one with `access: public` stays open.
+
+use std::time::Duration;
+
+use modelplane_emulator::Crds;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+use super::{Harness, create_with, harness_with, resource_of, sim_spec, wait_for};
+
+fn cluster() -> modelplane_emulator::EmulatorBuilder {
+    let crds = modelplane_emulator::experimental_crds_dir().unwrap_or_else(|e| panic!("{e}"));
+    super::load::cluster().crds(Crds::Manifests(crds))
+}
+
+async fn keys_harness(pool: PgPool) -> Harness {
+    harness_with(pool, cluster(), |_| {}, |o| o.model_keys = true).await
+}
+
+/// The deployment's Gateway URL once it is Ready.
+async fn ready_base(h: &Harness, name: &str) -> String {
+    wait_for(
+        &format!("{name} Ready"),
+        Duration::from_secs(60),
+        || async {
+            let d = h.deployment(name).await;
+            d["status"]["phase"] == "Ready" && d["status"]["endpoints"]["openaiBase"].is_string()
+        },
+    )
+    .await;
+    h.deployment(name).await["status"]["endpoints"]["openaiBase"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn new_key(h: &Harness, project: &str, body: Value) -> (String, String) {
+    let created: Value = h
+        .app
+        .post_json(&format!("/api/v1/projects/{project}/keys"), &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    (
+        created["secret"].as_str().unwrap().to_owned(),
+        created["id"].as_str().unwrap().to_owned(),
+    )
+}
+
+async fn complete(base: &str, key: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(format!("{base}/completions"))
+        .json(&json!({"model": "qwen", "prompt": "hello there", "max_tokens": 2}));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.unwrap()
+}
+
+#[sqlx::test]
+async fn only_a_key_of_the_project_gets_through_the_gateway(pool: PgPool) {
+    let h = keys_harness(pool).await;
+    h.app.create_project("team-a").await;
+    h.app.create_project("team-b").await;
+    create_with(&h, "qwen", sim_spec()).await;
+    // Where the key check runs, a new deployment asks for keys.
+    assert_eq!(h.deployment("qwen").await["spec"]["access"], "keys");
+    let base = ready_base(&h, "qwen").await;
+
+    // The route carries the filter; the project has the key check's Service and slice.
+    let routes: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        h.kube.clone(),
+        "team-a",
+        &resource_of("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    );
+    let route = routes.get("qwen").await.unwrap();
+    let id = h.deployment("qwen").await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let filter = &route.data["spec"]["rules"][0]["filters"][0];
+    assert_eq!(filter["type"], "ExternalAuth", "{route:?}");
+    assert_eq!(filter["externalAuth"]["protocol"], "HTTP");
+    assert_eq!(
+        filter["externalAuth"]["backendRef"]["name"],
+        "modelplane-authz"
+    );
+    assert_eq!(
+        filter["externalAuth"]["http"]["path"],
+        format!("/check/{id}")
+    );
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(h.kube.clone(), "team-a");
+    assert!(
+        services
+            .get_opt("modelplane-authz")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // No key: 401 in OpenAI's shape, from the key check, through the Gateway.
+    let refused = complete(&base, None).await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_api_key", "{body}");
+
+    // The project's key: the model answers (the simulated pod says so).
+    let (key, key_id) = new_key(&h, "team-a", json!({"name": "app"})).await;
+    wait_for(
+        "the new key let through",
+        Duration::from_secs(10),
+        || async { complete(&base, Some(&key)).await.status() == StatusCode::OK },
+    )
+    .await;
+    let answered = complete(&base, Some(&key)).await;
+    assert_eq!(answered.status(), StatusCode::OK);
+    assert!(answered.headers().contains_key("x-emulator-pod"));
+    // Streaming goes through the filter too.
+    let mut streamed = reqwest::Client::new()
+        .post(format!("{base}/chat/completions"))
+        .bearer_auth(&key)
+        .json(&json!({"model": "qwen", "stream": true, "max_tokens": 3,
+                      "messages": [{"role": "user", "content": "one two three"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streamed.status(), StatusCode::OK);
+    let mut text = String::new();
+    while let Some(chunk) = streamed.chunk().await.unwrap() {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+
+    // Another project's key: 403.
+    let (theirs, _) = new_key(&h, "team-b", json!({"name": "other"})).await;
+    wait_for(
+        "the other project's key known",
+        Duration::from_secs(10),
+        || async { complete(&base, Some(&theirs)).await.status() == StatusCode::FORBIDDEN },
+    )
+    .await;
+
+    // Revoked: 401 again.
+    let revoked = h
+        .app
+        .request(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/projects/team-a/keys/{key_id}"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), StatusCode::OK);
+    wait_for(
+        "the revoked key refused",
+        Duration::from_secs(10),
+        || async { complete(&base, Some(&key)).await.status() == StatusCode::UNAUTHORIZED },
+    )
+    .await;
+}
+
+#[sqlx::test]
+async fn a_public_deployment_stays_open_and_limits_answer_429(pool: PgPool) {
+    let h = keys_harness(pool).await;
+    h.app.create_project("team-a").await;
+    let mut open = sim_spec();
+    open["access"] = json!("public");
+    create_with(&h, "qwen", open).await;
+    let base = ready_base(&h, "qwen").await;
+    assert_eq!(complete(&base, None).await.status(), StatusCode::OK);
+
+    // Switched to keys: closed to callers without one; a key's limit answers 429.
+    let patched = h
+        .app
+        .patch(
+            "/api/v1/projects/team-a/deployments/qwen",
+            &json!({"spec": {"access": "keys"}}),
+            None,
+        )
+        .await;
+    assert_eq!(patched.status(), StatusCode::OK);
+    wait_for("the route guarded", Duration::from_secs(20), || async {
+        complete(&base, None).await.status() == StatusCode::UNAUTHORIZED
+    })
+    .await;
+    let (key, _) = new_key(
+        &h,
+        "team-a",
+        json!({"name": "slow", "requestsPerMinute": 2}),
+    )
+    .await;
+    wait_for("the key let through", Duration::from_secs(10), || async {
+        complete(&base, Some(&key)).await.status() == StatusCode::OK
+    })
+    .await;
+    let mut limited = None;
+    for _ in 0..3 {
+        let r = complete(&base, Some(&key)).await;
+        if r.status() == StatusCode::TOO_MANY_REQUESTS {
+            limited = Some(r.headers()["retry-after"].to_str().unwrap().to_owned());
+            break;
+        }
+    }
+    let retry: u64 = limited.expect("429 past the limit").parse().unwrap();
+    assert!((1..=60).contains(&retry));
+}
