@@ -26,6 +26,7 @@ api_port=$(free_port 18080)
 emulator_port=$(free_port 16443)
 gateway_port=$(free_port $((api_port + 1)))
 activator_port=$(free_port $((api_port + 2)))
+authz_port=$(free_port $((activator_port + 1)))
 state=target/e2e
 mkdir -p "$state" target/portal-screenshots
 token="mpt_e2e_$(head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
@@ -34,6 +35,7 @@ log "starting the whole system for the portal tests (API on 127.0.0.1:$api_port)
 DATABASE_URL=$e2e_db MODELPLANE_BOOTSTRAP_TOKEN=$token \
   MODELPLANE_LISTEN=127.0.0.1:$api_port MODELPLANE_EMULATOR_LISTEN=127.0.0.1:$emulator_port \
   MODELPLANE_EMULATOR_GATEWAY_LISTEN=127.0.0.1:$gateway_port MODELPLANE_ACTIVATOR_PORT=$activator_port \
+  MODELPLANE_AUTHZ_PORT=$authz_port \
   MODELPLANE_EMULATOR_KUBECONFIG=$state/kubeconfig MODELPLANE_LOG=warn MODELPLANE_LOAD_INTERVAL_SECS=2 \
   setsid scripts/run.sh >"$state/run.log" 2>&1 &
 run_pid=$!

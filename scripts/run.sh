@@ -43,6 +43,8 @@ if [ -z "${MODELPLANE_KUBECONFIG:-}" ] && [ -z "${MODELPLANE_ACTIVATOR_ADDRESSES
   if [ -n "$host_ip" ]; then
     export MODELPLANE_ACTIVATOR_ADDRESSES=$host_ip
     export MODELPLANE_ACTIVATOR_PORT=${MODELPLANE_ACTIVATOR_PORT:-8082}
+    # The model key check, beside it (the routes' ExternalAuth filter calls it).
+    export MODELPLANE_AUTHZ_PORT=${MODELPLANE_AUTHZ_PORT:-8083}
   fi
 fi
 if [ -n "${MODELPLANE_ACTIVATOR_PORT:-}" ]; then
@@ -50,6 +52,12 @@ if [ -n "${MODELPLANE_ACTIVATOR_PORT:-}" ]; then
   activator_note="the activator listens on port $MODELPLANE_ACTIVATOR_PORT, reached at ${MODELPLANE_ACTIVATOR_ADDRESSES:-?} (autoscaling.minReplicas: 0 allowed)"
 else
   activator_note="off: no network address for the Gateway to reach the activator by (autoscaling.minReplicas: 0 refused)"
+fi
+if [ -n "${MODELPLANE_AUTHZ_PORT:-}" ] && [ -n "${MODELPLANE_ACTIVATOR_ADDRESSES:-}${MODELPLANE_ACTIVATOR_SERVICE:-}" ]; then
+  check_free MODELPLANE_AUTHZ_PORT "0.0.0.0:$MODELPLANE_AUTHZ_PORT"
+  keys_note="the key check listens on port $MODELPLANE_AUTHZ_PORT: new deployments take model keys (spec.access: keys)"
+else
+  keys_note="off: model URLs answer anyone who reaches the Gateway (set MODELPLANE_AUTHZ_PORT and addresses)"
 fi
 
 ensure_postgres modelplane
@@ -112,9 +120,11 @@ if [ -z "${MODELPLANE_KUBECONFIG:-}" ]; then
   # emulator validates them as a real cluster with them installed does; without them it
   # falls back to built-in definitions that validate nothing, and says so below.
   crd_args=()
-  if crds_dir=$(scripts/crds.sh 2>/dev/null); then
+  # The Gateway API's experimental channel: its HTTPRoute has the ExternalAuth filter that
+  # model keys need (the standard channel's refuses it, as a real API server does).
+  if crds_dir=$(MODELPLANE_GATEWAY_API_CHANNEL=experimental scripts/crds.sh target/crds-experimental 2>/dev/null); then
     crd_args=(--crds "$crds_dir")
-    crds_note="the published CRDs from $crds_dir (scripts/crds.sh)"
+    crds_note="the published CRDs from $crds_dir (scripts/crds.sh, Gateway API experimental channel)"
   else
     crds_note="built-in definitions (no CRD manifests: run scripts/crds.sh to see why)"
   fi
@@ -168,6 +178,7 @@ cat >&2 <<MSG
     Database        ${DATABASE_URL}
     Kubernetes      $cluster_note
     Scale to zero   $activator_note
+    Model keys      $keys_note
 
   Sign-in token (platform admin; also in $token_file):
         $token_shown

@@ -303,18 +303,45 @@ async function signIn(page, token) {
       idleBase = idle.body.status.endpoints.openaiBase;
       assert.ok(idleBase || Date.now() < until, `no URL at zero: ${JSON.stringify(idle.body.status.endpoints)}`);
     }
+    // New deployments take model keys: without one the Gateway refuses (before waking it).
+    const wake = (key) =>
+      fetch(`${idleBase}/completions`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', ...(key ? { Authorization: `Bearer ${key}` } : {}) },
+        body: JSON.stringify({ model: 'idle', prompt: 'wake up', max_tokens: 2 }),
+      });
+    const keyless = await wake(null);
+    assert.equal(keyless.status, 401, await keyless.clone().text());
+    const modelKey = await rest('POST', `/api/v1/projects/${PROJECT}/keys`, { name: 'e2e-app' });
+    assert.equal(modelKey.status, 201);
     // From this process, not the page: the model answers on the Gateway's origin.
-    const woken = await fetch(`${idleBase}/completions`, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ model: 'idle', prompt: 'wake up', max_tokens: 2 }),
-    });
+    const woken = await wake(modelKey.body.secret);
     assert.equal(woken.status, 200, await woken.clone().text());
     assert.ok((await woken.json()).choices[0].text, 'the model answered the request that woke it');
     await autoscaling.getByText(/0 → 1: a request arrived while scaled to zero/).first().waitFor(WAIT);
     await page.locator('[data-phase="Ready"]').first().waitFor(WAIT);
     await page.screenshot({ path: path.join(SHOTS, 'deployment-woken-from-zero.png'), fullPage: true });
     assert.equal((await rest('DELETE', `/api/v1/projects/${PROJECT}/deployments/idle`)).status, 202);
+
+    step('an admin creates a model key (its secret shown once) and revokes it');
+    await page.getByRole('link', { name: 'Tokens & access' }).click();
+    await page.getByLabel('Key name').fill('chat-app');
+    await page.getByLabel('Requests a minute').fill('600');
+    await page.getByRole('button', { name: 'Create key' }).click();
+    const keySecret = (await page.locator('code.secret').innerText()).trim();
+    assert.match(keySecret, /^mpk_/);
+    const keysListed = await rest('GET', `/api/v1/projects/${PROJECT}/keys?live=true`);
+    assert.ok(
+      keysListed.body.items.some((k) => k.name === 'chat-app' && keySecret.startsWith(k.prefix) && k.requestsPerMinute === 600),
+      JSON.stringify(keysListed.body),
+    );
+    assert.ok(!JSON.stringify(keysListed.body).includes(keySecret), 'the secret is never listed');
+    await accessible(page, 'the model keys section');
+    await page.screenshot({ path: path.join(SHOTS, 'model-key-created.png'), fullPage: true });
+    await page.getByRole('button', { name: 'Done' }).click();
+    await page.getByRole('button', { name: 'Revoke chat-app' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Revoke' }).click();
+    await page.getByRole('row', { name: /chat-app/ }).getByText(/^revoked /).waitFor(WAIT);
 
     step('an admin creates a token (its secret shown once), sees it in the audit log, revokes it');
     await page.getByRole('link', { name: 'Tokens & access' }).click();

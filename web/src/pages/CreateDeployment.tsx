@@ -283,6 +283,15 @@ export function CreateDeployment() {
             {text('gateway', 'Gateway', 'namespace/name[/section]; empty uses the server’s default Gateway.')}
             {text('hostname', 'Hostname', 'Matched by the route, e.g. qwen.models.example.com.')}
             {text('pathPrefix', 'Path prefix', `Under /${project}/ on a shared Gateway; rewritten to / for the engine.`)}
+            <Field label="Who may call it" hint="Through the Gateway URL. Model keys are made under Tokens & access." error={errors.access}>
+              {(a) => (
+                <select {...a} name="access" value={state.access} onChange={(e) => set('access')(e.target.value)}>
+                  <option value="">Server default (model keys where they are checked)</option>
+                  <option value="keys">Callers with a model key of this project</option>
+                  <option value="public">Anyone who reaches the Gateway</option>
+                </select>
+              )}
+            </Field>
           </div>
           {area('labels', 'Labels', 'One key=value per line; put on the Kubernetes objects and used by the list’s filter.', 'team=nlp')}
         </fieldset>

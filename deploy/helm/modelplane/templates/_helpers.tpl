@@ -134,6 +134,11 @@ spec:
         - name: activator
           containerPort: {{ $root.Values.activator.port }}
           protocol: TCP
+        {{- if $root.Values.keys.enabled }}
+        - name: authz
+          containerPort: {{ $root.Values.keys.port }}
+          protocol: TCP
+        {{- end }}
         {{- end }}
       startupProbe:
         httpGet:

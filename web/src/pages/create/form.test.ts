@@ -26,6 +26,13 @@ describe('buildBody', () => {
     expect(body.spec.scheduling?.tolerations).toEqual([{ key: 'nvidia.com/gpu', operator: 'Exists', effect: 'NoSchedule' }]);
   });
 
+  it('sends access only when chosen, and maps its errors to its field', () => {
+    const base = { ...EMPTY, name: 'q', source: 'hf://a/b' };
+    expect(buildBody(base).spec.access).toBeUndefined();
+    expect(buildBody({ ...base, access: 'public' }).spec.access).toBe('public');
+    expect(fieldFor('spec.access')).toBe('access');
+  });
+
   it('sends autoscaling only when it is on, targets as numbers, and maps its errors to its fields', () => {
     const off = { ...applyPreset(EMPTY, preset('sim')), name: 'chat' };
     expect(buildBody(off).spec.autoscaling).toBeUndefined();

@@ -29,6 +29,8 @@ export interface FormState {
   gateway: string;
   hostname: string;
   pathPrefix: string;
+  /** `keys`, `public`, or empty for the server's default (keys where it checks them). */
+  access: string;
   labels: string;
   args: string;
   env: string;
@@ -61,6 +63,7 @@ export const EMPTY: FormState = {
   gateway: '',
   hostname: '',
   pathPrefix: '',
+  access: '',
   labels: '',
   args: '',
   env: '',
@@ -214,6 +217,7 @@ export function buildBody(s: FormState): Body {
         : undefined,
     resources: { cpu: text(s.cpu), memory: text(s.memory), sharedMemory: text(s.sharedMemory), gpu },
     routing: { gateway: text(s.gateway), hostname: text(s.hostname), pathPrefix: text(s.pathPrefix) },
+    access: text(s.access),
     labels: pairs(s.labels),
     probes: { startupTimeoutSeconds: numberOrText(s.startupTimeout), healthPath: text(s.healthPath) },
     scheduling: { nodeSelector: pairs(s.nodeSelector), tolerations: tolerations(s.tolerations) },
@@ -264,6 +268,7 @@ export function fieldFor(path: string): keyof FormState | null {
     ['spec.routing.gateway', 'gateway'],
     ['spec.routing.hostname', 'hostname'],
     ['spec.routing.pathPrefix', 'pathPrefix'],
+    ['spec.access', 'access'],
     ['spec.labels', 'labels'],
     ['spec.probes.startupTimeoutSeconds', 'startupTimeout'],
     ['spec.probes.healthPath', 'healthPath'],

@@ -147,9 +147,11 @@ export function Replicas({ deployment, editable }: { deployment: Deployment; edi
 export function Endpoints({ deployment }: { deployment: Deployment }) {
   const e = deployment.status.endpoints;
   const model = deployment.spec.model.servedName ?? deployment.name;
+  const keys = deployment.spec.access === 'keys';
   const curl = e.openaiBase
     ? [
         `curl ${e.openaiBase}/chat/completions \\`,
+        ...(keys ? [`  -H "Authorization: Bearer $MODEL_KEY" \\`] : []),
         `  -H 'Content-Type: application/json' \\`,
         `  -d '${JSON.stringify({ model, messages: [{ role: 'user', content: 'Hello!' }] })}'`,
       ].join('\n')
@@ -178,6 +180,13 @@ export function Endpoints({ deployment }: { deployment: Deployment }) {
             {row('OpenAI base URL', e.openaiBase)}
           </tbody>
         </table>
+      )}
+      {e.openaiBase && (
+        <p data-testid="access">
+          {keys
+            ? `Callers need a model key of ${deployment.project} (Tokens & access → Model keys), sent as Authorization: Bearer or x-api-key.`
+            : 'Anyone who reaches the Gateway may call it (spec.access: public).'}
+        </p>
       )}
       {curl && (
         <>
