@@ -56,9 +56,31 @@ until curl -fsS "$base/readyz" >/dev/null 2>&1 && curl -fsS -o /dev/null "$base/
   sleep 0.5
 done
 
+# The official OpenAI Python client, for model keys through the Gateway URL (PyPI, once).
+venv=target/openai-venv
+if ! "$venv/bin/python" -c 'import openai' >/dev/null 2>&1; then
+  log "installing the OpenAI Python client (PyPI, once)"
+  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    # Debian splits venv (and its pip) out of python3.
+    sudo_=$([ "$(id -u)" -eq 0 ] || echo sudo)
+    $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv >&2 \
+      || { $sudo_ apt-get update >&2 && $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv >&2; }
+    rm -rf "$venv"
+    python3 -m venv "$venv" || die "python3 -m venv failed even with python3-venv installed"
+  fi
+  "$venv/bin/pip" install --quiet "openai==3.57.0" || die "cannot install the openai package from PyPI"
+fi
+
 log "portal end-to-end tests (headless Chromium)"
 if ! NODE_PATH="$browser_dir/node_modules" BASE="$base" TOKEN="$token" \
   SCREENSHOTS="$PWD/target/portal-screenshots" node tests/browser/portal.js; then
+  echo "---- the system's log (target/e2e/run.log, last 80 lines) ----" >&2
+  tail -80 "$state/run.log" >&2
+  exit 1
+fi
+
+log "model keys with the OpenAI Python client, through the Gateway URL"
+if ! "$venv/bin/python" tests/openai/keys.py "$base" "$token"; then
   echo "---- the system's log (target/e2e/run.log, last 80 lines) ----" >&2
   tail -80 "$state/run.log" >&2
   exit 1

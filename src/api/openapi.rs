@@ -245,6 +245,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(access::revoke_project_token))
         .routes(routes!(model_keys::list_keys, model_keys::create_key))
         .routes(routes!(model_keys::get_key, model_keys::revoke_key))
+        .routes(routes!(model_keys::key_usage))
         .routes(routes!(
             access::list_platform_tokens,
             access::create_platform_token

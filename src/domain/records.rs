@@ -178,6 +178,28 @@ pub struct ModelKey {
     pub last_used_at: Option<DateTime<Utc>>,
 }
 
+/// What a model key was used for, per UTC day: the requests its checks let through.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyUsage {
+    pub key_id: Uuid,
+    pub key: String,
+    pub from: chrono::NaiveDate,
+    pub to: chrono::NaiveDate,
+    /// Requests let through over the whole range.
+    pub requests: i64,
+    /// Every day of the range, oldest first (days without requests included, as 0).
+    pub daily: Vec<KeyUsageDay>,
+}
+
+/// One day of a model key's use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyUsageDay {
+    pub date: chrono::NaiveDate,
+    pub requests: i64,
+}
+
 /// A role granted to an OIDC user or group on a project.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -13,7 +13,7 @@ use super::access::authorize;
 use super::projects::parse_uuid_cursor;
 use super::tokens::hash_secret;
 use super::{Actor, Context, Page, ServiceError, cursor, page_size};
-use crate::domain::{FieldErrors, ModelKey, Role};
+use crate::domain::{FieldErrors, KeyUsage, KeyUsageDay, ModelKey, Role};
 use crate::store;
 use crate::store::model_keys::NewKey;
 
@@ -263,6 +263,45 @@ pub async fn revoke_key(
     tx.commit().await?;
     tracing::info!(key_id = %key.id, "model key revoked");
     Ok(key)
+}
+
+/// The requests key `id` was let through, per UTC day over the last `days` days (1 to 366,
+/// default 30; today included) (project admins).
+#[instrument(skip(ctx, actor))]
+pub async fn key_usage(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    id: Uuid,
+    days: Option<i64>,
+) -> Result<KeyUsage, ServiceError> {
+    let days = days.unwrap_or(30);
+    if !(1..=366).contains(&days) {
+        return Err(FieldErrors::single("days", "must be between 1 and 366").into());
+    }
+    let key = get_key(ctx, actor, project, id).await?;
+    let to = Utc::now().date_naive();
+    let from = to - Duration::days(days - 1);
+    let rows = store::model_keys::requests_by_day(&ctx.pool, id, from, to).await?;
+    let daily: Vec<KeyUsageDay> = from
+        .iter_days()
+        .take_while(|d| *d <= to)
+        .map(|date| KeyUsageDay {
+            date,
+            requests: rows
+                .iter()
+                .find(|(day, _)| *day == date)
+                .map_or(0, |(_, n)| *n),
+        })
+        .collect();
+    Ok(KeyUsage {
+        key_id: key.id,
+        key: key.name,
+        from,
+        to,
+        requests: daily.iter().map(|d| d.requests).sum(),
+        daily,
+    })
 }
 
 #[cfg(test)]

@@ -298,3 +298,28 @@ pub async fn count_requests(
     tx.commit().await?;
     Ok(totals)
 }
+
+/// Requests key `id` was let through, per UTC day from `from` to `to` (days without any
+/// left out).
+#[instrument(skip(db))]
+pub async fn requests_by_day(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    from: chrono::NaiveDate,
+    to: chrono::NaiveDate,
+) -> Result<Vec<(chrono::NaiveDate, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "select (minute at time zone 'UTC')::date as day, sum(requests)::bigint
+         from model_key_usage
+         where key_id = $1
+           and minute >= ($2::date)::timestamp at time zone 'UTC'
+           and minute < ($3::date + 1)::timestamp at time zone 'UTC'
+         group by day
+         order by day",
+    )
+    .bind(id)
+    .bind(from)
+    .bind(to)
+    .fetch_all(db)
+    .await
+}

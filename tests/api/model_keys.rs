@@ -580,4 +580,48 @@ async fn a_keys_rate_is_shared_by_every_process(pool: PgPool) {
             .await
             .unwrap();
     assert!(used.is_some(), "lastUsedAt written with the counts");
+
+    // The key's usage: today's six, every day of the range present.
+    let usage: Value = app
+        .get(&format!(
+            "/api/v1/projects/team-a/keys/{key_id}/usage?days=7"
+        ))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(usage["requests"], 6, "{usage}");
+    assert_eq!(usage["key"], "slow");
+    let daily = usage["daily"].as_array().unwrap();
+    assert_eq!(daily.len(), 7);
+    assert_eq!(daily[6]["requests"], 6);
+    assert_eq!(daily[6]["date"], usage["to"]);
+    assert!(daily[..6].iter().all(|d| d["requests"] == 0));
+    let bad = expect_problem(
+        app.get(&format!(
+            "/api/v1/projects/team-a/keys/{key_id}/usage?days=0"
+        ))
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert_eq!(error_fields(&bad), ["days"]);
+    let graphql: Value = app
+        .request(Method::POST, "/graphql")
+        .json(&json!({"query": "query { project(name: \"team-a\") { modelKeys(live: true) { edges { node { name usage(days: 2) { requests daily { requests } } } } } } }"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let nodes = graphql["data"]["project"]["modelKeys"]["edges"]
+        .as_array()
+        .unwrap();
+    let slow = nodes
+        .iter()
+        .find(|e| e["node"]["name"] == "slow")
+        .unwrap_or_else(|| panic!("{graphql}"));
+    assert_eq!(slow["node"]["usage"]["requests"], 6);
+    assert_eq!(slow["node"]["usage"]["daily"].as_array().unwrap().len(), 2);
 }

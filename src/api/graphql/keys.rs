@@ -1,13 +1,16 @@
 //! The GraphQL view of model keys.
 
-use async_graphql::SimpleObject;
-use chrono::{DateTime, Utc};
+use async_graphql::{ComplexObject, Context, Result, SimpleObject};
+use chrono::{DateTime, NaiveDate, Utc};
 use uuid::Uuid;
 
+use super::errors::service_error;
 use crate::domain;
+use crate::service;
 
 /// A credential for calling a project's models through the Gateway (never its secret).
 #[derive(SimpleObject)]
+#[graphql(complex)]
 pub struct ModelKey {
     pub id: Uuid,
     pub project: String,
@@ -25,6 +28,47 @@ pub struct ModelKey {
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
+}
+
+#[ComplexObject]
+impl ModelKey {
+    /// Requests its checks let through per UTC day over the last `days` days (1 to 366,
+    /// default 30) (project admins).
+    #[graphql(complexity = "super::DB_COST + child_complexity")]
+    async fn usage(&self, ctx: &Context<'_>, days: Option<i64>) -> Result<KeyUsage> {
+        let (state, actor) = super::state(ctx)?;
+        let usage = service::model_keys::key_usage(&state.ctx, actor, &self.project, self.id, days)
+            .await
+            .map_err(service_error)?;
+        Ok(KeyUsage {
+            from: usage.from,
+            to: usage.to,
+            requests: usage.requests,
+            daily: usage
+                .daily
+                .into_iter()
+                .map(|d| KeyUsageDay {
+                    date: d.date,
+                    requests: d.requests,
+                })
+                .collect(),
+        })
+    }
+}
+
+/// A model key's requests per UTC day.
+#[derive(SimpleObject)]
+pub struct KeyUsage {
+    pub from: NaiveDate,
+    pub to: NaiveDate,
+    pub requests: i64,
+    pub daily: Vec<KeyUsageDay>,
+}
+
+#[derive(SimpleObject)]
+pub struct KeyUsageDay {
+    pub date: NaiveDate,
+    pub requests: i64,
 }
 
 impl From<domain::ModelKey> for ModelKey {

@@ -13,7 +13,7 @@ use super::wire::{CreateModelKey, CreatedModelKey, ListTokens, Page};
 use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{JsonBody, Query};
-use crate::domain::ModelKey;
+use crate::domain::{KeyUsage, ModelKey};
 use crate::service::{Actor, model_keys};
 
 /// An id from a URL that is not a UUID names nothing: 404.
@@ -96,5 +96,36 @@ pub async fn revoke_key(
     let id = parse_id(&id)?;
     Ok(Json(
         model_keys::revoke_key(&state.ctx, &actor, &project, id).await?,
+    ))
+}
+
+/// The days of a usage report.
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct UsageParams {
+    /// Whole days (UTC) up to and including today, 1 to 366 (default 30).
+    #[param(minimum = 1, maximum = 366)]
+    pub days: Option<i64>,
+}
+
+/// A model key's requests per day, as its checks let them through (project admins).
+#[utoipa::path(get, path = "/api/v1/projects/{project}/keys/{id}/usage", tag = "keys",
+    params(ProjectItemPath, UsageParams),
+    responses(
+        (status = 200, description = "Requests per UTC day", body = KeyUsage),
+        NotProjectAdmin,
+        (status = 404, description = "No such key", body = Problem, content_type = "application/problem+json"),
+        InvalidField,
+    ))]
+pub async fn key_usage(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(ProjectItemPath { project, id }): Path<ProjectItemPath>,
+    Query(query): Query<UsageParams>,
+) -> Result<Json<KeyUsage>, ApiError> {
+    let id = parse_id(&id)?;
+    Ok(Json(
+        model_keys::key_usage(&state.ctx, &actor, &project, id, query.days).await?,
     ))
 }

@@ -416,6 +416,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/projects/{project}/keys/{id}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A model key's requests per day, as its checks let them through (project admins). */
+        get: operations["key_usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/projects/{project}/metrics": {
         parameters: {
             query?: never;
@@ -1187,6 +1204,30 @@ export interface components {
         InferencePoolSpec: {
             scorers?: components["schemas"]["ScorerWeights"] | null;
             whenUnavailable?: components["schemas"]["PoolFallback"] | null;
+        };
+        /** @description What a model key was used for, per UTC day: the requests its checks let through. */
+        KeyUsage: {
+            /** @description Every day of the range, oldest first (days without requests included, as 0). */
+            daily: components["schemas"]["KeyUsageDay"][];
+            /** Format: date */
+            from: string;
+            key: string;
+            /** Format: uuid */
+            keyId: string;
+            /**
+             * Format: int64
+             * @description Requests let through over the whole range.
+             */
+            requests: number;
+            /** Format: date */
+            to: string;
+        };
+        /** @description One day of a model key's use. */
+        KeyUsageDay: {
+            /** Format: date */
+            date: string;
+            /** Format: int64 */
+            requests: number;
         };
         /** @description What a deployment (or one of its tracks) serves now: `status.load`. */
         Load: components["schemas"]["LoadFigures"] & {
@@ -5223,6 +5264,99 @@ export interface operations {
             };
             /** @description No such live key */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    key_usage: {
+        parameters: {
+            query?: {
+                /** @description Whole days (UTC) up to and including today, 1 to 366 (default 30). */
+                days?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Project name */
+                project: string;
+                /** @description The item's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Requests per UTC day */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyUsage"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not a project admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
