@@ -13,6 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/postgres.sh
+source bench/lib.sh
 
 DURATION=${DURATION:-10}
 # Unmeasured seconds before each measurement, on both sides: the first seconds after start
@@ -22,12 +23,7 @@ WARMUP=${WARMUP:-3}
 CONNECTIONS=${CONNECTIONS:-16}
 ROWS=${ROWS:-1000}
 
-if ! command -v wrk >/dev/null; then
-  log "installing wrk (Debian package)"
-  sudo_=""; [ "$(id -u)" -ne 0 ] && sudo_=sudo
-  $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
-fi
-command -v pgbench >/dev/null || die "pgbench is missing (Debian: apt-get install postgresql-client)"
+ensure_wrk_and_pgbench
 
 ensure_postgres modelplane_bench_api
 db="${DATABASE_URL%/*}/modelplane_bench_api"

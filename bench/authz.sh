@@ -27,12 +27,7 @@ CONNECTIONS=${CONNECTIONS:-16}
 # requests (wrk's `delay` hook; the wait is not in the latency).
 RATE=${RATE:-5000}
 
-if ! command -v wrk >/dev/null; then
-  log "installing wrk (Debian package)"
-  sudo_=""; [ "$(id -u)" -ne 0 ] && sudo_=sudo
-  $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
-fi
-command -v pgbench >/dev/null || die "pgbench is missing (Debian: apt-get install postgresql-client)"
+ensure_wrk_and_pgbench
 
 ensure_postgres modelplane_bench_authz
 db="${DATABASE_URL%/*}/modelplane_bench_authz"

@@ -21,3 +21,13 @@ k8s_requests() { # url reads|writes
     }
     END { printf "%d\n", sum }'
 }
+
+# wrk, the Debian package, installed when missing; and pgbench, which comes with Postgres.
+ensure_wrk_and_pgbench() {
+  if ! command -v wrk >/dev/null; then
+    log "installing wrk (Debian package)"
+    local sudo_=""; [ "$(id -u)" -ne 0 ] && sudo_=sudo
+    $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+  fi
+  command -v pgbench >/dev/null || die "pgbench is missing (Debian: apt-get install postgresql-client)"
+}

@@ -193,8 +193,35 @@ pub async fn serve(config: ServeConfig, metrics: PrometheusHandle) -> Result<(),
     served
 }
 
-/// The activator's listener, when a port is set: every interface, since the Gateway must
-/// reach it (the requests it takes are only those the worker's routes send).
+/// Binds a listener for the Gateway on every interface at `port` (the Gateway must reach
+/// it); serve it with [`serve_for_gateway`].
+async fn bind_for_gateway(port: u16) -> Result<TcpListener, StartupError> {
+    let addr = std::net::SocketAddr::from(([0, 0, 0, 0], port));
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartupError::Listen { addr, source })
+}
+
+/// Serves `app` on `listener` until `shutdown`. The Gateway is its one client: the
+/// per-address cap is the whole cap.
+fn serve_for_gateway(
+    config: &ServeConfig,
+    listener: TcpListener,
+    app: axum::Router,
+    shutdown: &tokio_util::sync::CancellationToken,
+) {
+    let limits = crate::listener::ConnectionLimits {
+        max_connections_per_address: config.http.max_connections,
+        ..config.http.connection_limits()
+    };
+    let stop = shutdown.clone();
+    tokio::spawn(crate::listener::serve(listener, app, limits, async move {
+        stop.cancelled().await
+    }));
+}
+
+/// The activator's listener, when a port is set (the requests it takes are only those the
+/// worker's routes send).
 async fn start_activator(
     config: &ServeConfig,
     ctx: &service::Context,
@@ -205,10 +232,7 @@ async fn start_activator(
     let Some(port) = config.activator.activator_port else {
         return Ok(());
     };
-    let addr = std::net::SocketAddr::from(([0, 0, 0, 0], port));
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartupError::Listen { addr, source })?;
+    let listener = bind_for_gateway(port).await?;
     let activator = crate::service::activation::Activator::new(
         ctx.pool.clone(),
         changes.clone(),
@@ -219,21 +243,12 @@ async fn start_activator(
         models.clone(),
         config.activator.activator_max_body_bytes,
     );
-    // The Gateway is its one client: the per-address cap is the whole cap.
-    let limits = crate::listener::ConnectionLimits {
-        max_connections_per_address: config.http.max_connections,
-        ..config.http.connection_limits()
-    };
-    let stop = shutdown.clone();
-    tokio::spawn(crate::listener::serve(listener, app, limits, async move {
-        stop.cancelled().await
-    }));
-    tracing::info!(%addr, addresses = ?config.activator.activator_addresses, "activator listening");
+    serve_for_gateway(config, listener, app, shutdown);
+    tracing::info!(port, addresses = ?config.activator.activator_addresses, "activator listening");
     Ok(())
 }
 
-/// The key check's listener, when a port is set: every interface, since the Gateway must
-/// reach it (the routes' `ExternalAuth` filter).
+/// The key check's listener, when a port is set (the routes' `ExternalAuth` filter).
 async fn start_key_check(
     config: &ServeConfig,
     ctx: &service::Context,
@@ -242,24 +257,12 @@ async fn start_key_check(
     let Some(port) = config.keys.authz_port else {
         return Ok(());
     };
-    let addr = std::net::SocketAddr::from(([0, 0, 0, 0], port));
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartupError::Listen { addr, source })?;
+    let listener = bind_for_gateway(port).await?;
     let check =
         crate::service::key_check::KeyCheck::start(ctx.pool.clone(), shutdown.clone()).await?;
     let keys = check.keys();
-    let app = crate::api::authz::router(check);
-    // The Gateway is its one client: the per-address cap is the whole cap.
-    let limits = crate::listener::ConnectionLimits {
-        max_connections_per_address: config.http.max_connections,
-        ..config.http.connection_limits()
-    };
-    let stop = shutdown.clone();
-    tokio::spawn(crate::listener::serve(listener, app, limits, async move {
-        stop.cancelled().await
-    }));
-    tracing::info!(%addr, keys, "key check listening");
+    serve_for_gateway(config, listener, crate::api::authz::router(check), shutdown);
+    tracing::info!(port, keys, "key check listening");
     Ok(())
 }
 

@@ -117,7 +117,7 @@ pub(crate) fn slice_addresses(store: &Store, svc: &Value, port: Option<i64>) -> 
 
 /// The headers a proxy does not pass on (hop-by-hop, RFC 9110 section 7.6.1), and the
 /// length, which the proxied body sets again.
-const HOP_BY_HOP: [&str; 8] = [
+pub(crate) const HOP_BY_HOP: [&str; 8] = [
     "connection",
     "keep-alive",
     "proxy-connection",

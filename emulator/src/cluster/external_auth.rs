@@ -60,18 +60,11 @@ impl Allowed {
     }
 }
 
-/// Headers of the auth response that describe it, not the request it allows.
-const OWN: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
-    "host",
-];
+/// Headers of the auth response that describe it, not the request it allows: the ones no
+/// proxy passes on, and Host (never copied, as the filter's fields say).
+fn own(name: &str) -> bool {
+    name == "host" || super::external::HOP_BY_HOP.contains(&name)
+}
 
 /// Envoy's: request headers the HTTP auth service asks to remove.
 const REMOVE: &str = "x-envoy-auth-headers-to-remove";
@@ -163,7 +156,7 @@ pub(crate) async fn check(
     if answer.status() != StatusCode::OK {
         let mut denied = Response::builder().status(answer.status());
         for (name, value) in answer.headers() {
-            if !OWN.contains(&name.as_str()) {
+            if !own(name.as_str()) {
                 denied = denied.header(name, value);
             }
         }
@@ -187,7 +180,7 @@ pub(crate) async fn check(
             continue;
         }
         let copied = if allowed_response.is_empty() {
-            !OWN.contains(&name_str)
+            !own(name_str)
         } else {
             allowed_response.iter().any(|a| a == name_str)
         };

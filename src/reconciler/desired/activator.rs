@@ -16,11 +16,11 @@ use gateway_api::experimental::httproutes::{
     HttpRouteRulesFiltersUrlRewritePath, HttpRouteRulesFiltersUrlRewritePathType,
     HttpRouteRulesMatches, HttpRouteRulesMatchesPath, HttpRouteRulesMatchesPathType,
 };
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::route::{GatewayRef, route_object, route_path_prefix};
+use super::selectorless::selectorless;
 use super::{Target, generation_metadata};
 use crate::domain::ACTIVATOR_SUFFIX;
 
@@ -61,55 +61,11 @@ pub(super) fn activator_objects(
     address: &ActivatorAddress,
 ) -> ActivatorObjects {
     let name = activator_name(&t.record.name);
-    let service = Service {
-        metadata: generation_metadata(t, &name, namespace, labels),
-        spec: Some(ServiceSpec {
-            type_: Some("ClusterIP".into()),
-            ports: Some(vec![ServicePort {
-                name: Some("http".into()),
-                port: SERVICE_PORT,
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        ..Service::default()
-    };
-    // One address family per slice: the first address's.
-    let v4 = address.addresses.first().is_none_or(IpAddr::is_ipv4);
-    let mut slice_labels = labels.clone();
-    slice_labels.insert("kubernetes.io/service-name".into(), name.clone());
-    slice_labels.insert(
-        "endpointslice.kubernetes.io/managed-by".into(),
-        "modelplane.io".into(),
+    let (service, slice) = selectorless(
+        generation_metadata(t, &name, namespace, labels),
+        SERVICE_PORT,
+        address,
     );
-    let slice = EndpointSlice {
-        metadata: ObjectMeta {
-            labels: Some(slice_labels),
-            ..generation_metadata(t, &name, namespace, labels)
-        },
-        address_type: if v4 { "IPv4" } else { "IPv6" }.into(),
-        endpoints: address
-            .addresses
-            .iter()
-            .filter(|ip| ip.is_ipv4() == v4)
-            .map(|ip| Endpoint {
-                addresses: vec![ip.to_string()],
-                conditions: Some(EndpointConditions {
-                    ready: Some(true),
-                    ..EndpointConditions::default()
-                }),
-                ..Endpoint::default()
-            })
-            .collect::<Vec<_>>()
-            .into(),
-        ports: Some(vec![EndpointPort {
-            name: Some("http".into()),
-            port: Some(i32::from(address.port)),
-            protocol: Some("TCP".into()),
-            ..EndpointPort::default()
-        }]),
-    };
     let mut route = route_object(t, namespace, labels, gateway, None, false);
     let prefix = route_path_prefix(t);
     route.spec.rules = Some(vec![HttpRouteRules {

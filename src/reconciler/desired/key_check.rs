@@ -13,19 +13,19 @@
 //! Gateway cannot reach it, and the filter fails closed: nothing gets through unchecked.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use gateway_api::experimental::httproutes::{
     HttpRoute, HttpRouteRulesFilters, HttpRouteRulesFiltersExternalAuth,
     HttpRouteRulesFiltersExternalAuthBackendRef, HttpRouteRulesFiltersExternalAuthHttp,
     HttpRouteRulesFiltersExternalAuthProtocol, HttpRouteRulesFiltersType,
 };
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use uuid::Uuid;
 
 use super::ActivatorAddress;
+use super::selectorless::selectorless;
 use super::{LABEL_INSTALLATION, LABEL_MANAGED_BY, LABEL_PROJECT};
 use crate::domain::KEY_CHECK_SERVICE;
 
@@ -63,66 +63,13 @@ pub(super) fn key_check_objects(
     labels: &BTreeMap<String, String>,
     address: &ActivatorAddress,
 ) -> KeyCheckObjects {
-    let labels = shared_labels(labels);
     let meta = ObjectMeta {
         name: Some(KEY_CHECK_SERVICE.into()),
         namespace: Some(namespace.into()),
-        labels: Some(labels.clone()),
+        labels: Some(shared_labels(labels)),
         ..ObjectMeta::default()
     };
-    let port = i32::from(address.port);
-    let service = Service {
-        metadata: meta.clone(),
-        spec: Some(ServiceSpec {
-            type_: Some("ClusterIP".into()),
-            ports: Some(vec![ServicePort {
-                name: Some("http".into()),
-                port,
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        ..Service::default()
-    };
-    // One address family per slice: the first address's.
-    let v4 = address.addresses.first().is_none_or(IpAddr::is_ipv4);
-    let mut slice_labels = labels;
-    slice_labels.insert(
-        "kubernetes.io/service-name".into(),
-        KEY_CHECK_SERVICE.into(),
-    );
-    slice_labels.insert(
-        "endpointslice.kubernetes.io/managed-by".into(),
-        "modelplane.io".into(),
-    );
-    let slice = EndpointSlice {
-        metadata: ObjectMeta {
-            labels: Some(slice_labels),
-            ..meta
-        },
-        address_type: if v4 { "IPv4" } else { "IPv6" }.into(),
-        endpoints: address
-            .addresses
-            .iter()
-            .filter(|ip| ip.is_ipv4() == v4)
-            .map(|ip| Endpoint {
-                addresses: vec![ip.to_string()],
-                conditions: Some(EndpointConditions {
-                    ready: Some(true),
-                    ..EndpointConditions::default()
-                }),
-                ..Endpoint::default()
-            })
-            .collect::<Vec<_>>()
-            .into(),
-        ports: Some(vec![EndpointPort {
-            name: Some("http".into()),
-            port: Some(port),
-            protocol: Some("TCP".into()),
-            ..EndpointPort::default()
-        }]),
-    };
+    let (service, slice) = selectorless(meta, i32::from(address.port), address);
     KeyCheckObjects { service, slice }
 }
 

@@ -34,6 +34,7 @@ mod model_source;
 mod namespace;
 mod pod_monitor;
 mod route;
+mod selectorless;
 mod service;
 #[cfg(test)]
 mod tests;

@@ -4,6 +4,7 @@
 use gateway_api::experimental::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::Worker;
@@ -134,16 +135,8 @@ impl Worker {
             }
             return Ok(false);
         };
-        let service = self.cluster.apply(&activator.service).await?;
-        let mut slice = activator.slice.clone();
-        slice.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "v1".into(),
-            kind: "Service".into(),
-            name: service.metadata.name.clone().unwrap_or_default(),
-            uid: service.metadata.uid.clone().unwrap_or_default(),
-            ..OwnerReference::default()
-        }]);
-        self.cluster.apply(&slice).await?;
+        self.apply_selectorless(&activator.service, &activator.slice)
+            .await?;
         let to_zero = desired.deployment.spec.as_ref().and_then(|s| s.replicas) == Some(0);
         let starting = !to_zero && !has_available_replica(Some(deployment));
         self.note_waking(desired, starting);
@@ -157,8 +150,19 @@ impl Worker {
         let Some(key_check) = &desired.key_check else {
             return Ok(());
         };
-        let service = self.cluster.apply(&key_check.service).await?;
-        let mut slice = key_check.slice.clone();
+        self.apply_selectorless(&key_check.service, &key_check.slice)
+            .await
+    }
+
+    /// Applies a Service without a selector, then its EndpointSlice owned by it (so the
+    /// garbage collector removes the slice with the Service).
+    async fn apply_selectorless(
+        &self,
+        service: &Service,
+        slice: &EndpointSlice,
+    ) -> Result<(), ClusterError> {
+        let service = self.cluster.apply(service).await?;
+        let mut slice = slice.clone();
         slice.metadata.owner_references = Some(vec![OwnerReference {
             api_version: "v1".into(),
             kind: "Service".into(),
