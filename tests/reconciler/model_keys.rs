@@ -211,3 +211,46 @@ async fn a_public_deployment_stays_open_and_limits_answer_429(pool: PgPool) {
     let retry: u64 = limited.expect("429 past the limit").parse().unwrap();
     assert!((1..=60).contains(&retry));
 }
+
+/// On a cluster with the Gateway API's standard channel the API server refuses the filter:
+/// the deployment is Failed with the reason and what to do, and no route opens its URL.
+#[sqlx::test]
+async fn the_standard_channel_refuses_keys_and_the_status_says_what_to_do(pool: PgPool) {
+    let h = harness_with(
+        pool,
+        super::load::cluster(),
+        |_| {},
+        |o| o.model_keys = true,
+    )
+    .await;
+    h.app.create_project("team-a").await;
+    create_with(&h, "qwen", sim_spec()).await;
+    wait_for(
+        "the refusal in the status",
+        Duration::from_secs(60),
+        || async {
+            let d = h.deployment("qwen").await;
+            d["status"]["phase"] == "Failed"
+                && d["status"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("experimental channel"))
+        },
+    )
+    .await;
+    let d = h.deployment("qwen").await;
+    let message = d["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("Kubernetes rejected the HTTPRoute"),
+        "{message}"
+    );
+    assert!(message.contains("spec.access: public"), "{message}");
+    let routes: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        h.kube.clone(),
+        "team-a",
+        &resource_of("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    );
+    assert!(
+        routes.get_opt("qwen").await.unwrap().is_none(),
+        "no route, no open URL"
+    );
+}

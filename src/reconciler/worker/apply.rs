@@ -90,7 +90,9 @@ impl Worker {
             match self.apply_unless_refused(desired_route).await {
                 Ok(Ok(applied)) => route = Some(Some(applied)),
                 // The rest is applied and may serve in the cluster; status says what failed.
-                Ok(Err(refused)) => observed.route_rejected = Some(refused),
+                Ok(Err(refused)) => {
+                    observed.route_rejected = Some(explain_refusal(desired_route, refused));
+                }
                 Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
                     observed.route_problem = Some("the cluster does not serve the Gateway API (HTTPRoute CRD missing); no route was made".into());
                 }
@@ -439,5 +441,23 @@ impl Worker {
             Some(_) => {}
         }
         Ok(Some(live))
+    }
+}
+
+/// The API server's refusal of a route, with what to do when it is the key check's filter
+/// it does not know: the Gateway API's standard channel has no `ExternalAuth`.
+fn explain_refusal(route: &HttpRoute, message: String) -> String {
+    let guarded = route.spec.rules.iter().flatten().any(|rule| {
+        rule.filters
+            .iter()
+            .flatten()
+            .any(|f| f.external_auth.is_some())
+    });
+    if guarded && message.contains("ExternalAuth") {
+        format!(
+            "{message}. Model keys (spec.access: keys) need the HTTPRoute of the Gateway API's experimental channel, whose filters include ExternalAuth: install its CRDs (v1.6.1 experimental) and a Gateway that supports HTTPRouteExternalAuthHTTP, or set spec.access: public"
+        )
+    } else {
+        message
     }
 }
