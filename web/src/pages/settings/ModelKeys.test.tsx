@@ -12,6 +12,9 @@ const base = { project: 'team-a', createdBy: 'token:admin', createdAt: '2026-01-
 describe('ModelKeys', () => {
   it('lists scope, limits and state; a revoked key offers no button', async () => {
     stubFetch(ADMIN, ({ method, url }) => {
+      if (url.pathname === '/api/v1/projects/team-a/keys/k1/usage' && url.searchParams.get('days') === '30')
+        return json({ keyId: 'k1', key: 'chat-app', from: '2026-10-30', to: '2026-11-28', requests: 1234, daily: [] });
+      if (url.pathname.endsWith('/usage')) return json({ keyId: 'k2', key: 'old', from: '2026-10-30', to: '2026-11-28', requests: 0, daily: [] });
       if (url.pathname !== '/api/v1/projects/team-a/keys' || method !== 'GET') return undefined;
       return json({
         items: [
@@ -27,6 +30,7 @@ describe('ModelKeys', () => {
     expect(within(live).getByText(/600 requests\/min/)).toBeInTheDocument();
     expect(within(live).getByText('mpk_AbCdEfGh…')).toBeInTheDocument();
     expect(within(live).getByRole('button', { name: 'Revoke chat-app' })).toBeInTheDocument();
+    expect(await within(live).findByText((1234).toLocaleString())).toBeInTheDocument();
     const old = screen.getByRole('row', { name: /old/ });
     expect(within(old).getByText('every deployment')).toBeInTheDocument();
     expect(within(old).getByText(/^revoked /)).toBeInTheDocument();
@@ -36,6 +40,7 @@ describe('ModelKeys', () => {
   it('sends the scope and limits, shows the secret once with focus, and names a wrong deployment', async () => {
     let fail = true;
     const calls = stubFetch(ADMIN, ({ method, url, body }) => {
+      if (url.pathname.endsWith('/usage')) return json({ keyId: 'n1', key: 'chat-app', from: '2026-10-30', to: '2026-11-28', requests: 0, daily: [] });
       if (url.pathname !== '/api/v1/projects/team-a/keys') return undefined;
       if (method === 'GET') return json({ items: [], nextCursor: null });
       if (fail) {

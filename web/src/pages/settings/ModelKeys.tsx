@@ -1,7 +1,7 @@
 // The project's model keys: credentials for calling its models through the Gateway. List,
 // create (the secret shown once), revoke.
 import { useEffect, useRef, useState, type FormEvent } from 'react';
-import { useMutation } from '@tanstack/react-query';
+import { useMutation, useQuery } from '@tanstack/react-query';
 import { api, ApiError, call, type Schemas } from '../../api/client';
 import { CopyButton } from '../../components/CopyButton';
 import { Field } from '../../components/Field';
@@ -152,6 +152,9 @@ export function ModelKeys({ project }: { project: string }) {
                   Limits
                 </th>
                 <th scope="col" className="hide-narrow">
+                  Requests (30 days)
+                </th>
+                <th scope="col" className="hide-narrow">
                   Last used
                 </th>
                 <th scope="col">State</th>
@@ -159,7 +162,7 @@ export function ModelKeys({ project }: { project: string }) {
             </thead>
             <tbody>
               {items.map((k) => (
-                <KeyRow key={k.id} modelKey={k} onRevoke={() => setRevoking(k)} />
+                <KeyRow key={k.id} project={project} modelKey={k} onRevoke={() => setRevoking(k)} />
               ))}
             </tbody>
           </table>
@@ -185,7 +188,12 @@ export function ModelKeys({ project }: { project: string }) {
   );
 }
 
-function KeyRow({ modelKey: k, onRevoke }: { modelKey: Key; onRevoke: () => void }) {
+function KeyRow({ project, modelKey: k, onRevoke }: { project: string; modelKey: Key; onRevoke: () => void }) {
+  const usage = useQuery({
+    queryKey: ['model-keys', project, k.id, 'usage'],
+    queryFn: () =>
+      call(api.GET('/api/v1/projects/{project}/keys/{id}/usage', { params: { path: { project, id: k.id }, query: { days: 30 } } })),
+  });
   const expired = !k.revokedAt && !!k.expiresAt && Date.parse(k.expiresAt) <= Date.now();
   const limits = [
     k.requestsPerMinute != null ? `${k.requestsPerMinute.toLocaleString()} requests/min` : null,
@@ -199,6 +207,7 @@ function KeyRow({ modelKey: k, onRevoke }: { modelKey: Key; onRevoke: () => void
       </td>
       <td>{k.deployments ? k.deployments.join(', ') : 'every deployment'}</td>
       <td className="hide-narrow">{limits.length ? limits.join(', ') : 'none'}</td>
+      <td className="hide-narrow">{usage.data ? usage.data.requests.toLocaleString() : usage.error ? 'unknown' : '…'}</td>
       <td className="hide-narrow">{k.lastUsedAt ? when(k.lastUsedAt) : 'never'}</td>
       <td>
         {k.revokedAt ? (
