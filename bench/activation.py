@@ -20,6 +20,8 @@ SPEC = {
     "engine": {"kind": "sim", "args": ["--time-to-first-token=0", "--inter-token-latency=0"]},
     "resources": {"cpu": "1", "memory": "2Gi"},
     "replicas": 0,
+    # The activator's own cost: the model-key filter, measured apart below, stays off here.
+    "access": "public",
     "autoscaling": {
         "minReplicas": 0,
         "maxReplicas": 2,
@@ -99,13 +101,16 @@ class StatusWatch(threading.Thread):
             time.sleep(0.002)
 
 
-def completion(base, model):
+def completion(base, model, key=None):
     """One completion through the Gateway: (status, seconds to the first byte, whole)."""
     url = urllib.parse.urlparse(base + "/completions")
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=300)
     body = json.dumps({"model": model, "prompt": "one two three", "max_tokens": 2})
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
     sent = time.monotonic()
-    conn.request("POST", url.path, body=body, headers={"Content-Type": "application/json"})
+    conn.request("POST", url.path, body=body, headers=headers)
     response = conn.getresponse()
     first = time.monotonic()
     response.read()
@@ -147,10 +152,10 @@ def cold_start(args, name):
     return base, (first - watch.ready_at) * 1000, (first - sent) * 1000, split
 
 
-def steady(base, model, n):
+def steady(base, model, n, key=None):
     out = []
     for _ in range(n):
-        status, sent, first = completion(base, model)
+        status, sent, first = completion(base, model, key)
         if status != 200:
             raise SystemExit(f"steady request got {status}")
         out.append((first - sent) * 1000)
@@ -220,6 +225,23 @@ def main():
     print(f"  woken from zero (route back on its Service): p50 {a50:.2f} ms, p99 {a99:.2f} ms")
     print(f"  never at zero:                               p50 {n50:.2f} ms, p99 {n99:.2f} ms")
     print(f"  difference: p50 {a50 - n50:+.2f} ms, p99 {a99 - n99:+.2f} ms")
+
+    # What a model key costs on the path: the same spec with `access: keys`, called with a
+    # key (the Gateway's ExternalAuth filter asks the key check first), against `plain`.
+    keyed = dict(plain, access="keys")
+    api(args, "POST", "/api/v1/projects/bench/deployments", {"name": "keyed", "spec": keyed})
+    wait("keyed Ready", lambda: deployment(args, "keyed")["status"]["phase"] == "Ready")
+    key = api(args, "POST", "/api/v1/projects/bench/keys", {"name": "bench"})["secret"]
+    keyed_base = deployment(args, "keyed")["status"]["endpoints"]["openaiBase"]
+    wait("the key let through", lambda: completion(keyed_base, "keyed", key)[0] == 200)
+    steady(keyed_base, "keyed", 20, key)
+    with_key = steady(keyed_base, "keyed", args.steady, key)
+    again = steady(plain_base, "plain", args.steady)
+    k50, k99 = quantiles(with_key)
+    o50, o99 = quantiles(again)
+    print(f"  with a model key (filter and check):         p50 {k50:.2f} ms, p99 {k99:.2f} ms")
+    print(f"  public (again, after):                       p50 {o50:.2f} ms, p99 {o99:.2f} ms")
+    print(f"  the key check adds: p50 {k50 - o50:+.2f} ms, p99 {k99 - o99:+.2f} ms")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@
 # whole cold start. Then, on one deployment woken that way and one that never scaled to zero
 # (the same spec with `minReplicas: 1`), STEADY sequential completions each once the route
 # is back on the Service: p50/p99 of both, whose difference is what the activator leaves on
-# steady traffic (nothing: it is no longer on the path).
+# steady traffic (nothing: it is no longer on the path). Last, STEADY completions with a
+# model key to the same spec with `access: keys` (the Gateway's ExternalAuth filter asks
+# the key check first) against the public one: what the key check adds end to end. The
+# cold starts are `access: public`, so they measure the activator alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/postgres.sh
@@ -34,7 +37,8 @@ ensure_database "$db"
 log "building modelplane and the emulator (release)"
 SQLX_OFFLINE=true cargo build --quiet --release --bin modelplane
 SQLX_OFFLINE=true cargo build --quiet --release -p modelplane-emulator --bin modelplane-emulator
-crds=$PWD/$(scripts/crds.sh)
+# The experimental channel: its HTTPRoute takes the ExternalAuth filter of model keys.
+crds=$PWD/$(MODELPLANE_GATEWAY_API_CHANNEL=experimental scripts/crds.sh target/crds-experimental)
 
 host_ip=$(ip -4 route get 192.0.2.255 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -n1)
 [ -n "$host_ip" ] || die "no network address for the Gateway to reach the activator by (ip route get)"
@@ -58,11 +62,13 @@ until curl -fsS "http://127.0.0.1:$emu_port/readyz" >/dev/null 2>&1; do sleep 0.
 api_port=$(free_port 18880)
 worker_port=$(free_port $((api_port + 1)))
 activator_port=$(free_port $((api_port + 2)))
+authz_port=$(free_port $((activator_port + 1)))
 token="mpt_bench_$(head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
 common=(env DATABASE_URL="$db" MODELPLANE_BOOTSTRAP_TOKEN="$token" MODELPLANE_LOG=warn
         MODELPLANE_KUBECONFIG="$work/kubeconfig" MODELPLANE_INSTALLATION=bench
         MODELPLANE_GATEWAY="$GATEWAY" MODELPLANE_LOAD_INTERVAL_SECS=15
         MODELPLANE_ACTIVATOR_PORT="$activator_port" MODELPLANE_ACTIVATOR_ADDRESSES="$host_ip"
+        MODELPLANE_AUTHZ_PORT="$authz_port"
         MODELPLANE_RATE_LIMIT_PER_MINUTE=100000000 MODELPLANE_RATE_LIMIT_BURST=10000000)
 "${common[@]}" MODELPLANE_ROLE=api MODELPLANE_LISTEN="127.0.0.1:$api_port" \
   target/release/modelplane serve >"$work/api.log" 2>&1 &
