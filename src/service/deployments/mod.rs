@@ -4,19 +4,22 @@
 //! validate the new spec, store it with a revision and a timeline event, and queue a
 //! reconcile. A change that fails leaves nothing behind.
 
+mod create;
 mod reads;
 mod routes;
+
+pub use create::{Created, create_deployment};
 
 pub use reads::{
     GpuUsage, get_deployment, get_deployment_by_id, get_deployment_in, gpu_usage, latest_events_in,
     list_deployments, list_deployments_in, list_events, list_events_in, list_revisions,
     list_revisions_in, phase_counts, revision_counts_in,
 };
+use routes::check_route;
 pub(crate) use routes::route_claim;
-use routes::{check_route, hostname_conflict, path_conflict, reserved_hostnames};
 
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
+
 use sqlx::{Postgres, Transaction};
 use tracing::instrument;
 use uuid::Uuid;
@@ -27,12 +30,12 @@ use super::diff::changed_paths;
 use super::projects::parse_uuid_cursor;
 use super::{Actor, Context, Page, Precondition, ServiceError, cursor, page_size};
 use crate::domain::{
-    Deployment, DeploymentName, DeploymentSpec, DeploymentStatus, EventKind, FieldErrors,
-    LabelSelector, Phase, Project, Revision, Role, RouteClaim, RoutingMode, TimelineEvent,
-    canonical_json, check_not_canary_name, check_shared_gateway_rules, entity_tag, from_json_value,
+    Deployment, DeploymentName, DeploymentSpec, EventKind, FieldErrors, LabelSelector, Phase,
+    Project, Revision, Role, RouteClaim, RoutingMode, TimelineEvent, check_shared_gateway_rules,
+    entity_tag, from_json_value,
 };
 use crate::store;
-use crate::store::deployments::{CreateOutcome, DeploymentFilter, DeploymentRow, NewDeployment};
+use crate::store::deployments::{DeploymentFilter, DeploymentRow};
 use crate::store::events::NewEvent;
 use crate::store::routes::{RouteRefusal, RouteSpace};
 
@@ -102,13 +105,6 @@ impl SpecDocument {
     }
 }
 
-/// The outcome of a create: the record, and whether it replays an earlier request.
-#[derive(Debug)]
-pub struct Created {
-    pub deployment: Deployment,
-    pub replayed: bool,
-}
-
 /// What a spec-changing request asks for.
 enum SpecChange {
     MergePatch(serde_json::Value),
@@ -118,266 +114,6 @@ enum SpecChange {
         revision: i64,
         replicas: Option<i64>,
     },
-}
-
-/// Creates a deployment. One function (~140 lines) on purpose: the one-call path (creates
-/// that wait together share a round trip) and the transactional one share the validated
-/// values, and the order of refusals (a taken name, a reused key, the quota, the Gateway's
-/// rules, the routes) is the API's; split, that order would be spread over several places.
-#[instrument(skip(ctx, actor, request, idempotency_key), fields(project, deployment = %request.name))]
-pub async fn create_deployment(
-    ctx: &Context,
-    actor: &Actor,
-    project: &str,
-    request: CreateDeployment,
-    idempotency_key: Option<&str>,
-    options: WriteOptions,
-) -> Result<Created, ServiceError> {
-    let project = authorize(ctx, actor, project, Role::Editor).await?;
-    let request_hash = hash_request(&request);
-
-    let mut errors = FieldErrors::new();
-    let name = errors.check("name", DeploymentName::parse(&request.name));
-    if let Some(Err(reserved)) = name.as_ref().map(check_not_canary_name) {
-        errors.extend(reserved);
-    }
-    // A new deployment asks for keys where the installation checks them (a stored record
-    // without `access` stays public: nothing changes for its callers on an upgrade).
-    let mut spec = request.spec;
-    if spec.access.is_none() && ctx.limits.model_keys {
-        spec.access = Some(crate::domain::Access::Keys);
-    }
-    let serving = match spec.parse(&request.name, &ctx.limits) {
-        Ok(serving) => Some(serving),
-        Err(spec_errors) => {
-            errors.extend(spec_errors);
-            None
-        }
-    };
-    let (name, serving) = errors.finish(|| (name.unwrap(), serving.unwrap()))?;
-    let spec = &serving.spec;
-    let route = route_claim(ctx, &project, name.as_str(), spec);
-    let reserved = reserved_hostnames(ctx, &route).await?;
-    let rules = check_shared_gateway_rules(spec, &project, &route, &reserved);
-
-    let tracks = capacity::tracks_of(ctx, name.as_str(), spec, None);
-    let id = Uuid::now_v7();
-    let status = DeploymentStatus::pending(i64::from(serving.replicas));
-    let message = format!(
-        "created with {} replica(s) of {} serving {}",
-        serving.replicas,
-        spec.engine.kind.as_str(),
-        spec.model.source
-    );
-    let trace_parent = crate::telemetry::current_traceparent();
-    let new = NewDeployment {
-        id,
-        project_id: project.id,
-        name: name.as_str(),
-        spec,
-        route: &route,
-        status: &status,
-        message: &message,
-        actor: actor.name(),
-        trace_parent: trace_parent.as_deref(),
-    };
-    let space = RouteSpace::of(project.id, &route);
-    // A dry run writes nothing, so it neither claims nor replays a key.
-    let idempotency_key = idempotency_key.filter(|_| !options.dry_run);
-
-    // One call, committed with the creates that wait beside it, unless something must share
-    // its transaction: a key to claim, a dry run to roll back, GPUs to fit, (answered by the
-    // call) a quota to admit, or a refusal by the shared Gateway's rules, which comes after
-    // the key, the quota and a taken name. GPUs to fit and a nodeSelector to match against
-    // the nodes need the transaction too.
-    if idempotency_key.is_none()
-        && !options.dry_run
-        && tracks
-            .iter()
-            .all(|t| t.gpu.is_none() && t.node_selector.is_empty())
-        && rules.is_ok()
-    {
-        match written(ctx.creates.create(new, &space).await, &route) {
-            Ok(Some(row)) => return Ok(created(row, &project, Vec::new())),
-            Ok(None) => {}
-            Err(refused) => return Err(refused.into_error(ctx, &project, name.as_str()).await),
-        }
-    }
-
-    let mut conn = ctx.hot.acquire().await?;
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    if let Some(key) = idempotency_key {
-        let claimed = store::idempotency::claim_idempotency_key(
-            &mut *tx,
-            project.id,
-            &actor.key(),
-            key,
-            &request_hash,
-        )
-        .await?;
-        if !claimed {
-            return replay(&mut tx, &project, actor, key, &request_hash).await;
-        }
-    }
-    let change = capacity::Change {
-        project_id: project.id,
-        before: &[],
-        after: &tracks,
-        status: None,
-    };
-    let warnings = capacity::admit(ctx, &mut tx, change, options).await?;
-    let result = store::deployments::create_deployment_record(&mut *tx, new, &space, false).await;
-    let row = match written(result, &route) {
-        Ok(Some(row)) => row,
-        Ok(None) => {
-            return Err(sqlx::Error::Protocol(
-                "a create without the quota check asked for admission".into(),
-            )
-            .into());
-        }
-        Err(refused) => {
-            tx.rollback().await?;
-            // Given back before a taken name's message takes a connection of its own.
-            conn.reuse();
-            // A taken name is reported as such; the Gateway's rules come before the routes.
-            return Err(match rules {
-                Err(rules) if !matches!(refused, Refused::NameTaken) => rules.into(),
-                _ => refused.into_error(ctx, &project, name.as_str()).await,
-            });
-        }
-    };
-    if let Err(rules) = rules {
-        tx.rollback().await?;
-        conn.reuse();
-        return Err(rules.into());
-    }
-    let outcome = created(row, &project, warnings);
-    if options.dry_run {
-        tx.rollback().await?;
-        return Ok(outcome);
-    }
-    if let Some(key) = idempotency_key {
-        let body = serde_json::to_value(&outcome.deployment).expect("a deployment serialises");
-        store::idempotency::save_idempotent_response(
-            &mut *tx,
-            project.id,
-            &actor.key(),
-            key,
-            201,
-            &body,
-        )
-        .await?;
-    }
-    tx.commit().await?;
-    conn.reuse();
-    Ok(outcome)
-}
-
-/// A new record, as the create answers it.
-fn created(row: DeploymentRow, project: &Project, warnings: Vec<String>) -> Created {
-    let mut deployment = row.into_record(&project.name);
-    deployment.warnings = warnings;
-    tracing::info!(deployment_id = %deployment.id, "deployment created");
-    Created {
-        deployment,
-        replayed: false,
-    }
-}
-
-/// Why a create wrote nothing.
-enum Refused {
-    NameTaken,
-    Conflict(ServiceError),
-    Failed(sqlx::Error),
-}
-
-impl Refused {
-    async fn into_error(self, ctx: &Context, project: &Project, name: &str) -> ServiceError {
-        match self {
-            // Read again for the message: the name may belong to a record being deleted.
-            Refused::NameTaken => {
-                match store::deployments::find_deployment(&ctx.pool, project.id, name).await {
-                    Ok(Some(row)) => name_taken(project, name, &row),
-                    // Gone meanwhile (or unreadable): still the answer to this request.
-                    _ => ServiceError::conflict(
-                        Some("name"),
-                        format!(
-                            "deployment `{name}` already exists in project `{}`",
-                            project.name
-                        ),
-                    ),
-                }
-            }
-            Refused::Conflict(err) => err,
-            Refused::Failed(err) => err.into(),
-        }
-    }
-}
-
-/// The record a create's call wrote; `None` when the project's quota must admit it first.
-fn written(
-    result: Result<CreateOutcome, sqlx::Error>,
-    route: &RouteClaim,
-) -> Result<Option<DeploymentRow>, Refused> {
-    match result {
-        Ok(CreateOutcome::Created(row)) => Ok(Some(*row)),
-        Ok(CreateOutcome::NeedsAdmission) => Ok(None),
-        Ok(CreateOutcome::NameTaken) => Err(Refused::NameTaken),
-        Ok(CreateOutcome::HostnameTaken) => Err(Refused::Conflict(hostname_conflict(
-            route.hostname.as_deref().unwrap_or_default(),
-        ))),
-        Ok(CreateOutcome::Overlaps { name, path }) => {
-            Err(Refused::Conflict(path_conflict(route, &name, &path)))
-        }
-        Err(err) => Err(Refused::Failed(err)),
-    }
-}
-
-/// Answers a retried create with the response remembered for its key.
-async fn replay(
-    tx: &mut Transaction<'_, Postgres>,
-    project: &Project,
-    actor: &Actor,
-    key: &str,
-    request_hash: &str,
-) -> Result<Created, ServiceError> {
-    let stored =
-        store::idempotency::find_idempotency_key(&mut **tx, project.id, &actor.key(), key).await?;
-    match stored {
-        Some(stored) if stored.request_hash != request_hash => {
-            Err(ServiceError::IdempotencyKeyReused(key.to_owned()))
-        }
-        Some(stored) => {
-            let body = stored.response_body.ok_or_else(|| {
-                ServiceError::conflict(None, "a request with this Idempotency-Key is in progress")
-            })?;
-            let deployment: Deployment = serde_json::from_value(body).map_err(|err| {
-                sqlx::Error::Decode(format!("stored idempotent response: {err}").into())
-            })?;
-            tracing::info!(deployment_id = %deployment.id, "idempotent create replayed");
-            Ok(Created {
-                deployment,
-                replayed: true,
-            })
-        }
-        None => Err(ServiceError::conflict(
-            None,
-            "a request with this Idempotency-Key is in progress",
-        )),
-    }
-}
-
-/// The 409 for a taken name, saying when it will be free again.
-fn name_taken(project: &Project, name: &str, existing: &DeploymentRow) -> ServiceError {
-    let message = if existing.deletion_requested_at.is_some() {
-        format!("deployment `{name}` is being deleted; the name is free again once it is gone")
-    } else {
-        format!(
-            "deployment `{name}` already exists in project `{}`",
-            project.name
-        )
-    };
-    ServiceError::conflict(Some("name"), message)
 }
 
 /// A patch that switches `routing.mode` away from `InferencePool` without saying what
@@ -790,12 +526,6 @@ pub(super) async fn record_event(
         },
     )
     .await
-}
-
-fn hash_request(request: &CreateDeployment) -> String {
-    // Canonical JSON: equal requests hash equally whatever their key order.
-    let value = serde_json::json!({ "name": request.name, "spec": request.spec });
-    hex::encode(Sha256::digest(canonical_json(&value).as_bytes()))
 }
 
 fn parse_i64_cursor(key: &str) -> Result<i64, FieldErrors> {
