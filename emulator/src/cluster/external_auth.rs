@@ -163,9 +163,14 @@ pub(crate) async fn check(
         let body = answer.bytes().await.unwrap_or_default();
         return Err(denied.body(Body::from(body)).expect("a valid response"));
     }
+    Ok(allowed(filter, answer.headers()))
+}
+
+/// What a 200's `headers` do to the request to the backend, as `filter` says.
+fn allowed(filter: &Value, headers: &HeaderMap) -> Allowed {
     let allowed_response = names(filter, "/http/allowedResponseHeaders");
     let mut allowed = Allowed::default();
-    for (name, value) in answer.headers() {
+    for (name, value) in headers {
         let name_str = name.as_str();
         if name_str == REMOVE {
             allowed.remove.extend(
@@ -188,7 +193,7 @@ pub(crate) async fn check(
             allowed.set.push((name.clone(), value.clone()));
         }
     }
-    Ok(allowed)
+    allowed
 }
 
 #[cfg(test)]
