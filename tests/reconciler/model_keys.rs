@@ -230,7 +230,7 @@ async fn the_standard_channel_refuses_keys_and_the_status_says_what_to_do(pool: 
         Duration::from_secs(60),
         || async {
             let d = h.deployment("qwen").await;
-            d["status"]["phase"] == "Failed"
+            (d["status"]["phase"] == "Failed" || d["status"]["phase"] == "Degraded")
                 && d["status"]["message"]
                     .as_str()
                     .is_some_and(|m| m.contains("experimental channel"))
