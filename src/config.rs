@@ -108,6 +108,11 @@ pub struct KeysConfig {
     /// interface: the Gateway must reach it). Unset: no key check here.
     #[arg(long, env = "MODELPLANE_AUTHZ_PORT")]
     pub authz_port: Option<u16>,
+    /// How the routes' `ExternalAuth` filter calls it: `http` (the filter's HTTP protocol,
+    /// the deployment named in the check's path) or `grpc` (Envoy's ext_authz v3 `Check`,
+    /// the deployment found from the request's host and path). The listener speaks both.
+    #[arg(long, env = "MODELPLANE_AUTHZ_PROTOCOL", default_value = "http", value_parser = ["http", "grpc"])]
+    pub authz_protocol: String,
 }
 
 /// The activator: where requests to a deployment at zero replicas wait while one starts.
@@ -477,6 +482,7 @@ impl HttpConfig {
             ),
             max_connections: self.max_connections,
             max_connections_per_address: self.max_connections_per_address,
+            h2c: false,
         }
     }
 

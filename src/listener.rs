@@ -10,8 +10,10 @@
 //! - an accept that fails (out of file descriptors, …) is logged and retried: the listener
 //!   never stops for it.
 //!
-//! HTTP/1.1 only (with upgrades, for WebSockets): HTTP/2 in clear text has no header
-//! deadline to bound a silent client by, and browsers and curl speak HTTP/1.1 to it anyway.
+//! HTTP/1.1 (with upgrades, for WebSockets): browsers and curl speak it to us. HTTP/2 in
+//! clear text only where `h2c` is set (the key check's port: Envoy's gRPC ext_authz): a
+//! connection whose first bytes are HTTP/2's preface, which must arrive within
+//! `header_read_timeout`; keep-alive pings then close a peer that stops answering.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -36,6 +38,8 @@ pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
     pub max_connections: usize,
     pub max_connections_per_address: usize,
+    /// Also serve HTTP/2 with prior knowledge (gRPC).
+    pub h2c: bool,
 }
 
 impl Default for ConnectionLimits {
@@ -44,6 +48,7 @@ impl Default for ConnectionLimits {
             header_read_timeout: Duration::from_secs(10),
             max_connections: 4096,
             max_connections_per_address: 256,
+            h2c: false,
         }
     }
 }
@@ -94,32 +99,88 @@ pub async fn serve(
                 request.map(axum::body::Body::new)
             });
             let service = TowerToHyperService::new(service);
+            // Runs a connection until it ends, or until the listener closes: then it
+            // finishes the request in flight.
+            macro_rules! drive {
+                ($connection:expr) => {{
+                    let mut connection = std::pin::pin!($connection);
+                    tokio::select! {
+                        result = connection.as_mut() => {
+                            if let Err(err) = result {
+                                tracing::trace!(error = %err, "connection ended with an error");
+                            }
+                            return;
+                        }
+                        () = closing.cancelled() => {}
+                    }
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }};
+            }
+            if limits.h2c {
+                match starts_h2(&stream, limits.header_read_timeout).await {
+                    None => return,
+                    Some(true) => {
+                        let mut builder = hyper::server::conn::http2::Builder::new(
+                            hyper_util::rt::TokioExecutor::new(),
+                        );
+                        builder
+                            .timer(TokioTimer::new())
+                            .keep_alive_interval(Some(H2_PING))
+                            .keep_alive_timeout(limits.header_read_timeout)
+                            .max_concurrent_streams(H2_STREAMS);
+                        drive!(builder.serve_connection(TokioIo::new(stream), service));
+                        return;
+                    }
+                    Some(false) => {}
+                }
+            }
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_read_timeout)
                 .keep_alive(true);
-            let connection = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            let mut connection = std::pin::pin!(connection);
-            tokio::select! {
-                result = connection.as_mut() => {
-                    if let Err(err) = result {
-                        tracing::trace!(error = %err, "connection ended with an error");
-                    }
-                    return;
-                }
-                () = closing.cancelled() => {}
-            }
-            connection.as_mut().graceful_shutdown();
-            let _ = connection.await;
+            drive!(
+                builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades()
+            );
         });
     }
     drop(listener);
     closing.cancel();
     connections.close();
     connections.wait().await;
+}
+
+/// HTTP/2's connection preface (RFC 9113, 3.4): what a client with prior knowledge sends first.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// How often an idle HTTP/2 connection is pinged.
+const H2_PING: Duration = Duration::from_secs(20);
+/// Requests at once on one HTTP/2 connection.
+const H2_STREAMS: u32 = 1024;
+
+/// Whether the connection starts with HTTP/2's preface; `None` when its first bytes do not
+/// arrive within `deadline` (or it closes first). Peeks: the bytes stay for the server.
+async fn starts_h2(stream: &tokio::net::TcpStream, deadline: Duration) -> Option<bool> {
+    let mut buf = [0u8; 24];
+    let peeking = async {
+        loop {
+            let n = stream.peek(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            if buf[..n] != H2_PREFACE[..n] {
+                return Some(false);
+            }
+            if n == H2_PREFACE.len() {
+                return Some(true);
+            }
+            // Part of the preface so far: wait for more.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(deadline, peeking).await.ok().flatten()
 }
 
 /// The open connections, counted in all and per address.

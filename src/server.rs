@@ -208,10 +208,12 @@ fn serve_for_gateway(
     config: &ServeConfig,
     listener: TcpListener,
     app: axum::Router,
+    h2c: bool,
     shutdown: &tokio_util::sync::CancellationToken,
 ) {
     let limits = crate::listener::ConnectionLimits {
         max_connections_per_address: config.http.max_connections,
+        h2c,
         ..config.http.connection_limits()
     };
     let stop = shutdown.clone();
@@ -243,7 +245,7 @@ async fn start_activator(
         models.clone(),
         config.activator.activator_max_body_bytes,
     );
-    serve_for_gateway(config, listener, app, shutdown);
+    serve_for_gateway(config, listener, app, false, shutdown);
     tracing::info!(port, addresses = ?config.activator.activator_addresses, "activator listening");
     Ok(())
 }
@@ -261,7 +263,14 @@ async fn start_key_check(
     let check =
         crate::service::key_check::KeyCheck::start(ctx.pool.clone(), shutdown.clone()).await?;
     let keys = check.keys();
-    serve_for_gateway(config, listener, crate::api::authz::router(check), shutdown);
+    // HTTP/2 too: Envoy's gRPC ext_authz.
+    serve_for_gateway(
+        config,
+        listener,
+        crate::api::authz::router(check),
+        true,
+        shutdown,
+    );
     tracing::info!(port, keys, "key check listening");
     Ok(())
 }
@@ -512,6 +521,7 @@ fn worker_config(
                     addresses: activator.activator_addresses.clone(),
                     port,
                 }),
+            key_check_grpc: keys.authz_protocol == "grpc",
         },
         budgets: Budgets {
             unschedulable_seconds: config.unschedulable_budget_secs,

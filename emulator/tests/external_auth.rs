@@ -1,7 +1,8 @@
-//! The HTTPRoute `ExternalAuth` filter with the HTTP protocol (Gateway API GEP-1494, the
-//! experimental channel): the data plane asks the auth service first and carries out its
-//! answer as an Envoy-based Gateway does (`emulator/src/cluster/external_auth.rs` cites
-//! the filter's field descriptions and Envoy's ext_authz for each rule checked here).
+//! The HTTPRoute `ExternalAuth` filter with the HTTP and gRPC protocols (Gateway API
+//! GEP-1494, the experimental channel): the data plane asks the auth service first and
+//! carries out its answer as an Envoy-based Gateway does
+//! (`emulator/src/cluster/external_auth/` cites the filter's field descriptions and Envoy's
+//! ext_authz for each rule checked here).
 //! Both the auth service and the backend are selector-less Services whose EndpointSlices
 //! name real listeners on this machine's network address.
 
@@ -356,4 +357,164 @@ async fn the_standard_channel_refuses_the_filter() {
         panic!("{refused}")
     };
     assert_eq!(status.code, 422, "{status:?}");
+}
+
+/// What the gRPC auth service was asked: the request's attributes.
+type Asked = Arc<Mutex<Vec<envoy_types::ext_authz::v3::pb::CheckRequest>>>;
+
+/// Envoy's ext_authz gRPC service: `Bearer good` is allowed (a header set, one appended,
+/// the credentials removed); `Bearer busy` is denied with 429 and a body; else denied with
+/// no status (Envoy sends 403).
+struct GrpcAuth(Asked);
+
+#[tonic::async_trait]
+impl envoy_types::ext_authz::v3::pb::Authorization for GrpcAuth {
+    async fn check(
+        &self,
+        request: tonic::Request<envoy_types::ext_authz::v3::pb::CheckRequest>,
+    ) -> Result<tonic::Response<envoy_types::ext_authz::v3::pb::CheckResponse>, tonic::Status> {
+        use envoy_types::ext_authz::v3::pb::{CheckResponse, HeaderAppendAction, HttpStatusCode};
+        use envoy_types::ext_authz::v3::{
+            CheckRequestExt, CheckResponseExt, DeniedHttpResponseBuilder, OkHttpResponseBuilder,
+        };
+        let request = request.into_inner();
+        let authorization = request
+            .get_client_headers()
+            .and_then(|h| h.get("authorization").cloned())
+            .unwrap_or_default();
+        self.0.lock().unwrap().push(request);
+        let response = match authorization.as_str() {
+            "Bearer good" => {
+                let mut ok = OkHttpResponseBuilder::new();
+                ok.add_header(
+                    "x-user",
+                    "alice",
+                    Some(HeaderAppendAction::OverwriteIfExistsOrAdd),
+                    false,
+                )
+                .add_header(
+                    "x-other",
+                    "added",
+                    Some(HeaderAppendAction::AppendIfExistsOrAdd),
+                    false,
+                )
+                .remove_header("authorization");
+                let mut r = CheckResponse::with_status(tonic::Status::ok(""));
+                r.set_http_response(ok);
+                r
+            }
+            "Bearer busy" => {
+                let mut denied = DeniedHttpResponseBuilder::new();
+                denied
+                    .set_http_status(HttpStatusCode::TooManyRequests)
+                    .add_header("retry-after", "7", None, false)
+                    .set_body("slow down");
+                let mut r = CheckResponse::with_status(tonic::Status::resource_exhausted("busy"));
+                r.set_http_response(denied);
+                r
+            }
+            _ => CheckResponse::with_status(tonic::Status::unauthenticated("who are you")),
+        };
+        Ok(tonic::Response::new(response))
+    }
+}
+
+async fn grpc_auth_service(asked: Asked) -> u16 {
+    let incoming =
+        tonic::transport::server::TcpIncoming::bind("0.0.0.0:0".parse().unwrap()).unwrap();
+    let port = incoming.local_addr().unwrap().port();
+    let service = envoy_types::ext_authz::v3::pb::AuthorizationServer::new(GrpcAuth(asked));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(incoming),
+    );
+    port
+}
+
+#[tokio::test]
+async fn the_grpc_protocol_calls_envoys_check_and_carries_out_the_answer() {
+    let crds = modelplane_emulator::experimental_crds_dir().unwrap();
+    let emu = Emulator::builder()
+        .nodes(1)
+        .crds(Crds::Manifests(crds))
+        .gateway("gateway-system", "public")
+        .start()
+        .await
+        .expect("emulator starts");
+    let client = Client::try_from(Config::new(emu.url().parse().unwrap())).unwrap();
+    let gateway = emu.gateway_addr().unwrap();
+    let ip = host_address();
+    let asked: Asked = Arc::default();
+    let backend_log: Log = Log::default();
+    let auth_port = grpc_auth_service(asked.clone()).await;
+    let backend_port = backend(backend_log.clone()).await;
+    selectorless(&client, "authz", ip, auth_port, true).await;
+    selectorless(&client, "model", ip, backend_port, true).await;
+    let mut route = guarded_route();
+    route["spec"]["rules"][0]["filters"][0]["externalAuth"] = json!({
+        "protocol": "GRPC",
+        "backendRef": {"name": "authz", "port": 80},
+        "grpc": {"allowedHeaders": ["authorization", "x-other"]}});
+    apply(&routes(&client), "guarded", route).await.unwrap();
+
+    let http = reqwest::Client::new();
+    // A denial without an HTTP status is Envoy's 403; the backend is never asked.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let r = send(&http, gateway, &[("authorization", "Bearer nobody")]).await;
+        if r.status() == StatusCode::FORBIDDEN && !asked.lock().unwrap().is_empty() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{}", r.status());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let busy = send(&http, gateway, &[("authorization", "Bearer busy")]).await;
+    assert_eq!(busy.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(busy.headers()["retry-after"], "7");
+    assert_eq!(busy.text().await.unwrap(), "slow down");
+    assert!(backend_log.lock().unwrap().is_empty());
+
+    let allowed = send(
+        &http,
+        gateway,
+        &[("authorization", "Bearer good"), ("x-api-key", "k-1")],
+    )
+    .await;
+    assert_eq!(allowed.status(), StatusCode::OK);
+    let to_backend = backend_log.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(to_backend.header("x-user"), Some("alice"));
+    assert_eq!(to_backend.header("authorization"), None);
+    let others: Vec<&str> = to_backend
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "x-other")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(others, ["kept", "added"], "appended, not replaced");
+
+    // What Check was asked: the client's request line, Host, and only the allowed headers.
+    let request = asked.lock().unwrap().last().cloned().unwrap();
+    let http_request = request.attributes.unwrap().request.unwrap().http.unwrap();
+    assert_eq!(http_request.method, "POST");
+    assert_eq!(http_request.path, "/v1/chat?x=1");
+    assert_eq!(http_request.host, gateway.to_string());
+    assert_eq!(http_request.headers["authorization"], "Bearer good");
+    assert_eq!(http_request.headers["x-other"], "kept");
+    assert!(!http_request.headers.contains_key("x-api-key"));
+    assert!(http_request.raw_body.is_empty(), "forwardBody unset");
+
+    // Unreachable: fail closed.
+    selectorless(&client, "authz", ip, auth_port, false).await;
+    let before = backend_log.lock().unwrap().len();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let r = send(&http, gateway, &[("authorization", "Bearer good")]).await;
+        if r.status() == StatusCode::FORBIDDEN {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{}", r.status());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(backend_log.lock().unwrap().len(), before);
 }

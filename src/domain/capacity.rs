@@ -473,7 +473,8 @@ impl ProjectQuota {
     }
 }
 
-/// `GET …/usage`: GPU-hours of a project's ready replicas over whole days (UTC).
+/// `GET …/usage`: GPU-hours of a project's ready replicas, the requests its model keys
+/// sent and its deployments' tokens, over whole days (UTC).
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UsageReport {
@@ -481,6 +482,12 @@ pub struct UsageReport {
     pub from: NaiveDate,
     pub to: NaiveDate,
     pub gpu_hours: f64,
+    /// Requests the project's model keys were let through (deployments with
+    /// `access: keys`).
+    pub requests: i64,
+    /// Model tokens (prompt and generated) of its deployments, from their serving metrics
+    /// (rates times time: an estimate as good as the readings).
+    pub tokens: i64,
     /// Per deployment (and GPU kind), most used first; deleted deployments included.
     pub deployments: Vec<DeploymentUsage>,
     /// One entry per day from `from` to `to`, days without use included.
@@ -501,6 +508,8 @@ pub struct DeploymentUsage {
 pub struct DailyUsage {
     pub date: NaiveDate,
     pub gpu_hours: f64,
+    pub requests: i64,
+    pub tokens: i64,
 }
 
 #[cfg(test)]

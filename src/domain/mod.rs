@@ -48,7 +48,7 @@ pub use names::{
 pub use quantity::Quantity;
 pub use records::{
     ApiToken, AuditEvent, Change, ChangeKind, Deployment, EventKind, KeyUsage, KeyUsageDay,
-    ModelKey, Project, Revision, RoleBinding, TimelineEvent, entity_tag,
+    KeyUsageDeployment, ModelKey, Project, Revision, RoleBinding, TimelineEvent, entity_tag,
 };
 pub use routing::{RouteClaim, check_shared_gateway_rules, effective_path_prefix};
 pub use selector::{LabelRequirement, LabelSelector};

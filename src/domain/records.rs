@@ -168,8 +168,13 @@ pub struct ModelKey {
     pub deployments: Option<Vec<String>>,
     /// Requests a minute it may send; `null`: no limit.
     pub requests_per_minute: Option<i32>,
-    /// Model tokens (prompt and completion) a day it may use; `null`: no budget.
+    /// Model tokens (prompt and completion) a UTC day it may use; `null`: no budget.
+    /// Checked against its metered usage (`…/usage`), which trails by up to a minute.
     pub daily_token_budget: Option<i64>,
+    /// Requests it may have in flight at once; `null`: no limit. The Gateway's check sees a
+    /// request start, not end: a request counts as in flight for the deployment's recent
+    /// 95th-percentile latency (10 s before its metrics are read).
+    pub max_concurrent: Option<i32>,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
@@ -178,7 +183,8 @@ pub struct ModelKey {
     pub last_used_at: Option<DateTime<Utc>>,
 }
 
-/// What a model key was used for, per UTC day: the requests its checks let through.
+/// What a model key was used for, per UTC day: the requests its checks let through and
+/// its share of the tokens of the deployments it called.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyUsage {
@@ -188,8 +194,15 @@ pub struct KeyUsage {
     pub to: chrono::NaiveDate,
     /// Requests let through over the whole range.
     pub requests: i64,
+    /// Tokens over the whole range: a deployment's metered tokens (prompt and generated,
+    /// from its serving metrics) of a day, shared among the keys that called it that day in
+    /// proportion to their requests. An estimate: the model server counts tokens, not who
+    /// asked for them.
+    pub tokens: i64,
     /// Every day of the range, oldest first (days without requests included, as 0).
     pub daily: Vec<KeyUsageDay>,
+    /// The deployments it called in the range, by requests.
+    pub deployments: Vec<KeyUsageDeployment>,
 }
 
 /// One day of a model key's use.
@@ -198,6 +211,18 @@ pub struct KeyUsage {
 pub struct KeyUsageDay {
     pub date: chrono::NaiveDate,
     pub requests: i64,
+    pub tokens: i64,
+}
+
+/// A model key's use of one deployment over a range.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyUsageDeployment {
+    /// The deployment's name (`null` for requests counted before they were counted per
+    /// deployment, or of a deployment since deleted).
+    pub deployment: Option<String>,
+    pub requests: i64,
+    pub tokens: i64,
 }
 
 /// A role granted to an OIDC user or group on a project.

@@ -153,8 +153,22 @@ pub async fn get_usage(
         .map(|date| DailyUsage {
             date,
             gpu_hours: 0.0,
+            requests: 0,
+            tokens: 0,
         })
         .collect();
+    let since = from.and_time(chrono::NaiveTime::MIN).and_utc();
+    let until = (to + Duration::days(1))
+        .and_time(chrono::NaiveTime::MIN)
+        .and_utc();
+    for (date, requests, tokens) in
+        store::model_keys::project_days(&ctx.pool, project.project().id, since, until).await?
+    {
+        if let Some(day) = daily.get_mut((date - from).num_days() as usize) {
+            day.requests = requests;
+            day.tokens = tokens.round() as i64;
+        }
+    }
     let mut deployments: Vec<DeploymentUsage> = Vec::new();
     for row in rows {
         let index = (row.day - from).num_days() as usize;
@@ -180,6 +194,8 @@ pub async fn get_usage(
         from,
         to,
         gpu_hours: daily.iter().map(|d| d.gpu_hours).sum(),
+        requests: daily.iter().map(|d| d.requests).sum(),
+        tokens: daily.iter().map(|d| d.tokens).sum(),
         deployments,
         daily,
     })

@@ -4,7 +4,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, NaiveDate, Utc};
 use rand::RngCore;
 use tracing::instrument;
 use uuid::Uuid;
@@ -13,7 +13,7 @@ use super::access::authorize;
 use super::projects::parse_uuid_cursor;
 use super::tokens::hash_secret;
 use super::{Actor, Context, Page, ServiceError, cursor, page_size};
-use crate::domain::{FieldErrors, KeyUsage, KeyUsageDay, ModelKey, Role};
+use crate::domain::{FieldErrors, KeyUsage, KeyUsageDay, KeyUsageDeployment, ModelKey, Role};
 use crate::store;
 use crate::store::model_keys::NewKey;
 
@@ -26,6 +26,7 @@ const MAX_LIFETIME_DAYS: i64 = 3650;
 /// Deployments one key may name.
 const MAX_DEPLOYMENTS: usize = 100;
 const MAX_REQUESTS_PER_MINUTE: i32 = 1_000_000;
+const MAX_CONCURRENT: i32 = 100_000;
 
 /// Create a model key.
 #[derive(Debug, Clone, Default)]
@@ -37,6 +38,7 @@ pub struct CreateKey {
     pub deployments: Option<Vec<String>>,
     pub requests_per_minute: Option<i32>,
     pub daily_token_budget: Option<i64>,
+    pub max_concurrent: Option<i32>,
     /// When it stops working; `None`: when revoked.
     pub expires_at: Option<DateTime<Utc>>,
 }
@@ -114,6 +116,14 @@ fn validate(request: &CreateKey, now: DateTime<Utc>) -> FieldErrors {
             format!("must be from 1 to {MAX_REQUESTS_PER_MINUTE}; omit it for no limit"),
         );
     }
+    if let Some(limit) = request.max_concurrent
+        && !(1..=MAX_CONCURRENT).contains(&limit)
+    {
+        errors.push(
+            "maxConcurrent",
+            format!("must be from 1 to {MAX_CONCURRENT}; omit it for no limit"),
+        );
+    }
     if request.daily_token_budget.is_some_and(|b| b < 1) {
         errors.push(
             "dailyTokenBudget",
@@ -167,6 +177,7 @@ pub async fn create_key(
             deployments: request.deployments.as_deref(),
             requests_per_minute: request.requests_per_minute,
             daily_token_budget: request.daily_token_budget,
+            max_concurrent: request.max_concurrent,
             created_by: actor.name(),
             expires_at: request.expires_at,
         },
@@ -282,26 +293,59 @@ pub async fn key_usage(
     let key = get_key(ctx, actor, project, id).await?;
     let to = Utc::now().date_naive();
     let from = to - Duration::days(days - 1);
-    let rows = store::model_keys::requests_by_day(&ctx.pool, id, from, to).await?;
+    let since = from.and_time(chrono::NaiveTime::MIN).and_utc();
+    let until = (to + Duration::days(1))
+        .and_time(chrono::NaiveTime::MIN)
+        .and_utc();
+    let rows = store::model_keys::key_days(&ctx.pool, &[id], since, until).await?;
+    Ok(usage_of(key, from, to, &rows))
+}
+
+/// Sums a key's rows per day (every day of the range) and per deployment.
+fn usage_of(
+    key: ModelKey,
+    from: NaiveDate,
+    to: NaiveDate,
+    rows: &[store::model_keys::KeyDay],
+) -> KeyUsage {
     let daily: Vec<KeyUsageDay> = from
         .iter_days()
         .take_while(|d| *d <= to)
-        .map(|date| KeyUsageDay {
-            date,
-            requests: rows
-                .iter()
-                .find(|(day, _)| *day == date)
-                .map_or(0, |(_, n)| *n),
+        .map(|date| {
+            let of_day = rows.iter().filter(|r| r.day == date);
+            KeyUsageDay {
+                date,
+                requests: of_day.clone().map(|r| r.requests).sum(),
+                tokens: of_day.map(|r| r.tokens).sum::<f64>().round() as i64,
+            }
         })
         .collect();
-    Ok(KeyUsage {
+    let mut deployments: Vec<KeyUsageDeployment> = Vec::new();
+    for row in rows {
+        let name = row.deployment.clone();
+        match deployments.iter_mut().find(|d| d.deployment == name) {
+            Some(d) => {
+                d.requests += row.requests;
+                d.tokens += row.tokens.round() as i64;
+            }
+            None => deployments.push(KeyUsageDeployment {
+                deployment: name,
+                requests: row.requests,
+                tokens: row.tokens.round() as i64,
+            }),
+        }
+    }
+    deployments.sort_by(|a, b| b.requests.cmp(&a.requests));
+    KeyUsage {
         key_id: key.id,
         key: key.name,
         from,
         to,
         requests: daily.iter().map(|d| d.requests).sum(),
+        tokens: daily.iter().map(|d| d.tokens).sum(),
         daily,
-    })
+        deployments,
+    }
 }
 
 #[cfg(test)]
@@ -320,6 +364,7 @@ mod tests {
             deployments: Some(vec!["a".into(), "b".into(), "a".into()]),
             requests_per_minute: Some(0),
             daily_token_budget: Some(0),
+            max_concurrent: Some(0),
             expires_at: Some(now - Duration::minutes(1)),
         };
         assert_eq!(
@@ -328,6 +373,7 @@ mod tests {
                 "name",
                 "deployments[2]",
                 "requestsPerMinute",
+                "maxConcurrent",
                 "dailyTokenBudget",
                 "expiresAt"
             ]

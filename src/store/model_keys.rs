@@ -21,6 +21,7 @@ pub struct NewKey<'a> {
     pub deployments: Option<&'a [String]>,
     pub requests_per_minute: Option<i32>,
     pub daily_token_budget: Option<i64>,
+    pub max_concurrent: Option<i32>,
     pub created_by: &'a str,
     pub expires_at: Option<DateTime<Utc>>,
 }
@@ -37,6 +38,7 @@ pub struct KeyGrant {
     pub deployments: Option<Vec<String>>,
     pub requests_per_minute: Option<i32>,
     pub daily_token_budget: Option<i64>,
+    pub max_concurrent: Option<i32>,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
@@ -51,6 +53,7 @@ struct Row {
     deployments: Option<Vec<String>>,
     requests_per_minute: Option<i32>,
     daily_token_budget: Option<i64>,
+    max_concurrent: Option<i32>,
     created_by: String,
     created_at: DateTime<Utc>,
     expires_at: Option<DateTime<Utc>>,
@@ -68,6 +71,7 @@ impl From<Row> for ModelKey {
             deployments: r.deployments,
             requests_per_minute: r.requests_per_minute,
             daily_token_budget: r.daily_token_budget,
+            max_concurrent: r.max_concurrent,
             created_by: r.created_by,
             created_at: r.created_at,
             expires_at: r.expires_at,
@@ -81,7 +85,8 @@ impl From<Row> for ModelKey {
 macro_rules! listed {
     () => {
         "k.id, (select name from project where id = k.project_id) as project, k.name, k.prefix,
-         k.deployments, k.requests_per_minute, k.daily_token_budget, k.created_by, k.created_at,
+         k.deployments, k.requests_per_minute, k.daily_token_budget, k.max_concurrent,
+         k.created_by, k.created_at,
          k.expires_at, k.revoked_at, k.last_used_at"
     };
 }
@@ -90,7 +95,8 @@ macro_rules! listed {
 macro_rules! granted {
     () => {
         "k.id, k.key_hash, k.name, k.project_id, p.name as project, k.deployments,
-         k.requests_per_minute, k.daily_token_budget, k.expires_at, k.revoked_at, k.last_used_at
+         k.requests_per_minute, k.daily_token_budget, k.max_concurrent, k.expires_at,
+         k.revoked_at, k.last_used_at
          from model_key k join project p on p.id = k.project_id"
     };
 }
@@ -99,8 +105,8 @@ macro_rules! granted {
 pub async fn insert(db: impl PgExecutor<'_>, key: NewKey<'_>) -> Result<ModelKey, sqlx::Error> {
     let row: Row = sqlx::query_as(concat!(
         "insert into model_key as k (id, project_id, name, prefix, key_hash, deployments,
-                requests_per_minute, daily_token_budget, created_by, expires_at)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                requests_per_minute, daily_token_budget, max_concurrent, created_by, expires_at)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          returning ",
         listed!()
     ))
@@ -112,6 +118,7 @@ pub async fn insert(db: impl PgExecutor<'_>, key: NewKey<'_>) -> Result<ModelKey
     .bind(key.deployments)
     .bind(key.requests_per_minute)
     .bind(key.daily_token_budget)
+    .bind(key.max_concurrent)
     .bind(key.created_by)
     .bind(key.expires_at)
     .fetch_one(db)
@@ -238,22 +245,37 @@ pub async fn existing_deployments(
     .await
 }
 
-/// The project and name of deployment `id`, for the key check.
+/// Deployment `id` as the key check needs it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DeploymentOf {
+    pub project_id: Uuid,
+    pub name: String,
+    /// The 95th percentile of its requests' latency at the last reading of its metrics.
+    pub e2e_p95_seconds: Option<f64>,
+}
+
+/// The project, name and request latency of deployment `id`, for the key check.
 #[instrument(skip(db))]
 pub async fn deployment_of(
     db: impl PgExecutor<'_>,
     id: Uuid,
-) -> Result<Option<(Uuid, String)>, sqlx::Error> {
-    sqlx::query_as("select project_id, name from model_deployment where id = $1")
-        .bind(id)
-        .fetch_optional(db)
-        .await
+) -> Result<Option<DeploymentOf>, sqlx::Error> {
+    sqlx::query_as(
+        "select d.project_id, d.name,
+                (select (l.load ->> 'e2eLatencyP95Seconds')::float8 from deployment_load l
+                 where l.deployment_id = d.id and l.track = 'all') as e2e_p95_seconds
+         from model_deployment d where d.id = $1",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
 }
 
 /// Requests a process let through for one key in one minute.
 #[derive(Debug, Clone)]
 pub struct Counted {
     pub key_id: Uuid,
+    pub deployment_id: Uuid,
     pub minute: DateTime<Utc>,
     pub requests: i64,
 }
@@ -268,27 +290,31 @@ pub async fn count_requests(
     limited: &[Uuid],
 ) -> Result<Vec<(Uuid, i64)>, sqlx::Error> {
     let ids: Vec<Uuid> = counted.iter().map(|c| c.key_id).collect();
+    let deployments: Vec<Uuid> = counted.iter().map(|c| c.deployment_id).collect();
     let minutes: Vec<DateTime<Utc>> = counted.iter().map(|c| c.minute).collect();
     let requests: Vec<i64> = counted.iter().map(|c| c.requests).collect();
     let mut tx = db.begin().await?;
     // Keys deleted meanwhile (their project gone) are skipped, not an error.
     sqlx::query(
-        "insert into model_key_usage (key_id, minute, requests)
-         select u.key_id, u.minute, u.requests
-         from unnest($1::uuid[], $2::timestamptz[], $3::bigint[]) as u (key_id, minute, requests)
+        "insert into model_key_usage (key_id, deployment_id, minute, requests)
+         select u.key_id, u.deployment_id, u.minute, u.requests
+         from unnest($1::uuid[], $4::uuid[], $2::timestamptz[], $3::bigint[])
+             as u (key_id, deployment_id, minute, requests)
          where exists (select 1 from model_key k where k.id = u.key_id)
-         on conflict (key_id, minute) do update
+         on conflict (key_id, minute, deployment_id) do update
              set requests = model_key_usage.requests + excluded.requests",
     )
     .bind(&ids)
     .bind(&minutes)
     .bind(&requests)
+    .bind(&deployments)
     .execute(&mut *tx)
     .await?;
     touch(&mut *tx, &ids).await?;
     let totals = sqlx::query_as(
-        "select key_id, requests from model_key_usage
-         where minute = $1 and (key_id = any($2) or key_id = any($3))",
+        "select key_id, sum(requests)::bigint from model_key_usage
+         where minute = $1 and (key_id = any($2) or key_id = any($3))
+         group by key_id",
     )
     .bind(at)
     .bind(limited)
@@ -299,27 +325,86 @@ pub async fn count_requests(
     Ok(totals)
 }
 
-/// Requests key `id` was let through, per UTC day from `from` to `to` (days without any
-/// left out).
+/// Where a deployment's route sits: its id, hostname and effective path prefix.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct RouteAt {
+    pub id: Uuid,
+    pub hostname: Option<String>,
+    pub path: String,
+}
+
+/// Every deployment's route (the key check's gRPC protocol finds the deployment asked for
+/// from the request's host and path).
 #[instrument(skip(db))]
-pub async fn requests_by_day(
-    db: impl PgExecutor<'_>,
-    id: Uuid,
-    from: chrono::NaiveDate,
-    to: chrono::NaiveDate,
-) -> Result<Vec<(chrono::NaiveDate, i64)>, sqlx::Error> {
+pub async fn routes(db: impl PgExecutor<'_>) -> Result<Vec<RouteAt>, sqlx::Error> {
     sqlx::query_as(
-        "select (minute at time zone 'UTC')::date as day, sum(requests)::bigint
-         from model_key_usage
-         where key_id = $1
-           and minute >= ($2::date)::timestamp at time zone 'UTC'
-           and minute < ($3::date + 1)::timestamp at time zone 'UTC'
-         group by day
-         order by day",
+        "select id, route_hostname as hostname, route_path as path from model_deployment
+         where deletion_requested_at is null",
     )
-    .bind(id)
-    .bind(from)
-    .bind(to)
+    .fetch_all(db)
+    .await
+}
+
+/// Requests and tokens of a key on one deployment and UTC day (`key_tokens` in the
+/// migrations: the deployment's metered tokens shared among the keys that called it).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct KeyDay {
+    pub key_id: Uuid,
+    pub deployment_id: Uuid,
+    /// Its name, while it exists.
+    pub deployment: Option<String>,
+    pub day: chrono::NaiveDate,
+    pub requests: i64,
+    pub tokens: f64,
+}
+
+/// What keys `ids` used per deployment and UTC day in `[since, until)`.
+#[instrument(skip(db, ids), fields(keys = ids.len()))]
+pub async fn key_days(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Result<Vec<KeyDay>, sqlx::Error> {
+    sqlx::query_as(
+        "select t.key_id, t.deployment_id, d.name as deployment, t.day, t.requests, t.tokens
+         from key_tokens($1, $2, $3) t left join model_deployment d on d.id = t.deployment_id
+         order by t.day, t.deployment_id",
+    )
+    .bind(ids)
+    .bind(since)
+    .bind(until)
+    .fetch_all(db)
+    .await
+}
+
+/// A project's deployments' metered tokens and its keys' requests per UTC day in
+/// `[since, until)`: `(day, requests, tokens)`.
+#[instrument(skip(db))]
+pub async fn project_days(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Result<Vec<(chrono::NaiveDate, i64, f64)>, sqlx::Error> {
+    sqlx::query_as(
+        "with calls as (
+             select (u.minute at time zone 'UTC')::date as day, sum(u.requests)::bigint as requests
+             from model_key_usage u join model_key k on k.id = u.key_id
+             where k.project_id = $1 and u.minute >= $2 and u.minute < $3
+             group by 1),
+         metered as (
+             select t.day, sum(t.tokens)::float8 as tokens
+             from deployment_tokens(
+                 array(select id from model_deployment where project_id = $1), $2, $3) t
+             group by 1)
+         select coalesce(c.day, m.day) as day, coalesce(c.requests, 0), coalesce(m.tokens, 0)
+         from calls c full join metered m on m.day = c.day
+         order by 1",
+    )
+    .bind(project_id)
+    .bind(since)
+    .bind(until)
     .fetch_all(db)
     .await
 }

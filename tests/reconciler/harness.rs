@@ -78,6 +78,7 @@ pub(crate) fn worker_config(id: &str) -> WorkerConfig {
             pod_monitor_interval_secs: None,
             activator: None,
             key_check: None,
+            key_check_grpc: false,
         },
         budgets: Budgets {
             unschedulable_seconds: 300,

@@ -686,9 +686,10 @@ fn inference_pools(sim: &Sim, refs: &PoolParents) {
 /// the ExternalAuth ones) of what the data plane (`dataplane.rs`, `external_auth.rs`)
 /// carries out, "sorted in ascending alphabetical order by the Name key" (GatewayClassStatus
 /// .SupportedFeatures).
-const SUPPORTED_FEATURES: [&str; 6] = [
+const SUPPORTED_FEATURES: [&str; 7] = [
     "Gateway",
     "HTTPRoute",
+    "HTTPRouteExternalAuthGRPC",
     "HTTPRouteExternalAuthHTTP",
     "HTTPRouteMethodMatching",
     "HTTPRoutePathRewrite",

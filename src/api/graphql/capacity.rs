@@ -170,6 +170,10 @@ pub struct Usage {
     pub from: NaiveDate,
     pub to: NaiveDate,
     pub gpu_hours: f64,
+    /// Requests the project's model keys were let through.
+    pub requests: i64,
+    /// Model tokens of its deployments, from their serving metrics (an estimate).
+    pub tokens: i64,
     pub deployments: Vec<DeploymentUsage>,
     pub daily: Vec<DailyUsage>,
 }
@@ -186,6 +190,8 @@ pub struct DeploymentUsage {
 pub struct DailyUsage {
     pub date: NaiveDate,
     pub gpu_hours: f64,
+    pub requests: i64,
+    pub tokens: i64,
 }
 
 impl From<domain::UsageReport> for Usage {
@@ -194,6 +200,8 @@ impl From<domain::UsageReport> for Usage {
             from: u.from,
             to: u.to,
             gpu_hours: u.gpu_hours,
+            requests: u.requests,
+            tokens: u.tokens,
             deployments: u
                 .deployments
                 .into_iter()
@@ -210,6 +218,8 @@ impl From<domain::UsageReport> for Usage {
                 .map(|d| DailyUsage {
                     date: d.date,
                     gpu_hours: d.gpu_hours,
+                    requests: d.requests,
+                    tokens: d.tokens,
                 })
                 .collect(),
         }

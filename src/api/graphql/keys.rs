@@ -21,8 +21,12 @@ pub struct ModelKey {
     pub deployments: Option<Vec<String>>,
     /// Requests a minute it may send; null: no limit.
     pub requests_per_minute: Option<i32>,
-    /// Model tokens a day it may use; null: no budget.
+    /// Model tokens a UTC day it may use (checked against its metered usage); null: no
+    /// budget.
     pub daily_token_budget: Option<i64>,
+    /// Requests it may have in flight at once (estimated from the deployment's latency);
+    /// null: no limit.
+    pub max_concurrent: Option<i32>,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
@@ -44,31 +48,57 @@ impl ModelKey {
             from: usage.from,
             to: usage.to,
             requests: usage.requests,
+            tokens: usage.tokens,
             daily: usage
                 .daily
                 .into_iter()
                 .map(|d| KeyUsageDay {
                     date: d.date,
                     requests: d.requests,
+                    tokens: d.tokens,
+                })
+                .collect(),
+            deployments: usage
+                .deployments
+                .into_iter()
+                .map(|d| KeyUsageDeployment {
+                    deployment: d.deployment,
+                    requests: d.requests,
+                    tokens: d.tokens,
                 })
                 .collect(),
         })
     }
 }
 
-/// A model key's requests per UTC day.
+/// A model key's requests per UTC day, and its share of the tokens of the deployments it
+/// called (a deployment's metered tokens of a day divided among the keys that called it,
+/// by their requests).
 #[derive(SimpleObject)]
 pub struct KeyUsage {
     pub from: NaiveDate,
     pub to: NaiveDate,
     pub requests: i64,
+    pub tokens: i64,
     pub daily: Vec<KeyUsageDay>,
+    /// Per deployment called, most requests first.
+    pub deployments: Vec<KeyUsageDeployment>,
 }
 
 #[derive(SimpleObject)]
 pub struct KeyUsageDay {
     pub date: NaiveDate,
     pub requests: i64,
+    pub tokens: i64,
+}
+
+#[derive(SimpleObject)]
+pub struct KeyUsageDeployment {
+    /// Null: requests counted before they were counted per deployment, or of a deployment
+    /// since deleted.
+    pub deployment: Option<String>,
+    pub requests: i64,
+    pub tokens: i64,
 }
 
 impl From<domain::ModelKey> for ModelKey {
@@ -81,6 +111,7 @@ impl From<domain::ModelKey> for ModelKey {
             deployments: k.deployments,
             requests_per_minute: k.requests_per_minute,
             daily_token_budget: k.daily_token_budget,
+            max_concurrent: k.max_concurrent,
             created_by: k.created_by,
             created_at: k.created_at,
             expires_at: k.expires_at,

@@ -444,6 +444,7 @@ impl Mutation {
         deployments: Option<Vec<String>>,
         requests_per_minute: Option<i32>,
         daily_token_budget: Option<i64>,
+        max_concurrent: Option<i32>,
         expires_at: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<super::keys::CreatedModelKey> {
         let (state, actor) = caller(ctx)?;
@@ -452,6 +453,7 @@ impl Mutation {
             deployments,
             requests_per_minute,
             daily_token_budget,
+            max_concurrent,
             expires_at,
         };
         let created = model_keys::create_key(&state.ctx, actor, &project, request)

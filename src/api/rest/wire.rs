@@ -351,10 +351,17 @@ pub struct CreateModelKey {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 1000000)]
     pub requests_per_minute: Option<i32>,
-    /// Model tokens (prompt and completion) a day it may use; omit for no budget.
+    /// Model tokens (prompt and completion) a UTC day it may use; omit for no budget.
+    /// Checked against its metered usage (`…/usage`), which trails by up to a minute.
     #[serde(default)]
     #[schema(minimum = 1)]
     pub daily_token_budget: Option<i64>,
+    /// Requests it may have in flight at once (1 to 100,000); omit for no limit. A request
+    /// counts as in flight for the deployment's recent 95th-percentile latency (the
+    /// Gateway's check sees requests start, not end).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 100000)]
+    pub max_concurrent: Option<i32>,
     /// When it stops working: in the future, at most 10 years away; omit for when revoked.
     #[serde(default)]
     pub expires_at: Option<DateTime<Utc>>,
@@ -367,6 +374,7 @@ impl From<CreateModelKey> for model_keys::CreateKey {
             deployments: body.deployments,
             requests_per_minute: body.requests_per_minute,
             daily_token_budget: body.daily_token_budget,
+            max_concurrent: body.max_concurrent,
             expires_at: body.expires_at,
         }
     }

@@ -1,7 +1,7 @@
 //! What makes the Gateway ask modelplane's key check before a request reaches a deployment
 //! with `access: keys`: the HTTPRoute `ExternalAuth` filter (Gateway API GEP-1494, the
 //! experimental channel) on every rule of each of its routes, with the HTTP protocol,
-//! calling `modelplane-authz`: a Service without a selector in the project's namespace
+//! (or gRPC, `keys.protocol`), calling `modelplane-authz`: a Service without a selector in the project's namespace
 //! whose EndpointSlice names the key check's addresses (the same "Services without
 //! selectors" as the activator's; in the route's own namespace, so no ReferenceGrant).
 //!
@@ -16,8 +16,9 @@ use std::collections::BTreeMap;
 
 use gateway_api::experimental::httproutes::{
     HttpRoute, HttpRouteRulesFilters, HttpRouteRulesFiltersExternalAuth,
-    HttpRouteRulesFiltersExternalAuthBackendRef, HttpRouteRulesFiltersExternalAuthHttp,
-    HttpRouteRulesFiltersExternalAuthProtocol, HttpRouteRulesFiltersType,
+    HttpRouteRulesFiltersExternalAuthBackendRef, HttpRouteRulesFiltersExternalAuthGrpc,
+    HttpRouteRulesFiltersExternalAuthHttp, HttpRouteRulesFiltersExternalAuthProtocol,
+    HttpRouteRulesFiltersType,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -73,8 +74,9 @@ pub(super) fn key_check_objects(
     KeyCheckObjects { service, slice }
 }
 
-/// Puts the key check's filter first on every rule of `route`, for deployment `id`.
-pub(super) fn guard(route: &mut HttpRoute, id: Uuid, port: u16) {
+/// Puts the key check's filter first on every rule of `route`, for deployment `id`; with
+/// the gRPC protocol, the check finds the deployment from the request's host and path.
+pub(super) fn guard(route: &mut HttpRoute, id: Uuid, port: u16, grpc: bool) {
     let filter = HttpRouteRulesFilters {
         r#type: HttpRouteRulesFiltersType::ExternalAuth,
         external_auth: Some(HttpRouteRulesFiltersExternalAuth {
@@ -85,15 +87,22 @@ pub(super) fn guard(route: &mut HttpRoute, id: Uuid, port: u16) {
                 namespace: None,
                 port: Some(i32::from(port)),
             },
-            protocol: HttpRouteRulesFiltersExternalAuthProtocol::Http,
-            http: Some(HttpRouteRulesFiltersExternalAuthHttp {
+            protocol: if grpc {
+                HttpRouteRulesFiltersExternalAuthProtocol::Grpc
+            } else {
+                HttpRouteRulesFiltersExternalAuthProtocol::Http
+            },
+            http: (!grpc).then(|| HttpRouteRulesFiltersExternalAuthHttp {
                 path: Some(format!("{KEY_CHECK_PATH}/{id}")),
                 allowed_headers: Some(vec!["x-api-key".into()]),
                 allowed_response_headers: Some(
                     RESPONSE_HEADERS.iter().map(|h| (*h).to_owned()).collect(),
                 ),
             }),
-            grpc: None,
+            // Only the headers that can hold a key (an empty list would send them all).
+            grpc: grpc.then(|| HttpRouteRulesFiltersExternalAuthGrpc {
+                allowed_headers: Some(vec!["authorization".into(), "x-api-key".into()]),
+            }),
             forward_body: None,
         }),
         ..HttpRouteRulesFilters::default()

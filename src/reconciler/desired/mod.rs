@@ -117,6 +117,8 @@ pub struct BuildConfig {
     /// The key check, for deployments with `access: keys` (`None`: this worker does not
     /// know one; their routes still carry the filter, which then fails closed).
     pub key_check: Option<ActivatorAddress>,
+    /// The routes call the key check with Envoy's gRPC ext_authz protocol, not HTTP.
+    pub key_check_grpc: bool,
 }
 
 /// One record as the worker sees it: the stored record and its spec with defaults resolved.
@@ -310,7 +312,7 @@ pub fn desired_objects(
         .into_iter()
         .flatten()
         {
-            guard(route, t.record.id, port);
+            guard(route, t.record.id, port, config.key_check_grpc);
         }
         desired.key_check = config
             .key_check

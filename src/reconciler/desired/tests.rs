@@ -24,6 +24,7 @@ fn config() -> BuildConfig {
         pod_monitor_interval_secs: None,
         activator: None,
         key_check: None,
+        key_check_grpc: false,
     }
 }
 

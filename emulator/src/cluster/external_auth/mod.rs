@@ -29,8 +29,21 @@
 //!   communicating with the external service, this filter MUST fail closed"): 403, Envoy's
 //!   default `status_on_error`.
 //!
-//! The gRPC protocol (`HTTPRouteExternalAuthGRPC`) is not implemented: a route asking for it
-//! gets 500 for every request, as a rule with an unsupported filter would.
+//! The gRPC protocol (`HTTPRouteExternalAuthGRPC`), as Envoy's gRPC ext_authz carries it
+//! out (`envoy/service/auth/v3/external_auth.proto`, `attribute_context.proto`):
+//!
+//! - One `Authorization/Check` call per request, over HTTP/2 to the `backendRef`, whose
+//!   `CheckRequest.attributes.request.http` holds the client's method, `Host` (as `host`),
+//!   path with its query (`path`, "The request target, as it appears in the first line of
+//!   the HTTP request"), scheme, body size and headers, lower-cased, values of a repeated
+//!   header joined by `,`. Which headers: "If this list is empty, then all headers must be
+//!   sent. If the list has entries, only those entries must be sent" (`grpc.allowedHeaders`).
+//!   The body as with HTTP (`forwardBody.maxSize`).
+//! - `status.code` 0 (OK) lets the request through with `ok_response`'s `headers` (set,
+//!   appended or added as their `append_action` says) and `headers_to_remove` (never Host).
+//! - Any other code is a denial: the client gets `denied_response`'s status (403 when it
+//!   names none, the proto's "If not set, Envoy will send a 403 Forbidden"), headers and body.
+//! - A call that fails (no endpoint, refused, timed out, a gRPC error) fails closed: 403.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -40,11 +53,20 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header}
 use axum::response::Response;
 use serde_json::Value;
 
+mod grpc;
+
 /// What the auth service allowed: headers to set on the request to the backend, and
 /// headers to remove from it.
 #[derive(Debug, Default)]
 pub(crate) struct Allowed {
+    /// Set, replacing any value.
     pub(crate) set: Vec<(HeaderName, HeaderValue)>,
+    /// Added beside any value (gRPC's `APPEND_IF_EXISTS_OR_ADD`).
+    pub(crate) append: Vec<(HeaderName, HeaderValue)>,
+    /// Set only where absent (`ADD_IF_ABSENT`).
+    pub(crate) if_absent: Vec<(HeaderName, HeaderValue)>,
+    /// Replaced only where present (`OVERWRITE_IF_EXISTS`).
+    pub(crate) if_present: Vec<(HeaderName, HeaderValue)>,
     pub(crate) remove: Vec<HeaderName>,
 }
 
@@ -56,6 +78,19 @@ impl Allowed {
         }
         for (name, value) in &self.set {
             headers.insert(name.clone(), value.clone());
+        }
+        for (name, value) in &self.append {
+            headers.append(name.clone(), value.clone());
+        }
+        for (name, value) in &self.if_absent {
+            if !headers.contains_key(name) {
+                headers.insert(name.clone(), value.clone());
+            }
+        }
+        for (name, value) in &self.if_present {
+            if headers.contains_key(name) {
+                headers.insert(name.clone(), value.clone());
+            }
         }
     }
 }
@@ -112,18 +147,22 @@ pub(crate) async fn check(
     filter: &Value,
     asked: Asked<'_>,
 ) -> Result<Allowed, Response> {
-    if filter.get("protocol").and_then(Value::as_str) != Some("HTTP") {
-        return Err(Response::builder()
-            .status(StatusCode::INTERNAL_SERVER_ERROR)
-            .header(header::CONTENT_TYPE, "text/plain")
-            .body(Body::from(
-                "the ExternalAuth filter's protocol is not supported by this Gateway (only HTTP)\n",
-            ))
-            .expect("a valid response"));
-    }
     let Some(address) = address else {
         return Err(closed("the authorization service has no ready endpoint"));
     };
+    match filter.get("protocol").and_then(Value::as_str) {
+        Some("HTTP") => {}
+        Some("GRPC") => return grpc::check(address, filter, asked).await,
+        _ => {
+            return Err(Response::builder()
+                .status(StatusCode::INTERNAL_SERVER_ERROR)
+                .header(header::CONTENT_TYPE, "text/plain")
+                .body(Body::from(
+                    "the ExternalAuth filter's protocol is not one this Gateway knows\n",
+                ))
+                .expect("a valid response"));
+        }
+    }
     let prefix = filter
         .pointer("/http/path")
         .and_then(Value::as_str)
@@ -208,6 +247,7 @@ mod tests {
                 HeaderValue::from_static("app"),
             )],
             remove: vec![HeaderName::from_static("authorization")],
+            ..Allowed::default()
         };
         let mut headers = HeaderMap::new();
         headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s"));

@@ -17,13 +17,26 @@
 //!   process adds its counts to `model_key_usage` every [`FLUSH`] and reads back the totals,
 //!   so several processes together let through at most a limit plus what the others
 //!   admitted in the last flush interval.
+//! - **Concurrency** (`maxConcurrent`): the Gateway asks when a request starts and never
+//!   says when it ends (GEP-1494's filter, like Envoy's ext_authz, is one call per request),
+//!   so a request counts as in flight for its deployment's recent 95th-percentile latency
+//!   (from the serving metrics; [`DEFAULT_HOLD`] before there is one): Little's law, not a
+//!   count of open connections. Each process counts its own: with N processes answering,
+//!   up to N times the limit can be in flight.
+//! - **Token budgets** (`dailyTokenBudget`): the key's share of its deployments' metered
+//!   tokens today (`store::model_keys::key_days`), read every [`SPENT_EVERY`] for the keys
+//!   that have a budget. The count trails the model servers by the metrics' collection
+//!   interval plus that, so a key can overrun its budget by what it uses meanwhile.
+//! - **Which deployment**: with the HTTP protocol the route's filter names it in the
+//!   check's path; with gRPC, from the request's host and path ([`routes`]).
 //!
 //! Answers never tell an unknown key from a revoked or expired one.
 
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -34,8 +47,16 @@ use super::tokens::hash_secret;
 use crate::store;
 use crate::store::model_keys::KeyGrant;
 
+mod routes;
+
 /// How often each process writes its counts and reads everyone's.
 pub const FLUSH: Duration = Duration::from_secs(1);
+/// How often the tokens of keys with a budget are read.
+pub const SPENT_EVERY: Duration = Duration::from_secs(10);
+/// How long a request counts as in flight when its deployment's latency is not known.
+pub const DEFAULT_HOLD: Duration = Duration::from_secs(10);
+/// How long a deployment's latency is used before it is read again.
+const TARGET_FRESH: Duration = Duration::from_secs(15);
 /// The longest credential looked at; anything longer is no key of ours.
 const MAX_CREDENTIAL: usize = 256;
 /// Deployment ids remembered (a bound: ids come from the routes modelplane wrote).
@@ -69,6 +90,24 @@ impl Verdict {
     }
 }
 
+/// What the check is asked about.
+#[derive(Debug, Clone, Copy)]
+enum Asked<'a> {
+    /// A deployment by id (the HTTP protocol's path).
+    Deployment(Uuid),
+    /// Whatever deployment's route matches this host and path (gRPC).
+    At { host: &'a str, path: &'a str },
+}
+
+/// Whether `key` may call `target`: same project, and named by the key if it names any.
+fn in_scope(key: &KeyGrant, target: &Target) -> bool {
+    key.project_id == target.project_id
+        && key
+            .deployments
+            .as_ref()
+            .is_none_or(|names| names.contains(&target.name))
+}
+
 /// What the caller presented (the check never sees more of the request).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Presented<'a> {
@@ -81,8 +120,12 @@ pub struct Presented<'a> {
 /// A deployment as the check needs it.
 #[derive(Debug, Clone)]
 struct Target {
+    id: Uuid,
     project_id: Uuid,
     name: String,
+    /// How long one of its requests counts as in flight.
+    hold: Duration,
+    read_at: Instant,
 }
 
 /// One key's requests in the current minute.
@@ -101,11 +144,17 @@ pub struct KeyCheck {
     /// Live keys by the hash of their secret; off (refusing every key) while not following.
     keys: RwLock<HashMap<String, Arc<KeyGrant>>>,
     following: AtomicBool,
-    deployments: Mutex<HashMap<Uuid, Option<Arc<Target>>>>,
+    deployments: Mutex<HashMap<Uuid, Arc<Target>>>,
+    routes: routes::RouteTable,
     windows: Mutex<HashMap<Uuid, Window>>,
-    /// Requests let through since the last flush, per key and minute (written then, with
-    /// the keys' `lastUsedAt`).
-    used: Mutex<HashMap<(Uuid, i64), i64>>,
+    /// When each key's requests let through stop counting as in flight (keys with a
+    /// concurrency limit), soonest first.
+    in_flight: Mutex<HashMap<Uuid, VecDeque<Instant>>>,
+    /// Tokens used today by each key with a budget, as last read.
+    spent: RwLock<HashMap<Uuid, i64>>,
+    /// Requests let through since the last flush, per key, deployment and minute (written
+    /// then, with the keys' `lastUsedAt`).
+    used: Mutex<HashMap<(Uuid, Uuid, i64), i64>>,
 }
 
 impl std::fmt::Debug for KeyCheck {
@@ -144,14 +193,18 @@ impl KeyCheck {
             keys: RwLock::default(),
             following: AtomicBool::new(false),
             deployments: Mutex::default(),
+            routes: routes::RouteTable::new(pool.clone()),
             windows: Mutex::default(),
+            in_flight: Mutex::default(),
+            spent: RwLock::default(),
             used: Mutex::default(),
         });
         let listener = store::changes::listen_on(&pool, store::model_keys::CHANNEL).await?;
         check.reload().await?;
         check.following.store(true, Ordering::SeqCst);
         tokio::spawn(check.clone().follow(Some(listener), shutdown.clone()));
-        tokio::spawn(check.clone().flush_every(shutdown));
+        tokio::spawn(check.clone().flush_every(shutdown.clone()));
+        tokio::spawn(check.clone().read_spent_every(shutdown));
         Ok(check)
     }
 
@@ -241,71 +294,164 @@ impl KeyCheck {
         presented: Presented<'_>,
         deployment: Uuid,
     ) -> Result<Verdict, sqlx::Error> {
+        self.check_for(presented, Asked::Deployment(deployment))
+            .await
+    }
+
+    /// May `presented` call the deployment whose route matches `host` and `path` now (the
+    /// gRPC protocol, where the route does not name it)?
+    pub async fn check_at(
+        &self,
+        presented: Presented<'_>,
+        host: &str,
+        path: &str,
+    ) -> Result<Verdict, sqlx::Error> {
+        self.check_for(presented, Asked::At { host, path }).await
+    }
+
+    async fn check_for(
+        &self,
+        presented: Presented<'_>,
+        asked: Asked<'_>,
+    ) -> Result<Verdict, sqlx::Error> {
         let now = Utc::now();
-        let Some(secret) = credential(presented) else {
-            return Ok(Verdict::refused(
-                401,
-                "a model key is required: send it as `Authorization: Bearer <key>` or `x-api-key`",
-            ));
+        let key = match self.live_key(presented, now) {
+            Ok(key) => key,
+            Err(refused) => return Ok(refused),
         };
-        let invalid = || Verdict::refused(401, "the model key is not valid");
-        if !self.following.load(Ordering::SeqCst) {
-            // Fail closed: a revocation might be missed.
-            return Ok(Verdict::refused(
-                401,
-                "model keys cannot be checked right now; retry shortly",
-            ));
-        }
-        let Some(key) = self
-            .keys
-            .read()
-            .expect("not poisoned")
-            .get(&hash_secret(secret))
-            .cloned()
-        else {
-            return Ok(invalid());
+        // Only a live key costs a look at the deployment (memory, then the store once).
+        let candidates = match asked {
+            Asked::Deployment(id) => vec![id],
+            Asked::At { host, path } => self.routes.deployments_at(host, path).await?,
         };
-        if key.expires_at.is_some_and(|at| at <= now) {
-            return Ok(invalid());
+        let mut target = None;
+        for id in candidates {
+            if let Some(t) = self.target(id).await?
+                && in_scope(&key, &t)
+            {
+                target = Some(t);
+                break;
+            }
         }
-        let Some(target) = self.target(deployment).await? else {
+        let Some(target) = target else {
             return Ok(Verdict::refused(
                 403,
                 "the model key may not call this deployment",
             ));
         };
-        let in_scope = key.project_id == target.project_id
-            && key
-                .deployments
-                .as_ref()
-                .is_none_or(|names| names.contains(&target.name));
-        if !in_scope {
-            return Ok(Verdict::refused(
-                403,
-                "the model key may not call this deployment",
-            ));
-        }
-        if let Some(limit) = key.requests_per_minute
-            && !self.admit(key.id, i64::from(limit), now)
-        {
-            let retry_after = 60 - now.timestamp().rem_euclid(60);
-            return Ok(Verdict::Refused {
-                status: 429,
-                message: format!("the model key's limit of {limit} requests a minute is reached"),
-                retry_after: Some(retry_after.max(1) as u64),
-            });
+        if let Some(refused) = self.limit(&key, &target, now) {
+            return Ok(refused);
         }
         *self
             .used
             .lock()
             .expect("not poisoned")
-            .entry((key.id, minute_of(now)))
+            .entry((key.id, target.id, minute_of(now)))
             .or_default() += 1;
         Ok(Verdict::Allowed {
             key: key.name.clone(),
             key_id: key.id,
             project: key.project.clone(),
         })
+    }
+
+    /// The live key `presented` holds, or the refusal to answer.
+    fn live_key(
+        &self,
+        presented: Presented<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<Arc<KeyGrant>, Verdict> {
+        let Some(secret) = credential(presented) else {
+            return Err(Verdict::refused(
+                401,
+                "a model key is required: send it as `Authorization: Bearer <key>` or `x-api-key`",
+            ));
+        };
+        if !self.following.load(Ordering::SeqCst) {
+            // Fail closed: a revocation might be missed.
+            return Err(Verdict::refused(
+                401,
+                "model keys cannot be checked right now; retry shortly",
+            ));
+        }
+        let invalid = || Verdict::refused(401, "the model key is not valid");
+        let key = self
+            .keys
+            .read()
+            .expect("not poisoned")
+            .get(&hash_secret(secret))
+            .cloned()
+            .ok_or_else(invalid)?;
+        if key.expires_at.is_some_and(|at| at <= now) {
+            return Err(invalid());
+        }
+        Ok(key)
+    }
+
+    /// The refusal when one of the key's limits is reached; otherwise counts the request
+    /// against them.
+    fn limit(&self, key: &KeyGrant, target: &Target, now: DateTime<Utc>) -> Option<Verdict> {
+        let too_many = |message: String, seconds: i64| Verdict::Refused {
+            status: 429,
+            message,
+            retry_after: Some(seconds.max(1) as u64),
+        };
+        if let Some(budget) = key.daily_token_budget {
+            let spent = self
+                .spent
+                .read()
+                .expect("not poisoned")
+                .get(&key.id)
+                .copied();
+            if spent.is_some_and(|spent| spent >= budget) {
+                let midnight = (now.date_naive() + chrono::Days::new(1))
+                    .and_time(chrono::NaiveTime::MIN)
+                    .and_utc();
+                return Some(too_many(
+                    format!("the model key's budget of {budget} tokens a day is used up"),
+                    (midnight - now).num_seconds(),
+                ));
+            }
+        }
+        let started = Instant::now();
+        if let Some(limit) = key.max_concurrent
+            && let Some(free_in) = self.in_flight_full(key.id, limit, started)
+        {
+            return Some(too_many(
+                format!("the model key's limit of {limit} requests at once is reached"),
+                free_in.as_secs_f64().ceil() as i64,
+            ));
+        }
+        if let Some(limit) = key.requests_per_minute
+            && !self.admit(key.id, i64::from(limit), now)
+        {
+            return Some(too_many(
+                format!("the model key's limit of {limit} requests a minute is reached"),
+                60 - now.timestamp().rem_euclid(60),
+            ));
+        }
+        if key.max_concurrent.is_some() {
+            let mut in_flight = self.in_flight.lock().expect("not poisoned");
+            in_flight
+                .entry(key.id)
+                .or_default()
+                .push_back(started + target.hold);
+        }
+        None
+    }
+
+    /// `None` when key `id` has fewer than `limit` requests in flight; else how long until
+    /// the first of them stops counting.
+    fn in_flight_full(&self, id: Uuid, limit: i32, now: Instant) -> Option<Duration> {
+        let mut in_flight = self.in_flight.lock().expect("not poisoned");
+        let ends = in_flight.entry(id).or_default();
+        // Ends are pushed in start order and holds differ per deployment: drop every
+        // ended one, not only those in front.
+        ends.retain(|end| *end > now);
+        if ends.len() < usize::try_from(limit).unwrap_or(usize::MAX) {
+            return None;
+        }
+        ends.iter().min().map(|end| *end - now)
     }
 
     /// Counts one request against `limit` in the current minute, unless it is reached.
@@ -326,23 +472,80 @@ impl KeyCheck {
         true
     }
 
-    /// The project and name of deployment `id` (`None`: no such deployment).
+    /// The project, name and latency of deployment `id` (`None`: no such deployment).
     async fn target(&self, id: Uuid) -> Result<Option<Arc<Target>>, sqlx::Error> {
-        if let Some(known) = self.deployments.lock().expect("not poisoned").get(&id) {
-            return Ok(known.clone());
+        if let Some(known) = self.deployments.lock().expect("not poisoned").get(&id)
+            && known.read_at.elapsed() < TARGET_FRESH
+        {
+            return Ok(Some(known.clone()));
         }
-        let found = store::model_keys::deployment_of(&self.pool, id)
-            .await?
-            .map(|(project_id, name)| Arc::new(Target { project_id, name }));
+        let Some(found) = store::model_keys::deployment_of(&self.pool, id).await? else {
+            // A deployment not found yet may be created later: only what exists is kept.
+            return Ok(None);
+        };
+        let hold = found
+            .e2e_p95_seconds
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map_or(DEFAULT_HOLD, |s| Duration::from_secs_f64(s.min(3600.0)));
+        let target = Arc::new(Target {
+            id,
+            project_id: found.project_id,
+            name: found.name,
+            hold,
+            read_at: Instant::now(),
+        });
         let mut deployments = self.deployments.lock().expect("not poisoned");
         if deployments.len() >= MAX_DEPLOYMENTS {
             deployments.clear();
         }
-        // A deployment not found yet may be created later: only what exists is kept.
-        if found.is_some() {
-            deployments.insert(id, found.clone());
+        deployments.insert(id, target.clone());
+        Ok(Some(target))
+    }
+
+    async fn read_spent_every(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            if let Err(err) = self.read_spent().await {
+                tracing::warn!(error = %err, "key check: cannot read the keys' tokens");
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(SPENT_EVERY) => {}
+            }
         }
-        Ok(found)
+    }
+
+    /// Reads today's tokens of every key with a budget.
+    pub async fn read_spent(&self) -> Result<(), sqlx::Error> {
+        let budgeted: Vec<Uuid> = self
+            .keys
+            .read()
+            .expect("not poisoned")
+            .values()
+            .filter(|k| k.daily_token_budget.is_some())
+            .map(|k| k.id)
+            .collect();
+        if budgeted.is_empty() {
+            self.spent.write().expect("not poisoned").clear();
+            return Ok(());
+        }
+        let now = Utc::now();
+        let midnight = now.date_naive().and_time(chrono::NaiveTime::MIN).and_utc();
+        let rows = store::model_keys::key_days(
+            &self.pool,
+            &budgeted,
+            midnight,
+            now + chrono::Duration::days(1),
+        )
+        .await?;
+        let mut spent: HashMap<Uuid, f64> = HashMap::new();
+        for row in rows {
+            *spent.entry(row.key_id).or_default() += row.tokens;
+        }
+        *self.spent.write().expect("not poisoned") = spent
+            .into_iter()
+            .map(|(id, tokens)| (id, tokens.round() as i64))
+            .collect();
+        Ok(())
     }
 
     async fn flush_every(self: Arc<Self>, shutdown: CancellationToken) {
@@ -361,7 +564,7 @@ impl KeyCheck {
     /// current minute, and writes `lastUsedAt` of the keys used.
     pub async fn flush(&self) -> Result<(), sqlx::Error> {
         let minute = minute_of(Utc::now());
-        let used: Vec<((Uuid, i64), i64)> =
+        let used: Vec<((Uuid, Uuid, i64), i64)> =
             self.used.lock().expect("not poisoned").drain().collect();
         let limited: Vec<Uuid> = {
             let mut windows = self.windows.lock().expect("not poisoned");
@@ -373,11 +576,14 @@ impl KeyCheck {
         }
         let rows: Vec<store::model_keys::Counted> = used
             .iter()
-            .map(|&((key_id, m), requests)| store::model_keys::Counted {
-                key_id,
-                minute: DateTime::from_timestamp(m * 60, 0).unwrap_or_default(),
-                requests,
-            })
+            .map(
+                |&((key_id, deployment_id, m), requests)| store::model_keys::Counted {
+                    key_id,
+                    deployment_id,
+                    minute: DateTime::from_timestamp(m * 60, 0).unwrap_or_default(),
+                    requests,
+                },
+            )
             .collect();
         let at = DateTime::from_timestamp(minute * 60, 0).unwrap_or_default();
         let totals = match store::model_keys::count_requests(&self.pool, &rows, at, &limited).await
@@ -396,10 +602,11 @@ impl KeyCheck {
         for (id, total) in totals {
             if let Some(w) = windows.get_mut(&id).filter(|w| w.minute == minute) {
                 // What was written is in `total` now; what came since stays pending.
-                let written = used
+                let written: i64 = used
                     .iter()
-                    .find(|((k, m), _)| *k == id && *m == minute)
-                    .map_or(0, |(_, n)| *n);
+                    .filter(|((k, _, m), _)| *k == id && *m == minute)
+                    .map(|(_, n)| *n)
+                    .sum();
                 w.total = total;
                 w.pending = (w.pending - written).max(0);
             }

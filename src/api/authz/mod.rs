@@ -8,6 +8,11 @@
 //! server; any other status is the answer the client gets (Envoy's HTTP ext_authz passes a
 //! denial's status, headers and body downstream). The decision is
 //! `service::key_check`; errors are OpenAI's shape, as the model server's own would be.
+//!
+//! The same listener answers Envoy's gRPC protocol (`envoy.service.auth.v3.Authorization`,
+//! HTTP/2 in clear text: [`grpc`]) for routes whose filter says `protocol: GRPC`.
+
+mod grpc;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,12 +35,15 @@ pub const KEY_ID_HEADER: &str = "x-modelplane-key-id";
 pub const PROJECT_HEADER: &str = "x-modelplane-project";
 /// Envoy's: request headers its HTTP ext_authz filter removes before the upstream request.
 const REMOVE_HEADER: &str = "x-envoy-auth-headers-to-remove";
+/// The client's headers that carry the key: never sent on to the model server.
+const KEY_HEADERS: [&str; 2] = ["authorization", "x-api-key"];
 
-/// The key check's routes.
+/// The key check's routes: the HTTP protocol's, and the gRPC service's.
 pub fn router(check: Arc<KeyCheck>) -> Router {
     Router::new()
         .route(&format!("{PREFIX}/{{id}}"), any(root))
         .route(&format!("{PREFIX}/{{id}}/{{*rest}}"), any(below))
+        .route_service(grpc::PATH, grpc::service(check.clone()))
         .fallback(|| async { refuse(StatusCode::NOT_FOUND, "not_found", "no such path") })
         .with_state(check)
 }
@@ -86,7 +94,7 @@ async fn decide(check: &KeyCheck, id: &str, headers: &HeaderMap) -> Response {
             }
             h.insert(
                 REMOVE_HEADER,
-                HeaderValue::from_static("authorization,x-api-key"),
+                HeaderValue::from_str(&KEY_HEADERS.join(",")).expect("ASCII"),
             );
             ("allowed", response)
         }
@@ -96,11 +104,7 @@ async fn decide(check: &KeyCheck, id: &str, headers: &HeaderMap) -> Response {
             retry_after,
         }) => {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
-            let (outcome, kind) = match status {
-                StatusCode::UNAUTHORIZED => ("unauthenticated", "invalid_api_key"),
-                StatusCode::TOO_MANY_REQUESTS => ("rate_limited", "rate_limit_exceeded"),
-                _ => ("forbidden", "permission_denied"),
-            };
+            let (outcome, kind) = outcome_of(status);
             let mut response = refuse(status, kind, &message);
             if status == StatusCode::UNAUTHORIZED {
                 response.headers_mut().insert(
@@ -128,13 +132,31 @@ async fn decide(check: &KeyCheck, id: &str, headers: &HeaderMap) -> Response {
             )
         }
     };
-    metrics::counter!(crate::metrics::KEY_CHECKS, "outcome" => outcome).increment(1);
-    metrics::histogram!(crate::metrics::KEY_CHECK_SECONDS).record(started.elapsed().as_secs_f64());
+    measured(outcome, started);
     response
 }
 
-/// An OpenAI-shaped error: `{"error": {"message", "type", "code"}}`.
+/// Counts a check's outcome and time.
+fn measured(outcome: &'static str, started: Instant) {
+    metrics::counter!(crate::metrics::KEY_CHECKS, "outcome" => outcome).increment(1);
+    metrics::histogram!(crate::metrics::KEY_CHECK_SECONDS).record(started.elapsed().as_secs_f64());
+}
+
+/// The metric's outcome and OpenAI's error code for a refusal's status.
+fn outcome_of(status: StatusCode) -> (&'static str, &'static str) {
+    match status {
+        StatusCode::UNAUTHORIZED => ("unauthenticated", "invalid_api_key"),
+        StatusCode::TOO_MANY_REQUESTS => ("rate_limited", "rate_limit_exceeded"),
+        StatusCode::SERVICE_UNAVAILABLE => ("error", "unavailable"),
+        _ => ("forbidden", "permission_denied"),
+    }
+}
+
+/// An OpenAI-shaped error body: `{"error": {"message", "type", "code"}}`.
+fn error_body(status: StatusCode, code: &str, message: &str) -> serde_json::Value {
+    json!({"error": {"message": message, "type": status.canonical_reason().unwrap_or("error"), "code": code}})
+}
+
 fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
-    let body = json!({"error": {"message": message, "type": status.canonical_reason().unwrap_or("error"), "code": code}});
-    (status, axum::Json(body)).into_response()
+    (status, axum::Json(error_body(status, code, message))).into_response()
 }
