@@ -193,7 +193,11 @@ impl TestApp {
             tokio::spawn(modelplane::listener::serve(
                 listener,
                 api::authz::router(check),
-                modelplane::listener::ConnectionLimits::default(),
+                // HTTP/2 too, as the server opens it: Envoy's gRPC ext_authz.
+                modelplane::listener::ConnectionLimits {
+                    h2c: true,
+                    ..Default::default()
+                },
                 async move { serving.cancelled().await },
             ));
             Some(port)

@@ -12,6 +12,7 @@ mod hot_connections;
 mod load;
 mod lookups;
 mod metrics;
+mod model_key_limits;
 mod model_keys;
 mod openapi;
 mod paging;

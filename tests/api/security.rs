@@ -172,6 +172,7 @@ async fn half_open_connections_cannot_shut_others_out(pool: PgPool) {
                 header_read_timeout: Duration::from_secs(1),
                 max_connections: 1000,
                 max_connections_per_address: 40,
+                ..Default::default()
             },
             ..Options::default()
         },
@@ -497,6 +498,7 @@ async fn the_listener_outlives_running_out_of_file_descriptors(pool: PgPool) {
                 header_read_timeout: Duration::from_secs(1),
                 max_connections: 100_000,
                 max_connections_per_address: 100_000,
+                ..Default::default()
             },
             ..Options::default()
         },

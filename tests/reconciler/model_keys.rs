@@ -1,8 +1,9 @@
 //! Model keys enforced at the Gateway, on the emulator with the Gateway API's experimental
 //! channel: a deployment with `access: keys` (what new deployments get where the key check
 //! runs) has the ExternalAuth filter on its route, the emulator's Gateway asks the API's key
-//! check over real HTTP (`emulator/src/cluster/external_auth.rs`), and only a key of the
-//! project gets through its Gateway URL; one with `access: public` stays open.
+//! check over real HTTP (`emulator/src/cluster/external_auth/`), or over gRPC as Envoy's
+//! ext_authz when the worker writes `protocol: GRPC`, and only a key of the project gets
+//! through its Gateway URL; one with `access: public` stays open.
 
 use std::time::Duration;
 
@@ -253,4 +254,69 @@ async fn the_standard_channel_refuses_keys_and_the_status_says_what_to_do(pool: 
         routes.get_opt("qwen").await.unwrap().is_none(),
         "no route, no open URL"
     );
+}
+
+/// `MODELPLANE_AUTHZ_PROTOCOL=grpc`: the routes' filter says GRPC, the Gateway calls Envoy's
+/// `Check` on the same key check, which finds the deployment from the request's path.
+#[sqlx::test]
+async fn the_grpc_protocol_guards_the_gateway_url_the_same_way(pool: PgPool) {
+    let h = harness_with(
+        pool,
+        cluster(),
+        |c| c.build.key_check_grpc = true,
+        |o| o.model_keys = true,
+    )
+    .await;
+    h.app.create_project("team-a").await;
+    h.app.create_project("team-b").await;
+    create_with(&h, "qwen", sim_spec()).await;
+    let base = ready_base(&h, "qwen").await;
+    let routes: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        h.kube.clone(),
+        "team-a",
+        &resource_of("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    );
+    let route = routes.get("qwen").await.unwrap();
+    let filter = &route.data["spec"]["rules"][0]["filters"][0]["externalAuth"];
+    assert_eq!(filter["protocol"], "GRPC", "{route:?}");
+    assert_eq!(
+        filter["grpc"]["allowedHeaders"],
+        json!(["authorization", "x-api-key"])
+    );
+    assert!(filter.get("http").is_none());
+
+    let refused = complete(&base, None).await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        refused.json::<Value>().await.unwrap()["error"]["code"],
+        "invalid_api_key"
+    );
+    let (key, key_id) = new_key(&h, "team-a", json!({"name": "app"})).await;
+    wait_for("the key let through", Duration::from_secs(10), || async {
+        complete(&base, Some(&key)).await.status() == StatusCode::OK
+    })
+    .await;
+    let (theirs, _) = new_key(&h, "team-b", json!({"name": "other"})).await;
+    wait_for(
+        "the other project's key refused",
+        Duration::from_secs(10),
+        || async { complete(&base, Some(&theirs)).await.status() == StatusCode::FORBIDDEN },
+    )
+    .await;
+    let revoked = h
+        .app
+        .request(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/projects/team-a/keys/{key_id}"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), StatusCode::OK);
+    wait_for(
+        "the revoked key refused",
+        Duration::from_secs(10),
+        || async { complete(&base, Some(&key)).await.status() == StatusCode::UNAUTHORIZED },
+    )
+    .await;
 }
