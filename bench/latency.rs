@@ -62,6 +62,7 @@ async fn main() {
             pod_monitor_interval_secs: None,
             activator: None,
             key_check: None,
+            key_check_grpc: false,
         },
         budgets: Budgets {
             unschedulable_seconds: 300,

@@ -335,7 +335,7 @@ fn usage_of(
             }),
         }
     }
-    deployments.sort_by(|a, b| b.requests.cmp(&a.requests));
+    deployments.sort_by_key(|d| std::cmp::Reverse(d.requests));
     KeyUsage {
         key_id: key.id,
         key: key.name,

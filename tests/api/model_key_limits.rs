@@ -91,7 +91,6 @@ async fn grpc_check(
             }),
             ..AttributeContext::default()
         }),
-        ..CheckRequest::default()
     };
     let mut client = AuthorizationClient::connect(format!("http://{addr}"))
         .await

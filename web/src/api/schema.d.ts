@@ -895,7 +895,8 @@ export interface components {
         CreateModelKey: {
             /**
              * Format: int64
-             * @description Model tokens (prompt and completion) a day it may use; omit for no budget.
+             * @description Model tokens (prompt and completion) a UTC day it may use; omit for no budget.
+             *     Checked against its metered usage (`…/usage`), which trails by up to a minute.
              */
             dailyTokenBudget?: number | null;
             /**
@@ -908,6 +909,13 @@ export interface components {
              * @description When it stops working: in the future, at most 10 years away; omit for when revoked.
              */
             expiresAt?: string | null;
+            /**
+             * Format: int32
+             * @description Requests it may have in flight at once (1 to 100,000); omit for no limit. A request
+             *     counts as in flight for the deployment's recent 95th-percentile latency (the
+             *     Gateway's check sees requests start, not end).
+             */
+            maxConcurrent?: number | null;
             /** @description 1 to 63 letters, digits, '.', '_' or '-'; unique among the project's live keys. */
             name: string;
             /**
@@ -961,6 +969,10 @@ export interface components {
             date: string;
             /** Format: double */
             gpuHours: number;
+            /** Format: int64 */
+            requests: number;
+            /** Format: int64 */
+            tokens: number;
         };
         /** @description A model deployment: the user's spec and what the worker observed. */
         Deployment: {
@@ -1205,10 +1217,15 @@ export interface components {
             scorers?: components["schemas"]["ScorerWeights"] | null;
             whenUnavailable?: components["schemas"]["PoolFallback"] | null;
         };
-        /** @description What a model key was used for, per UTC day: the requests its checks let through. */
+        /**
+         * @description What a model key was used for, per UTC day: the requests its checks let through and
+         *     its share of the tokens of the deployments it called.
+         */
         KeyUsage: {
             /** @description Every day of the range, oldest first (days without requests included, as 0). */
             daily: components["schemas"]["KeyUsageDay"][];
+            /** @description The deployments it called in the range, by requests. */
+            deployments: components["schemas"]["KeyUsageDeployment"][];
             /** Format: date */
             from: string;
             key: string;
@@ -1221,6 +1238,14 @@ export interface components {
             requests: number;
             /** Format: date */
             to: string;
+            /**
+             * Format: int64
+             * @description Tokens over the whole range: a deployment's metered tokens (prompt and generated,
+             *     from its serving metrics) of a day, shared among the keys that called it that day in
+             *     proportion to their requests. An estimate: the model server counts tokens, not who
+             *     asked for them.
+             */
+            tokens: number;
         };
         /** @description One day of a model key's use. */
         KeyUsageDay: {
@@ -1228,6 +1253,20 @@ export interface components {
             date: string;
             /** Format: int64 */
             requests: number;
+            /** Format: int64 */
+            tokens: number;
+        };
+        /** @description A model key's use of one deployment over a range. */
+        KeyUsageDeployment: {
+            /**
+             * @description The deployment's name (`null` for requests counted before they were counted per
+             *     deployment, or of a deployment since deleted).
+             */
+            deployment?: string | null;
+            /** Format: int64 */
+            requests: number;
+            /** Format: int64 */
+            tokens: number;
         };
         /** @description What a deployment (or one of its tracks) serves now: `status.load`. */
         Load: components["schemas"]["LoadFigures"] & {
@@ -1344,7 +1383,8 @@ export interface components {
             createdBy: string;
             /**
              * Format: int64
-             * @description Model tokens (prompt and completion) a day it may use; `null`: no budget.
+             * @description Model tokens (prompt and completion) a UTC day it may use; `null`: no budget.
+             *     Checked against its metered usage (`…/usage`), which trails by up to a minute.
              */
             dailyTokenBudget?: number | null;
             /** @description The deployments it may call, by name; `null`: every deployment of the project. */
@@ -1358,6 +1398,13 @@ export interface components {
              * @description The last check that let it through (written at most once a minute).
              */
             lastUsedAt?: string | null;
+            /**
+             * Format: int32
+             * @description Requests it may have in flight at once; `null`: no limit. The Gateway's check sees a
+             *     request start, not end: a request counts as in flight for the deployment's recent
+             *     95th-percentile latency (10 s before its metrics are read).
+             */
+            maxConcurrent?: number | null;
             name: string;
             /** @description The secret's first characters, to tell keys apart (`mpk_` and 8 more). */
             prefix: string;
@@ -1461,7 +1508,8 @@ export interface components {
                 createdBy: string;
                 /**
                  * Format: int64
-                 * @description Model tokens (prompt and completion) a day it may use; `null`: no budget.
+                 * @description Model tokens (prompt and completion) a UTC day it may use; `null`: no budget.
+                 *     Checked against its metered usage (`…/usage`), which trails by up to a minute.
                  */
                 dailyTokenBudget?: number | null;
                 /** @description The deployments it may call, by name; `null`: every deployment of the project. */
@@ -1475,6 +1523,13 @@ export interface components {
                  * @description The last check that let it through (written at most once a minute).
                  */
                 lastUsedAt?: string | null;
+                /**
+                 * Format: int32
+                 * @description Requests it may have in flight at once; `null`: no limit. The Gateway's check sees a
+                 *     request start, not end: a request counts as in flight for the deployment's recent
+                 *     95th-percentile latency (10 s before its metrics are read).
+                 */
+                maxConcurrent?: number | null;
                 name: string;
                 /** @description The secret's first characters, to tell keys apart (`mpk_` and 8 more). */
                 prefix: string;
@@ -1913,7 +1968,10 @@ export interface components {
             /** Format: int32 */
             weight?: number | null;
         };
-        /** @description `GET …/usage`: GPU-hours of a project's ready replicas over whole days (UTC). */
+        /**
+         * @description `GET …/usage`: GPU-hours of a project's ready replicas, the requests its model keys
+         *     sent and its deployments' tokens, over whole days (UTC).
+         */
         UsageReport: {
             /** @description One entry per day from `from` to `to`, days without use included. */
             daily: components["schemas"]["DailyUsage"][];
@@ -1926,8 +1984,20 @@ export interface components {
             from: string;
             /** Format: double */
             gpuHours: number;
+            /**
+             * Format: int64
+             * @description Requests the project's model keys were let through (deployments with
+             *     `access: keys`).
+             */
+            requests: number;
             /** Format: date */
             to: string;
+            /**
+             * Format: int64
+             * @description Model tokens (prompt and generated) of its deployments, from their serving metrics
+             *     (rates times time: an estimate as good as the readings).
+             */
+            tokens: number;
         };
         /** @description The authenticated caller. */
         WhoAmI: {

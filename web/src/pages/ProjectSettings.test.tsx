@@ -7,7 +7,7 @@ import { ProjectSettings } from './ProjectSettings';
 afterEach(() => vi.unstubAllGlobals());
 
 const PAGE = ['/projects/team-a/settings', '/projects/:project/settings'] as const;
-const USAGE = { from: '2026-10-27', to: '2026-11-25', gpuHours: 0, deployments: [], daily: [] };
+const USAGE = { from: '2026-10-27', to: '2026-11-25', gpuHours: 0, requests: 0, tokens: 0, deployments: [], daily: [] };
 const token = { id: 't1', name: 'ci', role: 'editor', createdBy: 'token:admin', createdAt: '2026-11-24T10:00:00Z', project: 'team-a' };
 
 describe('ProjectSettings', () => {

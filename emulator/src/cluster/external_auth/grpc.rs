@@ -91,7 +91,6 @@ pub(super) async fn check(
             }),
             ..AttributeContext::default()
         }),
-        ..CheckRequest::default()
     };
     let answer = match AuthorizationClient::new(channel(address))
         .check(request)

@@ -13,12 +13,12 @@ describe('ModelKeys', () => {
   it('lists scope, limits and state; a revoked key offers no button', async () => {
     stubFetch(ADMIN, ({ method, url }) => {
       if (url.pathname === '/api/v1/projects/team-a/keys/k1/usage' && url.searchParams.get('days') === '30')
-        return json({ keyId: 'k1', key: 'chat-app', from: '2026-10-30', to: '2026-11-28', requests: 1234, daily: [] });
-      if (url.pathname.endsWith('/usage')) return json({ keyId: 'k2', key: 'old', from: '2026-10-30', to: '2026-11-28', requests: 0, daily: [] });
+        return json({ keyId: 'k1', key: 'chat-app', from: '2026-10-30', to: '2026-11-28', requests: 1234, tokens: 56789, daily: [], deployments: [] });
+      if (url.pathname.endsWith('/usage')) return json({ keyId: 'k2', key: 'old', from: '2026-10-30', to: '2026-11-28', requests: 0, tokens: 0, daily: [], deployments: [] });
       if (url.pathname !== '/api/v1/projects/team-a/keys' || method !== 'GET') return undefined;
       return json({
         items: [
-          { ...base, id: 'k1', name: 'chat-app', deployments: ['qwen'], requestsPerMinute: 600, dailyTokenBudget: 1000000 },
+          { ...base, id: 'k1', name: 'chat-app', deployments: ['qwen'], requestsPerMinute: 600, maxConcurrent: 8, dailyTokenBudget: 1000000 },
           { ...base, id: 'k2', name: 'old', deployments: null, revokedAt: '2026-02-01T00:00:00Z' },
         ],
         nextCursor: null,
@@ -27,10 +27,11 @@ describe('ModelKeys', () => {
     renderAt(...PAGE, <ModelKeys project="team-a" />);
     const live = await screen.findByRole('row', { name: /chat-app/ });
     expect(within(live).getByText('qwen')).toBeInTheDocument();
-    expect(within(live).getByText(/600 requests\/min/)).toBeInTheDocument();
+    expect(within(live).getByText(/600 requests\/min, 8 at once/)).toBeInTheDocument();
     expect(within(live).getByText('mpk_AbCdEfGh…')).toBeInTheDocument();
     expect(within(live).getByRole('button', { name: 'Revoke chat-app' })).toBeInTheDocument();
     expect(await within(live).findByText((1234).toLocaleString())).toBeInTheDocument();
+    expect(within(live).getByText((56789).toLocaleString())).toBeInTheDocument();
     const old = screen.getByRole('row', { name: /old/ });
     expect(within(old).getByText('every deployment')).toBeInTheDocument();
     expect(within(old).getByText(/^revoked /)).toBeInTheDocument();
@@ -40,7 +41,7 @@ describe('ModelKeys', () => {
   it('sends the scope and limits, shows the secret once with focus, and names a wrong deployment', async () => {
     let fail = true;
     const calls = stubFetch(ADMIN, ({ method, url, body }) => {
-      if (url.pathname.endsWith('/usage')) return json({ keyId: 'n1', key: 'chat-app', from: '2026-10-30', to: '2026-11-28', requests: 0, daily: [] });
+      if (url.pathname.endsWith('/usage')) return json({ keyId: 'n1', key: 'chat-app', from: '2026-10-30', to: '2026-11-28', requests: 0, tokens: 0, daily: [], deployments: [] });
       if (url.pathname !== '/api/v1/projects/team-a/keys') return undefined;
       if (method === 'GET') return json({ items: [], nextCursor: null });
       if (fail) {
@@ -57,10 +58,11 @@ describe('ModelKeys', () => {
     await user.type(await screen.findByLabelText('Key name'), 'chat-app');
     await user.type(screen.getByLabelText('Deployments'), 'qwen, ghost');
     await user.type(screen.getByLabelText('Requests a minute'), '600');
+    await user.type(screen.getByLabelText('Requests at once'), '8');
     await user.click(screen.getByRole('button', { name: 'Create key' }));
     expect(await screen.findByText('project `team-a` has no deployment `ghost`')).toBeInTheDocument();
     const sent = calls.find((c) => c.method === 'POST')!.body;
-    expect(sent).toEqual({ name: 'chat-app', deployments: ['qwen', 'ghost'], requestsPerMinute: 600 });
+    expect(sent).toEqual({ name: 'chat-app', deployments: ['qwen', 'ghost'], requestsPerMinute: 600, maxConcurrent: 8 });
 
     await user.clear(screen.getByLabelText('Deployments'));
     await user.type(screen.getByLabelText('Deployments'), 'qwen');

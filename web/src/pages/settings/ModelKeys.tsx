@@ -43,6 +43,7 @@ export function ModelKeys({ project }: { project: string }) {
   const [deployments, setDeployments] = useState('');
   const [rate, setRate] = useState('');
   const [budget, setBudget] = useState('');
+  const [atOnce, setAtOnce] = useState('');
   // The new secret lives only in this state, until "Done": never in the query cache, storage or a URL.
   const [secret, setSecret] = useState<{ name: string; value: string } | null>(null);
   const [revoking, setRevoking] = useState<Key | null>(null);
@@ -59,6 +60,7 @@ export function ModelKeys({ project }: { project: string }) {
             deployments: names(deployments),
             requestsPerMinute: count(rate),
             dailyTokenBudget: count(budget),
+            maxConcurrent: count(atOnce),
           },
         }),
       );
@@ -72,6 +74,7 @@ export function ModelKeys({ project }: { project: string }) {
       setDeployments('');
       setRate('');
       setBudget('');
+      setAtOnce('');
       refresh();
     },
   });
@@ -126,7 +129,14 @@ export function ModelKeys({ project }: { project: string }) {
         <Field label="Requests a minute" error={fields.requestsPerMinute} hint="Empty: no limit.">
           {(a) => <input {...a} type="number" min={1} inputMode="numeric" value={rate} onChange={(e) => setRate(e.target.value)} />}
         </Field>
-        <Field label="Tokens a day" error={fields.dailyTokenBudget} hint="Empty: no budget.">
+        <Field label="Requests at once" error={fields.maxConcurrent} hint="Empty: no limit.">
+          {(a) => <input {...a} type="number" min={1} inputMode="numeric" value={atOnce} onChange={(e) => setAtOnce(e.target.value)} />}
+        </Field>
+        <Field
+          label="Tokens a day"
+          error={fields.dailyTokenBudget}
+          hint="Empty: no budget. Counted from the models' metrics, up to a minute behind."
+        >
           {(a) => <input {...a} type="number" min={1} inputMode="numeric" value={budget} onChange={(e) => setBudget(e.target.value)} />}
         </Field>
         <button type="submit" className="btn btn-primary" disabled={create.isPending}>
@@ -153,6 +163,9 @@ export function ModelKeys({ project }: { project: string }) {
                 </th>
                 <th scope="col" className="hide-narrow">
                   Requests (30 days)
+                </th>
+                <th scope="col" className="hide-narrow">
+                  Tokens (30 days)
                 </th>
                 <th scope="col" className="hide-narrow">
                   Last used
@@ -197,6 +210,7 @@ function KeyRow({ project, modelKey: k, onRevoke }: { project: string; modelKey:
   const expired = !k.revokedAt && !!k.expiresAt && Date.parse(k.expiresAt) <= Date.now();
   const limits = [
     k.requestsPerMinute != null ? `${k.requestsPerMinute.toLocaleString()} requests/min` : null,
+    k.maxConcurrent != null ? `${k.maxConcurrent.toLocaleString()} at once` : null,
     k.dailyTokenBudget != null ? `${k.dailyTokenBudget.toLocaleString()} tokens/day` : null,
   ].filter(Boolean);
   return (
@@ -208,6 +222,9 @@ function KeyRow({ project, modelKey: k, onRevoke }: { project: string; modelKey:
       <td>{k.deployments ? k.deployments.join(', ') : 'every deployment'}</td>
       <td className="hide-narrow">{limits.length ? limits.join(', ') : 'none'}</td>
       <td className="hide-narrow">{usage.data ? usage.data.requests.toLocaleString() : usage.error ? 'unknown' : '…'}</td>
+      <td className="hide-narrow" title="Its share of the tokens of the deployments it called, by requests">
+        {usage.data ? usage.data.tokens.toLocaleString() : usage.error ? 'unknown' : '…'}
+      </td>
       <td className="hide-narrow">{k.lastUsedAt ? when(k.lastUsedAt) : 'never'}</td>
       <td>
         {k.revokedAt ? (

@@ -8,21 +8,23 @@ afterEach(() => vi.unstubAllGlobals());
 const PAGE = ['/projects/team-a/settings', '/projects/:project/settings'] as const;
 
 describe('Usage', () => {
-  it('shows the last 30 days’ GPU-hours: total, by deployment and by day', async () => {
+  it('shows the last 30 days’ GPU-hours and model tokens: total, by deployment and by day', async () => {
     const calls = stubFetch(ADMIN, ({ url }) =>
       url.pathname === '/api/v1/projects/team-a/usage'
         ? json({
             from: '2026-11-23',
             to: '2026-11-25',
             gpuHours: 12.5,
+            requests: 1200,
+            tokens: 450000,
             deployments: [
               { name: 'llama', resourceName: 'nvidia.com/gpu', product: 'NVIDIA-L4', gpuHours: 10 },
               { name: 'qwen', resourceName: 'nvidia.com/gpu', product: null, gpuHours: 2.5 },
             ],
             daily: [
-              { date: '2026-11-23', gpuHours: 0 },
-              { date: '2026-11-24', gpuHours: 10 },
-              { date: '2026-11-25', gpuHours: 2.5 },
+              { date: '2026-11-23', gpuHours: 0, requests: 0, tokens: 0 },
+              { date: '2026-11-24', gpuHours: 10, requests: 1000, tokens: 400000 },
+              { date: '2026-11-25', gpuHours: 2.5, requests: 200, tokens: 50000 },
             ],
           })
         : undefined,
@@ -33,7 +35,12 @@ describe('Usage', () => {
     const rows = within(screen.getByRole('table', { name: 'GPU-hours by deployment' })).getAllByRole('row').slice(1);
     expect(rows.map((r) => r.textContent)).toEqual(['llamanvidia.com/gpu · NVIDIA-L410', 'qwennvidia.com/gpu2.5']);
     const days = within(screen.getByRole('list', { name: 'By day' })).getAllByRole('listitem');
-    expect(days.map((d) => d.textContent)).toEqual(['2026-11-230', '2026-11-2410', '2026-11-252.5']);
+    expect(days.map((d) => d.textContent)).toEqual([
+      '2026-11-2300 tokens',
+      '2026-11-2410400,000 tokens',
+      '2026-11-252.550,000 tokens',
+    ]);
+    expect(screen.getByTestId('model-usage-total')).toHaveTextContent('450,000 model tokens, 1,200 requests with model keys');
     // Each bar is as long as its day's share of the busiest day.
     expect((days[2]!.querySelector('.usage-day-bar > span') as HTMLElement).style.width).toBe('25%');
   });

@@ -1,4 +1,5 @@
-// The project's GPU-hours over the last 30 days: the total, by deployment, and by day (a CSS bar each).
+// The project's GPU-hours over the last 30 days (the total, by deployment, and by day, a CSS bar each), with
+// the requests its model keys sent and its models' tokens.
 import { useQuery } from '@tanstack/react-query';
 import { getUsage, gpuLabel, keys, type UsageReport } from '../../api/capacity';
 import { ErrorState, Loading } from '../../components/States';
@@ -36,6 +37,10 @@ function Report({ report }: { report: UsageReport }) {
           from {report.from} to {report.to} (UTC days)
         </span>
       </p>
+      <p data-testid="model-usage-total">
+        {report.tokens.toLocaleString()} model tokens, {report.requests.toLocaleString()} requests with model keys{' '}
+        <span className="muted">(tokens from the models&apos; metrics)</span>
+      </p>
       {report.deployments.length > 0 && (
         <div className="table-wrap">
           <table>
@@ -68,6 +73,9 @@ function Report({ report }: { report: UsageReport }) {
               <span style={{ width: `${peak > 0 ? (d.gpuHours / peak) * 100 : 0}%` }} />
             </span>
             <span className="num">{hours(d.gpuHours)}</span>
+            <span className="num muted" title="Model tokens">
+              {d.tokens.toLocaleString()} tokens
+            </span>
           </li>
         ))}
       </ol>
