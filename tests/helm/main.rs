@@ -167,6 +167,30 @@ fn values_the_schema_does_not_know_or_allow_are_refused() {
     );
 }
 
+/// The key check: its port on the API pods behind a Service of its own, and the protocol
+/// the routes' filter uses passed to both roles (only `http` or `grpc`).
+#[test]
+fn the_key_check_has_a_service_and_its_protocol_is_configured() {
+    let objects = try_render(&[], &["keys.protocol=grpc"]).unwrap();
+    let service = object(&objects, "Service", "modelplane-authz");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "authz");
+    assert_eq!(service["spec"]["ports"][0]["port"], 8083);
+    assert_eq!(
+        service["spec"]["selector"]["app.kubernetes.io/component"],
+        "api"
+    );
+    let config = objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+    assert_eq!(config["data"]["MODELPLANE_AUTHZ_PROTOCOL"], "grpc");
+    let err = try_render(&[], &["keys.protocol=soap"]).unwrap_err();
+    assert!(err.contains("protocol"), "{err}");
+    let off = try_render(&[], &["keys.enabled=false"]).unwrap();
+    assert!(
+        !off.iter()
+            .any(|o| o["metadata"]["name"] == "modelplane-authz"),
+        "no key check, no Service"
+    );
+}
+
 #[test]
 fn both_roles_run_from_one_image_with_restricted_pods_and_probes() {
     let objects = render(&[EVERYTHING]);
