@@ -142,13 +142,15 @@ pub(crate) async fn harness_with(
         addresses: vec![modelplane_testkit::server::host_address()],
         port: app.activator_port,
     });
-    // And its key check, when it runs one.
-    config.build.key_check =
-        app.authz_port
-            .map(|port| modelplane::reconciler::desired::ActivatorAddress {
-                addresses: vec![modelplane_testkit::server::host_address()],
-                port,
-            });
+    // And its key check, when it runs one (unless the test names another).
+    if config.build.key_check.is_none() {
+        config.build.key_check =
+            app.authz_port
+                .map(|port| modelplane::reconciler::desired::ActivatorAddress {
+                    addresses: vec![modelplane_testkit::server::host_address()],
+                    port,
+                });
+    }
     let shutdown = CancellationToken::new();
     let worker = Worker::new(pool.clone(), cluster, config);
     let health = worker.health();

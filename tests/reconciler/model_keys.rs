@@ -320,3 +320,88 @@ async fn the_grpc_protocol_guards_the_gateway_url_the_same_way(pool: PgPool) {
     )
     .await;
 }
+
+/// The worker asks the key check whether it answers: while it does not, a deployment with
+/// keys says so (`KeysChecked=False`, Degraded: the Gateway refuses every request it cannot
+/// have checked), and once it does, the condition turns True and the deployment Ready.
+#[sqlx::test]
+async fn the_status_says_when_the_key_check_does_not_answer(pool: PgPool) {
+    // A port nothing listens on yet, where the worker is told the key check is.
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = modelplane_testkit::server::host_address();
+    let h = harness_with(
+        pool,
+        cluster(),
+        |c| {
+            c.build.key_check = Some(modelplane::reconciler::desired::ActivatorAddress {
+                addresses: vec![address],
+                port,
+            });
+        },
+        |o| o.model_keys = true,
+    )
+    .await;
+    h.app.create_project("team-a").await;
+    create_with(&h, "qwen", sim_spec()).await;
+    let condition = |d: &Value| {
+        d["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "KeysChecked")
+            .cloned()
+    };
+    wait_for(
+        "the unanswered check in the status",
+        Duration::from_secs(60),
+        || async {
+            let d = h.deployment("qwen").await;
+            d["status"]["phase"] == "Degraded"
+                && condition(&d).is_some_and(|c| c["status"] == "False")
+        },
+    )
+    .await;
+    let d = h.deployment("qwen").await;
+    let message = d["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("{address}:{port} refuses connections")),
+        "{message}"
+    );
+    assert!(message.contains("fail closed"), "{message}");
+    assert_eq!(condition(&d).unwrap()["reason"], "KeyCheckUnreachable");
+
+    // The key check comes up there (the app's own, reached through a forwarding port): the
+    // condition turns True and the deployment Ready.
+    let target = std::net::SocketAddr::new(address, h.app.authz_port.unwrap());
+    let listener = tokio::net::TcpListener::bind(("0.0.0.0", port))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    wait_for(
+        "the check answering in the status",
+        Duration::from_secs(30),
+        || async {
+            let d = h.deployment("qwen").await;
+            d["status"]["phase"] == "Ready" && condition(&d).is_some_and(|c| c["status"] == "True")
+        },
+    )
+    .await;
+    let base = ready_base(&h, "qwen").await;
+    let (key, _) = new_key(&h, "team-a", json!({"name": "app"})).await;
+    wait_for("the key let through", Duration::from_secs(10), || async {
+        complete(&base, Some(&key)).await.status() == StatusCode::OK
+    })
+    .await;
+}

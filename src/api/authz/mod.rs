@@ -44,8 +44,23 @@ pub fn router(check: Arc<KeyCheck>) -> Router {
         .route(&format!("{PREFIX}/{{id}}"), any(root))
         .route(&format!("{PREFIX}/{{id}}/{{*rest}}"), any(below))
         .route_service(grpc::PATH, grpc::service(check.clone()))
+        .route("/healthz", axum::routing::get(healthz))
         .fallback(|| async { refuse(StatusCode::NOT_FOUND, "not_found", "no such path") })
         .with_state(check)
+}
+
+/// 200 while the check follows the keys; 503 while it refuses every key (the worker's probe
+/// says so in the status of each deployment with keys).
+async fn healthz(State(check): State<Arc<KeyCheck>>) -> Response {
+    if check.following() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the key check cannot follow the keys' changes; it refuses every key\n",
+        )
+            .into_response()
+    }
 }
 
 async fn root(

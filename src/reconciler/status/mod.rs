@@ -87,6 +87,9 @@ pub struct Observed {
     /// The route goes to the activator (the record scales to zero and no replica is
     /// available): requests wait there for one.
     pub activating: bool,
+    /// The record takes model keys: whether the key check its routes call answers
+    /// (`Err`: why not). `None`: no keys, or not probed yet.
+    pub key_check: Option<Result<String, String>>,
     /// Objects the record no longer wants wait for the Gateway before they are removed.
     pub cleanup_wait: Option<CleanupWait>,
     /// Nodes the record's pods are on that stopped serving them.
@@ -108,6 +111,8 @@ pub struct LostNode {
 
 /// The condition that is False while clean-up waits for the Gateway (absent otherwise).
 pub const CLEANED_UP: &str = "CleanedUp";
+/// The condition of a record with model keys: does the key check its routes call answer.
+pub const KEYS_CHECKED: &str = "KeysChecked";
 
 /// What clean-up waits for, and when to look again without a cluster change.
 #[derive(Debug, Clone)]
@@ -144,7 +149,14 @@ pub fn compute(
     let problem = rollout_problem(observed, dep, &rollout, budgets, now);
     let route = route_state(observed);
     // Progressing is decided once the phase is known, so the two always agree.
-    let (phase, message) = phase(record, observed, &rollout, problem.as_ref(), &route);
+    let (mut phase, mut message) = phase(record, observed, &rollout, problem.as_ref(), &route);
+    // The Gateway refuses every request it cannot have checked: Ready would be a lie.
+    if let Some(Err(why)) = &observed.key_check
+        && phase == Phase::Ready
+    {
+        phase = Phase::Degraded;
+        message = why.clone();
+    }
     let conditions = [
         Some(applied(record)),
         Some(available(&rollout)),
@@ -155,6 +167,10 @@ pub fn compute(
             .cleanup_wait
             .as_ref()
             .map(|wait| Check::new(CLEANED_UP, false, "WaitingForGateway", wait.message.clone())),
+        observed.key_check.as_ref().map(|state| match state {
+            Ok(message) => Check::new(KEYS_CHECKED, true, "KeyCheckAnswers", message.clone()),
+            Err(why) => Check::new(KEYS_CHECKED, false, "KeyCheckUnreachable", why.clone()),
+        }),
         Some(progressing(
             observed,
             &rollout,

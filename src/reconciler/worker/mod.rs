@@ -27,6 +27,7 @@ mod apply;
 mod canary;
 mod deletion;
 mod gateway_wait;
+mod key_check;
 mod observe;
 mod permissions;
 mod pool;
@@ -102,6 +103,8 @@ pub struct Worker {
     /// Records being woken from zero, and the Service whose first ready endpoint the
     /// activators are told of (`activator.rs`).
     waking: std::sync::Mutex<std::collections::HashMap<Uuid, String>>,
+    /// Whether the key check answers, as last probed (`key_check.rs`).
+    key_check: std::sync::RwLock<Option<Result<String, String>>>,
 }
 
 impl Worker {
@@ -114,6 +117,7 @@ impl Worker {
             requeued: std::sync::Mutex::new(Some(requeued)),
             activator: std::sync::RwLock::default(),
             waking: std::sync::Mutex::default(),
+            key_check: std::sync::RwLock::default(),
             pool,
             cluster,
             config,

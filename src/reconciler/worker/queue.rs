@@ -177,6 +177,7 @@ impl Worker {
         tokio::spawn(self.clone().resync_loop(shutdown.clone()));
         tokio::spawn(self.clone().requeue_loop(shutdown.clone()));
         tokio::spawn(self.clone().probe_cluster(shutdown.clone()));
+        tokio::spawn(self.clone().probe_key_check(shutdown.clone()));
         let inventory = Inventory::new(
             self.pool.clone(),
             self.cluster.client.clone(),

@@ -394,6 +394,11 @@ impl Worker {
     ) -> Result<(DeploymentStatus, Option<Duration>), ClusterError> {
         let (record, namespace, budgets) = (pass.record(), pass.namespace(), self.config.budgets);
         let now = Utc::now();
+        if pass.subject.serving.spec.access == Some(crate::domain::Access::Keys)
+            && observation.stable.gateway.is_some()
+        {
+            observation.stable.key_check = self.key_check_state();
+        }
         let mut status = compute(&pass.subject, namespace, &observation.stable, budgets, now);
         let mut recheck = recheck_after(&observation.stable, budgets, now);
         if let (Some(canary), Some(t)) = (&record.canary, &pass.canary) {

@@ -208,6 +208,11 @@ impl KeyCheck {
         Ok(check)
     }
 
+    /// Whether it follows the keys' changes (while not, it refuses every key).
+    pub fn following(&self) -> bool {
+        self.following.load(Ordering::SeqCst)
+    }
+
     /// Live keys known now.
     pub fn keys(&self) -> usize {
         self.keys.read().expect("not poisoned").len()
