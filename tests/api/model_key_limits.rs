@@ -459,3 +459,53 @@ async fn a_concurrency_limit_out_of_range_is_named(pool: PgPool) {
     assert_eq!(crate::common::error_fields(&problem), ["maxConcurrent"]);
     assert_eq!(app.count_rows("model_key").await, 0);
 }
+
+/// An expired key is refused like a key that never was, from the moment it expires (the
+/// check compares `expiresAt` on every request; no notification is needed).
+#[sqlx::test]
+async fn an_expired_key_is_refused_like_an_unknown_one(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.create_project("team-a").await;
+    let qwen = create(&app, "team-a", "qwen", json!({})).await;
+    let expires = chrono::Utc::now() + chrono::Duration::seconds(2);
+    let (short, _) = key(
+        &app,
+        "team-a",
+        json!({"name": "short", "expiresAt": expires}),
+    )
+    .await;
+    let (addr, _check) = serve_check(pool).await;
+    assert_eq!(ask(addr, &qwen, &short).await.status(), StatusCode::OK);
+    let unknown: Value = ask(addr, &qwen, "mpk_never-was")
+        .await
+        .json()
+        .await
+        .unwrap();
+    crate::common::wait_until("the key expired", || async { chrono::Utc::now() > expires }).await;
+    let refused = ask(addr, &qwen, &short).await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(refused.json::<Value>().await.unwrap(), unknown);
+}
+
+/// Headers far past any key's size: the listener refuses them before the check reads a
+/// byte of them (hyper's header buffer), and the check stays up for everyone else.
+#[sqlx::test]
+async fn a_huge_header_is_refused_by_the_listener(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    app.create_project("team-a").await;
+    let qwen = create(&app, "team-a", "qwen", json!({})).await;
+    let (good, _) = key(&app, "team-a", json!({"name": "good"})).await;
+    let (addr, _check) = serve_check(pool).await;
+    let huge = "x".repeat(1 << 20);
+    let refused = reqwest::Client::new()
+        .post(format!("http://{addr}/check/{qwen}/v1/chat/completions"))
+        .header("x-api-key", &huge)
+        .send()
+        .await;
+    match refused {
+        Ok(r) => assert_eq!(r.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
+        // hyper may close the connection while the client still writes the header.
+        Err(err) => assert!(err.is_request() || err.is_connect(), "{err}"),
+    }
+    assert_eq!(ask(addr, &qwen, &good).await.status(), StatusCode::OK);
+}
