@@ -112,6 +112,27 @@ async fn only_a_key_of_the_project_gets_through_the_gateway(pool: PgPool) {
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["error"]["code"], "invalid_api_key", "{body}");
 
+    // The portal's "Try it" (the chat proxy) still answers a signed-in member of the project:
+    // it reaches the model inside the cluster as that user, with no model key.
+    let viewer = h.app.token_for("team-a", "viewer", "viewer").await;
+    let tried = h
+        .app
+        .request_as(
+            Some(&viewer),
+            reqwest::Method::POST,
+            "/api/v1/projects/team-a/deployments/qwen/chat/completions",
+        )
+        .json(&json!({"messages": [{"role": "user", "content": "Hello"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tried.status(), StatusCode::OK);
+    let tried: Value = tried.json().await.unwrap();
+    assert!(
+        tried["choices"][0]["message"]["content"].is_string(),
+        "{tried}"
+    );
+
     // The project's key: the model answers (the simulated pod says so).
     let (key, key_id) = new_key(&h, "team-a", json!({"name": "app"})).await;
     wait_for(
