@@ -11,7 +11,9 @@
 # filter sends: `POST /check/<deployment id>/v1/chat/completions` with a random key as
 # `Authorization: Bearer`, to a random deployment, each let through (200). pgbench runs the
 # lookup a check without its memory would need (the key's row by its unique index) with
-# as many clients. Printed: checks/s and p99, and the ratio. The check answers from memory,
+# as many clients. Then the same through the gRPC protocol, as Envoy's ext_authz calls it
+# (bench/grpc_check.rs: long-lived HTTP/2 connections, the deployment found from the path).
+# Printed: checks/s and p99, and the ratio. The check answers from memory,
 # so the ratio says what the cache buys; the target is p99 <= 1 ms at 5,000 checks/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,8 +36,9 @@ db="${DATABASE_URL%/*}/modelplane_bench_authz"
 psql "${DATABASE_URL%/*}/postgres" -qc 'drop database if exists modelplane_bench_authz with (force)' >/dev/null
 ensure_database "$db"
 
-log "building modelplane (release)"
+log "building modelplane and the gRPC caller (release)"
 SQLX_OFFLINE=true cargo build --quiet --release --bin modelplane
+SQLX_OFFLINE=true cargo bench --quiet --bench grpc_check --no-run
 
 port=$(free_port 18680)
 authz_port=$(free_port $((port + 1)))
@@ -63,6 +66,7 @@ log "creating $DEPLOYMENTS deployments and $KEYS model keys"
 seq 1 "$DEPLOYMENTS" | xargs -P 16 -I{} curl -fsS -o /dev/null -H "$auth" -H 'Content-Type: application/json' \
   "$base/api/v1/projects/bench/deployments" -d "{\"name\":\"d{}\",\"spec\":$spec}"
 psql "$db" -Atc "select id from model_deployment" >"$work/deployments"
+psql "$db" -Atc "select route_path || '/v1/chat/completions' from model_deployment" >"$work/paths"
 # Each answer to a file of its own: parallel writers to one pipe may interleave.
 mkdir "$work/created"
 seq 1 "$KEYS" | xargs -P 16 -I{} curl -fsS -o "$work/created/{}.json" -H "$auth" -H 'Content-Type: application/json' \
@@ -126,7 +130,19 @@ pgbench -n -M prepared -c "$CONNECTIONS" -j "$threads" -T "$WARMUP" -f "$work/lo
 tps=$(pgbench -n -M prepared -c "$CONNECTIONS" -j "$threads" -T "$DURATION" -f "$work/lookup.sql" "$db" 2>/dev/null |
   awk '/^tps/ {print $3; exit}')
 ratio=$(awk -v a="$rps" -v b="$tps" 'BEGIN { printf "%.2f", a / b }')
+grpc() {
+  ADDR=127.0.0.1:$authz_port KEYS=$work/keys PATHS=$work/paths DURATION=$DURATION WARMUP=$WARMUP \
+    SQLX_OFFLINE=true cargo bench --quiet --bench grpc_check
+}
+log "the key check over gRPC: ${DURATION}s ($CONNECTIONS HTTP/2 connections)"
+read -r grpc_rps grpc_p50 grpc_p99 grpc_refused < <(CONNECTIONS=$CONNECTIONS RATE=0 grpc)
+[ "$grpc_refused" = 0 ] || die "$grpc_refused gRPC checks were not let through"
+log "the key check over gRPC paced at about $RATE/s (10 connections)"
+read -r grpc_paced_rps grpc_paced_p50 grpc_paced_p99 grpc_refused < <(CONNECTIONS=10 RATE=$RATE grpc)
+[ "$grpc_refused" = 0 ] || die "$grpc_refused paced gRPC checks were not let through"
 echo
 printf '%-44s %10s %8s %8s %14s %7s\n' "$KEYS keys, $DEPLOYMENTS deployments, $CONNECTIONS conns" "checks/s" "p50" "p99" "postgres tx/s" "ratio"
 printf '%-44s %10.0f %8s %8s %14.0f %7s\n' "key check (HTTP, as the Gateway asks)" "$rps" "$p50" "$p99" "$tps" "$ratio"
 printf '%-44s %10.0f %8s %8s\n' "key check paced (10 connections)" "$paced_rps" "$paced_p50" "$paced_p99"
+printf '%-44s %10.0f %7sus %7sus\n' "key check (gRPC, as Envoy's ext_authz asks)" "$grpc_rps" "$grpc_p50" "$grpc_p99"
+printf '%-44s %10.0f %7sus %7sus\n' "key check gRPC paced (10 connections)" "$grpc_paced_rps" "$grpc_paced_p50" "$grpc_paced_p99"

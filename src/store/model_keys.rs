@@ -271,6 +271,21 @@ pub async fn deployment_of(
     .await
 }
 
+/// The 95th-percentile latency of deployments `ids` at their last reading (those read).
+#[instrument(skip(db, ids), fields(deployments = ids.len()))]
+pub async fn latencies(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+) -> Result<Vec<(Uuid, Option<f64>)>, sqlx::Error> {
+    sqlx::query_as(
+        "select deployment_id, (load ->> 'e2eLatencyP95Seconds')::float8 from deployment_load
+         where deployment_id = any($1) and track = 'all'",
+    )
+    .bind(ids)
+    .fetch_all(db)
+    .await
+}
+
 /// Requests a process let through for one key in one minute.
 #[derive(Debug, Clone)]
 pub struct Counted {

@@ -55,8 +55,6 @@ pub const FLUSH: Duration = Duration::from_secs(1);
 pub const SPENT_EVERY: Duration = Duration::from_secs(10);
 /// How long a request counts as in flight when its deployment's latency is not known.
 pub const DEFAULT_HOLD: Duration = Duration::from_secs(10);
-/// How long a deployment's latency is used before it is read again.
-const TARGET_FRESH: Duration = Duration::from_secs(15);
 /// The longest credential looked at; anything longer is no key of ours.
 const MAX_CREDENTIAL: usize = 256;
 /// Deployment ids remembered (a bound: ids come from the routes modelplane wrote).
@@ -99,6 +97,13 @@ enum Asked<'a> {
     At { host: &'a str, path: &'a str },
 }
 
+/// How long a request to a deployment with this 95th-percentile latency counts as in flight.
+fn hold_of(p95_seconds: Option<f64>) -> Duration {
+    p95_seconds
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(DEFAULT_HOLD, |s| Duration::from_secs_f64(s.min(3600.0)))
+}
+
 /// Whether `key` may call `target`: same project, and named by the key if it names any.
 fn in_scope(key: &KeyGrant, target: &Target) -> bool {
     key.project_id == target.project_id
@@ -123,9 +128,9 @@ struct Target {
     id: Uuid,
     project_id: Uuid,
     name: String,
-    /// How long one of its requests counts as in flight.
+    /// How long one of its requests counts as in flight (read again every
+    /// [`SPENT_EVERY`], off the check's path).
     hold: Duration,
-    read_at: Instant,
 }
 
 /// One key's requests in the current minute.
@@ -479,25 +484,18 @@ impl KeyCheck {
 
     /// The project, name and latency of deployment `id` (`None`: no such deployment).
     async fn target(&self, id: Uuid) -> Result<Option<Arc<Target>>, sqlx::Error> {
-        if let Some(known) = self.deployments.lock().expect("not poisoned").get(&id)
-            && known.read_at.elapsed() < TARGET_FRESH
-        {
+        if let Some(known) = self.deployments.lock().expect("not poisoned").get(&id) {
             return Ok(Some(known.clone()));
         }
         let Some(found) = store::model_keys::deployment_of(&self.pool, id).await? else {
             // A deployment not found yet may be created later: only what exists is kept.
             return Ok(None);
         };
-        let hold = found
-            .e2e_p95_seconds
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .map_or(DEFAULT_HOLD, |s| Duration::from_secs_f64(s.min(3600.0)));
         let target = Arc::new(Target {
             id,
             project_id: found.project_id,
             name: found.name,
-            hold,
-            read_at: Instant::now(),
+            hold: hold_of(found.e2e_p95_seconds),
         });
         let mut deployments = self.deployments.lock().expect("not poisoned");
         if deployments.len() >= MAX_DEPLOYMENTS {
@@ -507,10 +505,42 @@ impl KeyCheck {
         Ok(Some(target))
     }
 
+    /// Reads the latency of every deployment known again (their project and name never
+    /// change), so the check never waits on the database for it.
+    pub async fn read_latencies(&self) -> Result<(), sqlx::Error> {
+        let ids: Vec<Uuid> = self
+            .deployments
+            .lock()
+            .expect("not poisoned")
+            .keys()
+            .copied()
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let latencies = store::model_keys::latencies(&self.pool, &ids).await?;
+        let mut deployments = self.deployments.lock().expect("not poisoned");
+        for (id, p95) in latencies {
+            if let Some(known) = deployments.get_mut(&id) {
+                let hold = hold_of(p95);
+                if known.hold != hold {
+                    *known = Arc::new(Target {
+                        hold,
+                        ..(**known).clone()
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn read_spent_every(self: Arc<Self>, shutdown: CancellationToken) {
         loop {
             if let Err(err) = self.read_spent().await {
                 tracing::warn!(error = %err, "key check: cannot read the keys' tokens");
+            }
+            if let Err(err) = self.read_latencies().await {
+                tracing::warn!(error = %err, "key check: cannot read the deployments' latency");
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,
