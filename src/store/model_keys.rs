@@ -296,7 +296,7 @@ pub struct Counted {
 }
 
 /// Adds `counted` to the keys' minutes (and marks them used), then returns every
-/// process's count in minute `at` of the keys `limited` and of those counted.
+/// process's count in minute `at` of the keys `limited`.
 #[instrument(skip_all, fields(rows = counted.len()))]
 pub async fn count_requests(
     db: &sqlx::PgPool,
@@ -328,12 +328,11 @@ pub async fn count_requests(
     touch(&mut *tx, &ids).await?;
     let totals = sqlx::query_as(
         "select key_id, sum(requests)::bigint from model_key_usage
-         where minute = $1 and (key_id = any($2) or key_id = any($3))
+         where minute = $1 and key_id = any($2)
          group by key_id",
     )
     .bind(at)
     .bind(limited)
-    .bind(&ids)
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;

@@ -49,8 +49,12 @@ use crate::store::model_keys::KeyGrant;
 
 mod routes;
 
-/// How often each process writes its counts and reads everyone's.
+/// How often each process writes the counts of keys with a rate limit and reads everyone's.
 pub const FLUSH: Duration = Duration::from_secs(1);
+/// Every this many flushes, the counts of every key are written (their usage and
+/// `lastUsedAt` trail by up to that many seconds; a second's rows for thousands of keys
+/// would cost the database more than the checks).
+const USAGE_EVERY: u64 = 10;
 /// How often the tokens of keys with a budget are read.
 pub const SPENT_EVERY: Duration = Duration::from_secs(10);
 /// How long a request counts as in flight when its deployment's latency is not known.
@@ -584,12 +588,12 @@ impl KeyCheck {
     }
 
     async fn flush_every(self: Arc<Self>, shutdown: CancellationToken) {
-        loop {
+        for tick in 1u64.. {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(FLUSH) => {}
             }
-            if let Err(err) = self.flush().await {
+            if let Err(err) = self.flush_counts(tick % USAGE_EVERY == 0).await {
                 tracing::warn!(error = %err, "key check: cannot write the keys' counts");
             }
         }
@@ -598,13 +602,27 @@ impl KeyCheck {
     /// Adds this process's counts to `model_key_usage`, reads back every process's for the
     /// current minute, and writes `lastUsedAt` of the keys used.
     pub async fn flush(&self) -> Result<(), sqlx::Error> {
+        self.flush_counts(true).await
+    }
+
+    /// Writes the counts of the keys with a rate limit (whose limit needs everyone's), and
+    /// of all keys when `all`.
+    async fn flush_counts(&self, all: bool) -> Result<(), sqlx::Error> {
         let minute = minute_of(Utc::now());
-        let used: Vec<((Uuid, Uuid, i64), i64)> =
-            self.used.lock().expect("not poisoned").drain().collect();
         let limited: Vec<Uuid> = {
             let mut windows = self.windows.lock().expect("not poisoned");
             windows.retain(|_, w| w.minute == minute);
             windows.keys().copied().collect()
+        };
+        let used: Vec<((Uuid, Uuid, i64), i64)> = {
+            let mut used = self.used.lock().expect("not poisoned");
+            if all {
+                used.drain().collect()
+            } else {
+                let limited: std::collections::HashSet<&Uuid> = limited.iter().collect();
+                used.extract_if(|(key, _, _), _| limited.contains(key))
+                    .collect()
+            }
         };
         if used.is_empty() && limited.is_empty() {
             return Ok(());
