@@ -179,7 +179,8 @@ pub struct ModelKey {
     pub created_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
-    /// The last check that let it through (written at most once a minute).
+    /// The last check that let it through (written at most once a minute, up to 10 s after
+    /// the check).
     pub last_used_at: Option<DateTime<Utc>>,
 }
 

@@ -1395,7 +1395,8 @@ export interface components {
             id: string;
             /**
              * Format: date-time
-             * @description The last check that let it through (written at most once a minute).
+             * @description The last check that let it through (written at most once a minute, up to 10 s after
+             *     the check).
              */
             lastUsedAt?: string | null;
             /**
@@ -1520,7 +1521,8 @@ export interface components {
                 id: string;
                 /**
                  * Format: date-time
-                 * @description The last check that let it through (written at most once a minute).
+                 * @description The last check that let it through (written at most once a minute, up to 10 s after
+                 *     the check).
                  */
                 lastUsedAt?: string | null;
                 /**
