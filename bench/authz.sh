@@ -118,8 +118,20 @@ errors=$(awk '/Non-2xx/ {print $5}' "$work/check.wrk")
 rps=$(awk '/Requests\/sec/ {print $2}' "$work/check.wrk")
 p50=$(awk '$1 == "50%" {print $2}' "$work/check.wrk")
 p99=$(awk '$1 == "99%" {print $2}' "$work/check.wrk")
+# The check's own time (from its handler's start to its answer) in a run, from its
+# histogram: the bucket bound under which 99% of the run's checks fell.
+buckets() { curl -fsS -H "$auth" "$base/metrics" | grep '^modelplane_key_check_seconds_bucket' | sed 's/.*le="\([^"]*\)"} /\1 /'; }
+p99_between() {
+  awk 'NR == FNR { before[$1] = $2; next }
+    { le[++n] = $1; count[n] = $2 - before[$1] }
+    END { for (i = 1; i <= n; i++) if (count[i] >= 0.99 * count[n]) {
+      print (le[i] == "+Inf" ? "inf" : le[i] * 1e6); exit } }' "$1" "$2"
+}
+buckets >"$work/before"
 log "the key check paced at about $RATE/s: wrk for ${DURATION}s (10 connections)"
 wrk -t"$threads" -c10 -d"${DURATION}s" --latency -s "$work/paced.lua" "http://127.0.0.1:$authz_port" >"$work/paced.wrk" 2>&1
+buckets >"$work/after"
+http_server_p99=$(p99_between "$work/before" "$work/after")
 errors=$(awk '/Non-2xx/ {print $5}' "$work/paced.wrk")
 [ -z "$errors" ] || { cat "$work/paced.wrk" >&2; die "$errors paced checks were not let through"; }
 paced_rps=$(awk '/Requests\/sec/ {print $2}' "$work/paced.wrk")
@@ -137,12 +149,17 @@ grpc() {
 log "the key check over gRPC: ${DURATION}s ($CONNECTIONS HTTP/2 connections)"
 read -r grpc_rps grpc_p50 grpc_p99 grpc_refused < <(CONNECTIONS=$CONNECTIONS RATE=0 grpc)
 [ "$grpc_refused" = 0 ] || die "$grpc_refused gRPC checks were not let through"
+buckets >"$work/before"
 log "the key check over gRPC paced at about $RATE/s (10 connections)"
 read -r grpc_paced_rps grpc_paced_p50 grpc_paced_p99 grpc_refused < <(CONNECTIONS=10 RATE=$RATE grpc)
+buckets >"$work/after"
+grpc_server_p99=$(p99_between "$work/before" "$work/after")
 [ "$grpc_refused" = 0 ] || die "$grpc_refused paced gRPC checks were not let through"
 echo
 printf '%-44s %10s %8s %8s %14s %7s\n' "$KEYS keys, $DEPLOYMENTS deployments, $CONNECTIONS conns" "checks/s" "p50" "p99" "postgres tx/s" "ratio"
 printf '%-44s %10.0f %8s %8s %14.0f %7s\n' "key check (HTTP, as the Gateway asks)" "$rps" "$p50" "$p99" "$tps" "$ratio"
 printf '%-44s %10.0f %8s %8s\n' "key check paced (10 connections)" "$paced_rps" "$paced_p50" "$paced_p99"
+printf '%-44s %10s %8s %7sus\n' "  its own time in modelplane (p99 bound)" "" "" "$http_server_p99"
 printf '%-44s %10.0f %7sus %7sus\n' "key check (gRPC, as Envoy's ext_authz asks)" "$grpc_rps" "$grpc_p50" "$grpc_p99"
 printf '%-44s %10.0f %7sus %7sus\n' "key check gRPC paced (10 connections)" "$grpc_paced_rps" "$grpc_paced_p50" "$grpc_paced_p99"
+printf '%-44s %10s %8s %7sus\n' "  its own time in modelplane (p99 bound)" "" "" "$grpc_server_p99"

@@ -162,6 +162,12 @@ pub const DURATION_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// Buckets of [`KEY_CHECK_SECONDS`]: the check answers in well under a millisecond, and
+/// the Gateway waits on it for every request.
+pub const KEY_CHECK_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0,
+];
+
 /// Buckets of [`DB_LOOKUPS_PER_STATEMENT`] and [`DB_CREATES_PER_STATEMENT`] (counts, up to
 /// `store::lookups::MAX_BATCH` and `store::creates::MAX_BATCH`).
 pub const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];

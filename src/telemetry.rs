@@ -103,6 +103,11 @@ pub fn init_metrics() -> PrometheusHandle {
             crate::metrics::BATCH_SIZE_BUCKETS,
         )
         .expect("the buckets are not empty")
+        .set_buckets_for_metric(
+            Matcher::Full(crate::metrics::KEY_CHECK_SECONDS.to_owned()),
+            crate::metrics::KEY_CHECK_BUCKETS,
+        )
+        .expect("the buckets are not empty")
         .install_recorder()
         .expect("the metrics recorder is installed once per process");
     crate::metrics::describe();

@@ -212,8 +212,14 @@ async fn send(
     request.send().await.unwrap()
 }
 
-#[tokio::test]
-async fn the_external_auth_filter_asks_first_and_carries_out_the_answer() {
+/// An emulator with the experimental channel's CRDs and a Gateway: it, a client, the
+/// Gateway's address and this machine's address (where the test's listeners are reached).
+async fn experimental() -> (
+    modelplane_emulator::RunningEmulator,
+    Client,
+    SocketAddr,
+    IpAddr,
+) {
     let crds = modelplane_emulator::experimental_crds_dir().unwrap();
     let emu = Emulator::builder()
         .nodes(1)
@@ -224,7 +230,36 @@ async fn the_external_auth_filter_asks_first_and_carries_out_the_answer() {
         .expect("emulator starts");
     let client = Client::try_from(Config::new(emu.url().parse().unwrap())).unwrap();
     let gateway = emu.gateway_addr().unwrap();
-    let ip = host_address();
+    (emu, client, gateway, host_address())
+}
+
+/// With the auth service's endpoint no longer ready, a request that it would let through
+/// is refused (403, Envoy's `status_on_error`) and never reaches the backend.
+async fn fails_closed(
+    client: &Client,
+    gateway: SocketAddr,
+    ip: IpAddr,
+    auth_port: u16,
+    backend_log: &Log,
+) {
+    let http = reqwest::Client::new();
+    selectorless(client, "authz", ip, auth_port, false).await;
+    let before = backend_log.lock().unwrap().len();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let r = send(&http, gateway, &[("authorization", "Bearer good")]).await;
+        if r.status() == StatusCode::FORBIDDEN {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{}", r.status());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(backend_log.lock().unwrap().len(), before);
+}
+
+#[tokio::test]
+async fn the_external_auth_filter_asks_first_and_carries_out_the_answer() {
+    let (_emu, client, gateway, ip) = experimental().await;
     let (auth_log, backend_log): (Log, Log) = Default::default();
     let auth_port = auth_service(auth_log.clone()).await;
     let backend_port = backend(backend_log.clone()).await;
@@ -322,18 +357,7 @@ async fn the_external_auth_filter_asks_first_and_carries_out_the_answer() {
     assert_eq!(asked.body, "");
 
     // The auth service unreachable: fail closed, 403, and the backend is not asked.
-    let before = backend_log.lock().unwrap().len();
-    selectorless(&client, "authz", ip, auth_port, false).await;
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let r = send(&http, gateway, &[("authorization", "Bearer good")]).await;
-        if r.status() == StatusCode::FORBIDDEN {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{}", r.status());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(backend_log.lock().unwrap().len(), before);
+    fails_closed(&client, gateway, ip, auth_port, &backend_log).await;
 }
 
 /// The standard channel's HTTPRoute has no ExternalAuth filter: the API server refuses a
@@ -434,17 +458,7 @@ async fn grpc_auth_service(asked: Asked) -> u16 {
 
 #[tokio::test]
 async fn the_grpc_protocol_calls_envoys_check_and_carries_out_the_answer() {
-    let crds = modelplane_emulator::experimental_crds_dir().unwrap();
-    let emu = Emulator::builder()
-        .nodes(1)
-        .crds(Crds::Manifests(crds))
-        .gateway("gateway-system", "public")
-        .start()
-        .await
-        .expect("emulator starts");
-    let client = Client::try_from(Config::new(emu.url().parse().unwrap())).unwrap();
-    let gateway = emu.gateway_addr().unwrap();
-    let ip = host_address();
+    let (_emu, client, gateway, ip) = experimental().await;
     let asked: Asked = Arc::default();
     let backend_log: Log = Log::default();
     let auth_port = grpc_auth_service(asked.clone()).await;
@@ -505,16 +519,5 @@ async fn the_grpc_protocol_calls_envoys_check_and_carries_out_the_answer() {
     assert!(http_request.raw_body.is_empty(), "forwardBody unset");
 
     // Unreachable: fail closed.
-    selectorless(&client, "authz", ip, auth_port, false).await;
-    let before = backend_log.lock().unwrap().len();
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let r = send(&http, gateway, &[("authorization", "Bearer good")]).await;
-        if r.status() == StatusCode::FORBIDDEN {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{}", r.status());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(backend_log.lock().unwrap().len(), before);
+    fails_closed(&client, gateway, ip, auth_port, &backend_log).await;
 }

@@ -16,6 +16,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::common::{TestApp, valid_spec};
+use crate::model_keys::secret_of;
 
 type Check = std::sync::Arc<modelplane::service::key_check::KeyCheck>;
 
@@ -53,18 +54,6 @@ async fn create(app: &TestApp, project: &str, name: &str, routing: Value) -> Str
     assert_eq!(response.status(), StatusCode::CREATED);
     let body: Value = response.json().await.unwrap();
     body["id"].as_str().unwrap().to_owned()
-}
-
-async fn key(app: &TestApp, project: &str, body: Value) -> (String, String) {
-    let response = app
-        .post_json(&format!("/api/v1/projects/{project}/keys"), &body)
-        .await;
-    assert_eq!(response.status(), StatusCode::CREATED);
-    let created: Value = response.json().await.unwrap();
-    (
-        created["secret"].as_str().unwrap().to_owned(),
-        created["id"].as_str().unwrap().to_owned(),
-    )
 }
 
 /// Envoy's `Check` for a request to `host` and `path` with these headers.
@@ -122,8 +111,8 @@ async fn the_grpc_check_finds_the_deployment_from_host_and_path(pool: PgPool) {
     )
     .await;
     create(&app, "team-b", "qwen", json!({})).await;
-    let (all, all_id) = key(&app, "team-a", json!({"name": "all"})).await;
-    let (only_chat, _) = key(
+    let (all, all_id) = secret_of(&app, "team-a", json!({"name": "all"})).await;
+    let (only_chat, _) = secret_of(
         &app,
         "team-a",
         json!({"name": "c", "deployments": ["chat"]}),
@@ -276,8 +265,8 @@ async fn requests_in_flight_are_held_to_the_limit_for_the_deployments_latency(po
     .execute(&pool)
     .await
     .unwrap();
-    let (two, _) = key(&app, "team-a", json!({"name": "two", "maxConcurrent": 2})).await;
-    let (free, _) = key(&app, "team-a", json!({"name": "free"})).await;
+    let (two, _) = secret_of(&app, "team-a", json!({"name": "two", "maxConcurrent": 2})).await;
+    let (free, _) = secret_of(&app, "team-a", json!({"name": "free"})).await;
     let (addr, _check) = serve_check(pool).await;
 
     for _ in 0..2 {
@@ -311,7 +300,7 @@ async fn requests_in_flight_are_held_to_the_limit_for_the_deployments_latency(po
         StatusCode::TOO_MANY_REQUESTS
     );
     // …and a fresh key's requests there end after 0.3 s: a third goes through soon after.
-    let (other, _) = key(&app, "team-a", json!({"name": "other", "maxConcurrent": 2})).await;
+    let (other, _) = secret_of(&app, "team-a", json!({"name": "other", "maxConcurrent": 2})).await;
     crate::common::wait_until("the new key known", || async {
         ask(addr, &fast, &other).await.status() == StatusCode::OK
     })
@@ -357,13 +346,13 @@ async fn a_token_budget_is_checked_from_the_metered_tokens(pool: PgPool) {
     let project = app.create_project("team-a").await;
     let project_id: Uuid = project["id"].as_str().unwrap().parse().unwrap();
     let qwen = create(&app, "team-a", "qwen", json!({})).await;
-    let (budgeted, budgeted_id) = key(
+    let (budgeted, budgeted_id) = secret_of(
         &app,
         "team-a",
         json!({"name": "budgeted", "dailyTokenBudget": 500}),
     )
     .await;
-    let (other, _) = key(&app, "team-a", json!({"name": "other"})).await;
+    let (other, _) = secret_of(&app, "team-a", json!({"name": "other"})).await;
     let (addr, check) = serve_check(pool.clone()).await;
 
     // Three requests from the budgeted key, one from the other, counted.
@@ -468,7 +457,7 @@ async fn an_expired_key_is_refused_like_an_unknown_one(pool: PgPool) {
     app.create_project("team-a").await;
     let qwen = create(&app, "team-a", "qwen", json!({})).await;
     let expires = chrono::Utc::now() + chrono::Duration::seconds(2);
-    let (short, _) = key(
+    let (short, _) = secret_of(
         &app,
         "team-a",
         json!({"name": "short", "expiresAt": expires}),
@@ -494,7 +483,7 @@ async fn a_huge_header_is_refused_by_the_listener(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     app.create_project("team-a").await;
     let qwen = create(&app, "team-a", "qwen", json!({})).await;
-    let (good, _) = key(&app, "team-a", json!({"name": "good"})).await;
+    let (good, _) = secret_of(&app, "team-a", json!({"name": "good"})).await;
     let (addr, _check) = serve_check(pool).await;
     let huge = "x".repeat(1 << 20);
     let refused = reqwest::Client::new()

@@ -355,7 +355,8 @@ async fn ask(base: &str, id: &str, headers: &[(&str, &str)]) -> reqwest::Respons
     request.send().await.unwrap()
 }
 
-async fn secret_of(app: &TestApp, project: &str, body: Value) -> (String, String) {
+/// Creates a key; its secret and id.
+pub(crate) async fn secret_of(app: &TestApp, project: &str, body: Value) -> (String, String) {
     let created = create_key(app, project, body).await;
     (
         created["secret"].as_str().unwrap().to_owned(),

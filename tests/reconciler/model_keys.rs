@@ -160,16 +160,18 @@ async fn only_a_key_of_the_project_gets_through_the_gateway(pool: PgPool) {
     }
     assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
 
-    // Another project's key: 403.
-    let (theirs, _) = new_key(&h, "team-b", json!({"name": "other"})).await;
+    theirs_refused_and_revoked_refused(&h, &base, &key, &key_id).await;
+}
+
+/// Another project's key gets 403; once `key` (of team-a) is revoked, it gets 401 again.
+async fn theirs_refused_and_revoked_refused(h: &Harness, base: &str, key: &str, key_id: &str) {
+    let (theirs, _) = new_key(h, "team-b", json!({"name": "other"})).await;
     wait_for(
-        "the other project's key known",
+        "the other project's key refused",
         Duration::from_secs(10),
-        || async { complete(&base, Some(&theirs)).await.status() == StatusCode::FORBIDDEN },
+        || async { complete(base, Some(&theirs)).await.status() == StatusCode::FORBIDDEN },
     )
     .await;
-
-    // Revoked: 401 again.
     let revoked = h
         .app
         .request(
@@ -183,7 +185,7 @@ async fn only_a_key_of_the_project_gets_through_the_gateway(pool: PgPool) {
     wait_for(
         "the revoked key refused",
         Duration::from_secs(10),
-        || async { complete(&base, Some(&key)).await.status() == StatusCode::UNAUTHORIZED },
+        || async { complete(base, Some(key)).await.status() == StatusCode::UNAUTHORIZED },
     )
     .await;
 }
@@ -317,29 +319,7 @@ async fn the_grpc_protocol_guards_the_gateway_url_the_same_way(pool: PgPool) {
         complete(&base, Some(&key)).await.status() == StatusCode::OK
     })
     .await;
-    let (theirs, _) = new_key(&h, "team-b", json!({"name": "other"})).await;
-    wait_for(
-        "the other project's key refused",
-        Duration::from_secs(10),
-        || async { complete(&base, Some(&theirs)).await.status() == StatusCode::FORBIDDEN },
-    )
-    .await;
-    let revoked = h
-        .app
-        .request(
-            reqwest::Method::DELETE,
-            &format!("/api/v1/projects/team-a/keys/{key_id}"),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(revoked.status(), StatusCode::OK);
-    wait_for(
-        "the revoked key refused",
-        Duration::from_secs(10),
-        || async { complete(&base, Some(&key)).await.status() == StatusCode::UNAUTHORIZED },
-    )
-    .await;
+    theirs_refused_and_revoked_refused(&h, &base, &key, &key_id).await;
 }
 
 /// The worker asks the key check whether it answers: while it does not, a deployment with
