@@ -50,7 +50,7 @@ pub use records::{
     ApiToken, AuditEvent, Change, ChangeKind, Deployment, EventKind, KeyUsage, KeyUsageDay,
     KeyUsageDeployment, ModelKey, Project, Revision, RoleBinding, TimelineEvent, entity_tag,
 };
-pub use routing::{RouteClaim, check_shared_gateway_rules, effective_path_prefix};
+pub use routing::{RouteClaim, check_shared_gateway_rules, effective_path_prefix, is_path_prefix};
 pub use selector::{LabelRequirement, LabelSelector};
 pub use serving::{CacheStorage, PodCount, ServingSpec};
 pub use spec::{

@@ -87,7 +87,7 @@ pub fn effective_path_prefix(spec: &DeploymentSpec, project: &str, name: &str) -
 }
 
 /// `prefix` matches every path under `path` element by element (`/a` covers `/a/b`, not `/ab`).
-fn is_path_prefix(prefix: &str, path: &str) -> bool {
+pub fn is_path_prefix(prefix: &str, path: &str) -> bool {
     prefix == "/"
         || path == prefix
         || path

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::domain::is_path_prefix;
 use crate::store;
 use crate::store::model_keys::RouteAt;
 
@@ -112,15 +113,6 @@ fn hostname_rank(route: Option<&str>, host: &str) -> Option<(usize, usize)> {
     }
 }
 
-/// `prefix` matches `path` element by element (`/a` covers `/a/b`, not `/ab`).
-fn path_matches(prefix: &str, path: &str) -> bool {
-    prefix == "/"
-        || path == prefix
-        || path
-            .strip_prefix(prefix)
-            .is_some_and(|rest| rest.starts_with('/'))
-}
-
 fn best_matches(routes: &[RouteAt], host: &str, path: &str) -> Vec<Uuid> {
     let mut best: Option<(usize, usize, usize)> = None;
     let mut found = Vec::new();
@@ -128,7 +120,7 @@ fn best_matches(routes: &[RouteAt], host: &str, path: &str) -> Vec<Uuid> {
         let Some((exact, any)) = hostname_rank(route.hostname.as_deref(), host) else {
             continue;
         };
-        if !path_matches(&route.path, path) {
+        if !is_path_prefix(&route.path, path) {
             continue;
         }
         let rank = (exact, any, route.path.len());
