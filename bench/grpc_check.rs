@@ -113,7 +113,9 @@ async fn run(seconds: u64, connections: u64, rate: u64) -> (f64, u64, u64, u64) 
     )
 }
 
-#[tokio::main]
+// One thread: the callers share this machine's two cores with modelplane and Postgres, and
+// a thread hop per call would be the caller's cost, not the check's.
+#[tokio::main(flavor = "current_thread")]
 async fn main() {
     let connections = number("CONNECTIONS", 16);
     let rate = number("RATE", 0);

@@ -51,9 +51,10 @@ mod routes;
 
 /// How often each process writes the counts of keys with a rate limit and reads everyone's.
 pub const FLUSH: Duration = Duration::from_secs(1);
-/// Every this many flushes, the counts of every key are written (their usage and
-/// `lastUsedAt` trail by up to that many seconds; a second's rows for thousands of keys
-/// would cost the database more than the checks).
+/// The counts of keys without a rate limit are written once every this many flushes, a
+/// slice of them (by key id) at each flush: their usage and `lastUsedAt` trail by up to
+/// that many seconds, and no flush writes every key's rows at once (one statement for
+/// thousands of keys made the checks around it wait on a 2-core machine).
 const USAGE_EVERY: u64 = 10;
 /// How often the tokens of keys with a budget are read.
 pub const SPENT_EVERY: Duration = Duration::from_secs(10);
@@ -593,7 +594,7 @@ impl KeyCheck {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(FLUSH) => {}
             }
-            if let Err(err) = self.flush_counts(tick % USAGE_EVERY == 0).await {
+            if let Err(err) = self.flush_counts(Some(tick % USAGE_EVERY)).await {
                 tracing::warn!(error = %err, "key check: cannot write the keys' counts");
             }
         }
@@ -602,12 +603,12 @@ impl KeyCheck {
     /// Adds this process's counts to `model_key_usage`, reads back every process's for the
     /// current minute, and writes `lastUsedAt` of the keys used.
     pub async fn flush(&self) -> Result<(), sqlx::Error> {
-        self.flush_counts(true).await
+        self.flush_counts(None).await
     }
 
-    /// Writes the counts of the keys with a rate limit (whose limit needs everyone's), and
-    /// of all keys when `all`.
-    async fn flush_counts(&self, all: bool) -> Result<(), sqlx::Error> {
+    /// Writes the counts of the keys with a rate limit (whose limit needs everyone's) and of
+    /// the other keys in `slice` (`key id mod USAGE_EVERY`), or of all keys when `None`.
+    async fn flush_counts(&self, slice: Option<u64>) -> Result<(), sqlx::Error> {
         let minute = minute_of(Utc::now());
         let limited: Vec<Uuid> = {
             let mut windows = self.windows.lock().expect("not poisoned");
@@ -616,12 +617,16 @@ impl KeyCheck {
         };
         let used: Vec<((Uuid, Uuid, i64), i64)> = {
             let mut used = self.used.lock().expect("not poisoned");
-            if all {
-                used.drain().collect()
-            } else {
-                let limited: std::collections::HashSet<&Uuid> = limited.iter().collect();
-                used.extract_if(|(key, _, _), _| limited.contains(key))
+            match slice {
+                None => used.drain().collect(),
+                Some(slice) => {
+                    let limited: std::collections::HashSet<&Uuid> = limited.iter().collect();
+                    used.extract_if(|(key, _, _), _| {
+                        limited.contains(key)
+                            || key.as_u128() % u128::from(USAGE_EVERY) == u128::from(slice)
+                    })
                     .collect()
+                }
             }
         };
         if used.is_empty() && limited.is_empty() {

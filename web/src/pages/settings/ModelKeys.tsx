@@ -135,7 +135,7 @@ export function ModelKeys({ project }: { project: string }) {
         <Field
           label="Tokens a day"
           error={fields.dailyTokenBudget}
-          hint="Empty: no budget. Counted from the models' metrics, up to a minute behind."
+          hint="Empty: no budget. Counted from the models' metrics, about half a minute behind (so a key can pass it by what it uses meanwhile)."
         >
           {(a) => <input {...a} type="number" min={1} inputMode="numeric" value={budget} onChange={(e) => setBudget(e.target.value)} />}
         </Field>
