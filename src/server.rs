@@ -347,6 +347,14 @@ async fn start_worker(
     let client = cluster.client.clone();
     let worker = Worker::new(worker_pool.clone(), cluster, worker_config);
     let health = worker.health();
+    // LoRA adapters reach the model servers the way serving metrics are read from them.
+    let loader = crate::reconciler::adapters::AdapterLoader::new(
+        worker_pool.clone(),
+        client.clone(),
+        pod_via(config, client.clone())?,
+        worker.seen(),
+    );
+    tokio::spawn(loader.run(shutdown.clone()));
     // An interval of 0 turns the collection off, and with it the autoscaler (its signal).
     if config.load.load_interval_secs > 0 {
         let settings = load_settings(config, installation, client.clone())?;
@@ -378,33 +386,14 @@ fn load_settings(
     installation: String,
     client: kube::Client,
 ) -> Result<crate::reconciler::load::LoadSettings, StartupError> {
-    use crate::config::ScrapeVia;
-    use crate::reconciler::load::{LoadSettings, PromSource, Source, Via};
+    use crate::reconciler::load::{LoadSettings, PromSource, Source};
     let load = &config.load;
     let timeout = Duration::from_secs(load.load_timeout_secs.max(1));
     let source = match &load.prometheus_url {
         Some(url) => Source::Prometheus(
             PromSource::new(url, timeout).map_err(|e| StartupError::Config(e.to_string()))?,
         ),
-        None => {
-            let in_cluster = config.cluster.kubeconfig.is_none();
-            let direct = match load.load_scrape {
-                ScrapeVia::Direct => true,
-                ScrapeVia::Proxy => false,
-                ScrapeVia::Auto => in_cluster,
-            };
-            if direct {
-                let http = reqwest::Client::builder()
-                    .connect_timeout(timeout)
-                    .build()
-                    .map_err(|e| {
-                        StartupError::Config(format!("cannot build an HTTP client: {e}"))
-                    })?;
-                Source::Pods(Via::Direct(http))
-            } else {
-                Source::Pods(Via::Proxy(client))
-            }
-        }
+        None => Source::Pods(pod_via(config, client)?),
     };
     Ok(LoadSettings {
         interval: Duration::from_secs(load.load_interval_secs.max(1)),
@@ -413,6 +402,30 @@ fn load_settings(
         source,
         installation,
     })
+}
+
+/// How the worker reaches a model server pod (`MODELPLANE_LOAD_SCRAPE`): by its IP inside
+/// the cluster, through the API server's pod proxy outside it.
+fn pod_via(
+    config: &ServeConfig,
+    client: kube::Client,
+) -> Result<crate::reconciler::load::Via, StartupError> {
+    use crate::config::ScrapeVia;
+    use crate::reconciler::load::Via;
+    let timeout = Duration::from_secs(config.load.load_timeout_secs.max(1));
+    let direct = match config.load.load_scrape {
+        ScrapeVia::Direct => true,
+        ScrapeVia::Proxy => false,
+        ScrapeVia::Auto => config.cluster.kubeconfig.is_none(),
+    };
+    if !direct {
+        return Ok(Via::Proxy(client));
+    }
+    let http = reqwest::Client::builder()
+        .connect_timeout(timeout)
+        .build()
+        .map_err(|e| StartupError::Config(format!("cannot build an HTTP client: {e}")))?;
+    Ok(Via::Direct(http))
 }
 
 /// After the listener closed: WebSockets get `grace` to close, then the worker to stop.

@@ -224,6 +224,8 @@ fn api_router() -> OpenApiRouter<AppState> {
             deployments::delete_deployment
         ))
         .routes(routes!(deployments::scale_deployment))
+        .routes(routes!(deployments::add_adapter))
+        .routes(routes!(deployments::remove_adapter))
         .routes(routes!(deployments::restart_deployment))
         .routes(routes!(deployments::rollback_deployment))
         .routes(routes!(canary::start_canary, canary::update_canary))

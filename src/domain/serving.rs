@@ -50,6 +50,15 @@ pub struct ServingSpec {
     /// a time without surge (a spare GPU is rare); others 25% each way.
     pub max_surge: PodCount,
     pub max_unavailable: PodCount,
+    /// The LoRA adapters, their sources parsed (hf:// or pvc:// only).
+    pub adapters: Vec<Adapter>,
+}
+
+/// A LoRA adapter the engine serves under `name`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Adapter {
+    pub name: String,
+    pub source: ModelSource,
 }
 
 /// A number of pods: a count, or a percentage of `replicas`.
@@ -135,6 +144,21 @@ impl DeploymentSpec {
         let (max_surge, max_unavailable) = self.rollout_bounds(gpus, &mut errors);
         let restricted = self.security.profile == SecurityProfile::Restricted;
         let cache = self.cache_storage(restricted, &mut errors);
+        let adapters: Vec<Adapter> = self
+            .adapters
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                let source = errors.check(
+                    &format!("spec.adapters[{i}].source"),
+                    ModelSource::parse(&a.source),
+                )?;
+                Some(Adapter {
+                    name: a.name.clone(),
+                    source,
+                })
+            })
+            .collect();
         errors.finish(|| ServingSpec {
             spec: self.clone(),
             replicas: replicas.expect("checked"),
@@ -158,6 +182,7 @@ impl DeploymentSpec {
             restricted,
             max_surge,
             max_unavailable,
+            adapters,
         })
     }
 
@@ -280,6 +305,7 @@ impl DeploymentSpec {
 
         self.validate_model(&mut errors);
         self.validate_engine(&mut errors);
+        self.validate_adapters(&mut errors);
         self.validate_contradictions(limits, &mut errors);
         let replicas = self.replicas.unwrap_or(DEFAULT_REPLICAS);
         if !(0..=limits.max_replicas).contains(&replicas) {

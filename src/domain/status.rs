@@ -133,6 +133,10 @@ pub struct DeploymentStatus {
     /// The canary track, while the deployment has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanaryStatus>,
+    /// Each LoRA adapter of `spec.adapters`: on how many of the serving pods it is loaded,
+    /// and why not where it is not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adapters: Vec<AdapterStatus>,
     /// What the deployment serves now, from its model servers' metrics (all tracks
     /// together); absent until the first reading. Read beside the status, never stored in
     /// it: a new reading is not a status change.
@@ -158,10 +162,24 @@ impl DeploymentStatus {
             conditions: Vec::new(),
             endpoints: Endpoints::default(),
             canary: None,
+            adapters: Vec::new(),
             load: None,
             autoscaling: None,
         }
     }
+}
+
+/// A LoRA adapter as the model servers report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdapterStatus {
+    pub name: String,
+    /// Serving pods (containers ready, on the current engine process) that have it loaded.
+    pub loaded: i64,
+    /// Serving pods.
+    pub pods: i64,
+    /// Why it is not loaded everywhere (the engine's answer on a pod), or empty.
+    pub message: String,
 }
 
 /// What the reconciler reports about a canary track.

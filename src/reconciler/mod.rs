@@ -1,6 +1,7 @@
 //! The reconciler: projects every deployment record into Kubernetes objects, keeps them
 //! there, and reports what the cluster says back into the record's status.
 
+pub mod adapters;
 pub mod autoscaler;
 pub mod cluster;
 pub mod desired;

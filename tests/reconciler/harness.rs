@@ -205,6 +205,20 @@ impl Harness {
     }
 }
 
+impl Harness {
+    /// Starts the LoRA adapter loader as `serve` runs it beside the worker (through the
+    /// API server's pod proxy, as from outside a cluster).
+    pub(crate) fn load_adapters(&self) {
+        let loader = modelplane::reconciler::adapters::AdapterLoader::new(
+            self.pool.clone(),
+            self.kube.clone(),
+            modelplane::reconciler::load::Via::Proxy(self.kube.clone()),
+            self.seen.clone(),
+        );
+        tokio::spawn(loader.run(self.shutdown.clone()));
+    }
+}
+
 /// Polls `check` until it holds; fails with `what` after `limit`.
 pub(crate) async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F)
 where
@@ -377,7 +391,13 @@ pub(crate) async fn create_in(app: &TestApp, name: &str, spec: Value) {
             &json!({"name": name, "spec": spec}),
         )
         .await;
-    assert_eq!(response.status(), StatusCode::CREATED, "creating {name}");
+    let status = response.status();
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "creating {name}: {}",
+        response.text().await.unwrap_or_default()
+    );
 }
 
 /// `modelplane serve --role all` as a separate process against `emulator`, on a free port,

@@ -2,6 +2,7 @@
 //! harness is in `harness.rs`; the tests are grouped by what they look at.
 
 mod activation;
+mod adapters;
 mod admission;
 mod autoscaling;
 mod canary;

@@ -185,9 +185,13 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
     // The serving-metrics collector runs as the worker's (outside the cluster: through the
     // API server's pods/proxy).
     h.collect_load();
+    // So does the LoRA adapter loader: the engines' adapter API through pods/proxy (POST:
+    // create), its record on each pod (patch) and the pods' readiness gate (pods/status).
+    h.load_adapters();
     h.app.create_project("team-a").await;
     let mut spec = sim_spec();
     spec["replicas"] = json!(2);
+    spec["adapters"] = json!([{"name": "sql-lora", "source": "hf://acme/sql-lora"}]);
     create_with(&h, "qwen", spec).await;
     h.wait_applied("qwen", 1).await;
     // One that scales to zero: its activator Service and EndpointSlice (the slice created
@@ -203,6 +207,10 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
         Duration::from_secs(30),
         || async { h.deployment("qwen").await["status"]["load"]["podsRead"] == json!(2) },
     )
+    .await;
+    wait_for("the adapter loaded", Duration::from_secs(30), || async {
+        h.deployment("qwen").await["status"]["adapters"][0]["loaded"] == json!(2)
+    })
     .await;
 
     // A pod that is not modelplane's, in a namespace of ours: its events reach the worker's

@@ -21,7 +21,7 @@
 //! specific listener) is not modelled beyond that ranking.
 
 use std::cmp::Ordering as Cmp;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -90,6 +90,18 @@ struct PodLoad {
     max_num_seqs: usize,
     slots: Arc<Semaphore>,
     served: Mutex<Served>,
+    /// The LoRA adapters the sim process serves besides its model.
+    loras: Mutex<Loras>,
+}
+
+/// A sim process's LoRA adapters: those of `--lora-modules` when it starts, then what
+/// `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` add and remove (llm-d-inference-sim
+/// pkg/llm-d-inference-sim/lora.go keeps them in memory: a restarted process has only its
+/// `--lora-modules` again).
+struct Loras {
+    incarnation: i64,
+    initial: BTreeSet<String>,
+    names: BTreeSet<String>,
 }
 
 /// One request in flight to a pod; dropped when its answer (a stream included) is done.
@@ -149,6 +161,15 @@ impl PodLoad {
         if incarnation > served.incarnation {
             *served = Served::new(incarnation);
         }
+        let mut loras = self.loras();
+        if incarnation > loras.incarnation {
+            loras.incarnation = incarnation;
+            loras.names = loras.initial.clone();
+        }
+    }
+
+    fn loras(&self) -> std::sync::MutexGuard<'_, Loras> {
+        self.loras.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Adds to the served figures what a request of process `incarnation` did; nothing
@@ -219,6 +240,11 @@ impl PlaneState {
             max_num_seqs: n,
             slots: Arc::new(Semaphore::new(n)),
             served: Mutex::new(Served::new(restarts)),
+            loras: Mutex::new(Loras {
+                incarnation: restarts,
+                initial: sim.map(|s| s.lora_modules.clone()).unwrap_or_default(),
+                names: sim.map(|s| s.lora_modules.clone()).unwrap_or_default(),
+            }),
         });
         loads.by_uid.insert(uid, load.clone());
         load
@@ -813,6 +839,9 @@ pub(crate) struct SimConfig {
     pub itl: Duration,
     /// `--max-num-seqs`: requests processed at the same time; more wait in a queue.
     pub max_num_seqs: usize,
+    /// The adapter names of `--lora-modules` (each value a JSON object with `name`, as
+    /// llm-d-inference-sim's README gives them), served from the start.
+    pub lora_modules: BTreeSet<String>,
 }
 
 /// A duration flag of llm-d-inference-sim: a Go duration (`100ms`, `1.5s`, `1m30s`), as
@@ -882,7 +911,21 @@ pub(crate) fn sim_config(pod: &Value) -> Option<SimConfig> {
             .and_then(|v| sim_duration(&v))
             .unwrap_or(Duration::ZERO)
     };
+    // `--lora-modules '{"name":…}' '{"name":…}'`: the values up to the next flag.
+    let lora_modules = args
+        .iter()
+        .position(|a| *a == "--lora-modules")
+        .map(|at| {
+            args[at + 1..]
+                .iter()
+                .take_while(|a| !a.starts_with("--"))
+                .filter_map(|v| serde_json::from_str::<Value>(v).ok())
+                .filter_map(|v| v.get("name").and_then(Value::as_str).map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
     Some(SimConfig {
+        lora_modules,
         model: flag("model").unwrap_or_else(|| "sim-model".into()),
         ttft: duration("time-to-first-token"),
         itl: duration("inter-token-latency"),
@@ -1541,10 +1584,46 @@ async fn openai(
     match (method.as_str(), path) {
         ("GET", "/health" | "/ready") => text(StatusCode::OK, "OK"),
         ("GET", "/metrics") => metrics(model, &in_flight.0),
-        ("GET", "/v1/models") => json_resp(
-            StatusCode::OK,
-            &json!({"object": "list", "data": [{"id": model, "object": "model", "created": created, "owned_by": "modelplane-emulator", "root": model, "parent": null}]}),
-        ),
+        // The base model, then each adapter with the model as its parent and itself as
+        // its root (`createModelsResponse` in llm-d-inference-sim).
+        ("GET", "/v1/models") => {
+            let mut data = vec![
+                json!({"id": model, "object": "model", "created": created, "owned_by": "modelplane-emulator", "root": model, "parent": null}),
+            ];
+            data.extend(in_flight.0.loras().names.iter().map(|lora| {
+                json!({"id": lora, "object": "model", "created": created, "owned_by": "modelplane-emulator", "root": lora, "parent": model})
+            }));
+            json_resp(StatusCode::OK, &json!({"object": "list", "data": data}))
+        }
+        // llm-d-inference-sim's `loadLoraAdaptor`/`unloadLoraAdaptor`: a body that does not
+        // parse is a 400 in plain text; otherwise 200 with an empty body, whether or not
+        // the adapter was there (the path is not read).
+        ("POST", "/v1/load_lora_adapter" | "/v1/unload_lora_adapter") => {
+            let load = path == "/v1/load_lora_adapter";
+            let what = if load { "load" } else { "unload" };
+            let name = serde_json::from_slice::<Value>(body)
+                .map_err(|e| e.to_string())
+                .and_then(|v| match v.get("lora_name") {
+                    None | Some(Value::Null) => Ok(String::new()),
+                    Some(Value::String(name)) => Ok(name.clone()),
+                    Some(_) => Err("lora_name is not a string".to_owned()),
+                });
+            match name {
+                Err(err) => text(
+                    StatusCode::BAD_REQUEST,
+                    &format!("failed to read and parse {what} lora request body, {err}"),
+                ),
+                Ok(name) => {
+                    let mut loras = in_flight.0.loras();
+                    if load {
+                        loras.names.insert(name);
+                    } else {
+                        loras.names.remove(&name);
+                    }
+                    (StatusCode::OK, "").into_response()
+                }
+            }
+        }
         ("POST", "/v1/chat/completions" | "/v1/completions") => {
             let chat = path == "/v1/chat/completions";
             let Ok(req) = serde_json::from_slice::<Value>(body) else {
@@ -1555,13 +1634,15 @@ async fn openai(
                 );
             };
             let asked = req.get("model").and_then(Value::as_str).unwrap_or("");
-            if asked != model {
+            if asked != model && !in_flight.0.loras().names.contains(asked) {
                 return openai_error(
                     StatusCode::NOT_FOUND,
                     "NotFoundError",
                     &format!("The model `{asked}` does not exist."),
                 );
             }
+            // The answer names the model asked for: the base model or an adapter.
+            let model = asked.to_owned();
             let (prompt_text, last) = if chat {
                 let msgs = req
                     .get("messages")
@@ -1971,6 +2052,125 @@ mod tests {
     }
 
     const M: &str = "{model_name=\"m\"}";
+
+    async fn get(plane: &Plane, pod: &Value, path: &str) -> Value {
+        let r = plane
+            .answer_for_pod(pod.clone(), &Method::GET, path, &Bytes::new())
+            .await;
+        serde_json::from_str(&body_text(r).await).unwrap()
+    }
+
+    fn ids(models: &Value) -> Vec<(String, Value)> {
+        models["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["id"].as_str().unwrap().to_owned(), m["parent"].clone()))
+            .collect()
+    }
+
+    // llm-d-inference-sim pkg/llm-d-inference-sim/lora.go and simulator.go: load and
+    // unload answer 200 with an empty body (unload of an unknown adapter too), a body that
+    // does not parse 400 in plain text; `/v1/models` lists the base model, then each adapter
+    // with the first served name as parent; `--lora-modules` are there from the start and
+    // again after a restart, loaded ones are gone with the process.
+    #[tokio::test]
+    async fn sim_pods_load_and_unload_lora_adapters_at_run_time() {
+        let plane = Plane::new(Store::new(crate::resources::Kinds::new(true, true), 64));
+        let mut pod = sim_pod("u-lora", 0);
+        pod["spec"]["containers"][0]["args"] = json!([
+            "--model",
+            "m",
+            "--lora-modules",
+            r#"{"name":"boot","path":"/l/boot","base_model_name":"m"}"#,
+            "--port",
+            "8000"
+        ]);
+        assert_eq!(
+            ids(&get(&plane, &pod, "/v1/models").await),
+            vec![
+                ("m".to_owned(), Value::Null),
+                ("boot".to_owned(), json!("m"))
+            ]
+        );
+        let r = complete(
+            &plane,
+            &pod,
+            "/v1/load_lora_adapter",
+            json!({"lora_name": "sql", "lora_path": "acme/sql"}),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(body_text(r).await, "");
+        let answer = complete(
+            &plane,
+            &pod,
+            "/v1/completions",
+            json!({"model": "sql", "prompt": "a b", "max_tokens": 1}),
+        )
+        .await;
+        assert_eq!(answer.status(), StatusCode::OK);
+        assert_eq!(
+            serde_json::from_str::<Value>(&body_text(answer).await).unwrap()["model"],
+            "sql"
+        );
+        let r = complete(
+            &plane,
+            &pod,
+            "/v1/unload_lora_adapter",
+            json!({"lora_name": "sql"}),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let r = complete(
+            &plane,
+            &pod,
+            "/v1/unload_lora_adapter",
+            json!({"lora_name": "never"}),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let gone = complete(
+            &plane,
+            &pod,
+            "/v1/completions",
+            json!({"model": "sql", "prompt": "a", "max_tokens": 1}),
+        )
+        .await;
+        assert_eq!(gone.status(), StatusCode::NOT_FOUND);
+        let body: Value = serde_json::from_str(&body_text(gone).await).unwrap();
+        assert_eq!(body["error"]["message"], "The model `sql` does not exist.");
+        let bad = plane
+            .answer_for_pod(
+                pod.clone(),
+                &Method::POST,
+                "/v1/load_lora_adapter",
+                &Bytes::from_static(b"{"),
+            )
+            .await;
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+        assert!(
+            body_text(bad)
+                .await
+                .starts_with("failed to read and parse load lora request body, ")
+        );
+        // Loaded again, then the container restarts: only `--lora-modules` remain.
+        complete(
+            &plane,
+            &pod,
+            "/v1/load_lora_adapter",
+            json!({"lora_name": "sql", "lora_path": "acme/sql"}),
+        )
+        .await;
+        pod["status"]["containerStatuses"][0]["restartCount"] = json!(1);
+        assert_eq!(
+            ids(&get(&plane, &pod, "/v1/models").await),
+            vec![
+                ("m".to_owned(), Value::Null),
+                ("boot".to_owned(), json!("m"))
+            ]
+        );
+    }
 
     // vLLM's counters belong to the process: "generally reset to zero when the vLLM
     // instance restarts" (docs/design/metrics.md, Metrics Publishing - Prometheus). A

@@ -534,7 +534,12 @@ fn pod_status(
         .and_then(Value::as_i64)
         .unwrap_or(1);
     let sandbox = spec.mount_err.is_none();
-    let conditions = pod_conditions(&old, generation, &spec.containers, ready, sandbox);
+    let gates = pod
+        .pointer("/spec/readinessGates")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let conditions = pod_conditions(&old, generation, &spec.containers, &gates, ready, sandbox);
     let statuses = container_statuses(pod, rt, spec, waiting, ready, started);
     let phase = if rt.running.is_some() || rt.restarts > 0 {
         "Running"
@@ -560,11 +565,47 @@ fn pod_status(
     status
 }
 
+/// The condition types the kubelet owns (`PodConditionsByKubelet`, kubernetes
+/// pkg/kubelet/types/pod_status.go). The status manager keeps every other type as it finds
+/// it (`mergePodStatus`, pkg/kubelet/status/status_manager.go): a readiness gate's
+/// condition is a controller's to set.
+const KUBELET_CONDITIONS: [&str; 5] = [
+    "PodScheduled",
+    "Ready",
+    "Initialized",
+    "ContainersReady",
+    "PodReadyToStartContainers",
+];
+
+/// Why the readiness gates hold the pod back, as `generatePodReadyCondition` says it
+/// (kubernetes pkg/kubelet/status/generate.go): one message per gate whose condition is
+/// missing or not True, joined by ", "; empty when every gate is open.
+fn readiness_gates_unready(old: &Value, gates: &[Value]) -> Vec<String> {
+    let conditions = old.get("conditions").and_then(Value::as_array);
+    gates
+        .iter()
+        .filter_map(|g| g.get("conditionType").and_then(Value::as_str))
+        .filter_map(|ty| {
+            let found = conditions.and_then(|cs| cs.iter().find(|c| c["type"] == ty));
+            match found.and_then(|c| c["status"].as_str()) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate \"{ty}\" does not exist."
+                )),
+                Some("True") => None,
+                Some(status) => Some(format!(
+                    "the status of pod readiness gate \"{ty}\" is not \"True\", but {status}"
+                )),
+            }
+        })
+        .collect()
+}
+
 /// The pod conditions; transition times carry over while a condition keeps its status.
 fn pod_conditions(
     old: &Value,
     generation: i64,
     containers: &[Value],
+    gates: &[Value],
     ready: bool,
     sandbox: bool,
 ) -> Value {
@@ -599,23 +640,51 @@ fn pod_conditions(
         .and_then(Value::as_array)
         .and_then(|cs| cs.iter().find(|c| c["type"] == "PodScheduled").cloned())
         .unwrap_or_else(|| cond("PodScheduled", true, None, None));
-    json!([
-        cond("PodReadyToStartContainers", sandbox, None, None),
-        cond("Initialized", true, None, None),
+    let gated = if ready {
+        readiness_gates_unready(old, gates)
+    } else {
+        vec![]
+    };
+    let pod_ready = if gated.is_empty() {
         cond(
             "Ready",
             ready,
             Some("ContainersNotReady"),
-            Some(unready.clone())
-        ),
+            Some(unready.clone()),
+        )
+    } else {
+        cond(
+            "Ready",
+            false,
+            Some("ReadinessGatesNotReady"),
+            Some(gated.join(", ")),
+        )
+    };
+    let mut all = vec![
+        cond("PodReadyToStartContainers", sandbox, None, None),
+        cond("Initialized", true, None, None),
+        pod_ready,
         cond(
             "ContainersReady",
             ready,
             Some("ContainersNotReady"),
-            Some(unready)
+            Some(unready),
         ),
         scheduled,
-    ])
+    ];
+    all.extend(
+        old.get("conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|c| {
+                c["type"]
+                    .as_str()
+                    .is_some_and(|ty| !KUBELET_CONDITIONS.contains(&ty))
+            })
+            .cloned(),
+    );
+    Value::Array(all)
 }
 
 fn container_statuses(
@@ -653,4 +722,71 @@ fn container_statuses(
             s
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::pod_conditions;
+
+    fn ready(conditions: &Value) -> Value {
+        conditions
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .cloned()
+            .unwrap()
+    }
+
+    // `generatePodReadyCondition` (kubernetes pkg/kubelet/status/generate.go): ready
+    // containers make the pod Ready only once every readiness gate's condition is True;
+    // otherwise Ready is False with reason ReadinessGatesNotReady and one message per gate.
+    // Conditions of other types are the status manager's to keep (`mergePodStatus`).
+    #[test]
+    fn readiness_gates_hold_a_pod_with_ready_containers_back() {
+        let containers = [json!({"name": "server"})];
+        let gates = [
+            json!({"conditionType": "example.com/a"}),
+            json!({"conditionType": "example.com/b"}),
+        ];
+        let none = json!({});
+        let c = pod_conditions(&none, 1, &containers, &gates, true, true);
+        let r = ready(&c);
+        assert_eq!(r["status"], "False");
+        assert_eq!(r["reason"], "ReadinessGatesNotReady");
+        assert_eq!(
+            r["message"],
+            "corresponding condition of pod readiness gate \"example.com/a\" does not exist., corresponding condition of pod readiness gate \"example.com/b\" does not exist."
+        );
+
+        let old = json!({"conditions": [
+            {"type": "example.com/a", "status": "True"},
+            {"type": "example.com/b", "status": "False"},
+        ]});
+        let c = pod_conditions(&old, 1, &containers, &gates, true, true);
+        let r = ready(&c);
+        assert_eq!(
+            r["message"],
+            "the status of pod readiness gate \"example.com/b\" is not \"True\", but False"
+        );
+        // The controller's conditions are kept as they were.
+        assert!(
+            c.as_array()
+                .unwrap()
+                .contains(&json!({"type": "example.com/b", "status": "False"}))
+        );
+
+        let open = json!({"conditions": [
+            {"type": "example.com/a", "status": "True"},
+            {"type": "example.com/b", "status": "True"},
+        ]});
+        let c = pod_conditions(&open, 1, &containers, &gates, true, true);
+        assert_eq!(ready(&c)["status"], "True");
+
+        // Unready containers are the reason first, whatever the gates say.
+        let c = pod_conditions(&open, 1, &containers, &gates, false, true);
+        assert_eq!(ready(&c)["reason"], "ContainersNotReady");
+    }
 }

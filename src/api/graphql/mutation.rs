@@ -166,6 +166,65 @@ impl Mutation {
         node(ctx, deployment).await
     }
 
+    /// Serves a LoRA adapter of the base model under its own `model` name (added to
+    /// `spec.adapters`; running pods load it without a restart).
+    #[allow(clippy::too_many_arguments)]
+    async fn add_adapter(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        adapter: String,
+        source: String,
+        expected_generation: Option<i64>,
+        options: Option<WriteOptionsInput>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let request = deployments::AddAdapter {
+            adapter: crate::domain::AdapterSpec {
+                name: adapter,
+                source,
+            },
+        };
+        let deployment = deployments::add_adapter(
+            &state.ctx,
+            actor,
+            &project,
+            &name,
+            request,
+            &precondition(expected_generation),
+            write_options(options),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, deployment).await
+    }
+
+    /// Stops serving a LoRA adapter (running pods unload it without a restart).
+    async fn remove_adapter(
+        &self,
+        ctx: &Context<'_>,
+        project: String,
+        name: String,
+        adapter: String,
+        expected_generation: Option<i64>,
+        options: Option<WriteOptionsInput>,
+    ) -> Result<DeploymentNode> {
+        let (state, actor) = caller(ctx)?;
+        let deployment = deployments::remove_adapter(
+            &state.ctx,
+            actor,
+            &project,
+            &name,
+            &adapter,
+            &precondition(expected_generation),
+            write_options(options),
+        )
+        .await
+        .map_err(service_error)?;
+        node(ctx, deployment).await
+    }
+
     /// Replaces every pod without changing the spec.
     async fn restart_deployment(
         &self,

@@ -159,6 +159,18 @@ pub struct CanaryStatus {
     pub load: Option<super::load::Load>,
 }
 
+/// A LoRA adapter as the model servers report it.
+#[derive(SimpleObject)]
+pub struct AdapterStatus {
+    pub name: String,
+    /// Serving pods that have it loaded.
+    pub loaded: i64,
+    /// Serving pods.
+    pub pods: i64,
+    /// Why it is not loaded everywhere, or empty.
+    pub message: String,
+}
+
 /// A Kubernetes object a deployment owns.
 #[derive(SimpleObject)]
 pub struct OwnedObject {
@@ -376,6 +388,20 @@ impl DeploymentNode {
             openai_base: e.openai_base.clone(),
             reason: e.reason.clone(),
         }
+    }
+    /// Each LoRA adapter of the spec: on how many serving pods it is loaded, and why not.
+    async fn adapters(&self) -> Vec<AdapterStatus> {
+        self.deployment
+            .status
+            .adapters
+            .iter()
+            .map(|a| AdapterStatus {
+                name: a.name.clone(),
+                loaded: a.loaded,
+                pods: a.pods,
+                message: a.message.clone(),
+            })
+            .collect()
     }
     /// The canary track, while there is one.
     async fn canary(&self) -> Option<Canary> {

@@ -9,11 +9,11 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::responses::{
-    BeingDeleted, BeingDeletedOrOverQuota, DeploymentPath, ETagMismatch, IfMatchHeader,
-    InvalidParameter, NoSuchDeployment, NoSuchProject, ProjectPath,
+    AdapterPath, BeingDeleted, BeingDeletedOrOverQuota, DeploymentPath, ETagMismatch,
+    IfMatchHeader, InvalidParameter, NoSuchDeployment, NoSuchProject, ProjectPath,
 };
 use super::wire::{
-    CreateDeployment, ListDeployments, Page, ReplaceDeployment, RollbackDeployment,
+    AddAdapter, CreateDeployment, ListDeployments, Page, ReplaceDeployment, RollbackDeployment,
     ScaleDeployment, WriteOptions,
 };
 use crate::api::AppState;
@@ -288,6 +288,82 @@ pub async fn scale_deployment(
         &project,
         &name,
         request.into(),
+        &precondition,
+        options.into(),
+    )
+    .await?;
+    Ok(deployment_response(StatusCode::OK, deployment))
+}
+
+/// Serve a LoRA adapter of the base model under its own `model` name: added to
+/// `spec.adapters`; running pods load it without a restart (the first adapter of a
+/// deployment restarts its pods once, since the engine enables LoRA at start).
+#[utoipa::path(post, path = "/api/v1/projects/{project}/deployments/{name}/adapters", tag = "deployments",
+    params(
+        DeploymentPath,
+        IfMatchHeader,
+        WriteOptions,
+    ),
+    request_body = AddAdapter,
+    responses(
+        (status = 200, description = "Added to the spec", body = Deployment),
+        NoSuchDeployment,
+        (status = 409, description = "The deployment is being deleted, or already serves an adapter of that name", body = Problem, content_type = "application/problem+json"),
+        ETagMismatch,
+        (status = 422, description = "Invalid name or source (the field is named)", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn add_adapter(
+    State(state): State<AppState>,
+    Path(DeploymentPath { project, name }): Path<DeploymentPath>,
+    actor: Actor,
+    IfMatch(precondition): IfMatch,
+    Query(options): Query<WriteOptions>,
+    JsonBody(request): JsonBody<AddAdapter>,
+) -> Result<Response, ApiError> {
+    let deployment = service::add_adapter(
+        &state.ctx,
+        &actor,
+        &project,
+        &name,
+        request.into(),
+        &precondition,
+        options.into(),
+    )
+    .await?;
+    Ok(deployment_response(StatusCode::OK, deployment))
+}
+
+/// Stop serving a LoRA adapter: removed from `spec.adapters`; running pods unload it
+/// without a restart.
+#[utoipa::path(delete, path = "/api/v1/projects/{project}/deployments/{name}/adapters/{adapter}", tag = "deployments",
+    params(
+        AdapterPath,
+        IfMatchHeader,
+        WriteOptions,
+    ),
+    responses(
+        (status = 200, description = "Removed from the spec", body = Deployment),
+        (status = 404, description = "No such project, deployment or adapter", body = Problem, content_type = "application/problem+json"),
+        BeingDeleted,
+        ETagMismatch,
+    ))]
+pub async fn remove_adapter(
+    State(state): State<AppState>,
+    Path(AdapterPath {
+        project,
+        name,
+        adapter,
+    }): Path<AdapterPath>,
+    actor: Actor,
+    IfMatch(precondition): IfMatch,
+    Query(options): Query<WriteOptions>,
+) -> Result<Response, ApiError> {
+    let deployment = service::remove_adapter(
+        &state.ctx,
+        &actor,
+        &project,
+        &name,
+        &adapter,
         &precondition,
         options.into(),
     )

@@ -27,6 +27,18 @@ pub struct DeploymentPath {
     pub name: String,
 }
 
+/// `/projects/{project}/deployments/{name}/adapters/{adapter}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct AdapterPath {
+    /// Project name
+    pub project: String,
+    /// Deployment name
+    pub name: String,
+    /// Adapter name
+    pub adapter: String,
+}
+
 /// `/projects/{project}/…/{id}`: a token or a role binding of a project.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]

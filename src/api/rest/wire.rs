@@ -66,6 +66,28 @@ impl From<ScaleDeployment> for deployments::ScaleDeployment {
     }
 }
 
+/// The body of `POST …/adapters`: a LoRA adapter to serve.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AddAdapter {
+    /// The OpenAI `model` id it answers to: letters, digits, `.`, `_`, `-`, at most 64.
+    #[schema(max_length = 64)]
+    pub name: String,
+    /// `hf://org/name` or `pvc://claim/path`.
+    pub source: String,
+}
+
+impl From<AddAdapter> for deployments::AddAdapter {
+    fn from(body: AddAdapter) -> Self {
+        Self {
+            adapter: crate::domain::AdapterSpec {
+                name: body.name,
+                source: body.source,
+            },
+        }
+    }
+}
+
 /// The body of `POST …/rollback`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -51,6 +51,8 @@ pub const MAX_ENV_VALUE_BYTES: usize = 32 * 1024;
 pub const MAX_TOLERATIONS: usize = 32;
 pub const MAX_NODE_SELECTOR: usize = 32;
 /// The whole spec as stored (JSON), after every other rule.
+/// LoRA adapters one deployment may list.
+pub const MAX_ADAPTERS: usize = 64;
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;
 
 /// Label keys modelplane sets itself; users may not set them.
@@ -77,6 +79,10 @@ static ENV_NAME: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$").expect("valid regex"));
 static HF_REPO_PART: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$").expect("valid regex"));
+/// An adapter's name: the `model` clients send, so a plain token (letters, digits, `.`,
+/// `_`, `-`; a letter or digit first), at most 64 characters.
+pub static ADAPTER_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$").expect("a valid regex"));
 static SECRET_KEY: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[-._a-zA-Z0-9]{1,253}$").expect("valid regex"));
 
@@ -190,6 +196,12 @@ pub struct DeploymentSpec {
     /// where the installation runs the key check; a record without it is `public`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<Access>,
+    /// LoRA adapters of the base model, each served under its own `model` name. Adding or
+    /// removing one on a running deployment loads or unloads it on every ready pod through
+    /// the engine's runtime adapter API, without a restart; going from none to some (or
+    /// back) restarts the pods, since the engine enables LoRA when it starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adapters: Vec<AdapterSpec>,
     /// Labels carried onto the Kubernetes objects (never into selectors). They are not put
     /// on the pods, so changing them never restarts a model server.
     #[serde(default)]
@@ -217,6 +229,17 @@ pub struct ModelSpec {
     /// A Secret in the project's namespace holding a hub or registry token (never the token itself).
     #[serde(default)]
     pub secret_ref: Option<SecretKeyRef>,
+}
+
+/// A LoRA adapter: the name clients send as `model`, and where its weights are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdapterSpec {
+    /// The OpenAI `model` id of the adapter: letters, digits, `.`, `_`, `-`, at most 64.
+    pub name: String,
+    /// Where its weights are: `hf://org/name` (the engine downloads it, with the model's
+    /// `secretRef` token) or `pvc://claim/path` (the claim is mounted read-only).
+    pub source: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -127,6 +127,65 @@ impl DeploymentSpec {
 
     /// Specs whose parts contradict each other, or that would put a secret where every
     /// viewer can read it.
+    /// `spec.adapters`: a bounded list of distinct names, none the base model's, each from a
+    /// source the engine can load at run time, on an engine whose adapter API modelplane drives.
+    pub(crate) fn validate_adapters(&self, errors: &mut FieldErrors) {
+        let adapters = &self.adapters;
+        if adapters.is_empty() {
+            return;
+        }
+        if !matches!(self.engine.kind, EngineKind::Vllm | EngineKind::Sim) {
+            errors.push(
+                "spec.adapters",
+                format!(
+                    "LoRA adapters need engine kind vllm or sim (whose runtime adapter API modelplane drives), not {}",
+                    self.engine.kind.as_str()
+                ),
+            );
+        }
+        if adapters.len() > MAX_ADAPTERS {
+            errors.push(
+                "spec.adapters",
+                format!(
+                    "must have at most {MAX_ADAPTERS} items (has {})",
+                    adapters.len()
+                ),
+            );
+        }
+        let mut seen = HashSet::new();
+        for (i, adapter) in adapters.iter().enumerate() {
+            let name = &adapter.name;
+            if !ADAPTER_NAME.is_match(name) {
+                errors.push(
+                    format!("spec.adapters[{i}].name"),
+                    "must be 1 to 64 letters, digits, `.`, `_` or `-`, starting with a letter or digit",
+                );
+            } else if !seen.insert(name.as_str()) {
+                errors.push(
+                    format!("spec.adapters[{i}].name"),
+                    format!("`{name}` is listed twice"),
+                );
+            } else if self.model.served_name.as_deref() == Some(name.as_str()) {
+                errors.push(
+                    format!("spec.adapters[{i}].name"),
+                    format!("`{name}` is the base model's served name; an adapter needs its own"),
+                );
+            }
+            let field = format!("spec.adapters[{i}].source");
+            match ModelSource::parse(&adapter.source) {
+                Ok(ModelSource::HuggingFace { .. } | ModelSource::Pvc { .. }) => {}
+                Ok(ModelSource::S3 { .. } | ModelSource::Oci { .. }) => errors.push(
+                    field,
+                    format!(
+                        "`{}`: adapters load at run time from hf:// or pvc:// only (the engine cannot read s3:// or oci:// itself)",
+                        adapter.source
+                    ),
+                ),
+                Err(message) => errors.push(field, message),
+            }
+        }
+    }
+
     pub(crate) fn validate_contradictions(&self, limits: &SpecLimits, errors: &mut FieldErrors) {
         let port = self.engine.port.unwrap_or(DEFAULT_PORT);
         let args = &self.engine.args;

@@ -164,6 +164,7 @@ fn engine_command(serving: &ServingSpec, model: &str) -> (Vec<String>, Vec<Strin
             vec!["/app/llm-d-inference-sim".into()]
         }
     };
+    args.extend(super::adapters::lora_flags(serving));
     args.extend(spec.engine.args.iter().cloned());
     (command, args)
 }
@@ -217,6 +218,7 @@ fn environment(serving: &ServingSpec, model: &mut ModelLocation) -> Vec<EnvVar> 
         }));
         model.mounts.push(mount("shm", "/dev/shm", false));
     }
+    env.extend(super::adapters::lora_env(serving));
     for var in &spec.engine.env {
         env.push(match (&var.value, &var.secret_ref) {
             (_, Some(secret)) => secret_env(&var.name, secret),
@@ -351,6 +353,7 @@ fn pod_spec(t: &Target, config: &BuildConfig) -> PodSpec {
     let serving = t.serving;
     let spec = &serving.spec;
     let mut model = model_location(serving, config);
+    super::adapters::mount_claims(serving, &mut model);
     let container = server_container(serving, config, &mut model);
     let grace = spec
         .shutdown
@@ -382,6 +385,7 @@ fn pod_spec(t: &Target, config: &BuildConfig) -> PodSpec {
             ..TopologySpreadConstraint::default()
         }]),
         security_context: restricted.then(restricted_pod),
+        readiness_gates: super::adapters::readiness_gates(serving),
         init_containers: (!init_containers.is_empty()).then_some(init_containers),
         volumes: (!model.volumes.is_empty()).then_some(model.volumes),
         node_selector: (!sched.node_selector.is_empty()).then(|| sched.node_selector.clone()),

@@ -25,6 +25,7 @@
 //!   read from Prometheus).
 
 mod activator;
+mod adapters;
 mod budget;
 mod deployment;
 mod endpoint_picker;
@@ -52,6 +53,10 @@ use sha2::{Digest, Sha256};
 
 use self::activator::activator_objects;
 pub use self::activator::{ACTIVATOR_PATH, ActivatorAddress, ActivatorObjects, activator_name};
+pub use self::adapters::{
+    ADAPTERS_GATE, ANNOTATION_ADAPTERS, ANNOTATION_POD_ADAPTERS, AdapterRef, PodAdapters,
+    adapter_refs, parse_adapters_annotation, server_restarts,
+};
 use self::budget::disruption_budget_object;
 use self::deployment::deployment_object;
 pub use self::deployment::engine_image;
@@ -404,6 +409,9 @@ fn metadata(t: &Target, namespace: &str, labels: &BTreeMap<String, String>) -> O
         ANNOTATION_GENERATION.into(),
         t.record.generation.to_string(),
     );
+    if let Some(adapters) = adapters::adapters_annotation(t.serving) {
+        annotations.insert(ANNOTATION_ADAPTERS.into(), adapters);
+    }
     ObjectMeta {
         name: Some(t.record.name.clone()),
         namespace: Some(namespace.to_owned()),

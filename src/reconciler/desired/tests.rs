@@ -472,3 +472,83 @@ fn no_gateway_means_no_route_and_gpus_follow_tensor_parallelism() {
     assert_eq!(limits["nvidia.com/gpu"], "4");
     assert_eq!(route_path_prefix(&r.target()), "/team-a/qwen");
 }
+
+#[test]
+fn adapters_enable_lora_and_gate_the_pods_but_their_list_stays_out_of_the_template() {
+    let with = |adapters: serde_json::Value| {
+        build(
+            "qwen",
+            json!({
+                "model": {"source": "hf://Qwen/Qwen2.5-7B-Instruct"},
+                "resources": {"gpu": {"count": 1}},
+                "adapters": adapters,
+            }),
+        )
+    };
+    let one = with(json!([{"name": "sql-lora", "source": "hf://acme/sql-lora"}]));
+    let pod = &one.deployment["spec"]["template"]["spec"];
+    let args = pod["containers"][0]["args"].as_array().unwrap();
+    assert!(args.contains(&json!("--enable-lora")), "{args:?}");
+    let env = pod["containers"][0]["env"].as_array().unwrap();
+    assert!(env.contains(&json!({"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"})));
+    assert_eq!(
+        pod["readinessGates"],
+        json!([{"conditionType": "modelplane.io/adapters-loaded"}])
+    );
+    assert_eq!(
+        one.deployment["metadata"]["annotations"]["modelplane.io/adapters"],
+        json!(r#"[{"name":"sql-lora","path":"acme/sql-lora"}]"#)
+    );
+
+    // Another hf:// adapter changes the annotation, never the pods.
+    let two = with(json!([
+        {"name": "sql-lora", "source": "hf://acme/sql-lora"},
+        {"name": "chat-lora", "source": "hf://acme/chat-lora"},
+    ]));
+    assert_eq!(
+        two.deployment["spec"]["template"],
+        one.deployment["spec"]["template"]
+    );
+    assert_ne!(one.digest(), two.digest());
+
+    // A pvc:// adapter mounts its claim read-only (a new claim is a template change).
+    let pvc = with(json!([{"name": "fin", "source": "pvc://loras/fin/v2"}]));
+    let pod = &pvc.deployment["spec"]["template"]["spec"];
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "adapters-0", "persistentVolumeClaim": {"claimName": "loras", "readOnly": true}}))
+    );
+    assert!(
+        pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .contains(
+                &json!({"name": "adapters-0", "mountPath": "/adapters/loras", "readOnly": true})
+            )
+    );
+    assert_eq!(
+        pvc.deployment["metadata"]["annotations"]["modelplane.io/adapters"],
+        json!(r#"[{"name":"fin","path":"/adapters/loras/fin/v2"}]"#)
+    );
+
+    // Without adapters, none of it.
+    let none = build(
+        "qwen",
+        json!({"model": {"source": "hf://Qwen/Qwen2.5-7B-Instruct"}, "resources": {"gpu": {"count": 1}}}),
+    );
+    let pod = &none.deployment["spec"]["template"]["spec"];
+    assert!(pod.get("readinessGates").is_none());
+    assert!(
+        !pod["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("--enable-lora"))
+    );
+    assert!(
+        none.deployment["metadata"]["annotations"]
+            .get("modelplane.io/adapters")
+            .is_none()
+    );
+}

@@ -20,4 +20,4 @@ pub use engines::{Counter, MetricNames, dialect_of, names_of};
 pub use parse::{Histogram, ParseError, PodMetrics, read};
 pub use prometheus::{PromError, PromLoads, PromSource, TrackedFigures};
 pub use rates::{PodDelta, Tracker, bucket_quantile, figures};
-pub use scrape::{ScrapeError, Via, metrics_port, scrape};
+pub use scrape::{Answer, PodCall, ScrapeError, Via, call, metrics_port, scrape};

@@ -152,3 +152,118 @@ pub fn metrics_port(pod: &Pod) -> Option<i32> {
         .or_else(|| ports().next())
         .map(|p| p.container_port)
 }
+
+/// An answer from a pod: its status and (at most `max_bytes` of) its body.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// A request to a pod's server: `method path`, with a JSON body when given, answered
+/// within `timeout` and in at most `max_bytes`.
+#[derive(Debug, Clone)]
+pub struct PodCall<'a> {
+    pub method: http::Method,
+    pub path: &'a str,
+    pub body: Option<Vec<u8>>,
+    pub timeout: Duration,
+    pub max_bytes: usize,
+}
+
+/// Sends `request` to `pod`'s `port` the way [`scrape`] reads a page: straight or through
+/// the API server's pod proxy (which needs `create` on `pods/proxy` for a POST). Any status
+/// is an answer; only no answer, or one larger than `max_bytes`, is an error.
+pub async fn call(
+    via: &Via,
+    pod: &Pod,
+    port: i32,
+    request: PodCall<'_>,
+) -> Result<Answer, ScrapeError> {
+    let PodCall {
+        method,
+        path,
+        body,
+        timeout,
+        max_bytes,
+    } = request;
+    let send = async {
+        match via {
+            Via::Direct(client) => {
+                let ip = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.pod_ip.as_deref())
+                    .ok_or(ScrapeError::NoAddress)?;
+                let host = if ip.contains(':') {
+                    format!("[{ip}]")
+                } else {
+                    ip.to_owned()
+                };
+                let mut request = client.request(method, format!("http://{host}:{port}{path}"));
+                if let Some(body) = body {
+                    request = request
+                        .header(http::header::CONTENT_TYPE, "application/json")
+                        .body(body);
+                }
+                let mut response = request
+                    .send()
+                    .await
+                    .map_err(|e| ScrapeError::Unreachable(without_url(&e)))?;
+                let status = response.status().as_u16();
+                let mut bytes = Vec::new();
+                while let Some(chunk) = response
+                    .chunk()
+                    .await
+                    .map_err(|e| ScrapeError::Unreachable(without_url(&e)))?
+                {
+                    if bytes.len() + chunk.len() > max_bytes {
+                        return Err(ScrapeError::TooLarge(max_bytes));
+                    }
+                    bytes.extend_from_slice(&chunk);
+                }
+                Ok(Answer {
+                    status,
+                    body: bytes,
+                })
+            }
+            Via::Proxy(client) => {
+                use http_body_util::BodyExt;
+                let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+                let name = pod.metadata.name.as_deref().unwrap_or_default();
+                let uri = format!("/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy{path}");
+                let mut request = http::Request::builder().method(method).uri(uri);
+                if body.is_some() {
+                    request = request.header(http::header::CONTENT_TYPE, "application/json");
+                }
+                let request = request
+                    .body(kube::client::Body::from(body.unwrap_or_default()))
+                    .map_err(|e| ScrapeError::Unreachable(e.to_string()))?;
+                let response = client
+                    .send(request)
+                    .await
+                    .map_err(|e| ScrapeError::Unreachable(e.to_string()))?;
+                let status = response.status().as_u16();
+                let collected = http_body_util::Limited::new(response.into_body(), max_bytes)
+                    .collect()
+                    .await
+                    .map_err(|e| {
+                        if e.downcast_ref::<http_body_util::LengthLimitError>()
+                            .is_some()
+                        {
+                            ScrapeError::TooLarge(max_bytes)
+                        } else {
+                            ScrapeError::Unreachable(e.to_string())
+                        }
+                    })?;
+                Ok(Answer {
+                    status,
+                    body: collected.to_bytes().to_vec(),
+                })
+            }
+        }
+    };
+    tokio::time::timeout(timeout, send)
+        .await
+        .map_err(|_| ScrapeError::Timeout(timeout.as_secs()))?
+}

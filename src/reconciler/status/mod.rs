@@ -17,6 +17,7 @@
 //!   anything is applied, or when an object is refused), the DisruptionBudget condition.
 //! - `canary`: the canary track's status, and how it weighs on the deployment's.
 
+mod adapters;
 mod applied;
 mod canary;
 mod endpoints;
@@ -33,6 +34,7 @@ use gateway_api::gateways::Gateway;
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::Pod;
 
+pub use self::adapters::ADAPTERS_LOADED;
 pub use self::applied::invalid_spec;
 use self::applied::{applied, disruption_budget, not_applied};
 pub use self::canary::{canary_status, with_canary};
@@ -157,6 +159,15 @@ pub fn compute(
         phase = Phase::Degraded;
         message = why.clone();
     }
+    let (adapters, adapters_loaded) = self::adapters::adapters(t.serving, &observed.pods);
+    // An adapter the engines refuse is a model the deployment does not serve.
+    if let Some(check) = &adapters_loaded
+        && check.reason == "AdapterLoadFailed"
+        && phase == Phase::Ready
+    {
+        phase = Phase::Degraded;
+        message = check.message.clone();
+    }
     let conditions = [
         Some(applied(record)),
         Some(available(&rollout)),
@@ -167,6 +178,7 @@ pub fn compute(
             .cleanup_wait
             .as_ref()
             .map(|wait| Check::new(CLEANED_UP, false, "WaitingForGateway", wait.message.clone())),
+        adapters_loaded,
         observed.key_check.as_ref().map(|state| match state {
             Ok(message) => Check::new(KEYS_CHECKED, true, "KeyCheckAnswers", message.clone()),
             Err(why) => Check::new(KEYS_CHECKED, false, "KeyCheckUnreachable", why.clone()),
@@ -184,14 +196,16 @@ pub fn compute(
     .map(|check| check.at(&record.status, now))
     .collect();
     let endpoints = endpoints(t, namespace, observed);
-    status(
+    let mut status = status(
         phase,
         record,
         message,
         rollout.counts,
         conditions,
         endpoints,
-    )
+    );
+    status.adapters = adapters;
+    status
 }
 
 /// One condition's verdict, before it is dated ([`Check::at`]).
@@ -241,6 +255,7 @@ fn status(
         conditions,
         endpoints,
         canary: None,
+        adapters: Vec::new(),
         // Read beside the status by the API, never written by the reconciler.
         load: None,
         autoscaling: None,

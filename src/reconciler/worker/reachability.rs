@@ -256,6 +256,7 @@ mod tests {
             conditions: vec![],
             endpoints: Endpoints::default(),
             canary: None,
+            adapters: Vec::new(),
             load: None,
             autoscaling: None,
         }

@@ -30,9 +30,9 @@ use super::diff::changed_paths;
 use super::projects::parse_uuid_cursor;
 use super::{Actor, Context, Page, Precondition, ServiceError, cursor, page_size};
 use crate::domain::{
-    Deployment, DeploymentName, DeploymentSpec, EventKind, FieldErrors, LabelSelector, Phase,
-    Project, Revision, Role, RouteClaim, RoutingMode, TimelineEvent, check_shared_gateway_rules,
-    entity_tag, from_json_value,
+    AdapterSpec, Deployment, DeploymentName, DeploymentSpec, EventKind, FieldErrors, LabelSelector,
+    Phase, Project, Revision, Role, RouteClaim, RoutingMode, TimelineEvent,
+    check_shared_gateway_rules, entity_tag, from_json_value,
 };
 use crate::store;
 use crate::store::deployments::{DeploymentFilter, DeploymentRow};
@@ -57,6 +57,13 @@ pub struct ReplaceDeployment {
 #[derive(Debug, Clone, Copy)]
 pub struct ScaleDeployment {
     pub replicas: i64,
+}
+
+/// Serve one more LoRA adapter (`POST …/adapters`): a spec change that adds it to
+/// `spec.adapters`, so running pods load it without a restart.
+#[derive(Debug, Clone)]
+pub struct AddAdapter {
+    pub adapter: AdapterSpec,
 }
 
 /// Make an earlier revision's spec current again.
@@ -107,6 +114,8 @@ impl SpecDocument {
 
 /// What a spec-changing request asks for.
 enum SpecChange {
+    AddAdapter(AdapterSpec),
+    RemoveAdapter(String),
     MergePatch(serde_json::Value),
     Replace(Box<DeploymentSpec>),
     Scale(i64),
@@ -201,6 +210,33 @@ pub async fn scale_deployment(
         options,
     )
     .await
+}
+
+pub async fn add_adapter(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    request: AddAdapter,
+    precondition: &Precondition,
+    options: WriteOptions,
+) -> Result<Deployment, ServiceError> {
+    let change = SpecChange::AddAdapter(request.adapter);
+    change_spec(ctx, actor, project, name, precondition, change, options).await
+}
+
+/// Stops serving a LoRA adapter (`DELETE …/adapters/{adapter}`): running pods unload it.
+pub async fn remove_adapter(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+    name: &str,
+    adapter: &str,
+    precondition: &Precondition,
+    options: WriteOptions,
+) -> Result<Deployment, ServiceError> {
+    let change = SpecChange::RemoveAdapter(adapter.to_owned());
+    change_spec(ctx, actor, project, name, precondition, change, options).await
 }
 
 pub async fn rollback_deployment(
@@ -319,6 +355,47 @@ async fn compute_spec(
             EventKind::SpecChanged,
         ),
         SpecChange::Replace(spec) => (parse(*spec)?, "replaced".into(), EventKind::SpecChanged),
+        SpecChange::AddAdapter(adapter) => {
+            if row.spec.0.adapters.iter().any(|a| a.name == adapter.name) {
+                return Err(ServiceError::conflict(
+                    Some("name"),
+                    format!(
+                        "the deployment already serves an adapter `{}`; remove it first to change its source",
+                        adapter.name
+                    ),
+                ));
+            }
+            let mut spec = row.spec.0.clone();
+            let at = spec.adapters.len();
+            let reason = format!("adapter {} added", adapter.name);
+            spec.adapters.push(adapter);
+            // The request's own fields are named as it names them (`name`, `source`).
+            let own = format!("spec.adapters[{at}].");
+            let spec = parse(spec).map_err(|errors| {
+                let mut named = FieldErrors::new();
+                for e in errors.into_vec() {
+                    match e.field.strip_prefix(&own) {
+                        Some(field) => named.push(field, e.message),
+                        None => named.push(e.field, e.message),
+                    }
+                }
+                named
+            })?;
+            (spec, reason, EventKind::SpecChanged)
+        }
+        SpecChange::RemoveAdapter(name) => {
+            let mut spec = row.spec.0.clone();
+            let before = spec.adapters.len();
+            spec.adapters.retain(|a| a.name != name);
+            if spec.adapters.len() == before {
+                return Err(ServiceError::not_found("adapter", name));
+            }
+            (
+                parse(spec)?,
+                format!("adapter {name} removed"),
+                EventKind::SpecChanged,
+            )
+        }
         SpecChange::Scale(replicas) => {
             check_replicas(ctx, replicas)?;
             if let Some(why) = row.spec.0.autoscaling.as_ref().map(|a| a.no_manual_scale()) {

@@ -138,6 +138,47 @@ export interface paths {
         patch: operations["patch_deployment"];
         trace?: never;
     };
+    "/api/v1/projects/{project}/deployments/{name}/adapters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Serve a LoRA adapter of the base model under its own `model` name: added to
+         *     `spec.adapters`; running pods load it without a restart (the first adapter of a
+         *     deployment restarts its pods once, since the engine enables LoRA at start).
+         */
+        post: operations["add_adapter"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/projects/{project}/deployments/{name}/adapters/{adapter}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Stop serving a LoRA adapter: removed from `spec.adapters`; running pods unload it
+         *     without a restart.
+         */
+        delete: operations["remove_adapter"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/projects/{project}/deployments/{name}/canary": {
         parameters: {
             query?: never;
@@ -696,6 +737,39 @@ export interface components {
          * @enum {string}
          */
         Access: "public" | "keys";
+        /** @description A LoRA adapter: the name clients send as `model`, and where its weights are. */
+        AdapterSpec: {
+            /** @description The OpenAI `model` id of the adapter: letters, digits, `.`, `_`, `-`, at most 64. */
+            name: string;
+            /**
+             * @description Where its weights are: `hf://org/name` (the engine downloads it, with the model's
+             *     `secretRef` token) or `pvc://claim/path` (the claim is mounted read-only).
+             */
+            source: string;
+        };
+        /** @description A LoRA adapter as the model servers report it. */
+        AdapterStatus: {
+            /**
+             * Format: int64
+             * @description Serving pods (containers ready, on the current engine process) that have it loaded.
+             */
+            loaded: number;
+            /** @description Why it is not loaded everywhere (the engine's answer on a pod), or empty. */
+            message: string;
+            name: string;
+            /**
+             * Format: int64
+             * @description Serving pods.
+             */
+            pods: number;
+        };
+        /** @description The body of `POST …/adapters`: a LoRA adapter to serve. */
+        AddAdapter: {
+            /** @description The OpenAI `model` id it answers to: letters, digits, `.`, `_`, `-`, at most 64. */
+            name: string;
+            /** @description `hf://org/name` or `pvc://claim/path`. */
+            source: string;
+        };
         /** @description An API token as listed: never its secret. */
         ApiToken: {
             /** Format: date-time */
@@ -1008,6 +1082,13 @@ export interface components {
         /** @description What a user asks for. Build it with [`DeploymentSpec::parse`]; a stored one is valid. */
         DeploymentSpec: {
             access?: components["schemas"]["Access"] | null;
+            /**
+             * @description LoRA adapters of the base model, each served under its own `model` name. Adding or
+             *     removing one on a running deployment loads or unloads it on every ready pod through
+             *     the engine's runtime adapter API, without a restart; going from none to some (or
+             *     back) restarts the pods, since the engine enables LoRA when it starts.
+             */
+            adapters?: components["schemas"]["AdapterSpec"][];
             /** @description Annotations carried onto the Kubernetes objects. */
             annotations?: {
                 [key: string]: string;
@@ -1050,6 +1131,11 @@ export interface components {
         };
         /** @description The observed state the worker writes; the API never changes it except for `phase` on delete. */
         DeploymentStatus: {
+            /**
+             * @description Each LoRA adapter of `spec.adapters`: on how many of the serving pods it is loaded,
+             *     and why not where it is not.
+             */
+            adapters?: components["schemas"]["AdapterStatus"][];
             autoscaling?: components["schemas"]["AutoscalingStatus"] | null;
             canary?: components["schemas"]["CanaryStatus"] | null;
             conditions: components["schemas"]["Condition"][];
@@ -3348,6 +3434,289 @@ export interface operations {
                 };
             };
             /** @description The patched spec is invalid */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    add_adapter: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Check everything (validation, quota, fit) and answer as if written, but write
+                 *     nothing.
+                 */
+                dryRun?: boolean;
+                /**
+                 * @description Accept replicas that ask for more GPUs than any node has (for nodes still being
+                 *     added, e.g. by an autoscaler).
+                 */
+                force?: boolean;
+            };
+            header?: {
+                /**
+                 * @description Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+                 *     entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+                 */
+                "If-Match"?: string | null;
+            };
+            path: {
+                /** @description Project name */
+                project: string;
+                /** @description Deployment name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddAdapter"];
+            };
+        };
+        responses: {
+            /** @description Added to the spec */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description The body is not JSON, or repeats a key */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project or deployment */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The deployment is being deleted, or already serves an adapter of that name */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description If-Match does not match */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body's Content-Type is not the one this operation takes */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid name or source (the field is named) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    remove_adapter: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Check everything (validation, quota, fit) and answer as if written, but write
+                 *     nothing.
+                 */
+                dryRun?: boolean;
+                /**
+                 * @description Accept replicas that ask for more GPUs than any node has (for nodes still being
+                 *     added, e.g. by an autoscaler).
+                 */
+                force?: boolean;
+            };
+            header?: {
+                /**
+                 * @description Refuse the change (412) unless the spec's ETag still matches: `*`, or a list of
+                 *     entity tags (`"…"` or `W/"…"`, RFC 9110 §13.1.1)
+                 */
+                "If-Match"?: string | null;
+            };
+            path: {
+                /** @description Project name */
+                project: string;
+                /** @description Deployment name */
+                name: string;
+                /** @description Adapter name */
+                adapter: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed from the spec */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project, deployment or adapter */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The deployment is being deleted */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description If-Match does not match */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field, parameter or header is invalid; `errors` names each */
             422: {
                 headers: {
                     [name: string]: unknown;

@@ -6,6 +6,7 @@ import { PhaseBadge } from '../components/PhaseBadge';
 import { ReplicaBar } from '../components/ReplicaBar';
 import { Empty, ErrorState, Loading } from '../components/States';
 import { useTitle } from '../components/Title';
+import { Adapters } from './deployment/Adapters';
 import { CreateWarnings } from './deployment/CreateWarnings';
 import { DeleteDeployment, EditSpec } from './deployment/Edit';
 import { Revisions, Timeline } from './deployment/History';
@@ -89,6 +90,7 @@ export function DeploymentPage() {
           <Endpoints deployment={deployment} />
           <TryIt deployment={deployment} />
           <Replicas deployment={deployment} editable={editable} />
+          <Adapters deployment={deployment} editable={editable} />
         </div>
         <div>
           <Conditions deployment={deployment} />
