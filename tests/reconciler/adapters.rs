@@ -15,7 +15,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use super::load::{cluster, ready};
+use super::load::{cluster, openai, ready};
 use super::{Harness, create_with, harness_on, sim_spec, wait_for};
 
 const PATH: &str = "/api/v1/projects/team-a/deployments/tuned";
@@ -127,10 +127,8 @@ async fn adapters_load_and_unload_on_running_pods_without_a_restart(pool: PgPool
     }
 
     // Served under its own name, by the model server, through the Gateway.
-    let base = record["status"]["endpoints"]["openaiBase"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (base, base_model) = openai(&record).await;
+    assert_eq!(base_model, "tuned");
     let models: Value = reqwest::get(format!("{base}/models"))
         .await
         .unwrap()

@@ -60,17 +60,7 @@ async fn direct(
     port: i32,
     max_bytes: usize,
 ) -> Result<Vec<u8>, ScrapeError> {
-    let ip = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.pod_ip.as_deref())
-        .ok_or(ScrapeError::NoAddress)?;
-    // An IPv6 pod address needs brackets in a URL.
-    let host = if ip.contains(':') {
-        format!("[{ip}]")
-    } else {
-        ip.to_owned()
-    };
+    let host = pod_host(pod)?;
     let response = http
         .get(format!("http://{host}:{port}/metrics"))
         .send()
@@ -127,6 +117,20 @@ async fn proxy(
         return Err(ScrapeError::TooLarge(max_bytes));
     }
     Ok(body)
+}
+
+/// The pod's IP as a URL's host (an IPv6 address needs brackets).
+fn pod_host(pod: &Pod) -> Result<String, ScrapeError> {
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .ok_or(ScrapeError::NoAddress)?;
+    Ok(if ip.contains(':') {
+        format!("[{ip}]")
+    } else {
+        ip.to_owned()
+    })
 }
 
 /// reqwest's errors print the URL; the pod's address is in the message already.
@@ -190,16 +194,7 @@ pub async fn call(
     let send = async {
         match via {
             Via::Direct(client) => {
-                let ip = pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.pod_ip.as_deref())
-                    .ok_or(ScrapeError::NoAddress)?;
-                let host = if ip.contains(':') {
-                    format!("[{ip}]")
-                } else {
-                    ip.to_owned()
-                };
+                let host = pod_host(pod)?;
                 let mut request = client.request(method, format!("http://{host}:{port}{path}"));
                 if let Some(body) = body {
                     request = request
