@@ -188,7 +188,10 @@ impl AdapterLoader {
             };
             for pod in mine {
                 let labels = pod.metadata.labels.clone().unwrap_or_default();
-                let selected = !selector.is_empty()
+                // Pods of a template without the gate (before the first adapter's rollout
+                // replaced them) run an engine without LoRA: nothing to load there.
+                let selected = gated(&pod)
+                    && !selector.is_empty()
                     && pod.metadata.namespace == meta.namespace
                     && selector.iter().all(|(k, v)| labels.get(k) == Some(v));
                 let better = owners
@@ -236,6 +239,22 @@ impl AdapterLoader {
         let Some(port) = metrics_port(pod) else {
             return false;
         };
+        // Back already, with the gate still open from before the restart (the loader did
+        // not look while it was down): close it while the adapters are loaded again.
+        let restarted = gate(pod) == Some(true) && recorded(pod) && PodAdapters::of(pod).is_none();
+        if restarted
+            && let Err(err) = self
+                .set_gate(
+                    pod,
+                    false,
+                    "EngineRestarted",
+                    "the model server restarted; its adapters are being loaded again",
+                )
+                .await
+        {
+            tracing::debug!(pod = ?pod.metadata.name, error = %err, "cannot close the adapters gate");
+            return false;
+        }
         let served = match self.served(pod, port).await {
             Ok(served) => served,
             Err(why) => {
@@ -249,14 +268,33 @@ impl AdapterLoader {
             .map(|a| (a.name.as_str(), a.path.as_str()))
             .collect();
         let mut failed = BTreeMap::new();
+        // What this engine was given before, by name: an adapter whose source changed since
+        // is served under its old weights and is unloaded first.
+        let before = PodAdapters::of(pod).map(|p| p.paths).unwrap_or_default();
         let mut loaded: BTreeSet<String> = served
             .iter()
-            .filter(|n| wanted.contains_key(n.as_str()))
+            .filter(|n| {
+                wanted.get(n.as_str()).is_some_and(|path| {
+                    before
+                        .get(n.as_str())
+                        .is_none_or(|was| was.as_str() == *path)
+                })
+            })
             .cloned()
             .collect();
         for (name, path) in &wanted {
             if loaded.contains(*name) {
                 continue;
+            }
+            if served.iter().any(|n| n.as_str() == *name) {
+                let body = json!({"lora_name": name});
+                if let Err(why) = self
+                    .post(pod, port, "/v1/unload_lora_adapter", &body, ASK_TIMEOUT)
+                    .await
+                {
+                    failed.insert((*name).to_owned(), why);
+                    continue;
+                }
             }
             let body = json!({"lora_name": name, "lora_path": path});
             match self
@@ -287,12 +325,17 @@ impl AdapterLoader {
                 }
             }
         }
+        let paths = loaded
+            .iter()
+            .filter_map(|n| Some((n.clone(), (*wanted.get(n.as_str())?).to_owned())))
+            .collect();
         let state = PodAdapters {
             restarts,
             loaded: loaded.into_iter().collect(),
+            paths,
             failed,
         };
-        if let Err(err) = self.record(pod, &state).await {
+        if let Err(err) = self.record(pod, &state, restarted).await {
             tracing::debug!(pod = ?pod.metadata.name, error = %err, "cannot record the adapters on the pod");
             return false;
         }
@@ -352,7 +395,12 @@ impl AdapterLoader {
     }
 
     /// Writes the pod's state annotation and opens its gate, each only when it changes.
-    async fn record(&self, pod: &Pod, state: &PodAdapters) -> Result<(), kube::Error> {
+    async fn record(
+        &self,
+        pod: &Pod,
+        state: &PodAdapters,
+        closed: bool,
+    ) -> Result<(), kube::Error> {
         let api: Api<Pod> = Api::namespaced(
             self.client.clone(),
             pod.metadata.namespace.as_deref().unwrap_or("default"),
@@ -369,7 +417,7 @@ impl AdapterLoader {
             api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
         }
-        if gate(pod) != Some(true) {
+        if closed || gate(pod) != Some(true) {
             let message = if state.failed.is_empty() {
                 format!("{} adapter(s) loaded", state.loaded.len())
             } else {
@@ -425,6 +473,22 @@ fn gate(pod: &Pod) -> Option<bool> {
         .iter()
         .find(|c| c.type_ == ADAPTERS_GATE)
         .map(|c| c.status == "True")
+}
+
+/// Whether the loader has written on the pod before (for any engine process).
+fn recorded(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANNOTATION_POD_ADAPTERS))
+}
+
+/// Whether the pod's template has the adapters gate (it was made for a list of adapters).
+pub(crate) fn gated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|gates| gates.iter().any(|g| g.condition_type == ADAPTERS_GATE))
 }
 
 fn containers_ready(pod: &Pod) -> bool {

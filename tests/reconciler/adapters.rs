@@ -276,6 +276,22 @@ async fn adapter_requests_name_the_field_they_get_wrong(pool: PgPool) {
     assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let problem: Value = refused.json().await.unwrap();
     assert!(problem.to_string().contains("spec.adapters"), "{problem}");
+    // Adapters the engine starts with would be unloaded as not on the list.
+    let mut clash = spec();
+    clash["engine"]["args"] = json!(["--lora-modules", r#"{"name":"x","path":"/x"}"#]);
+    let refused = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": "clash", "spec": clash}),
+        )
+        .await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(
+        problem["errors"][0]["field"], "spec.engine.args[0]",
+        "{problem}"
+    );
     // Nothing was half-written: the spec still lists exactly the one adapter.
     let record = h.deployment("tuned").await;
     assert_eq!(

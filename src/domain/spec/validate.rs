@@ -152,6 +152,18 @@ impl DeploymentSpec {
                 ),
             );
         }
+        // Adapters the engine is started with would be unloaded as not on the list.
+        if let Some(i) = self
+            .engine
+            .args
+            .iter()
+            .position(|a| a == "--lora-modules" || a.starts_with("--lora-modules="))
+        {
+            errors.push(
+                format!("spec.engine.args[{i}]"),
+                "--lora-modules and spec.adapters both list adapters: list them in spec.adapters only",
+            );
+        }
         let mut seen = HashSet::new();
         for (i, adapter) in adapters.iter().enumerate() {
             let name = &adapter.name;

@@ -28,6 +28,9 @@ pub struct PodAdapters {
     pub restarts: i32,
     /// Adapters of the list the engine serves.
     pub loaded: Vec<String>,
+    /// The path each loaded adapter was loaded from (a changed source is loaded again).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub paths: std::collections::BTreeMap<String, String>,
     /// Adapters the engine refused to load, with its answer.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub failed: std::collections::BTreeMap<String, String>,

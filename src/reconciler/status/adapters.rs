@@ -10,9 +10,11 @@ use crate::reconciler::desired::PodAdapters;
 /// The condition of a deployment with adapters.
 pub const ADAPTERS_LOADED: &str = "AdaptersLoaded";
 
-/// Serving pods: not terminating, their containers ready.
+/// Serving pods: made for adapters (the gate in their template: older pods of the first
+/// adapter's rollout run without LoRA), not terminating, their containers ready.
 fn serving(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
+    crate::reconciler::adapters::gated(pod)
+        && pod.metadata.deletion_timestamp.is_none()
         && pod
             .status
             .as_ref()
@@ -81,7 +83,14 @@ pub(super) fn adapters(
         .filter(|s| s.message.is_empty() && s.loaded < s.pods)
         .map(|s| s.name.as_str())
         .collect();
-    let check = if !failed.is_empty() {
+    let check = if total == 0 {
+        Check::new(
+            ADAPTERS_LOADED,
+            false,
+            "NoServingPods",
+            "no serving pod to load the adapters on yet".to_owned(),
+        )
+    } else if !failed.is_empty() {
         Check::new(
             ADAPTERS_LOADED,
             false,
