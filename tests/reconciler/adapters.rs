@@ -154,6 +154,35 @@ async fn adapters_load_and_unload_on_running_pods_without_a_restart(pool: PgPool
     let body: Value = unknown.json().await.unwrap();
     assert_eq!(body["error"]["type"], "NotFoundError", "{body}");
 
+    // The engine's adapter API is the loader's, never a caller's: through the Gateway the
+    // route's rule with no backendRefs answers 500 (the Gateway API's HTTPRouteNoBackendRefs
+    // conformance case) without reaching a pod, trailing slash or not.
+    for path in [
+        "load_lora_adapter",
+        "unload_lora_adapter",
+        "load_lora_adapter/",
+    ] {
+        let refused = reqwest::Client::new()
+            .post(format!("{base}/{path}"))
+            .json(&json!({"lora_name": "evil", "lora_path": "hf://evil/evil"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            refused.status(),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{path}"
+        );
+        assert!(!refused.headers().contains_key("x-emulator-pod"), "{path}");
+    }
+    let models: Value = reqwest::get(format!("{base}/models"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"].as_array().unwrap().len(), 2, "{models}");
+
     // Adding one loads it on the running pods: same pods, no restart.
     let before = pods(&h).await;
     assert_eq!(before.len(), 2);

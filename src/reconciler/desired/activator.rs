@@ -19,7 +19,7 @@ use gateway_api::experimental::httproutes::{
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::route::{GatewayRef, route_object, route_path_prefix};
+use super::route::{GatewayRef, adapter_admin_rule, route_object, route_path_prefix};
 use super::selectorless::selectorless;
 use super::{Target, generation_metadata};
 use crate::domain::ACTIVATOR_SUFFIX;
@@ -68,36 +68,42 @@ pub(super) fn activator_objects(
     );
     let mut route = route_object(t, namespace, labels, gateway, None, false);
     let prefix = route_path_prefix(t);
-    route.spec.rules = Some(vec![HttpRouteRules {
-        matches: Some(vec![HttpRouteRulesMatches {
-            path: Some(HttpRouteRulesMatchesPath {
-                r#type: Some(HttpRouteRulesMatchesPathType::PathPrefix),
-                value: Some(prefix),
-            }),
-            ..HttpRouteRulesMatches::default()
-        }]),
-        backend_refs: Some(vec![HttpRouteRulesBackendRefs {
-            group: Some(String::new()),
-            kind: Some("Service".into()),
-            name,
-            port: Some(SERVICE_PORT),
-            weight: Some(1),
-            ..HttpRouteRulesBackendRefs::default()
-        }]),
-        filters: Some(vec![HttpRouteRulesFilters {
-            r#type: HttpRouteRulesFiltersType::UrlRewrite,
-            url_rewrite: Some(HttpRouteRulesFiltersUrlRewrite {
-                path: Some(HttpRouteRulesFiltersUrlRewritePath {
-                    r#type: HttpRouteRulesFiltersUrlRewritePathType::ReplacePrefixMatch,
-                    replace_prefix_match: Some(format!("{ACTIVATOR_PATH}/{}", t.record.id)),
-                    ..HttpRouteRulesFiltersUrlRewritePath::default()
-                }),
-                ..HttpRouteRulesFiltersUrlRewrite::default()
-            }),
-            ..HttpRouteRulesFilters::default()
-        }]),
-        ..HttpRouteRules::default()
-    }]);
+    let refused = adapter_admin_rule(t, None);
+    route.spec.rules = Some(
+        refused
+            .into_iter()
+            .chain([HttpRouteRules {
+                matches: Some(vec![HttpRouteRulesMatches {
+                    path: Some(HttpRouteRulesMatchesPath {
+                        r#type: Some(HttpRouteRulesMatchesPathType::PathPrefix),
+                        value: Some(prefix),
+                    }),
+                    ..HttpRouteRulesMatches::default()
+                }]),
+                backend_refs: Some(vec![HttpRouteRulesBackendRefs {
+                    group: Some(String::new()),
+                    kind: Some("Service".into()),
+                    name,
+                    port: Some(SERVICE_PORT),
+                    weight: Some(1),
+                    ..HttpRouteRulesBackendRefs::default()
+                }]),
+                filters: Some(vec![HttpRouteRulesFilters {
+                    r#type: HttpRouteRulesFiltersType::UrlRewrite,
+                    url_rewrite: Some(HttpRouteRulesFiltersUrlRewrite {
+                        path: Some(HttpRouteRulesFiltersUrlRewritePath {
+                            r#type: HttpRouteRulesFiltersUrlRewritePathType::ReplacePrefixMatch,
+                            replace_prefix_match: Some(format!("{ACTIVATOR_PATH}/{}", t.record.id)),
+                            ..HttpRouteRulesFiltersUrlRewritePath::default()
+                        }),
+                        ..HttpRouteRulesFiltersUrlRewrite::default()
+                    }),
+                    ..HttpRouteRulesFilters::default()
+                }]),
+                ..HttpRouteRules::default()
+            }])
+            .collect(),
+    );
     ActivatorObjects {
         service,
         slice,

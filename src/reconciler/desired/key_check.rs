@@ -107,7 +107,10 @@ pub(super) fn guard(route: &mut HttpRoute, id: Uuid, port: u16, grpc: bool) {
         }),
         ..HttpRouteRulesFilters::default()
     };
-    for rule in route.spec.rules.iter_mut().flatten() {
+    // A rule with no backendRefs answers 500 whoever calls; it stays filter-free so
+    // that holds on every implementation (see route::refuse_adapter_admin).
+    let routed = route.spec.rules.iter_mut().flatten();
+    for rule in routed.filter(|r| r.backend_refs.is_some()) {
         rule.filters
             .get_or_insert_with(Vec::new)
             .insert(0, filter.clone());

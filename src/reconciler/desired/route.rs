@@ -60,6 +60,7 @@ pub(super) fn route_object(
         value: Some(prefix),
     };
     let mut rules = Vec::new();
+    rules.extend(adapter_admin_rule(t, canary));
     let backends = match canary {
         // The pool's endpoint picker chooses the pod; a pool has no port of its own.
         None if pool => vec![pool_backend(t)],
@@ -93,6 +94,45 @@ pub(super) fn route_object(
     );
     route.metadata = metadata(t, namespace, labels);
     route
+}
+
+/// The engine's runtime adapter API (vLLM's `/v1/load_lora_adapter` and
+/// `/v1/unload_lora_adapter`, served once `VLLM_ALLOW_RUNTIME_LORA_UPDATING` is set) is
+/// for the worker's adapter loader, which calls pods directly; through the Gateway it
+/// would let any caller load or drop adapters.
+pub const ADAPTER_ADMIN_PATHS: [&str; 2] = ["/v1/load_lora_adapter", "/v1/unload_lora_adapter"];
+
+/// The rule refusing the adapter API when a track of this route runs an engine with it on.
+pub(super) fn adapter_admin_rule(
+    t: &Target,
+    canary: Option<&CanaryPlan>,
+) -> Option<HttpRouteRules> {
+    let on = !t.serving.adapters.is_empty()
+        || canary.is_some_and(|plan| !plan.target.serving.adapters.is_empty());
+    on.then(|| refuse_adapter_admin(&route_path_prefix(t)))
+}
+
+/// A rule for the adapter API's paths under the route's prefix with no backendRefs: the
+/// Gateway answers it 500 without reaching a pod ("HTTPRouteNoBackendRefs" in the Gateway
+/// API conformance suite; HTTPRouteRule.BackendRefs in apis/v1/httproute_types.go). A
+/// PathPrefix match is element-wise, so `/v1/load_lora_adapter/` is caught too, and its
+/// longer prefix wins over the route's own (HTTPRouteRule precedence).
+fn refuse_adapter_admin(prefix: &str) -> HttpRouteRules {
+    let base = prefix.trim_end_matches('/');
+    let matches = ADAPTER_ADMIN_PATHS
+        .iter()
+        .map(|p| HttpRouteRulesMatches {
+            path: Some(HttpRouteRulesMatchesPath {
+                r#type: Some(HttpRouteRulesMatchesPathType::PathPrefix),
+                value: Some(format!("{base}{p}")),
+            }),
+            ..HttpRouteRulesMatches::default()
+        })
+        .collect();
+    HttpRouteRules {
+        matches: Some(matches),
+        ..HttpRouteRules::default()
+    }
 }
 
 fn parent_ref(gateway: &GatewayRef) -> HttpRouteParentRefs {
