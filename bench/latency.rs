@@ -59,6 +59,8 @@ async fn main() {
             gpu_product_label: "nvidia.com/gpu.product".into(),
             s3_downloader_image: "amazon/aws-cli:2.22.0".into(),
             epp_image: "registry.k8s.io/gateway-api-inference-extension/epp:v1.4.0".into(),
+            pd_epp_image: "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.8.0".into(),
+            pd_sidecar_image: "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.8.0".into(),
             pod_monitor_interval_secs: None,
             activator: None,
             key_check: None,

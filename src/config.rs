@@ -288,6 +288,21 @@ pub struct ReconcilerConfig {
         default_value = "registry.k8s.io/gateway-api-inference-extension/epp:v1.4.0"
     )]
     pub epp_image: String,
+    /// Image of the endpoint picker of disaggregated deployments: llm-d's, whose plugins
+    /// include the prefill/decode profiles the upstream image lacks.
+    #[arg(
+        long,
+        env = "MODELPLANE_PD_EPP_IMAGE",
+        default_value = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.8.0"
+    )]
+    pub pd_epp_image: String,
+    /// Image of the routing sidecar on the decode pods of disaggregated deployments.
+    #[arg(
+        long,
+        env = "MODELPLANE_PD_SIDECAR_IMAGE",
+        default_value = "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.8.0"
+    )]
+    pub pd_sidecar_image: String,
     /// Default time a model may take to load, in seconds.
     #[arg(long, env = "MODELPLANE_STARTUP_TIMEOUT_SECS", default_value_t = 1800)]
     pub startup_timeout_secs: i64,

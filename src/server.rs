@@ -513,6 +513,8 @@ fn worker_config(
             gpu_product_label: config.gpu_product_label.clone(),
             s3_downloader_image: config.s3_downloader_image.clone(),
             epp_image: config.epp_image.clone(),
+            pd_epp_image: config.pd_epp_image.clone(),
+            pd_sidecar_image: config.pd_sidecar_image.clone(),
             // Prometheus scrapes the pods as often as the worker reads it.
             pod_monitor_interval_secs: load
                 .prometheus_url

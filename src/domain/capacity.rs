@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 
 use super::errors::FieldErrors;
 use super::names::validate_label_value;
-use super::serving::ServingSpec;
+use super::serving::{ServingRole, ServingSpec};
 use super::spec::check_extended_resource_name;
 
 /// The largest quota limit (GPUs or replicas) a project can be given.
@@ -55,6 +55,18 @@ pub struct TrackDemand {
 }
 
 impl TrackDemand {
+    /// What a spec asks for: one demand, or one per role of a disaggregated deployment
+    /// (whose roles may ask for different GPUs per pod).
+    pub fn all_of(serving: &ServingSpec, default_resource: &str) -> Vec<Self> {
+        match &serving.roles {
+            None => vec![Self::of(serving, default_resource)],
+            Some(_) => ServingRole::ALL
+                .into_iter()
+                .map(|role| Self::of(&serving.for_role(role), default_resource))
+                .collect(),
+        }
+    }
+
     pub fn of(serving: &ServingSpec, default_resource: &str) -> Self {
         TrackDemand {
             replicas: i64::from(serving.replicas),

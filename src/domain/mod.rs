@@ -52,16 +52,16 @@ pub use records::{
 };
 pub use routing::{RouteClaim, check_shared_gateway_rules, effective_path_prefix, is_path_prefix};
 pub use selector::{LabelRequirement, LabelSelector};
-pub use serving::{Adapter, CacheStorage, PodCount, ServingSpec};
+pub use serving::{Adapter, CacheStorage, PodCount, RoleServing, Roles, ServingRole, ServingSpec};
 pub use spec::{
     ADAPTER_NAME, Access, AdapterSpec, CURRENT_SPEC_VERSION, CacheVolume, DeploymentSpec,
-    EngineDefaults, EngineKind, EngineSpec, EnvVar, GpuSpec, InferencePoolSpec, MAX_ADAPTERS,
-    ModelSource, ModelSpec, PodDefaults, PoolFallback, ProbeSpec, RUN_AS_USER, ResourceSpec,
-    RolloutSpec, RoutingMode, RoutingSpec, SchedulingSpec, ScorerWeights, SecretKeyRef,
-    SecurityProfile, SecuritySpec, ShutdownSpec, SpecLimits, StorageSpec, Toleration,
+    DisaggregationSpec, EngineDefaults, EngineKind, EngineSpec, EnvVar, GpuSpec, InferencePoolSpec,
+    MAX_ADAPTERS, ModelSource, ModelSpec, PodDefaults, PoolFallback, ProbeSpec, RUN_AS_USER,
+    ResourceSpec, RoleSpec, RolloutSpec, RoutingMode, RoutingSpec, SchedulingSpec, ScorerWeights,
+    SecretKeyRef, SecurityProfile, SecuritySpec, ShutdownSpec, SpecLimits, StorageSpec, Toleration,
     check_extended_resource_name, parse_gateway_ref,
 };
 pub use status::{
     AdapterStatus, CanaryStatus, Condition, ConditionStatus, DeploymentStatus, Endpoints, Phase,
-    ReplicaCounts,
+    ReplicaCounts, RoleStatus,
 };

@@ -10,8 +10,8 @@ use super::errors::FieldErrors;
 use super::quantity::Quantity;
 use super::spec::{
     Access, CURRENT_SPEC_VERSION, DEFAULT_PORT, DEFAULT_REPLICAS, DeploymentSpec, EngineKind,
-    MAX_SPEC_BYTES, ModelSource, SecurityProfile, SpecLimits, find_nul_characters,
-    validate_user_map,
+    EnvVar, MAX_SPEC_BYTES, ModelSource, RoleSpec, SecurityProfile, SpecLimits,
+    find_nul_characters, validate_user_map,
 };
 
 /// `/dev/shm` of GPU engines when the spec names no size: engines exchange tensors there,
@@ -52,6 +52,94 @@ pub struct ServingSpec {
     pub max_unavailable: PodCount,
     /// The LoRA adapters, their sources parsed (hf:// or pvc:// only).
     pub adapters: Vec<Adapter>,
+    /// Prefill/decode disaggregation: each role's pods (`replicas` is their sum).
+    pub roles: Option<Roles>,
+}
+
+/// A role of a disaggregated deployment, as the upstream endpoint picker's role label
+/// (`llm-d.ai/role`) names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ServingRole {
+    Prefill,
+    Decode,
+}
+
+impl ServingRole {
+    pub const ALL: [ServingRole; 2] = [ServingRole::Prefill, ServingRole::Decode];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Prefill => "prefill",
+            Self::Decode => "decode",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+/// Both roles' pods.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Roles {
+    pub prefill: RoleServing,
+    pub decode: RoleServing,
+}
+
+impl Roles {
+    pub fn get(&self, role: ServingRole) -> &RoleServing {
+        match role {
+            ServingRole::Prefill => &self.prefill,
+            ServingRole::Decode => &self.decode,
+        }
+    }
+}
+
+/// One role's pods, its defaults resolved from the spec's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoleServing {
+    pub replicas: i32,
+    pub gpus: i32,
+    pub cpu: Option<Quantity>,
+    pub memory: Option<Quantity>,
+    pub shared_memory: Option<Quantity>,
+    /// Appended to the engine's arguments.
+    pub args: Vec<String>,
+    /// Added to the engine's environment (replacing a variable of the same name).
+    pub env: Vec<EnvVar>,
+}
+
+impl ServingSpec {
+    /// The spec one role's pods run: its counts and resources, and the engine's
+    /// arguments and environment with the role's. `self` without roles is returned as is.
+    pub fn for_role(&self, role: ServingRole) -> ServingSpec {
+        let Some(roles) = &self.roles else {
+            return self.clone();
+        };
+        let r = roles.get(role);
+        let mut out = self.clone();
+        out.replicas = r.replicas;
+        out.gpus = r.gpus;
+        out.cpu = r.cpu.clone();
+        out.memory = r.memory.clone();
+        out.shared_memory = r.shared_memory.clone();
+        out.spec.engine.args.extend(r.args.iter().cloned());
+        let env = &mut out.spec.engine.env;
+        env.retain(|v| !r.env.iter().any(|o| o.name == v.name));
+        env.extend(r.env.iter().cloned());
+        let (surge, unavailable) = self
+            .spec
+            .rollout_bounds(Some(r.gpus), &mut FieldErrors::new());
+        out.max_surge = surge;
+        out.max_unavailable = unavailable;
+        out.roles = None;
+        out
+    }
+
+    /// The role pods of `role`, or the whole deployment's without roles.
+    pub fn role_replicas(&self, role: ServingRole) -> Option<i32> {
+        self.roles.as_ref().map(|r| r.get(role).replicas)
+    }
 }
 
 /// A LoRA adapter the engine serves under `name`.
@@ -159,6 +247,30 @@ impl DeploymentSpec {
                 })
             })
             .collect();
+        let roles = self.disaggregation.as_ref().map(|d| Roles {
+            prefill: self.role_serving(
+                &d.prefill,
+                "prefill",
+                gpus,
+                &cpu,
+                &memory,
+                &shared_memory,
+                &mut errors,
+            ),
+            decode: self.role_serving(
+                &d.decode,
+                "decode",
+                gpus,
+                &cpu,
+                &memory,
+                &shared_memory,
+                &mut errors,
+            ),
+        });
+        let replicas = match &roles {
+            Some(r) => Some(r.prefill.replicas + r.decode.replicas),
+            None => replicas,
+        };
         errors.finish(|| ServingSpec {
             spec: self.clone(),
             replicas: replicas.expect("checked"),
@@ -183,7 +295,68 @@ impl DeploymentSpec {
             max_surge,
             max_unavailable,
             adapters,
+            roles,
         })
+    }
+
+    /// One role's counts and resources: its own where it names them, else the spec's.
+    #[allow(clippy::too_many_arguments)]
+    fn role_serving(
+        &self,
+        role: &RoleSpec,
+        name: &str,
+        gpus: Option<i32>,
+        cpu: &Option<Quantity>,
+        memory: &Option<Quantity>,
+        shared_memory: &Option<Quantity>,
+        errors: &mut FieldErrors,
+    ) -> RoleServing {
+        let path = format!("spec.disaggregation.{name}");
+        let replicas = errors
+            .check(
+                &format!("{path}.replicas"),
+                in_range(
+                    role.replicas.unwrap_or(DEFAULT_REPLICAS),
+                    0,
+                    i64::from(i32::MAX),
+                ),
+            )
+            .unwrap_or(0);
+        let Some(res) = &role.resources else {
+            return RoleServing {
+                replicas,
+                gpus: gpus.unwrap_or(0),
+                cpu: cpu.clone(),
+                memory: memory.clone(),
+                shared_memory: shared_memory.clone(),
+                args: role.args.clone(),
+                env: role.env.clone(),
+            };
+        };
+        let quantity = |errors: &mut FieldErrors, field: &str, value: &Option<String>| {
+            value.as_deref().and_then(|v| {
+                errors.check(&format!("{path}.resources.{field}"), Quantity::parse(v))
+            })
+        };
+        let role_gpus = res
+            .gpu
+            .as_ref()
+            .and_then(|g| g.count)
+            .map(|n| in_range(n, 0, 1024))
+            .transpose();
+        let role_gpus = errors
+            .check(&format!("{path}.resources.gpu.count"), role_gpus)
+            .flatten();
+        RoleServing {
+            replicas,
+            gpus: role_gpus.or(gpus).unwrap_or(0),
+            cpu: quantity(errors, "cpu", &res.cpu),
+            memory: quantity(errors, "memory", &res.memory),
+            shared_memory: quantity(errors, "sharedMemory", &res.shared_memory)
+                .or_else(|| shared_memory.clone()),
+            args: role.args.clone(),
+            env: role.env.clone(),
+        }
     }
 
     /// `maxSurge` and `maxUnavailable`, or their defaults: a GPU model surges no pod (there
@@ -297,6 +470,11 @@ impl DeploymentSpec {
                 "cannot be keys: this installation does not run modelplane's key check (MODELPLANE_AUTHZ_PORT and MODELPLANE_ACTIVATOR_ADDRESSES or _SERVICE); use public",
             );
         }
+        if let Some(roles) = &self.disaggregation {
+            // The roles' counts are the deployment's; `replicas` is kept as their sum.
+            let count = |r: &RoleSpec| r.replicas.unwrap_or(DEFAULT_REPLICAS);
+            self.replicas = Some(count(&roles.prefill) + count(&roles.decode));
+        }
         self.replicas.get_or_insert(DEFAULT_REPLICAS);
         self.engine.port.get_or_insert(DEFAULT_PORT);
         if self.model.served_name.is_none() {
@@ -306,6 +484,7 @@ impl DeploymentSpec {
         self.validate_model(&mut errors);
         self.validate_engine(&mut errors);
         self.validate_adapters(&mut errors);
+        self.validate_disaggregation(limits, &mut errors);
         self.validate_contradictions(limits, &mut errors);
         let replicas = self.replicas.unwrap_or(DEFAULT_REPLICAS);
         if !(0..=limits.max_replicas).contains(&replicas) {

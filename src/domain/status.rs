@@ -137,6 +137,10 @@ pub struct DeploymentStatus {
     /// and why not where it is not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub adapters: Vec<AdapterStatus>,
+    /// A disaggregated deployment's roles (`prefill`, then `decode`): each one's pods, and
+    /// what holds it back; `replicas` counts both.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<RoleStatus>,
     /// What the deployment serves now, from its model servers' metrics (all tracks
     /// together); absent until the first reading. Read beside the status, never stored in
     /// it: a new reading is not a status change.
@@ -163,10 +167,22 @@ impl DeploymentStatus {
             endpoints: Endpoints::default(),
             canary: None,
             adapters: Vec::new(),
+            roles: Vec::new(),
             load: None,
             autoscaling: None,
         }
     }
+}
+
+/// One role of a disaggregated deployment, as its Kubernetes Deployment reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleStatus {
+    /// `prefill` or `decode`.
+    pub role: String,
+    pub replicas: ReplicaCounts,
+    /// Why the role is not ready, or empty.
+    pub message: String,
 }
 
 /// A LoRA adapter as the model servers report it.

@@ -222,7 +222,7 @@ fn tracks(
         .flatten()
         // A stored spec that does not resolve asks for nothing the worker would apply.
         .filter_map(|s| s.serving(name).ok())
-        .map(|serving| TrackDemand::of(&serving, gpu_resource_name))
+        .flat_map(|serving| TrackDemand::all_of(&serving, gpu_resource_name))
         .collect()
 }
 
@@ -316,7 +316,10 @@ pub(super) async fn admit(
         // Pods of the same shape already running keep their GPUs through the change.
         let running = match (was, change.status) {
             (Some(was), Some(status)) if was.gpu.as_ref() == Some(shape) => {
-                if i == 0 {
+                if !status.roles.is_empty() {
+                    // A disaggregated deployment's tracks are its roles, in the same order.
+                    status.roles.get(i).map_or(0, |r| r.replicas.ready)
+                } else if i == 0 {
                     status.replicas.ready
                 } else {
                     status.canary.as_ref().map_or(0, |c| c.replicas.ready)

@@ -142,12 +142,17 @@ impl Mutation {
         node(ctx, deployment).await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn scale_deployment(
         &self,
         ctx: &Context<'_>,
         project: String,
         name: String,
         replicas: i64,
+        #[graphql(
+            desc = "`prefill` or `decode`: the role to scale, for (and only for) a disaggregated deployment"
+        )]
+        role: Option<String>,
         expected_generation: Option<i64>,
         options: Option<WriteOptionsInput>,
     ) -> Result<DeploymentNode> {
@@ -157,7 +162,7 @@ impl Mutation {
             actor,
             &project,
             &name,
-            ScaleDeployment { replicas },
+            ScaleDeployment { replicas, role },
             &precondition(expected_generation),
             write_options(options),
         )

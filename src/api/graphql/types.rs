@@ -171,6 +171,16 @@ pub struct AdapterStatus {
     pub message: String,
 }
 
+/// One role of a disaggregated deployment (`spec.disaggregation`).
+#[derive(SimpleObject)]
+pub struct RoleStatus {
+    /// `prefill` or `decode`.
+    pub role: String,
+    pub replicas: ReplicaCounts,
+    /// Why the role is not ready, or empty.
+    pub message: String,
+}
+
 /// A Kubernetes object a deployment owns.
 #[derive(SimpleObject)]
 pub struct OwnedObject {
@@ -400,6 +410,25 @@ impl DeploymentNode {
                 loaded: a.loaded,
                 pods: a.pods,
                 message: a.message.clone(),
+            })
+            .collect()
+    }
+    /// A disaggregated deployment's roles (prefill, then decode): each one's replicas and
+    /// what holds it back; empty otherwise.
+    async fn roles(&self) -> Vec<RoleStatus> {
+        self.deployment
+            .status
+            .roles
+            .iter()
+            .map(|r| RoleStatus {
+                role: r.role.clone(),
+                replicas: ReplicaCounts {
+                    desired: r.replicas.desired,
+                    updated: r.replicas.updated,
+                    ready: r.replicas.ready,
+                    available: r.replicas.available,
+                },
+                message: r.message.clone(),
             })
             .collect()
     }

@@ -56,12 +56,17 @@ pub struct ScaleDeployment {
     /// 0 up to the server's `MODELPLANE_MAX_REPLICAS` (default 100).
     #[schema(minimum = 0, maximum = 100)]
     pub replicas: i64,
+    /// `prefill` or `decode`: the role to scale, for (and only for) a disaggregated
+    /// deployment.
+    #[serde(default)]
+    pub role: Option<String>,
 }
 
 impl From<ScaleDeployment> for deployments::ScaleDeployment {
     fn from(body: ScaleDeployment) -> Self {
         Self {
             replicas: body.replicas,
+            role: body.role,
         }
     }
 }

@@ -202,6 +202,12 @@ pub struct DeploymentSpec {
     /// back) restarts the pods, since the engine enables LoRA when it starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub adapters: Vec<AdapterSpec>,
+    /// Prefill/decode disaggregation: two sets of pods behind the InferencePool, whose
+    /// endpoint picker sends a long prompt's prefill to a prefill pod and its decode to a
+    /// decode pod (which pulls the KV cache from it). `replicas` is then the sum of the
+    /// roles'. Set when the deployment is created; needs `routing.mode: InferencePool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disaggregation: Option<DisaggregationSpec>,
     /// Labels carried onto the Kubernetes objects (never into selectors). They are not put
     /// on the pods, so changing them never restarts a model server.
     #[serde(default)]
@@ -240,6 +246,36 @@ pub struct AdapterSpec {
     /// Where its weights are: `hf://org/name` (the engine downloads it, with the model's
     /// `secretRef` token) or `pvc://claim/path` (the claim is mounted read-only).
     pub source: String,
+}
+
+/// The two roles of a disaggregated deployment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DisaggregationSpec {
+    /// The pods that compute the prompt's KV cache.
+    pub prefill: RoleSpec,
+    /// The pods that generate the tokens (and take every request first).
+    pub decode: RoleSpec,
+}
+
+/// One role's pods: how many, and what differs from the rest of the spec.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RoleSpec {
+    /// The role's pods. Default 1.
+    #[serde(default)]
+    pub replicas: Option<i64>,
+    /// The role's CPU, memory and GPU count; `spec.resources` when omitted (the GPU kind,
+    /// `resourceName` and `product`, is always `spec.resources.gpu`'s).
+    #[serde(default)]
+    pub resources: Option<ResourceSpec>,
+    /// Arguments appended to `spec.engine.args` for this role.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment variables added to `spec.engine.env` for this role (a name in both is
+    /// the role's).
+    #[serde(default)]
+    pub env: Vec<EnvVar>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -50,66 +50,8 @@ impl DeploymentSpec {
         {
             errors.push("spec.engine.port", "must be between 1 and 65535");
         }
-        if engine.args.len() > MAX_ARGS {
-            errors.push(
-                "spec.engine.args",
-                format!(
-                    "must have at most {MAX_ARGS} items (has {})",
-                    engine.args.len()
-                ),
-            );
-        }
-        for (i, arg) in engine.args.iter().enumerate() {
-            if arg.len() > MAX_ARG_BYTES || arg.contains('\0') {
-                errors.push(
-                    format!("spec.engine.args[{i}]"),
-                    format!("must be at most {MAX_ARG_BYTES} characters without NUL"),
-                );
-            }
-        }
-        if engine.env.len() > MAX_ENV {
-            errors.push(
-                "spec.engine.env",
-                format!(
-                    "must have at most {MAX_ENV} items (has {})",
-                    engine.env.len()
-                ),
-            );
-        }
-        let mut seen = HashSet::new();
-        for (i, var) in engine.env.iter().enumerate() {
-            let path = format!("spec.engine.env[{i}]");
-            if !ENV_NAME.is_match(&var.name) {
-                errors.push(
-                    format!("{path}.name"),
-                    format!("`{}` is not a valid environment variable name (letters, digits, '_', '-', '.'; not starting with a digit)", var.name),
-                );
-            } else if !seen.insert(var.name.as_str()) {
-                errors.push(
-                    format!("{path}.name"),
-                    format!("`{}` is set twice", var.name),
-                );
-            }
-            if var
-                .value
-                .as_ref()
-                .is_some_and(|v| v.len() > MAX_ENV_VALUE_BYTES)
-            {
-                errors.push(
-                    format!("{path}.value"),
-                    format!("must be at most {MAX_ENV_VALUE_BYTES} bytes"),
-                );
-            }
-            match (&var.value, &var.secret_ref) {
-                (Some(_), Some(_)) => {
-                    errors.push(path.clone(), "set either `value` or `secretRef`, not both")
-                }
-                (None, Some(secret)) => {
-                    validate_secret_ref(errors, &format!("{path}.secretRef"), secret)
-                }
-                _ => {}
-            }
-        }
+        validate_args(errors, "spec.engine.args", &engine.args);
+        validate_env(errors, "spec.engine.env", &engine.env);
         if let Some(len) = engine.max_model_len
             && len < 1
         {
@@ -122,6 +64,84 @@ impl DeploymentSpec {
                 "spec.engine.tensorParallelSize",
                 format!("must be between 1 and {MAX_TENSOR_PARALLEL}"),
             );
+        }
+    }
+
+    /// `spec.disaggregation`: two roles behind an InferencePool, each bounded like the spec.
+    pub(crate) fn validate_disaggregation(&self, limits: &SpecLimits, errors: &mut FieldErrors) {
+        let Some(roles) = &self.disaggregation else {
+            return;
+        };
+        if !matches!(self.engine.kind, EngineKind::Vllm | EngineKind::Sim) {
+            errors.push(
+                "spec.disaggregation",
+                format!(
+                    "prefill/decode disaggregation needs engine kind vllm or sim (whose KV-cache transfer and routing sidecar modelplane configures), not {}",
+                    self.engine.kind.as_str()
+                ),
+            );
+        }
+        if self.routing.mode != Some(RoutingMode::InferencePool) {
+            errors.push(
+                "spec.disaggregation",
+                "needs spec.routing.mode: InferencePool (its endpoint picker sends each request to a prefill and a decode pod)",
+            );
+        }
+        if self.autoscaling.is_some() {
+            errors.push(
+                "spec.autoscaling",
+                "not yet with spec.disaggregation: scale each role with POST …/scale and its `role`",
+            );
+        }
+        if !self.adapters.is_empty() {
+            errors.push(
+                "spec.adapters",
+                "not yet with spec.disaggregation: LoRA adapters are loaded on one set of pods",
+            );
+        }
+        for (role, spec) in [("prefill", &roles.prefill), ("decode", &roles.decode)] {
+            let path = format!("spec.disaggregation.{role}");
+            if let Some(n) = spec.replicas
+                && !(0..=limits.max_replicas).contains(&n)
+            {
+                errors.push(
+                    format!("{path}.replicas"),
+                    format!("must be between 0 and {}", limits.max_replicas),
+                );
+            }
+            if let Some(resources) = &spec.resources {
+                let tp = self.engine.tensor_parallel_size;
+                validate_resource_spec(errors, &format!("{path}.resources"), resources, tp);
+                let gpu = resources.gpu.as_ref();
+                if gpu.is_some_and(|g| g.resource_name.is_some() || g.product.is_some()) {
+                    errors.push(
+                        format!("{path}.resources.gpu"),
+                        "may set only `count`: both roles use spec.resources.gpu's resourceName and product",
+                    );
+                }
+            }
+            validate_args(errors, &format!("{path}.args"), &spec.args);
+            for (i, arg) in spec.args.iter().enumerate() {
+                if arg == "--port" || arg.starts_with("--port=") {
+                    errors.push(
+                        format!("{path}.args[{i}]"),
+                        "the port is spec.engine.port's (the decode role's engine listens behind the routing sidecar)",
+                    );
+                }
+            }
+            validate_env(errors, &format!("{path}.env"), &spec.env);
+            if !limits.allow_plaintext_credentials {
+                for (i, var) in spec.env.iter().enumerate() {
+                    if var.value.as_ref().is_some_and(|v| !v.is_empty())
+                        && looks_like_a_credential(&var.name)
+                    {
+                        errors.push(
+                            format!("{path}.env[{i}].value"),
+                            format!("`{}` looks like a credential: put it in a Secret and use `secretRef`", var.name),
+                        );
+                    }
+                }
+            }
         }
     }
 
@@ -253,46 +273,8 @@ impl DeploymentSpec {
     }
 
     pub(crate) fn validate_resources(&self, errors: &mut FieldErrors) {
-        let res = &self.resources;
-        for (field, value) in [
-            ("spec.resources.cpu", &res.cpu),
-            ("spec.resources.memory", &res.memory),
-            ("spec.resources.sharedMemory", &res.shared_memory),
-        ] {
-            if let Some(v) = value {
-                errors.check(field, Quantity::parse(v));
-            }
-        }
-        if let Some(gpu) = &res.gpu {
-            if let Some(count) = gpu.count {
-                if !(0..=MAX_GPUS).contains(&count) {
-                    errors.push(
-                        "spec.resources.gpu.count",
-                        format!("must be between 0 and {MAX_GPUS}"),
-                    );
-                } else if let Some(tp) = self.engine.tensor_parallel_size
-                    && count < tp
-                {
-                    errors.push(
-                        "spec.resources.gpu.count",
-                        format!("must be at least spec.engine.tensorParallelSize ({tp})"),
-                    );
-                }
-            }
-            if let Some(name) = &gpu.resource_name {
-                errors.check(
-                    "spec.resources.gpu.resourceName",
-                    check_extended_resource_name(name),
-                );
-            }
-            if let Some(product) = &gpu.product {
-                if product.is_empty() {
-                    errors.push("spec.resources.gpu.product", "must not be empty");
-                } else {
-                    errors.check("spec.resources.gpu.product", validate_label_value(product));
-                }
-            }
-        }
+        let tp = self.engine.tensor_parallel_size;
+        validate_resource_spec(errors, "spec.resources", &self.resources, tp);
     }
 
     pub(crate) fn validate_scheduling(&self, errors: &mut FieldErrors) {
@@ -457,6 +439,119 @@ impl DeploymentSpec {
                 "spec.probes.healthPath",
                 "must start with '/' and contain no whitespace",
             );
+        }
+    }
+}
+
+/// CPU, memory, shared memory and GPUs at `path` (`spec.resources`, or a role's).
+pub(crate) fn validate_resource_spec(
+    errors: &mut FieldErrors,
+    path: &str,
+    res: &ResourceSpec,
+    tensor_parallel: Option<i64>,
+) {
+    for (field, value) in [
+        ("cpu", &res.cpu),
+        ("memory", &res.memory),
+        ("sharedMemory", &res.shared_memory),
+    ] {
+        if let Some(v) = value {
+            errors.check(&format!("{path}.{field}"), Quantity::parse(v));
+        }
+    }
+    if let Some(gpu) = &res.gpu {
+        if let Some(count) = gpu.count {
+            if !(0..=MAX_GPUS).contains(&count) {
+                errors.push(
+                    format!("{path}.gpu.count"),
+                    format!("must be between 0 and {MAX_GPUS}"),
+                );
+            } else if let Some(tp) = tensor_parallel
+                && count < tp
+            {
+                errors.push(
+                    format!("{path}.gpu.count"),
+                    format!("must be at least spec.engine.tensorParallelSize ({tp})"),
+                );
+            }
+        }
+        if let Some(name) = &gpu.resource_name {
+            errors.check(
+                &format!("{path}.gpu.resourceName"),
+                check_extended_resource_name(name),
+            );
+        }
+        if let Some(product) = &gpu.product {
+            if product.is_empty() {
+                errors.push(format!("{path}.gpu.product"), "must not be empty");
+            } else {
+                errors.check(
+                    &format!("{path}.gpu.product"),
+                    validate_label_value(product),
+                );
+            }
+        }
+    }
+}
+
+/// A list of command-line arguments: bounded, each bounded and without NUL.
+pub(crate) fn validate_args(errors: &mut FieldErrors, path: &str, args: &[String]) {
+    if args.len() > MAX_ARGS {
+        errors.push(
+            path,
+            format!("must have at most {MAX_ARGS} items (has {})", args.len()),
+        );
+    }
+    for (i, arg) in args.iter().enumerate() {
+        if arg.len() > MAX_ARG_BYTES || arg.contains('\0') {
+            errors.push(
+                format!("{path}[{i}]"),
+                format!("must be at most {MAX_ARG_BYTES} characters without NUL"),
+            );
+        }
+    }
+}
+
+/// Environment variables: bounded, valid distinct names, a literal or a Secret each.
+pub(crate) fn validate_env(errors: &mut FieldErrors, list: &str, env: &[EnvVar]) {
+    if env.len() > MAX_ENV {
+        errors.push(
+            list,
+            format!("must have at most {MAX_ENV} items (has {})", env.len()),
+        );
+    }
+    let mut seen = HashSet::new();
+    for (i, var) in env.iter().enumerate() {
+        let path = format!("{list}[{i}]");
+        if !ENV_NAME.is_match(&var.name) {
+            errors.push(
+                format!("{path}.name"),
+                format!("`{}` is not a valid environment variable name (letters, digits, '_', '-', '.'; not starting with a digit)", var.name),
+            );
+        } else if !seen.insert(var.name.as_str()) {
+            errors.push(
+                format!("{path}.name"),
+                format!("`{}` is set twice", var.name),
+            );
+        }
+        if var
+            .value
+            .as_ref()
+            .is_some_and(|v| v.len() > MAX_ENV_VALUE_BYTES)
+        {
+            errors.push(
+                format!("{path}.value"),
+                format!("must be at most {MAX_ENV_VALUE_BYTES} bytes"),
+            );
+        }
+        match (&var.value, &var.secret_ref) {
+            (Some(_), Some(_)) => {
+                errors.push(path.clone(), "set either `value` or `secretRef`, not both")
+            }
+            (None, Some(secret)) => {
+                validate_secret_ref(errors, &format!("{path}.secretRef"), secret)
+            }
+            _ => {}
         }
     }
 }

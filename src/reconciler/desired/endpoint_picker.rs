@@ -107,12 +107,13 @@ impl<'a> Picker<'a> {
             .and_then(|p| p.scorers.clone())
             .unwrap_or_default()
             .resolved();
+        let config = match self.t.serving.roles {
+            Some(_) => super::disaggregation::pd_picker_config(queue, prefix_cache),
+            None => scorer_config(queue, kv_cache, prefix_cache),
+        };
         ConfigMap {
             metadata: self.metadata(),
-            data: Some(BTreeMap::from([(
-                CONFIG_FILE.to_owned(),
-                scorer_config(queue, kv_cache, prefix_cache),
-            )])),
+            data: Some(BTreeMap::from([(CONFIG_FILE.to_owned(), config)])),
             ..ConfigMap::default()
         }
     }

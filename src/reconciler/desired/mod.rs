@@ -28,6 +28,7 @@ mod activator;
 mod adapters;
 mod budget;
 mod deployment;
+mod disaggregation;
 mod endpoint_picker;
 mod inference_pool;
 mod key_check;
@@ -60,6 +61,9 @@ pub use self::adapters::{
 use self::budget::disruption_budget_object;
 use self::deployment::deployment_object;
 pub use self::deployment::engine_image;
+pub use self::disaggregation::{
+    PREFILLER_HEADER, ROLE_LABEL, ROUTING_SIDECAR, decode_engine_port, role_object_name,
+};
 pub use self::endpoint_picker::{
     ENDPOINT_PICKER, EPP_GRPC_PORT, EPP_HEALTH_PORT, EPP_METRICS_PORT, picker_cluster_binding_name,
     picker_name,
@@ -78,7 +82,7 @@ pub use self::route::{GatewayRef, gateway_of, route_path_prefix};
 use self::service::service_object;
 use crate::domain::{
     Access, Canary, CanaryHeader, Deployment, EngineDefaults, PoolFallback, RoutingMode,
-    ServingSpec, canary_object_name, canonical_json,
+    ServingRole, ServingSpec, canary_object_name, canonical_json,
 };
 
 pub const FIELD_MANAGER: &str = "modelplane";
@@ -114,6 +118,11 @@ pub struct BuildConfig {
     pub s3_downloader_image: String,
     /// Image of the endpoint picker of deployments in InferencePool mode.
     pub epp_image: String,
+    /// Image of the endpoint picker of disaggregated deployments (llm-d's, whose plugins
+    /// include the prefill/decode profiles).
+    pub pd_epp_image: String,
+    /// Image of the routing sidecar on decode pods.
+    pub pd_sidecar_image: String,
     /// Serving metrics come from a Prometheus: a PodMonitor per deployment has it scrape
     /// the pods every this many seconds. `None`: no PodMonitor.
     pub pod_monitor_interval_secs: Option<u64>,
@@ -133,6 +142,9 @@ pub struct Target<'a> {
     pub serving: &'a ServingSpec,
     /// The canary track: `record` is then [`canary_record`]'s, named `<name>-canary`.
     pub canary_track: bool,
+    /// One role of a disaggregated deployment: `serving` is then that role's, and the
+    /// Deployment is named `<name>-<role>` and selects the role's pods only.
+    pub role: Option<ServingRole>,
 }
 
 /// A record's canary as a record of its own: named `<name>-canary`, with the canary's spec.
@@ -156,6 +168,13 @@ pub struct CanaryPlan<'a> {
     pub header: &'a CanaryHeader,
 }
 
+/// A disaggregated deployment's prefill role (the decode role is `deployment`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoleObjects {
+    pub deployment: K8sDeployment,
+    pub config_hash: String,
+}
+
 /// The canary track's own objects; it shares the stable track's HTTPRoute.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CanaryObjects {
@@ -168,7 +187,10 @@ pub struct CanaryObjects {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DesiredObjects {
     pub namespace: Namespace,
+    /// The model server Deployment; a disaggregated deployment's decode role.
     pub deployment: K8sDeployment,
+    /// A disaggregated deployment's prefill role.
+    pub prefill: Option<RoleObjects>,
     pub service: Service,
     /// `None` when no Gateway is configured for the deployment.
     pub http_route: Option<HttpRoute>,
@@ -211,6 +233,9 @@ impl DesiredObjects {
         ];
         if let Some(budget) = &self.disruption_budget {
             all.push(as_json(budget));
+        }
+        if let Some(prefill) = &self.prefill {
+            all.push(as_json(&prefill.deployment));
         }
         if let Some(monitor) = &self.pod_monitor {
             all.push(as_json(monitor));
@@ -264,7 +289,25 @@ pub fn desired_objects(
 ) -> DesiredObjects {
     let labels = object_labels(t, config);
     let gateway = gateway_of(t.serving, config);
-    let (deployment, config_hash) = deployment_object(t, namespace, &labels, config);
+    let (deployment, config_hash, prefill) = match t.serving.roles {
+        None => {
+            let (deployment, hash) = deployment_object(t, namespace, &labels, config);
+            (deployment, hash, None)
+        }
+        Some(_) => {
+            let (decode, hash) = role_deployment(t, ServingRole::Decode, namespace, config);
+            let (deployment, config_hash) =
+                role_deployment(t, ServingRole::Prefill, namespace, config);
+            (
+                decode,
+                hash,
+                Some(RoleObjects {
+                    deployment,
+                    config_hash,
+                }),
+            )
+        }
+    };
     // InferencePool mode routes through a Gateway, and never with a canary (which the API
     // refuses; a stored one keeps the Service mode's weights).
     let routing = &t.serving.spec.routing;
@@ -278,6 +321,7 @@ pub fn desired_objects(
     let mut desired = DesiredObjects {
         namespace: namespace_object(t, namespace, adopted, config),
         deployment,
+        prefill,
         service: service_object(t, namespace, &labels),
         http_route: gateway
             .as_ref()
@@ -290,7 +334,13 @@ pub fn desired_objects(
             .as_ref()
             .filter(|_| pool_mode)
             .map(|gw| route_object(t, namespace, &labels, gw, None, false)),
-        pool: pool_mode.then(|| pool_objects(t, namespace, &labels, &config.epp_image)),
+        pool: pool_mode.then(|| {
+            let image = match t.serving.roles {
+                Some(_) => &config.pd_epp_image,
+                None => &config.epp_image,
+            };
+            pool_objects(t, namespace, &labels, image)
+        }),
         canary: canary.map(|plan| canary_objects(&plan.target, namespace, config)),
         disruption_budget: (t.serving.replicas > 1)
             .then(|| disruption_budget_object(t, namespace, &labels)),
@@ -306,6 +356,17 @@ pub fn desired_objects(
         gateway,
         config_hash,
     };
+    if t.serving.roles.is_some()
+        && let Some(selector) = desired
+            .service
+            .spec
+            .as_mut()
+            .and_then(|s| s.selector.as_mut())
+    {
+        // In-cluster callers (and the route while the picker starts) reach decode pods,
+        // whose sidecar serves a request whole when no prefill pod is named.
+        selector.insert(ROLE_LABEL.into(), ServingRole::Decode.as_str().into());
+    }
     if t.serving.spec.access == Some(Access::Keys) && desired.gateway.is_some() {
         let port = config.key_check.as_ref().map_or(80, |k| k.port);
         for route in [
@@ -325,6 +386,33 @@ pub fn desired_objects(
             .map(|address| Box::new(key_check_objects(namespace, &labels, address)));
     }
     desired
+}
+
+/// One role's Deployment (the decode role's with the routing sidecar) and config hash.
+fn role_deployment(
+    t: &Target,
+    role: ServingRole,
+    namespace: &str,
+    config: &BuildConfig,
+) -> (K8sDeployment, String) {
+    let serving = disaggregation::role_serving(t.serving, role);
+    let target = Target {
+        serving: &serving,
+        role: Some(role),
+        ..t.clone()
+    };
+    let labels = object_labels(&target, config);
+    let (mut deployment, hash) = deployment_object(&target, namespace, &labels, config);
+    if role == ServingRole::Decode {
+        disaggregation::add_routing_sidecar(
+            &mut deployment,
+            t.serving,
+            namespace,
+            &t.record.name,
+            config,
+        );
+    }
+    (deployment, hash)
 }
 
 /// Whether the record may scale to zero (and so be reached through the activator).
@@ -361,6 +449,9 @@ pub fn track_selector_labels(t: &Target) -> BTreeMap<String, String> {
     let mut labels = selector_labels(t.record);
     if t.canary_track {
         labels.insert(LABEL_TRACK.into(), TRACK_CANARY.into());
+    }
+    if let Some(role) = t.role {
+        labels.insert(ROLE_LABEL.into(), role.as_str().into());
     }
     labels
 }
@@ -412,8 +503,12 @@ fn metadata(t: &Target, namespace: &str, labels: &BTreeMap<String, String>) -> O
     if let Some(adapters) = adapters::adapters_annotation(t.serving) {
         annotations.insert(ANNOTATION_ADAPTERS.into(), adapters);
     }
+    let name = match t.role {
+        Some(role) => role_object_name(&t.record.name, role),
+        None => t.record.name.clone(),
+    };
     ObjectMeta {
-        name: Some(t.record.name.clone()),
+        name: Some(name),
         namespace: Some(namespace.to_owned()),
         labels: Some(labels.clone()),
         annotations: Some(annotations),

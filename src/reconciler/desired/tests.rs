@@ -21,6 +21,8 @@ fn config() -> BuildConfig {
         gpu_product_label: "nvidia.com/gpu.product".into(),
         s3_downloader_image: "amazon/aws-cli:2.22.0".into(),
         epp_image: "registry.k8s.io/gateway-api-inference-extension/epp:v1.4.0".into(),
+        pd_epp_image: "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.8.0".into(),
+        pd_sidecar_image: "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.8.0".into(),
         pod_monitor_interval_secs: None,
         activator: None,
         key_check: None,
@@ -41,6 +43,7 @@ impl Rec {
             record: &self.record,
             serving: &self.serving,
             canary_track: false,
+            role: None,
         }
     }
 
@@ -153,6 +156,7 @@ fn a_canary_is_its_own_track_on_the_shared_route() {
             record: &canary_rec,
             serving: &canary_serving,
             canary_track: true,
+            role: None,
         },
         routed_weight: 20,
         header: &canary.header,
@@ -550,5 +554,136 @@ fn adapters_enable_lora_and_gate_the_pods_but_their_list_stays_out_of_the_templa
         none.deployment["metadata"]["annotations"]
             .get("modelplane.io/adapters")
             .is_none()
+    );
+}
+
+#[test]
+fn disaggregation_makes_a_deployment_per_role_behind_one_pool_and_a_sidecar_on_decode() {
+    let objects = build(
+        "big",
+        json!({
+            "model": {"source": "hf://Qwen/Qwen2.5-7B-Instruct"},
+            "resources": {"gpu": {"count": 1}},
+            "routing": {"mode": "InferencePool"},
+            "disaggregation": {
+                "prefill": {"replicas": 1, "resources": {"gpu": {"count": 2}}},
+                "decode": {"replicas": 3, "args": ["--max-num-seqs=256"]},
+            },
+        }),
+    );
+    // The decode role: `<name>-decode`, its pods labelled with the role the picker filters by.
+    let decode = &objects.deployment;
+    assert_eq!(decode["metadata"]["name"], "big-decode");
+    assert_eq!(decode["spec"]["replicas"], 3);
+    assert_eq!(
+        decode["spec"]["selector"]["matchLabels"]["llm-d.ai/role"],
+        "decode"
+    );
+    let pod = &decode["spec"]["template"]["spec"];
+    assert_eq!(
+        decode["spec"]["template"]["metadata"]["labels"]["llm-d.ai/role"],
+        "decode"
+    );
+    // The engine listens behind the sidecar, which has the serving port (`http`).
+    let server = &pod["containers"][0];
+    let args: Vec<&str> = server["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.windows(2).any(|w| w == ["--port", "8200"]), "{args:?}");
+    assert!(args.contains(&"--max-num-seqs=256"), "{args:?}");
+    assert!(
+        args.windows(2)
+            .any(|w| w[0] == "--kv-transfer-config" && w[1].contains("NixlConnector")),
+        "{args:?}"
+    );
+    assert_eq!(server["ports"][0]["name"], "engine");
+    assert_eq!(server["readinessProbe"]["httpGet"]["port"], "engine");
+    assert_eq!(server["resources"]["limits"]["nvidia.com/gpu"], "1");
+    let sidecar = &pod["initContainers"][0];
+    assert_eq!(sidecar["name"], "routing-sidecar");
+    assert_eq!(sidecar["restartPolicy"], "Always");
+    assert_eq!(
+        sidecar["ports"][0],
+        json!({"name": "http", "containerPort": 8000, "protocol": "TCP"})
+    );
+    let sidecar_args = sidecar["args"].as_array().unwrap();
+    for flag in [
+        "--port=8000",
+        "--vllm-port=8200",
+        "--enable-ssrf-protection=true",
+        "--inference-pool=team-a/big",
+    ] {
+        assert!(sidecar_args.contains(&json!(flag)), "{sidecar_args:?}");
+    }
+    assert_eq!(
+        sidecar["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert_eq!(pod["serviceAccountName"], "big-epp");
+
+    // The prefill role: its own count and GPUs, the engine on the serving port, no sidecar.
+    let prefill = as_json(&objects.typed.prefill.as_ref().unwrap().deployment);
+    assert_eq!(prefill["metadata"]["name"], "big-prefill");
+    assert_eq!(prefill["spec"]["replicas"], 1);
+    let pod = &prefill["spec"]["template"]["spec"];
+    assert!(pod["initContainers"].is_null());
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["containers"][0]["ports"][0]["containerPort"], 8000);
+    assert_eq!(
+        pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        "2"
+    );
+    assert_eq!(
+        prefill["spec"]["selector"]["matchLabels"]["llm-d.ai/role"],
+        "prefill"
+    );
+
+    // One pool over both roles; the Service reaches decode pods only.
+    let pool = objects.typed.pool.as_ref().unwrap();
+    let selector = &as_json(&pool.pool)["spec"]["selector"]["matchLabels"];
+    assert!(selector.get("llm-d.ai/role").is_none(), "{selector}");
+    assert_eq!(
+        objects.service["spec"]["selector"]["llm-d.ai/role"],
+        "decode"
+    );
+    // llm-d's picker with the prefill/decode profiles.
+    assert_eq!(
+        as_json(&pool.picker)["spec"]["template"]["spec"]["containers"][0]["image"],
+        "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.8.0"
+    );
+    let config = as_json(&pool.config_map)["data"]["epp.yaml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for part in [
+        "- name: prefill",
+        "- name: decode",
+        "pluginRef: prefill-filter",
+        "pluginRef: decode-filter",
+        "type: disagg-headers-handler",
+        "prefill: prefix-based-pd-decider",
+    ] {
+        assert!(config.contains(part), "{part} not in {config}");
+    }
+    // A change to one role's count leaves the other's Deployment as it was.
+    let scaled = build(
+        "big",
+        json!({
+            "model": {"source": "hf://Qwen/Qwen2.5-7B-Instruct"},
+            "resources": {"gpu": {"count": 1}},
+            "routing": {"mode": "InferencePool"},
+            "disaggregation": {
+                "prefill": {"replicas": 2, "resources": {"gpu": {"count": 2}}},
+                "decode": {"replicas": 3, "args": ["--max-num-seqs=256"]},
+            },
+        }),
+    );
+    assert_eq!(scaled.deployment, objects.deployment);
+    assert_ne!(
+        as_json(&scaled.typed.prefill.as_ref().unwrap().deployment),
+        prefill
     );
 }

@@ -16,6 +16,7 @@
 //! - `applied`: what the API server took: the Applied condition (and the status before
 //!   anything is applied, or when an object is refused), the DisruptionBudget condition.
 //! - `canary`: the canary track's status, and how it weighs on the deployment's.
+//! - `roles`: a disaggregated deployment's status from its prefill and decode roles'.
 
 mod adapters;
 mod applied;
@@ -23,6 +24,7 @@ mod canary;
 mod endpoints;
 mod phase;
 mod problems;
+mod roles;
 mod rollout;
 mod routing;
 #[cfg(test)]
@@ -42,6 +44,7 @@ use self::endpoints::endpoints;
 use self::phase::{phase, progressing};
 pub use self::problems::recheck_after;
 use self::problems::rollout_problem;
+pub use self::roles::roles_status;
 use self::rollout::{Rollout, available};
 pub use self::routing::{has_available_replica, route_settled};
 use self::routing::{inference_pool, route_state, routed};
@@ -256,6 +259,7 @@ fn status(
         endpoints,
         canary: None,
         adapters: Vec::new(),
+        roles: Vec::new(),
         // Read beside the status by the API, never written by the reconciler.
         load: None,
         autoscaling: None,

@@ -30,6 +30,7 @@ impl Rec {
             record: &self.record,
             serving: &self.serving,
             canary_track: false,
+            role: None,
         };
         compute(&t, "team-a", observed, BUDGETS, now)
     }

@@ -26,6 +26,8 @@ pub(super) struct LiveObjects {
     pub(super) route: Option<Option<HttpRoute>>,
     pub(super) canary_deployment: Option<Option<K8sDeployment>>,
     pub(super) canary_service: Option<Option<Service>>,
+    /// A disaggregated deployment's prefill role (`deployment` is its decode role).
+    pub(super) prefill_deployment: Option<Option<K8sDeployment>>,
 }
 
 impl Worker {
@@ -49,6 +51,12 @@ impl Worker {
             self.apply_required(&desired.namespace, observed).await?;
         }
         let deployment = self.apply_required(&desired.deployment, observed).await?;
+        let prefill_deployment = match &desired.prefill {
+            Some(prefill) => Some(Some(
+                self.apply_required(&prefill.deployment, observed).await?,
+            )),
+            None => None,
+        };
         let service = self.apply_required(&desired.service, observed).await?;
         if let Some(monitor) = &desired.pod_monitor {
             self.apply_pod_monitor(monitor, &deployment).await?;
@@ -105,6 +113,7 @@ impl Worker {
             route,
             canary_deployment,
             canary_service,
+            prefill_deployment,
         })
     }
 
@@ -397,6 +406,10 @@ impl Worker {
             },
             canary_service: match &desired.canary {
                 Some(canary) => self.read_back(&canary.service, &mut drifted).await?,
+                None => None,
+            },
+            prefill_deployment: match &desired.prefill {
+                Some(prefill) => self.read_back(&prefill.deployment, &mut drifted).await?,
                 None => None,
             },
         };

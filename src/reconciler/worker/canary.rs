@@ -49,6 +49,7 @@ impl CanaryTrack {
                 record,
                 serving,
                 canary_track: true,
+                role: None,
             })
     }
 }

@@ -10,11 +10,11 @@ use kube::api::{Api, ListParams};
 
 use super::Worker;
 use super::apply::LiveObjects;
-use crate::domain::{Deployment, canary_object_name};
+use crate::domain::{Deployment, ServingRole, canary_object_name};
 use crate::reconciler::cluster::{ClusterError, Object};
 use crate::reconciler::desired::{
     DesiredObjects, ENDPOINT_PICKER, LABEL_DEPLOYMENT_ID, LABEL_NAME, LABEL_TRACK, MODEL_SERVER,
-    TRACK_CANARY,
+    ROLE_LABEL, TRACK_CANARY,
 };
 use crate::reconciler::status::{LostNode, Observed};
 
@@ -37,7 +37,9 @@ impl Worker {
             Some(k) => (k.deployment.clone(), k.service.clone(), k.route.clone()),
             None => (None, None, None),
         };
-        observed.deployment = self.current(deployment, namespace, name).await?;
+        // The decode role's, for a disaggregated deployment.
+        let deployment_name = desired.deployment.metadata.name.as_deref().unwrap_or(name);
+        observed.deployment = self.current(deployment, namespace, deployment_name).await?;
         observed.service_exists = self
             .current::<Service>(service, namespace, name)
             .await?
@@ -125,6 +127,45 @@ impl Worker {
                 .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
                 .count(),
         )
+    }
+
+    /// A disaggregated deployment's prefill role: its Deployment, and its pods, which
+    /// [`Worker::observe`] put with the decode role's in `observed`.
+    pub(super) async fn observe_prefill(
+        &self,
+        desired: &DesiredObjects,
+        namespace: &str,
+        known: Option<&LiveObjects>,
+        observed: &mut Observed,
+        prefill: &mut Observed,
+    ) -> Result<(), ClusterError> {
+        let Some(wanted) = &desired.prefill else {
+            return Ok(());
+        };
+        let name = wanted
+            .deployment
+            .metadata
+            .name
+            .as_deref()
+            .unwrap_or_default();
+        let known = known
+            .map(|k| k.prefill_deployment.clone())
+            .unwrap_or_default();
+        prefill.deployment = self.current(known, namespace, name).await?;
+        let role = |pod: &Pod| {
+            pod.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ROLE_LABEL))
+                .cloned()
+        };
+        let (prefill_pods, decode_pods): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut observed.pods)
+            .into_iter()
+            .partition(|pod| role(pod).as_deref() == Some(ServingRole::Prefill.as_str()));
+        observed.pods = decode_pods;
+        prefill.lost_nodes = self.lost_nodes(&prefill_pods).await;
+        prefill.pods = prefill_pods;
+        Ok(())
     }
 
     /// The canary track's Deployment and Service, into `canary_observed` (its pods come

@@ -257,6 +257,7 @@ mod tests {
             endpoints: Endpoints::default(),
             canary: None,
             adapters: Vec::new(),
+            roles: Vec::new(),
             load: None,
             autoscaling: None,
         }

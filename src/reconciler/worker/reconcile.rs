@@ -13,13 +13,14 @@ use super::apply::LiveObjects;
 use super::canary::CanaryTrack;
 use super::report::Subjects;
 use super::{Outcome, WORKER_ACTOR, Worker, deployment_ref};
-use crate::domain::{Deployment, DeploymentStatus, EventKind, Phase, ServingSpec};
+use crate::domain::{Deployment, DeploymentStatus, EventKind, Phase, ServingRole, ServingSpec};
 use crate::reconciler::cluster::ClusterError;
 use crate::reconciler::desired::{
     BuildConfig, CanaryPlan, DesiredObjects, Target, desired_objects,
 };
 use crate::reconciler::status::{
-    Observed, canary_status, compute, invalid_spec, recheck_after, with_canary,
+    Budgets, Observed, canary_status, compute, invalid_spec, recheck_after, roles_status,
+    with_canary,
 };
 use crate::store;
 use crate::store::deployments::ReconcileTarget;
@@ -51,6 +52,8 @@ struct Observation {
     /// The stable track's (with the route, the Gateway and the pool).
     stable: Observed,
     canary: Observed,
+    /// A disaggregated deployment's prefill role (`stable` is then its decode role).
+    prefill: Observed,
     /// The objects as this pass read them, or (when it wrote) as the writes returned them;
     /// `None`: nothing to reuse, observation reads the cluster.
     known: Option<LiveObjects>,
@@ -70,6 +73,14 @@ impl Observation {
                     .canary
                     .as_ref()
                     .map(|c| c.config_hash.clone())
+                    .unwrap_or_default(),
+                ..Observed::default()
+            },
+            prefill: Observed {
+                config_hash: desired
+                    .prefill
+                    .as_ref()
+                    .map(|p| p.config_hash.clone())
                     .unwrap_or_default(),
                 ..Observed::default()
             },
@@ -105,6 +116,7 @@ impl Worker {
                 record: &record,
                 serving: &serving,
                 canary_track: false,
+                role: None,
             },
             canary: canary.target(),
         };
@@ -121,6 +133,14 @@ impl Worker {
                 &mut observation.stable,
             )
             .await?;
+        self.observe_prefill(
+            &desired,
+            pass.namespace(),
+            observation.known.as_ref(),
+            &mut observation.stable,
+            &mut observation.prefill,
+        )
+        .await?;
         if let Some(outcome) = self
             .clean_up(&pass, &desired, &mut observation.stable)
             .await?
@@ -399,8 +419,20 @@ impl Worker {
         {
             observation.stable.key_check = self.key_check_state();
         }
-        let mut status = compute(&pass.subject, namespace, &observation.stable, budgets, now);
-        let mut recheck = recheck_after(&observation.stable, budgets, now);
+        let (mut status, mut recheck) = match &pass.subject.serving.roles {
+            None => (
+                compute(&pass.subject, namespace, &observation.stable, budgets, now),
+                recheck_after(&observation.stable, budgets, now),
+            ),
+            Some(_) => {
+                let status = with_roles(&pass.subject, namespace, observation, budgets, now);
+                let recheck = [&observation.stable, &observation.prefill]
+                    .into_iter()
+                    .filter_map(|o| recheck_after(o, budgets, now))
+                    .min();
+                (status, recheck)
+            }
+        };
         if let (Some(canary), Some(t)) = (&record.canary, &pass.canary) {
             self.observe_canary(
                 record,
@@ -429,6 +461,40 @@ impl Worker {
         }
         Ok((status, recheck))
     }
+}
+
+/// A disaggregated deployment's status: each role's worked out like a deployment's, from
+/// its own Deployment and pods (the decode role's with the route and the pool), then
+/// joined ([`roles_status`]).
+fn with_roles(
+    t: &Target,
+    namespace: &str,
+    observation: &mut Observation,
+    budgets: Budgets,
+    now: chrono::DateTime<Utc>,
+) -> DeploymentStatus {
+    let role_status = |role: ServingRole, observed: &Observed| {
+        let serving = t.serving.for_role(role);
+        let target = Target {
+            serving: &serving,
+            role: Some(role),
+            ..t.clone()
+        };
+        compute(&target, namespace, observed, budgets, now)
+    };
+    let decode = role_status(ServingRole::Decode, &observation.stable);
+    // The prefill role is reached through the same route and pool as the decode role.
+    let shared = &observation.stable;
+    let prefill_observed = &mut observation.prefill;
+    prefill_observed.route = shared.route.clone();
+    prefill_observed.gateway = shared.gateway.clone();
+    prefill_observed.gateway_object = shared.gateway_object.clone();
+    prefill_observed.pool_mode = shared.pool_mode;
+    prefill_observed.pool = shared.pool.clone();
+    prefill_observed.picker = shared.picker.clone();
+    prefill_observed.service_exists = shared.service_exists;
+    let prefill = role_status(ServingRole::Prefill, &observation.prefill);
+    roles_status(decode, prefill, t.serving.replicas)
 }
 
 /// The stable Deployment as this pass's writes returned it.

@@ -31,7 +31,7 @@ use super::projects::parse_uuid_cursor;
 use super::{Actor, Context, Page, Precondition, ServiceError, cursor, page_size};
 use crate::domain::{
     AdapterSpec, Deployment, DeploymentName, DeploymentSpec, EventKind, FieldErrors, LabelSelector,
-    Phase, Project, Revision, Role, RouteClaim, RoutingMode, TimelineEvent,
+    Phase, Project, Revision, Role, RouteClaim, RoutingMode, ServingRole, TimelineEvent,
     check_shared_gateway_rules, entity_tag, from_json_value,
 };
 use crate::store;
@@ -53,10 +53,12 @@ pub struct ReplaceDeployment {
     pub spec: DeploymentSpec,
 }
 
-/// Set a deployment's replicas.
-#[derive(Debug, Clone, Copy)]
+/// Set a deployment's replicas (one role's, for a disaggregated deployment).
+#[derive(Debug, Clone)]
 pub struct ScaleDeployment {
     pub replicas: i64,
+    /// `prefill` or `decode`: needed by, and only by, a disaggregated deployment.
+    pub role: Option<String>,
 }
 
 /// Serve one more LoRA adapter (`POST …/adapters`): a spec change that adds it to
@@ -118,7 +120,10 @@ enum SpecChange {
     RemoveAdapter(String),
     MergePatch(serde_json::Value),
     Replace(Box<DeploymentSpec>),
-    Scale(i64),
+    Scale {
+        replicas: i64,
+        role: Option<String>,
+    },
     Rollback {
         revision: i64,
         replicas: Option<i64>,
@@ -206,7 +211,10 @@ pub async fn scale_deployment(
         project,
         name,
         precondition,
-        SpecChange::Scale(request.replicas),
+        SpecChange::Scale {
+            replicas: request.replicas,
+            role: request.role,
+        },
         options,
     )
     .await
@@ -272,7 +280,7 @@ async fn change_spec(
     let mut conn = ctx.hot.acquire().await?;
     let mut tx = store::begin_route_write(&mut conn).await?;
     let row = lock_for_change(&mut tx, &project, name, precondition).await?;
-    let is_scale = matches!(change, SpecChange::Scale(_));
+    let is_scale = matches!(change, SpecChange::Scale { .. });
     let (new_spec, reason, kind) = compute_spec(ctx, &mut tx, &row, change).await?;
     if new_spec == row.spec.0 {
         // Nothing changed: no new generation, revision or reconcile.
@@ -280,6 +288,14 @@ async fn change_spec(
         return Ok(row.into_record(&project.name));
     }
 
+    if new_spec.disaggregation.is_some() != row.spec.0.disaggregation.is_some() {
+        // The pods move between one Kubernetes Deployment and two, with other selectors.
+        return Err(FieldErrors::single(
+            "spec.disaggregation",
+            "is set when a deployment is created and kept: create a new deployment to change between one set of pods and prefill/decode roles",
+        )
+        .into());
+    }
     if row.canary.is_some() && new_spec.routing.mode == Some(RoutingMode::InferencePool) {
         return Err(ServiceError::conflict(
             Some("spec.routing.mode"),
@@ -396,22 +412,51 @@ async fn compute_spec(
                 EventKind::SpecChanged,
             )
         }
-        SpecChange::Scale(replicas) => {
+        SpecChange::Scale { replicas, role } => {
             check_replicas(ctx, replicas)?;
             if let Some(why) = row.spec.0.autoscaling.as_ref().map(|a| a.no_manual_scale()) {
                 return Err(ServiceError::conflict(Some("replicas"), why));
             }
             let mut spec = row.spec.0.clone();
-            spec.replicas = Some(replicas);
-            (
-                parse(spec)?,
-                format!("scaled to {replicas}"),
-                EventKind::Scaled,
-            )
+            let reason = match (spec.disaggregation.as_mut(), role.as_deref()) {
+                (None, None) => {
+                    spec.replicas = Some(replicas);
+                    format!("scaled to {replicas}")
+                }
+                (None, Some(_)) => {
+                    return Err(FieldErrors::single(
+                        "role",
+                        "only a disaggregated deployment (spec.disaggregation) has roles",
+                    )
+                    .into());
+                }
+                (Some(roles), role) => {
+                    let Some(role) = role.and_then(ServingRole::parse) else {
+                        return Err(FieldErrors::single(
+                            "role",
+                            "must be prefill or decode: a disaggregated deployment scales one role at a time",
+                        )
+                        .into());
+                    };
+                    match role {
+                        ServingRole::Prefill => roles.prefill.replicas = Some(replicas),
+                        ServingRole::Decode => roles.decode.replicas = Some(replicas),
+                    }
+                    format!("{} scaled to {replicas}", role.as_str())
+                }
+            };
+            (parse(spec)?, reason, EventKind::Scaled)
         }
         SpecChange::Rollback { revision, replicas } => {
             if let Some(replicas) = replicas {
                 check_replicas(ctx, replicas)?;
+                if row.spec.0.disaggregation.is_some() {
+                    return Err(FieldErrors::single(
+                        "replicas",
+                        "a disaggregated deployment keeps its roles' replicas: scale a role with POST …/scale and its `role`",
+                    )
+                    .into());
+                }
             }
             let old = store::revisions::find_revision(&mut **tx, row.id, revision)
                 .await?

@@ -209,9 +209,23 @@ pub async fn gpu_usage(ctx: &Context, project: &Authorized) -> Result<GpuUsage, 
         let Ok(serving) = d.spec.serving(&d.name) else {
             continue;
         };
-        let per_pod = i64::from(serving.gpus);
-        usage.requested += i64::from(serving.replicas) * per_pod;
-        usage.in_use += d.status.replicas.ready * per_pod;
+        match &serving.roles {
+            None => {
+                let per_pod = i64::from(serving.gpus);
+                usage.requested += i64::from(serving.replicas) * per_pod;
+                usage.in_use += d.status.replicas.ready * per_pod;
+            }
+            // Each role's pods ask for the role's GPUs.
+            Some(roles) => {
+                for role in ServingRole::ALL {
+                    let r = roles.get(role);
+                    let ready = d.status.roles.iter().find(|s| s.role == role.as_str());
+                    let per_pod = i64::from(r.gpus);
+                    usage.requested += i64::from(r.replicas) * per_pod;
+                    usage.in_use += ready.map_or(0, |s| s.replicas.ready) * per_pod;
+                }
+            }
+        }
         // A canary's pods take GPUs of their own.
         if let Some(canary) = &d.canary
             && let Ok(serving) = canary.spec.serving(&d.name)
