@@ -191,6 +191,7 @@ async fn main() {
             // 2, 1, 2, …: each a real change (the same count again would be no generation).
             ScaleDeployment {
                 replicas: 2 - generation % 2,
+                role: None,
             },
             &Precondition::None,
             WriteOptions::default(),

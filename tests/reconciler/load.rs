@@ -3,7 +3,7 @@
 //! must survive (unreachable, garbage, too large).
 //!
 //! The sim pods serve vLLM's series as llm-d-inference-sim does (see the emulator's
-//! `dataplane.rs`), from the requests they really answered: what the test counts on the
+//! `dataplane/sim.rs`), from the requests they really answered: what the test counts on the
 //! client side is what the pods count.
 
 use std::sync::Arc;

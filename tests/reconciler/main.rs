@@ -7,6 +7,7 @@ mod admission;
 mod autoscaling;
 mod canary;
 mod capacity;
+mod disaggregation;
 mod harness;
 mod inference_pool;
 mod kube_events;

@@ -683,7 +683,7 @@ fn inference_pools(sim: &Sim, refs: &PoolParents) {
 
 /// What the emulator's GatewayClass reports in `status.supportedFeatures`: the Gateway API
 /// feature names (conformance's `pkg/features`; the HTTPRoute CRD's field descriptions name
-/// the ExternalAuth ones) of what the data plane (`dataplane.rs`, `external_auth.rs`)
+/// the ExternalAuth ones) of what the data plane (`dataplane/`, `external_auth.rs`)
 /// carries out, "sorted in ascending alphabetical order by the Name key" (GatewayClassStatus
 /// .SupportedFeatures).
 const SUPPORTED_FEATURES: [&str; 7] = [

@@ -36,7 +36,7 @@
 //! with `dial tcp: lookup tcp/{name}: unknown port`.
 //!
 //! A reachable pod answers as it does behind the Gateway, through the data plane
-//! (`dataplane.rs`): a `sim` pod with its OpenAI-compatible simulator (including the
+//! (`dataplane/sim.rs`): a `sim` pod with its OpenAI-compatible simulator (including the
 //! vLLM-style `/metrics`), any other pod 503 `no real model server runs in the Kubernetes
 //! emulator`, both with the `x-emulator-pod`/`x-emulator-namespace` headers that tell a
 //! pod's answer from the API server's own errors; the request counts in the pod's

@@ -37,7 +37,7 @@
 //! pkg/controller/endpoint/endpoints_controller.go `syncService`: pods that
 //! `ShouldPodBeInEndpoints`, ports by `podutil.FindPort`, ready or
 //! `publishNotReadyAddresses` pods as addresses), and the address is picked, and the
-//! request answered, by the Gateway data plane (`dataplane.rs`): round robin over the
+//! request answered, by the Gateway data plane (`dataplane/`): round robin over the
 //! Service's addresses with the same per-pod in-flight accounting as Gateway traffic,
 //! a `sim` pod answering with its OpenAI-compatible simulator and any other pod with 503.
 //! The emulator does no authorization; a real server needs verb `create` (POST), `get`

@@ -189,8 +189,8 @@ pub struct DesiredObjects {
     pub namespace: Namespace,
     /// The model server Deployment; a disaggregated deployment's decode role.
     pub deployment: K8sDeployment,
-    /// A disaggregated deployment's prefill role.
-    pub prefill: Option<RoleObjects>,
+    /// A disaggregated deployment's prefill role. Boxed as `activator` is.
+    pub prefill: Option<Box<RoleObjects>>,
     pub service: Service,
     /// `None` when no Gateway is configured for the deployment.
     pub http_route: Option<HttpRoute>,
@@ -301,10 +301,10 @@ pub fn desired_objects(
             (
                 decode,
                 hash,
-                Some(RoleObjects {
+                Some(Box::new(RoleObjects {
                     deployment,
                     config_hash,
-                }),
+                })),
             )
         }
     };

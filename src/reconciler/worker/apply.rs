@@ -26,8 +26,9 @@ pub(super) struct LiveObjects {
     pub(super) route: Option<Option<HttpRoute>>,
     pub(super) canary_deployment: Option<Option<K8sDeployment>>,
     pub(super) canary_service: Option<Option<Service>>,
-    /// A disaggregated deployment's prefill role (`deployment` is its decode role).
-    pub(super) prefill_deployment: Option<Option<K8sDeployment>>,
+    /// A disaggregated deployment's prefill role (`deployment` is its decode role); boxed,
+    /// as this is held across the pass's steps.
+    pub(super) prefill_deployment: Option<Option<Box<K8sDeployment>>>,
 }
 
 impl Worker {
@@ -52,9 +53,9 @@ impl Worker {
         }
         let deployment = self.apply_required(&desired.deployment, observed).await?;
         let prefill_deployment = match &desired.prefill {
-            Some(prefill) => Some(Some(
-                self.apply_required(&prefill.deployment, observed).await?,
-            )),
+            Some(prefill) => Some(Some(Box::new(
+                Box::pin(self.apply_required(&prefill.deployment, observed)).await?,
+            ))),
             None => None,
         };
         let service = self.apply_required(&desired.service, observed).await?;
@@ -409,7 +410,9 @@ impl Worker {
                 None => None,
             },
             prefill_deployment: match &desired.prefill {
-                Some(prefill) => self.read_back(&prefill.deployment, &mut drifted).await?,
+                Some(prefill) => Box::pin(self.read_back(&prefill.deployment, &mut drifted))
+                    .await?
+                    .map(|d| d.map(Box::new)),
                 None => None,
             },
         };

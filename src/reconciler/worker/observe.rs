@@ -149,8 +149,8 @@ impl Worker {
             .as_deref()
             .unwrap_or_default();
         let known = known
-            .map(|k| k.prefill_deployment.clone())
-            .unwrap_or_default();
+            .and_then(|k| k.prefill_deployment.clone())
+            .map(|d| d.map(|d| *d));
         prefill.deployment = self.current(known, namespace, name).await?;
         let role = |pod: &Pod| {
             pod.metadata

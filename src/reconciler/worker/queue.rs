@@ -222,7 +222,7 @@ impl Worker {
             };
             let worker = self.clone();
             tokio::spawn(async move {
-                worker.process(claim).await;
+                Box::pin(worker.process(claim)).await;
                 drop(permit);
             });
         }
@@ -280,14 +280,27 @@ impl Worker {
         if let Some(parent) = &claim.trace_parent {
             crate::telemetry::continue_trace(&span, parent);
         }
-        tracing::Instrument::instrument(self.process_claim(claim), span).await
+        tracing::Instrument::instrument(Box::pin(self.process_claim(claim)), span).await
+    }
+
+    /// [`Worker::reconcile`]'s future on the heap, made in a frame of its own.
+    #[inline(never)]
+    fn boxed_reconcile(
+        &self,
+        id: uuid::Uuid,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Outcome, ClusterError>> + Send + '_>,
+    > {
+        Box::pin(self.reconcile(id))
     }
 
     async fn process_claim(self: Arc<Self>, claim: Claim) {
         let started = Instant::now();
         // A reconcile must end well inside its lease, or another worker could take the record.
         let budget = self.config.lease.mul_f64(0.8);
-        let attempt = std::panic::AssertUnwindSafe(self.reconcile(claim.deployment_id));
+        // Boxed where it is made: the wrappers below then move a pointer, not the whole
+        // pass's future (which a debug build's thread stack would hold several copies of).
+        let attempt = std::panic::AssertUnwindSafe(self.boxed_reconcile(claim.deployment_id));
         let result =
             match tokio::time::timeout(budget, futures::FutureExt::catch_unwind(attempt)).await {
                 Ok(Ok(result)) => result,

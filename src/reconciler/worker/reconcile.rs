@@ -53,7 +53,8 @@ struct Observation {
     stable: Observed,
     canary: Observed,
     /// A disaggregated deployment's prefill role (`stable` is then its decode role).
-    prefill: Observed,
+    /// Boxed, as the futures of the steps must stay small (above).
+    prefill: Box<Observed>,
     /// The objects as this pass read them, or (when it wrote) as the writes returned them;
     /// `None`: nothing to reuse, observation reads the cluster.
     known: Option<LiveObjects>,
@@ -76,14 +77,14 @@ impl Observation {
                     .unwrap_or_default(),
                 ..Observed::default()
             },
-            prefill: Observed {
+            prefill: Box::new(Observed {
                 config_hash: desired
                     .prefill
                     .as_ref()
                     .map(|p| p.config_hash.clone())
                     .unwrap_or_default(),
                 ..Observed::default()
-            },
+            }),
             known: None,
         }
     }
@@ -133,13 +134,13 @@ impl Worker {
                 &mut observation.stable,
             )
             .await?;
-        self.observe_prefill(
+        Box::pin(self.observe_prefill(
             &desired,
             pass.namespace(),
             observation.known.as_ref(),
             &mut observation.stable,
             &mut observation.prefill,
-        )
+        ))
         .await?;
         if let Some(outcome) = self
             .clean_up(&pass, &desired, &mut observation.stable)
@@ -147,7 +148,7 @@ impl Worker {
         {
             return Ok(outcome);
         }
-        let (status, recheck) = self.compute_status(&pass, &mut observation).await?;
+        let (status, recheck) = Box::pin(self.compute_status(&pass, &mut observation)).await?;
         // A bounded wait for the Gateway ends on a timer, not on a cluster change.
         let recheck = recheck
             .into_iter()

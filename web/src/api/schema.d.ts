@@ -1094,6 +1094,7 @@ export interface components {
                 [key: string]: string;
             };
             autoscaling?: components["schemas"]["AutoscalingSpec"] | null;
+            disaggregation?: components["schemas"]["DisaggregationSpec"] | null;
             engine?: components["schemas"]["EngineSpec"];
             /**
              * @description Labels carried onto the Kubernetes objects (never into selectors). They are not put
@@ -1150,6 +1151,11 @@ export interface components {
             observedGeneration: number;
             phase: components["schemas"]["Phase"];
             replicas: components["schemas"]["ReplicaCounts"];
+            /**
+             * @description A disaggregated deployment's roles (`prefill`, then `decode`): each one's pods, and
+             *     what holds it back; `replicas` counts both.
+             */
+            roles?: components["schemas"]["RoleStatus"][];
         };
         DeploymentUsage: {
             /** Format: double */
@@ -1157,6 +1163,13 @@ export interface components {
             name: string;
             product?: string | null;
             resourceName: string;
+        };
+        /** @description The two roles of a disaggregated deployment. */
+        DisaggregationSpec: {
+            /** @description The pods that generate the tokens (and take every request first). */
+            decode: components["schemas"]["RoleSpec"];
+            /** @description The pods that compute the prompt's KV cache. */
+            prefill: components["schemas"]["RoleSpec"];
         };
         /** @description Where to call the model; empty (with `reason`) until it can be reached. */
         Endpoints: {
@@ -1840,6 +1853,30 @@ export interface components {
             subject: string;
             subjectKind: components["schemas"]["SubjectKind"];
         };
+        /** @description One role's pods: how many, and what differs from the rest of the spec. */
+        RoleSpec: {
+            /** @description Arguments appended to `spec.engine.args` for this role. */
+            args?: string[];
+            /**
+             * @description Environment variables added to `spec.engine.env` for this role (a name in both is
+             *     the role's).
+             */
+            env?: components["schemas"]["EnvVar"][];
+            /**
+             * Format: int64
+             * @description The role's pods. Default 1.
+             */
+            replicas?: number | null;
+            resources?: components["schemas"]["ResourceSpec"] | null;
+        };
+        /** @description One role of a disaggregated deployment, as its Kubernetes Deployment reports it. */
+        RoleStatus: {
+            /** @description Why the role is not ready, or empty. */
+            message: string;
+            replicas: components["schemas"]["ReplicaCounts"];
+            /** @description `prefill` or `decode`. */
+            role: string;
+        };
         /** @description The body of `POST …/rollback`. */
         RollbackDeployment: {
             /**
@@ -1886,6 +1923,11 @@ export interface components {
              * @description 0 up to the server's `MODELPLANE_MAX_REPLICAS` (default 100).
              */
             replicas: number;
+            /**
+             * @description `prefill` or `decode`: the role to scale, for (and only for) a disaggregated
+             *     deployment.
+             */
+            role?: string | null;
         };
         /** @description One change of the replica count. */
         ScalingChange: {

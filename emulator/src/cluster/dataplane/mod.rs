@@ -7,8 +7,11 @@
 //! modelplane's `sim` engine answer with a built-in OpenAI-compatible simulator
 //! (`sim.rs`, with llm-d-inference-sim's latency flags and vLLM-style `/metrics`); any
 //! other backend answers 503, since no real model server runs in the emulator. Every
-//! answer a pod gives carries `x-emulator-pod` and `x-emulator-namespace`.
+//! answer a pod gives carries `x-emulator-pod` and `x-emulator-namespace`. A pool whose
+//! picker runs llm-d's prefill/decode profiles, and a decode pod's routing sidecar, are
+//! simulated in `disagg.rs`.
 
+mod disagg;
 mod routes;
 mod sim;
 
@@ -19,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -291,6 +294,9 @@ struct Target {
     pod: Value,
     sim: Option<SimConfig>,
     in_flight: InFlight,
+    /// The prefill pod (`ip:port`) a P/D picker named for it, in place of any the caller
+    /// sent; `None`: no P/D picker chose this pod (the caller's header goes on as sent).
+    prefiller: Option<Option<String>>,
 }
 
 impl Plane {
@@ -302,6 +308,7 @@ impl Plane {
             pod,
             sim,
             in_flight: InFlight::new(&load),
+            prefiller: None,
         }
     }
 
@@ -335,12 +342,13 @@ impl Plane {
             pod: pods.swap_remove(i),
             sim,
             in_flight,
+            prefiller: None,
         }
     }
 
     /// Resolves one backendRef of the matched rule to a pod or an address, or the error
     /// answer.
-    fn resolve(&self, route_ns: &str, backend: &Value) -> Result<Backend, Refusal> {
+    fn resolve(&self, route_ns: &str, backend: &Value, body: &[u8]) -> Result<Backend, Refusal> {
         let group = backend.get("group").and_then(Value::as_str).unwrap_or("");
         let kind = backend
             .get("kind")
@@ -386,7 +394,9 @@ impl Plane {
                 }
                 Ok(Backend::Pod(self.any(&key, pods)))
             }
-            (INFERENCE_GROUP, "InferencePool") => self.resolve_pool(ns, name).map(Backend::Pod),
+            (INFERENCE_GROUP, "InferencePool") => {
+                self.resolve_pool(ns, name, body).map(Backend::Pod)
+            }
             _ => Err(refuse(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("unsupported backend kind {group}/{kind}"),
@@ -394,7 +404,7 @@ impl Plane {
         }
     }
 
-    fn resolve_pool(&self, ns: &str, name: &str) -> Result<Target, Refusal> {
+    fn resolve_pool(&self, ns: &str, name: &str, body: &[u8]) -> Result<Target, Refusal> {
         let pool = self
             .store
             .kinds()
@@ -408,6 +418,7 @@ impl Plane {
         };
         let pods = pool_pods(&self.store, &pool);
         let key = format!("InferencePool/{ns}/{name}");
+        let mut picker_pods = Vec::new();
         // The endpoint picker the pool names must be up; when it is not, its failureMode
         // decides (EndpointPickerRef.FailureMode in gateway-api-inference-extension
         // api/v1/inferencepool_types.go): FailClose (the default) drops the request,
@@ -428,7 +439,10 @@ impl Plane {
                     Some(p) if p.is_empty() => Some(format!(
                         "its endpoint picker Service {ns}/{epp_name} has no ready endpoints"
                     )),
-                    Some(_) => None,
+                    Some(p) => {
+                        picker_pods = p;
+                        None
+                    }
                 }
             };
             if let Some(problem) = problem {
@@ -455,7 +469,36 @@ impl Plane {
                 &format!("InferencePool {ns}/{name} selects no ready pods"),
             ));
         }
-        Ok(self.least_busy(&key, pods))
+        let Some(pd) = disagg::pd_picker(&self.store, ns, &picker_pods) else {
+            return Ok(self.least_busy(&key, pods));
+        };
+        // The decode profile picks the pod the request goes to; the prefill profile, when
+        // the decider runs it, the pod its sidecar has compute the prompt.
+        let decode = disagg::decode_pods(&pods);
+        if decode.is_empty() {
+            return Err(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("InferencePool {ns}/{name}: no ready pod passes the decode filter"),
+            ));
+        }
+        let prefill = disagg::prefill_pods(&pods);
+        let port = pool
+            .pointer("/spec/targetPorts/0/number")
+            .and_then(Value::as_i64)
+            .unwrap_or(8000);
+        let prefiller = if !prefill.is_empty() && pd.disaggregates(body) {
+            let chosen = self.least_busy(&format!("{key}/prefill"), prefill);
+            chosen
+                .pod
+                .pointer("/status/podIP")
+                .and_then(Value::as_str)
+                .map(|ip| format!("{ip}:{port}"))
+        } else {
+            None
+        };
+        let mut target = self.least_busy(&format!("{key}/decode"), decode);
+        target.prefiller = Some(prefiller);
+        Ok(target)
     }
 }
 
@@ -482,12 +525,13 @@ async fn handle(State(plane): State<Plane>, req: Request) -> Response {
     };
     // The rule's ExternalAuth filter decides before any backend is picked.
     if let Some(filter) = &m.external_auth {
-        let address = filter
-            .get("backendRef")
-            .and_then(|b| match plane.resolve(&m.namespace, b) {
-                Ok(Backend::Address(address)) => Some(address),
-                _ => None,
-            });
+        let address =
+            filter
+                .get("backendRef")
+                .and_then(|b| match plane.resolve(&m.namespace, b, &[]) {
+                    Ok(Backend::Address(address)) => Some(address),
+                    _ => None,
+                });
         let path_and_query = match &query_string {
             Some(q) => format!("{path}?{q}"),
             None => path.clone(),
@@ -526,8 +570,12 @@ async fn handle(State(plane): State<Plane>, req: Request) -> Response {
             "the matched HTTPRoute rule has no usable backendRefs",
         );
     };
-    match plane.resolve(&m.namespace, &m.backends[i]) {
-        Ok(Backend::Pod(target)) => answer(target, &method, &m.path, &body).await,
+    match plane.resolve(&m.namespace, &m.backends[i], &body) {
+        Ok(Backend::Pod(target)) => {
+            plane
+                .answer(target, &method, &m.path, &headers, &body)
+                .await
+        }
         Ok(Backend::Address(address)) => {
             let path = match query_string {
                 Some(q) => format!("{}?{q}", m.path),
@@ -565,7 +613,8 @@ impl Plane {
         body: &Bytes,
     ) -> Response {
         let target = self.any(&format!("Service/{ns}/{name}"), pods);
-        answer(target, method, path, body).await
+        self.answer(target, method, path, &HeaderMap::new(), body)
+            .await
     }
 
     /// Sends a request to `pod` itself (the API server's pod proxy, `pod_proxy.rs`),
@@ -577,41 +626,102 @@ impl Plane {
         path: &str,
         body: &Bytes,
     ) -> Response {
-        answer(self.target(pod), method, path, body).await
+        self.answer(self.target(pod), method, path, &HeaderMap::new(), body)
+            .await
     }
 }
 
-/// A pod's answer, as `handle` gives it: a `sim` pod's simulator, any other pod 503
-/// (no real model server runs in the emulator); with the pod's headers.
-async fn answer(target: Target, method: &Method, path: &str, body: &Bytes) -> Response {
-    let ns = meta_str(&target.pod, "namespace").unwrap_or("").to_string();
-    let pod_name = meta_str(&target.pod, "name").unwrap_or("").to_string();
-    let mut resp = match &target.sim {
-        Some(sim) => {
-            let incarnation = incarnation(&target.pod);
-            openai(sim, target.in_flight, incarnation, method, path, body).await
+impl Plane {
+    /// A pod's answer, as `handle` gives it: a `sim` pod's simulator, any other pod 503
+    /// (no real model server runs in the emulator); with the pod's headers. A pod whose
+    /// routing sidecar is named a prefill pod (`disagg.rs`) has that pod compute the
+    /// prompt first.
+    async fn answer(
+        &self,
+        target: Target,
+        method: &Method,
+        path: &str,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Response {
+        let ns = meta_str(&target.pod, "namespace").unwrap_or("").to_string();
+        let pod_name = meta_str(&target.pod, "name").unwrap_or("").to_string();
+        let mut prefilled_by = None;
+        if let Some(sidecar) = disagg::sidecar(&target.pod) {
+            let named = match &target.prefiller {
+                Some(picked) => picked.clone(),
+                None => headers
+                    .get(disagg::PREFILLER_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.split(',').next())
+                    .map(|v| v.trim().to_owned())
+                    .filter(|v| !v.is_empty()),
+            };
+            if let Some(host_port) = named {
+                if !sidecar.allows(&self.store, &host_port) {
+                    return text(
+                        StatusCode::FORBIDDEN,
+                        "Forbidden: prefill target not allowed by SSRF protection",
+                    );
+                }
+                let ip = host_port
+                    .rsplit_once(':')
+                    .map_or(host_port.as_str(), |(ip, _)| ip);
+                let Some(pod) = disagg::pod_at(&self.store, &ns, ip) else {
+                    return text(
+                        StatusCode::BAD_GATEWAY,
+                        &format!("the prefill pod at {host_port} does not answer"),
+                    );
+                };
+                let name = meta_str(&pod, "name").unwrap_or("").to_string();
+                let prefill = Box::pin(self.answer(
+                    self.target(pod),
+                    method,
+                    path,
+                    &HeaderMap::new(),
+                    &disagg::prefill_request(body),
+                ))
+                .await;
+                if !prefill.status().is_success() {
+                    return prefill;
+                }
+                prefilled_by = Some(name);
+            }
         }
-        None => {
-            let image = target
-                .pod
-                .pointer("/spec/containers/0/image")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let msg = format!(
-                "no real model server runs in the Kubernetes emulator: pod {ns}/{pod_name} runs {image}; only pods of the sim engine answer"
-            );
-            json_resp(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &json!({"error": {"message": msg, "type": "ServiceUnavailable", "code": 503}}),
-            )
+        let mut resp = match &target.sim {
+            Some(sim) => {
+                let incarnation = incarnation(&target.pod);
+                openai(sim, target.in_flight, incarnation, method, path, body).await
+            }
+            None => {
+                let image = target
+                    .pod
+                    .pointer("/spec/containers/0/image")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let msg = format!(
+                    "no real model server runs in the Kubernetes emulator: pod {ns}/{pod_name} runs {image}; only pods of the sim engine answer"
+                );
+                json_resp(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"error": {"message": msg, "type": "ServiceUnavailable", "code": 503}}),
+                )
+            }
+        };
+        let prefill = prefilled_by.unwrap_or_default();
+        for (h, v) in [
+            (POD_HEADER, &pod_name),
+            (NAMESPACE_HEADER, &ns),
+            (disagg::PREFILL_POD_HEADER, &prefill),
+        ] {
+            if !v.is_empty()
+                && let Ok(v) = HeaderValue::from_str(v)
+            {
+                resp.headers_mut().insert(h, v);
+            }
         }
-    };
-    for (h, v) in [(POD_HEADER, &pod_name), (NAMESPACE_HEADER, &ns)] {
-        if let Ok(v) = HeaderValue::from_str(v) {
-            resp.headers_mut().insert(h, v);
-        }
+        resp
     }
-    resp
 }
 
 #[cfg(test)]

@@ -62,6 +62,20 @@ describe('buildBody', () => {
     });
   });
 
+  it('sends disaggregation only when it is on, with the pool mode and the roles’ counts instead of replicas', () => {
+    const off = { ...applyPreset(EMPTY, preset('sim')), name: 'big' };
+    expect(buildBody(off).spec.disaggregation).toBeUndefined();
+    expect(buildBody(off).spec.routing).toBeUndefined();
+    const on = { ...off, disaggregate: 'on', prefillReplicas: '1', decodeReplicas: '3' };
+    const spec = buildBody(on).spec;
+    expect(spec.disaggregation).toEqual({ prefill: { replicas: 1 }, decode: { replicas: 3 } });
+    expect(spec.routing).toEqual({ mode: 'InferencePool' });
+    expect(spec.replicas).toBeUndefined();
+    expect(fieldFor('spec.disaggregation.prefill.replicas')).toBe('prefillReplicas');
+    expect(fieldFor('spec.disaggregation.decode.args[0]')).toBe('decodeReplicas');
+    expect(fieldFor('spec.disaggregation')).toBe('disaggregate');
+  });
+
   it('keeps an empty model source so the API names it', () => {
     expect(buildBody({ ...EMPTY, name: 'x' }).spec.model).toEqual({ source: '' });
   });

@@ -16,6 +16,10 @@ export interface FormState {
   memory: string;
   sharedMemory: string;
   replicas: string;
+  /** `on` for prefill/decode disaggregation: two roles behind an InferencePool. */
+  disaggregate: string;
+  prefillReplicas: string;
+  decodeReplicas: string;
   /** `on` when the replicas follow the load. */
   autoscale: string;
   minReplicas: string;
@@ -52,6 +56,9 @@ export const EMPTY: FormState = {
   memory: '',
   sharedMemory: '',
   replicas: '1',
+  disaggregate: '',
+  prefillReplicas: '1',
+  decodeReplicas: '1',
   autoscale: '',
   minReplicas: '1',
   maxReplicas: '4',
@@ -202,7 +209,12 @@ export function buildBody(s: FormState): Body {
   const spec = prune({
     model: { source: s.source.trim(), servedName: text(s.servedName) },
     engine: { kind: s.engine, image: text(s.image), args: lines(s.args), env },
-    replicas: numberOrText(s.replicas),
+    // With roles, the roles' counts are the deployment's (the server keeps their sum).
+    replicas: s.disaggregate === 'on' ? undefined : numberOrText(s.replicas),
+    disaggregation:
+      s.disaggregate === 'on'
+        ? { prefill: { replicas: numberOrText(s.prefillReplicas) }, decode: { replicas: numberOrText(s.decodeReplicas) } }
+        : undefined,
     autoscaling:
       s.autoscale === 'on'
         ? {
@@ -216,7 +228,13 @@ export function buildBody(s: FormState): Body {
           }
         : undefined,
     resources: { cpu: text(s.cpu), memory: text(s.memory), sharedMemory: text(s.sharedMemory), gpu },
-    routing: { gateway: text(s.gateway), hostname: text(s.hostname), pathPrefix: text(s.pathPrefix) },
+    routing: {
+      gateway: text(s.gateway),
+      hostname: text(s.hostname),
+      pathPrefix: text(s.pathPrefix),
+      // The endpoint picker of an InferencePool sends each request to a prefill and a decode pod.
+      mode: s.disaggregate === 'on' ? 'InferencePool' : undefined,
+    },
     access: text(s.access),
     labels: pairs(s.labels),
     probes: { startupTimeoutSeconds: numberOrText(s.startupTimeout), healthPath: text(s.healthPath) },
@@ -257,6 +275,9 @@ export function fieldFor(path: string): keyof FormState | null {
     ['spec.resources.memory', 'memory'],
     ['spec.resources.sharedMemory', 'sharedMemory'],
     ['spec.replicas', 'replicas'],
+    ['spec.disaggregation.prefill', 'prefillReplicas'],
+    ['spec.disaggregation.decode', 'decodeReplicas'],
+    ['spec.disaggregation', 'disaggregate'],
     ['spec.autoscaling.minReplicas', 'minReplicas'],
     ['spec.autoscaling.maxReplicas', 'maxReplicas'],
     ['spec.autoscaling.target.metric', 'scaleMetric'],

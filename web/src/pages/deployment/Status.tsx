@@ -86,6 +86,7 @@ export function Replicas({ deployment, editable }: { deployment: Deployment; edi
   };
   const scaleError = scale.error instanceof ApiError ? (scale.error.fields.replicas ?? scale.error.message) : scale.error?.message;
   const autoscaled = !!deployment.spec.autoscaling;
+  const roles = !!deployment.spec.disaggregation;
   return (
     <section className="card" aria-labelledby="replicas-title">
       <h2 id="replicas-title">Replicas</h2>
@@ -94,9 +95,10 @@ export function Replicas({ deployment, editable }: { deployment: Deployment; edi
         available
       </p>
       {autoscaled && <Autoscaling deployment={deployment} />}
+      {roles && <Roles deployment={deployment} editable={editable} />}
       {editable && (
         <form className="inline-form" onSubmit={submit}>
-          {!autoscaled && (
+          {!autoscaled && !roles && (
             <>
           <div className={`field${scaleError ? ' field-invalid' : ''}`}>
             <label htmlFor="scale-replicas">Replicas</label>
@@ -141,6 +143,104 @@ export function Replicas({ deployment, editable }: { deployment: Deployment; edi
         </Confirm>
       )}
     </section>
+  );
+}
+
+type Role = 'prefill' | 'decode';
+const ROLES: { role: Role; label: string; what: string }[] = [
+  { role: 'prefill', label: 'Prefill', what: 'compute the prompt' },
+  { role: 'decode', label: 'Decode', what: 'generate the tokens' },
+];
+
+/** A disaggregated deployment's roles: each one's pods, its cause, and its own scale. */
+export function Roles({ deployment, editable }: { deployment: Deployment; editable: boolean }) {
+  return (
+    <div className="roles">
+      <h3>Prefill and decode</h3>
+      <ul className="plain-list">
+        {ROLES.map(({ role, label, what }) => (
+          <RoleRow key={role} deployment={deployment} role={role} label={label} what={what} editable={editable} />
+        ))}
+      </ul>
+    </div>
+  );
+}
+
+function RoleRow({
+  deployment,
+  role,
+  label,
+  what,
+  editable,
+}: {
+  deployment: Deployment;
+  role: Role;
+  label: string;
+  what: string;
+  editable: boolean;
+}) {
+  const { project, name } = deployment;
+  const status = deployment.status.roles?.find((s) => s.role === role);
+  const wanted = deployment.spec.disaggregation?.[role]?.replicas ?? 1;
+  const [replicas, setReplicas] = useState(String(wanted));
+  const scale = useMutation({
+    mutationFn: (n: number) =>
+      call(
+        api.POST('/api/v1/projects/{project}/deployments/{name}/scale', {
+          params: { path: { project, name } },
+          body: { replicas: n, role },
+        }),
+      ),
+  });
+  const error =
+    scale.error instanceof ApiError
+      ? (scale.error.fields.replicas ?? scale.error.fields.role ?? scale.error.message)
+      : scale.error?.message;
+  const id = `scale-${role}`;
+  return (
+    <li data-testid={`role-${role}`}>
+      <p>
+        <strong>{label}</strong> <span className="muted">({what})</span>:{' '}
+        {status ? (
+          <>
+            <ReplicaBar replicas={status.replicas} /> ready of {status.replicas.desired}
+          </>
+        ) : (
+          <>{wanted} wanted, not reported yet</>
+        )}
+        {status?.message && <span className="muted"> · {status.message}</span>}
+      </p>
+      {editable && (
+        <form
+          className="inline-form"
+          onSubmit={(e: FormEvent) => {
+            e.preventDefault();
+            scale.mutate(Number(replicas));
+          }}
+        >
+          <div className={`field${error ? ' field-invalid' : ''}`}>
+            <label htmlFor={id}>{label} replicas</label>
+            <input
+              id={id}
+              type="number"
+              min={0}
+              value={replicas}
+              onChange={(e) => setReplicas(e.target.value)}
+              aria-invalid={error ? true : undefined}
+              aria-describedby={error ? `${id}-error` : undefined}
+            />
+            {error && (
+              <p className="field-error" id={`${id}-error`} role="alert">
+                {error}
+              </p>
+            )}
+          </div>
+          <button type="submit" className="btn btn-primary" disabled={scale.isPending}>
+            Scale {label.toLowerCase()}
+          </button>
+        </form>
+      )}
+    </li>
   );
 }
 

@@ -1,0 +1,353 @@
+//! Prefill/decode disaggregation on the emulator: a Deployment per role behind one
+//! InferencePool, Ready only when both roles are, a long prompt answered by a prefill pod
+//! then a decode pod, one role scaled without touching the other.
+//!
+//! The emulator's endpoint picker reads the picker's configuration as llm-d's does (the
+//! `prefill`/`decode` profiles filtering by the `llm-d.ai/role` label, the
+//! `prefix-based-pd-decider`'s `nonCachedTokens`, a prompt's tokens counted as its
+//! characters / 4: llm-d-inference-scheduler `profilehandler/disagg`), and names the prefill
+//! pod in `x-prefiller-host-port` (`pkg/common/routing/common.go`); a decode pod's routing
+//! sidecar (`pkg/sidecar/proxy/chat_completions.go`) has the prefill pod compute the prompt
+//! first, which the emulator's answer names in `x-emulator-prefill-pod`.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+use super::{Harness, create_with, harness_on, sim_spec, wait_for};
+
+const PATH: &str = "/api/v1/projects/team-a/deployments/big";
+
+fn cluster() -> modelplane_emulator::EmulatorBuilder {
+    super::emulator()
+        .nodes(2)
+        .gpus_per_node(8)
+        .start_delay(Duration::from_millis(100))
+        .inference_api(true)
+        .gateway("gateway-system", "inference")
+}
+
+fn spec(prefill: i64, decode: i64) -> Value {
+    let mut spec = sim_spec();
+    spec["routing"] = json!({"mode": "InferencePool"});
+    spec["disaggregation"] = json!({
+        "prefill": {"replicas": prefill},
+        "decode": {"replicas": decode},
+    });
+    spec
+}
+
+/// The live pods of one role: name → (uid, restarts).
+async fn role_pods(h: &Harness, role: &str) -> Vec<(String, String)> {
+    let list = h
+        .api("v1", "Pod")
+        .list(&kube::api::ListParams::default().labels(&format!("llm-d.ai/role={role}")))
+        .await
+        .unwrap();
+    let mut pods: Vec<(String, String)> = list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            (
+                p.metadata.name.clone().unwrap(),
+                p.metadata.uid.clone().unwrap(),
+            )
+        })
+        .collect();
+    pods.sort();
+    pods
+}
+
+fn role<'a>(record: &'a Value, name: &str) -> &'a Value {
+    record["status"]["roles"]
+        .as_array()
+        .and_then(|roles| roles.iter().find(|r| r["role"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+async fn ready(h: &Harness) -> Value {
+    wait_for("Ready with both roles", Duration::from_secs(30), || async {
+        h.deployment("big").await["status"]["phase"] == "Ready"
+    })
+    .await;
+    h.deployment("big").await
+}
+
+async fn complete(url: &str, prompt: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"model": "big", "prompt": prompt, "max_tokens": 3}))
+        .send()
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrations = "./migrations")]
+async fn a_disaggregated_deployment_serves_through_prefill_then_decode(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    create_with(&h, "big", spec(1, 2)).await;
+    let record = ready(&h).await;
+    assert_eq!(
+        record["status"]["replicas"]["desired"], 3,
+        "{}",
+        record["status"]
+    );
+    assert_eq!(
+        role(&record, "prefill")["replicas"]["ready"],
+        1,
+        "{}",
+        record["status"]
+    );
+    assert_eq!(
+        role(&record, "decode")["replicas"]["ready"],
+        2,
+        "{}",
+        record["status"]
+    );
+    assert_eq!(record["spec"]["replicas"], 3);
+
+    // A Deployment per role, the routing sidecar on decode pods, one pool over both.
+    let decode = h.live("apps/v1", "Deployment", "big-decode").await.unwrap();
+    let prefill = h
+        .live("apps/v1", "Deployment", "big-prefill")
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            decode["spec"]["replicas"].clone(),
+            prefill["spec"]["replicas"].clone()
+        ),
+        (json!(2), json!(1))
+    );
+    assert_eq!(
+        decode["spec"]["template"]["spec"]["initContainers"][0]["name"],
+        "routing-sidecar"
+    );
+    assert!(h.live("apps/v1", "Deployment", "big").await.is_none());
+    let pool = h
+        .live("inference.networking.k8s.io/v1", "InferencePool", "big")
+        .await
+        .unwrap();
+    assert!(
+        pool["spec"]["selector"]["matchLabels"]
+            .get("llm-d.ai/role")
+            .is_none()
+    );
+
+    // A long prompt: the picker names a prefill pod, the decode pod's sidecar has it
+    // compute the prompt, the decode pod answers.
+    let url = record["status"]["endpoints"]["external"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let prefill_pods = role_pods(&h, "prefill").await;
+    let decode_pods = role_pods(&h, "decode").await;
+    let long = "the quick brown fox jumps over the lazy dog ".repeat(4);
+    let answer = complete(&url, &long).await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    let by = |r: &reqwest::Response, header: &str| {
+        r.headers()
+            .get(header)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let decoder = by(&answer, "x-emulator-pod").unwrap();
+    let prefiller = by(&answer, "x-emulator-prefill-pod");
+    assert!(decode_pods.iter().any(|(n, _)| *n == decoder), "{decoder}");
+    assert_eq!(prefiller.as_deref(), Some(prefill_pods[0].0.as_str()));
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["model"], "big");
+    // A short one (under nonCachedTokens = 16 tokens of 4 characters) is decoded whole.
+    let short = complete(&url, "hello there").await;
+    assert_eq!(short.status(), StatusCode::OK);
+    assert!(
+        decode_pods
+            .iter()
+            .any(|(n, _)| Some(n.clone()) == by(&short, "x-emulator-pod"))
+    );
+    assert_eq!(by(&short, "x-emulator-prefill-pod"), None);
+    // A caller cannot name a prefill target itself: the picker clears the header.
+    let forged = reqwest::Client::new()
+        .post(format!("{url}/v1/completions"))
+        .header("x-prefiller-host-port", "169.254.169.254:80")
+        .json(&json!({"model": "big", "prompt": "hi", "max_tokens": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), StatusCode::OK);
+    assert_eq!(by(&forged, "x-emulator-prefill-pod"), None);
+
+    // Scaling one role leaves the other's pods as they were.
+    let scaled = h
+        .app
+        .post_json(
+            &format!("{PATH}/scale"),
+            &json!({"replicas": 2, "role": "prefill"}),
+        )
+        .await;
+    assert_eq!(scaled.status(), StatusCode::OK);
+    let scaled: Value = scaled.json().await.unwrap();
+    assert_eq!(scaled["spec"]["disaggregation"]["prefill"]["replicas"], 2);
+    assert_eq!(scaled["spec"]["replicas"], 4);
+    wait_for(
+        "two prefill pods ready",
+        Duration::from_secs(30),
+        || async {
+            let record = h.deployment("big").await;
+            role(&record, "prefill")["replicas"]["ready"] == 2
+                && record["status"]["phase"] == "Ready"
+        },
+    )
+    .await;
+    assert_eq!(role_pods(&h, "decode").await, decode_pods);
+    // (Its `modelplane.io/generation` annotation follows the record; its spec is as it was.)
+    assert_eq!(
+        h.live("apps/v1", "Deployment", "big-decode").await.unwrap()["spec"],
+        decode["spec"]
+    );
+
+    // Without a role the scale names the field it needs.
+    let no_role = h
+        .app
+        .post_json(&format!("{PATH}/scale"), &json!({"replicas": 3}))
+        .await;
+    assert_eq!(no_role.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: Value = no_role.json().await.unwrap();
+    assert_eq!(problem["errors"][0]["field"], "role", "{problem}");
+}
+
+#[sqlx::test(migrations = "./migrations")]
+async fn disaggregation_requests_name_the_field_they_get_wrong(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    let create = |spec: Value| {
+        let app = &h.app;
+        async move {
+            let response = app
+                .post_json(
+                    "/api/v1/projects/team-a/deployments",
+                    &json!({"name": "big", "spec": spec}),
+                )
+                .await;
+            let status = response.status();
+            let body: Value = response.json().await.unwrap();
+            (status, body)
+        }
+    };
+    let fields = |body: &Value| -> Vec<String> {
+        body["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["field"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Service routing cannot send a request to two pods.
+    let mut service_mode = spec(1, 1);
+    service_mode["routing"] = json!({});
+    let (status, body) = create(service_mode).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(fields(&body), ["spec.disaggregation"], "{body}");
+    // A role's own limits, named under the role.
+    let mut bad = spec(-1, 1);
+    bad["disaggregation"]["decode"]["args"] = json!(["--port=9000"]);
+    bad["disaggregation"]["decode"]["resources"] = json!({"gpu": {"count": 1, "product": "H100"}});
+    let (status, body) = create(bad).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let named = fields(&body);
+    for field in [
+        "spec.disaggregation.prefill.replicas",
+        "spec.disaggregation.decode.args[0]",
+        "spec.disaggregation.decode.resources.gpu",
+    ] {
+        assert!(named.iter().any(|f| f == field), "{field} not in {named:?}");
+    }
+    // Roles and autoscaling do not mix yet.
+    let mut autoscaled = spec(1, 1);
+    autoscaled["autoscaling"] = json!({"minReplicas": 1, "maxReplicas": 3,
+                                   "target": {"metric": "waitingPerReplica", "value": 4}});
+    let (status, body) = create(autoscaled).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        fields(&body).contains(&"spec.autoscaling".to_owned()),
+        "{body}"
+    );
+
+    // Set at creation and kept: a patch that drops it is refused, nothing changes.
+    let (status, _) = create(spec(1, 1)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let patch = h
+        .app
+        .request(reqwest::Method::PATCH, PATH)
+        .header("content-type", "application/merge-patch+json")
+        .json(&json!({"spec": {"disaggregation": null}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patch.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = patch.json().await.unwrap();
+    assert_eq!(fields(&body), ["spec.disaggregation"], "{body}");
+    assert_eq!(h.deployment("big").await["generation"], 1);
+}
+
+#[sqlx::test(migrations = "./migrations")]
+async fn one_role_that_cannot_run_holds_the_deployment_back_and_is_named(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    // Prefill pods asking for more CPU than any node has stay Pending (Unschedulable).
+    let mut big = spec(1, 1);
+    big["disaggregation"]["prefill"]["resources"] = json!({"cpu": "500", "memory": "1Gi"});
+    create_with(&h, "big", big).await;
+    wait_for(
+        "the decode role ready and the prefill role named as the cause",
+        Duration::from_secs(30),
+        || async {
+            let record = h.deployment("big").await;
+            role(&record, "decode")["replicas"]["ready"] == 1
+                && role(&record, "prefill")["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty())
+                && record["status"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("prefill: "))
+        },
+    )
+    .await;
+    let record = h.deployment("big").await;
+    assert_ne!(record["status"]["phase"], "Ready", "{}", record["status"]);
+    assert_eq!(
+        role(&record, "decode")["message"],
+        "",
+        "{}",
+        record["status"]
+    );
+    let available = record["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Available")
+        .cloned()
+        .unwrap();
+    assert_eq!(available["status"], "False", "{available}");
+    assert_eq!(
+        available["message"],
+        "1/2 replicas available (prefill 0/1, decode 1/1)"
+    );
+
+    // Fixing the role's resources (allowed: only adding or dropping the roles is not) makes
+    // the deployment Ready.
+    let patch = h
+        .app
+        .request(reqwest::Method::PATCH, PATH)
+        .header("content-type", "application/merge-patch+json")
+        .json(&json!({"spec": {"disaggregation": {"prefill": {"resources": {"cpu": "1", "memory": "1Gi"}}}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patch.status(), StatusCode::OK);
+    let record = ready(&h).await;
+    assert_eq!(role(&record, "prefill")["replicas"]["ready"], 1);
+}
