@@ -8,7 +8,7 @@ use uuid::Uuid;
 /// GPUs held by one track's ready pods.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
-    /// `stable` or `canary`.
+    /// `stable` or `canary`; a disaggregated deployment's `prefill` or `decode`.
     pub track: &'static str,
     pub resource_name: String,
     pub product: Option<String>,

@@ -9,9 +9,12 @@ use kube::api::{Api, ListParams};
 
 use super::permissions::{AUTHORIZED, forbidden_condition};
 use super::{WORKER_ACTOR, Worker, deployment_ref};
-use crate::domain::{ConditionStatus, Deployment, DeploymentStatus, EventKind, GpuShape, Phase};
+use crate::domain::{
+    ConditionStatus, Deployment, DeploymentStatus, EventKind, GpuShape, Phase, ServingRole,
+    ServingSpec,
+};
 use crate::reconciler::cluster::ClusterError;
-use crate::reconciler::desired::{LABEL_NAME, LABEL_TRACK, MODEL_SERVER, TRACK_CANARY};
+use crate::reconciler::desired::{LABEL_NAME, LABEL_TRACK, MODEL_SERVER, ROLE_LABEL, TRACK_CANARY};
 use crate::reconciler::kube_events;
 use crate::reconciler::status::Observed;
 use crate::store;
@@ -180,6 +183,9 @@ impl Worker {
             }
             let track = if label(LABEL_TRACK) == Some(TRACK_CANARY) {
                 TRACK_CANARY
+            } else if let Some(role) = label(ROLE_LABEL).and_then(ServingRole::parse) {
+                // A disaggregated deployment's roles are its tracks.
+                role.as_str()
             } else {
                 TRACK_STABLE
             };
@@ -282,34 +288,111 @@ fn gpus_held(
     default: &str,
     products: &HashMap<&'static str, Vec<Option<String>>>,
 ) -> Vec<Held> {
-    let canary = record.canary.as_ref().zip(status.canary.as_ref());
-    [
-        Some((TRACK_STABLE, &record.spec, status.replicas.ready)),
-        canary.map(|(c, s)| (TRACK_CANARY, &c.spec, s.replicas.ready)),
-    ]
-    .into_iter()
-    .flatten()
-    .filter_map(|(track, spec, ready)| {
-        let serving = spec.serving(&record.name).ok()?;
-        let shape = GpuShape::of(&serving, default)?;
-        let known = products.get(track).map(Vec::as_slice).unwrap_or_default();
-        let mut by_product: BTreeMap<Option<String>, i64> = BTreeMap::new();
-        for i in 0..usize::try_from(ready).unwrap_or(0) {
-            let product = known
-                .get(i)
-                .cloned()
-                .flatten()
-                .or_else(|| shape.product.clone());
-            *by_product.entry(product).or_default() += 1;
+    let mut tracks: Vec<(&'static str, ServingSpec, i64)> = Vec::new();
+    if let Ok(serving) = record.spec.serving(&record.name) {
+        match &serving.roles {
+            None => tracks.push((TRACK_STABLE, serving, status.replicas.ready)),
+            // Each role's ready pods hold the role's GPUs.
+            Some(_) => {
+                for role in ServingRole::ALL {
+                    let ready = status
+                        .roles
+                        .iter()
+                        .find(|r| r.role == role.as_str())
+                        .map_or(0, |r| r.replicas.ready);
+                    tracks.push((role.as_str(), serving.for_role(role), ready));
+                }
+            }
         }
-        Some(by_product.into_iter().map(move |(product, replicas)| Held {
-            track,
-            resource_name: shape.resource_name.clone(),
-            product,
-            gpus: replicas * shape.per_replica,
+    }
+    if let Some((canary, track)) = record.canary.as_ref().zip(status.canary.as_ref())
+        && let Ok(serving) = canary.spec.serving(&record.name)
+    {
+        tracks.push((TRACK_CANARY, serving, track.replicas.ready));
+    }
+    tracks
+        .into_iter()
+        .filter_map(|(track, serving, ready)| {
+            let shape = GpuShape::of(&serving, default)?;
+            let known = products.get(track).map(Vec::as_slice).unwrap_or_default();
+            let mut by_product: BTreeMap<Option<String>, i64> = BTreeMap::new();
+            for i in 0..usize::try_from(ready).unwrap_or(0) {
+                let product = known
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .or_else(|| shape.product.clone());
+                *by_product.entry(product).or_default() += 1;
+            }
+            Some(by_product.into_iter().map(move |(product, replicas)| Held {
+                track,
+                resource_name: shape.resource_name.clone(),
+                product,
+                gpus: replicas * shape.per_replica,
+            }))
+        })
+        .flatten()
+        .filter(|h| h.gpus > 0)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::{DeploymentSpec, ReplicaCounts, RoleStatus, SpecLimits};
+
+    #[test]
+    fn a_disaggregated_deployments_roles_hold_their_own_gpus() {
+        let spec: DeploymentSpec = serde_json::from_value(json!({
+            "model": {"source": "hf://Qwen/Qwen2.5-7B-Instruct"},
+            "resources": {"gpu": {"count": 1}},
+            "routing": {"mode": "InferencePool"},
+            "disaggregation": {
+                "prefill": {"replicas": 1, "resources": {"gpu": {"count": 2}}},
+                "decode": {"replicas": 2},
+            },
         }))
-    })
-    .flatten()
-    .filter(|h| h.gpus > 0)
-    .collect()
+        .unwrap();
+        let spec = spec.parse("big", &SpecLimits::default()).unwrap().spec;
+        let mut status = DeploymentStatus::pending(3);
+        let counts = |ready| ReplicaCounts {
+            desired: ready,
+            updated: ready,
+            ready,
+            available: ready,
+        };
+        status.replicas = counts(3);
+        status.roles = vec![
+            RoleStatus {
+                role: "prefill".into(),
+                replicas: counts(1),
+                message: String::new(),
+            },
+            RoleStatus {
+                role: "decode".into(),
+                replicas: counts(2),
+                message: String::new(),
+            },
+        ];
+        let record = Deployment {
+            id: uuid::Uuid::nil(),
+            project: "team-a".into(),
+            name: "big".into(),
+            generation: 1,
+            status: status.clone(),
+            spec,
+            restarted_at: None,
+            deletion_requested_at: None,
+            canary: None,
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+            warnings: Vec::new(),
+        };
+        let held = gpus_held(&record, &status, "nvidia.com/gpu", &HashMap::new());
+        let by_track: Vec<(&str, i64)> = held.iter().map(|h| (h.track, h.gpus)).collect();
+        assert_eq!(by_track, [("prefill", 2), ("decode", 2)]);
+    }
 }
