@@ -11,13 +11,15 @@
 //! - every decode pod runs the routing sidecar on the serving port in front of the engine:
 //!   given the header it asks the prefill pod to compute the KV cache, then has its own
 //!   engine decode from it; it only calls pods of the pool (`--enable-ssrf-protection`),
-//!   which it watches with the picker's ServiceAccount;
+//!   which it watches with the picker's ServiceAccount (only the sidecar mounts its token);
 //! - vLLM in both roles moves the KV cache with its NixlConnector (`kv_both`).
 
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, Probe,
-    ResourceRequirements, TCPSocketAction,
+    ConfigMapProjection, Container, ContainerPort, DownwardAPIProjection, DownwardAPIVolumeFile,
+    EnvVar, EnvVarSource, KeyToPath, ObjectFieldSelector, Probe, ProjectedVolumeSource,
+    ResourceRequirements, ServiceAccountTokenProjection, TCPSocketAction, Volume, VolumeMount,
+    VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -153,15 +155,76 @@ pub(super) fn add_routing_sidecar(
             ..ResourceRequirements::default()
         }),
         security_context: Some(restricted_container()),
+        // Only the sidecar holds the ServiceAccount's token (the engine never calls the API).
+        volume_mounts: Some(vec![VolumeMount {
+            name: SIDECAR_TOKEN.into(),
+            mount_path: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        }]),
         ..Container::default()
     };
     pod.init_containers
         .get_or_insert_with(Vec::new)
         .insert(0, sidecar);
     // The sidecar watches the pool's pods to allow only them as prefill targets: the
-    // picker's ServiceAccount reads exactly those (its Role in `endpoint_picker.rs`).
+    // picker's ServiceAccount reads exactly those (its Role in `endpoint_picker.rs`). The
+    // pod keeps `automountServiceAccountToken: false`; the sidecar alone mounts the token.
     pod.service_account_name = Some(picker_name(pool));
-    pod.automount_service_account_token = Some(true);
+    pod.volumes
+        .get_or_insert_with(Vec::new)
+        .push(service_account_volume());
+}
+
+/// The volume of the sidecar's ServiceAccount credentials.
+const SIDECAR_TOKEN: &str = "routing-sidecar-token";
+
+/// What the kubelet mounts for an automounted ServiceAccount (a bound token, the cluster's
+/// CA and the namespace: the ServiceAccount admission plugin's projected volume), as a
+/// volume only the sidecar mounts.
+fn service_account_volume() -> Volume {
+    Volume {
+        name: SIDECAR_TOKEN.into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".into(),
+                        expiration_seconds: Some(3607),
+                        ..ServiceAccountTokenProjection::default()
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".into(),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".into(),
+                            path: "ca.crt".into(),
+                            ..KeyToPath::default()
+                        }]),
+                        ..ConfigMapProjection::default()
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![DownwardAPIVolumeFile {
+                            path: "namespace".into(),
+                            field_ref: Some(ObjectFieldSelector {
+                                field_path: "metadata.namespace".into(),
+                                ..ObjectFieldSelector::default()
+                            }),
+                            ..DownwardAPIVolumeFile::default()
+                        }]),
+                    }),
+                    ..VolumeProjection::default()
+                },
+            ]),
+            ..ProjectedVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
 }
 
 /// The picker's configuration for disaggregation: upstream's P/D profile pair, scored by

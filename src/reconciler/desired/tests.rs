@@ -623,6 +623,19 @@ fn disaggregation_makes_a_deployment_per_role_behind_one_pool_and_a_sidecar_on_d
         false
     );
     assert_eq!(pod["serviceAccountName"], "big-epp");
+    // Only the sidecar holds the ServiceAccount's token; the engine never sees it.
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(
+        sidecar["volumeMounts"][0]["mountPath"],
+        "/var/run/secrets/kubernetes.io/serviceaccount"
+    );
+    assert!(
+        server["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|m| m["name"] != "routing-sidecar-token")
+    );
 
     // The prefill role: its own count and GPUs, the engine on the serving port, no sidecar.
     let prefill = as_json(&objects.typed.prefill.as_ref().unwrap().deployment);
