@@ -13,13 +13,13 @@
 //!
 //! One worker loads at a time (a Postgres advisory lock, like the serving metrics
 //! collector): two loading the same adapter onto one engine would see each other's work
-//! as a refusal.
+//! as a refusal. Within it, each pod is synced on a task of its own, so one engine's slow
+//! download never holds the others.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
@@ -52,13 +52,28 @@ const MAX_CAUSE: usize = 300;
 
 /// The loader: see the module documentation.
 pub struct AdapterLoader {
+    loader: Arc<Loader>,
+    /// What each pod was last given: by pod uid, the list and restart count it was synced
+    /// for, and when.
+    synced: HashMap<String, (String, i32, Instant)>,
+    /// Pods being synced, each on a task of its own: one engine's slow download (up to
+    /// [`LOAD_TIMEOUT`]) holds only its own pod.
+    running: HashMap<String, Running>,
+}
+
+/// What the pod syncs talk to.
+struct Loader {
     pool: PgPool,
     client: kube::Client,
     via: Via,
     seen: Arc<SeenKinds>,
-    /// What each pod was last given: by pod uid, the list and restart count it was synced
-    /// for, and when.
-    synced: HashMap<String, (String, i32, Instant)>,
+}
+
+/// One pod's sync in progress: for which list and engine process.
+struct Running {
+    key: String,
+    restarts: i32,
+    task: tokio::task::JoinHandle<bool>,
 }
 
 /// A Deployment's adapters: parsed, and as written (a change of the text is a new list).
@@ -74,11 +89,14 @@ struct Work {
 impl AdapterLoader {
     pub fn new(pool: PgPool, client: kube::Client, via: Via, seen: Arc<SeenKinds>) -> Self {
         Self {
-            pool,
-            client,
-            via,
-            seen,
+            loader: Arc::new(Loader {
+                pool,
+                client,
+                via,
+                seen,
+            }),
             synced: HashMap::new(),
+            running: HashMap::new(),
         }
     }
 
@@ -91,6 +109,9 @@ impl AdapterLoader {
             }
             if !self.holds_lock(&mut lock).await {
                 self.synced.clear();
+                for (_, running) in self.running.drain() {
+                    running.task.abort();
+                }
                 continue;
             }
             self.round().await;
@@ -104,7 +125,8 @@ impl AdapterLoader {
             }
             *lock = None;
         }
-        let Ok(mut conn) = PgConnection::connect_with(&self.pool.connect_options()).await else {
+        let Ok(mut conn) = PgConnection::connect_with(&self.loader.pool.connect_options()).await
+        else {
             return false;
         };
         let taken: Result<bool, _> = sqlx::query_scalar("select pg_try_advisory_lock($1)")
@@ -120,40 +142,67 @@ impl AdapterLoader {
         }
     }
 
-    /// One look at every pod of a Deployment with adapters.
+    /// One look at every pod of a Deployment with adapters: the syncs that finished are
+    /// noted, and each pod that is due and not being synced starts one (at most
+    /// [`CONCURRENCY`] at once), without waiting for any.
     async fn round(&mut self) {
-        let work = self.work();
+        let finished: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(_, r)| r.task.is_finished())
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in finished {
+            let Some(running) = self.running.remove(&uid) else {
+                continue;
+            };
+            if let Ok(true) = running.task.await {
+                self.synced
+                    .insert(uid, (running.key, running.restarts, Instant::now()));
+            }
+        }
+        let work = self.loader.work();
         let live: BTreeSet<String> = work.iter().map(|w| uid(&w.pod)).collect();
         self.synced.retain(|uid, _| live.contains(uid));
-        let due: Vec<Work> = work
-            .into_iter()
-            .filter(|w| {
-                let restarts = server_restarts(&w.pod);
-                let closed = gate(&w.pod) != Some(true);
-                match self.synced.get(&uid(&w.pod)) {
-                    Some((key, r, at)) => {
-                        *key != w.key || *r != restarts || at.elapsed() >= RECHECK || closed
-                    }
-                    None => true,
+        self.running.retain(|uid, running| {
+            let keep = live.contains(uid);
+            if !keep {
+                running.task.abort();
+            }
+            keep
+        });
+        for w in work {
+            if self.running.len() >= CONCURRENCY {
+                break;
+            }
+            let id = uid(&w.pod);
+            let restarts = server_restarts(&w.pod);
+            let closed = gate(&w.pod) != Some(true);
+            let due = match self.synced.get(&id) {
+                Some((key, r, at)) => {
+                    *key != w.key || *r != restarts || at.elapsed() >= RECHECK || closed
                 }
-            })
-            .collect();
-        let this = &*self;
-        let done: Vec<(String, String, i32)> = futures::stream::iter(due)
-            .map(|w| async move {
-                let restarts = server_restarts(&w.pod);
-                let synced = this.sync(&w).await;
-                synced.then(|| (uid(&w.pod), w.key, restarts))
-            })
-            .buffer_unordered(CONCURRENCY)
-            .filter_map(|done| async move { done })
-            .collect()
-            .await;
-        for (uid, key, restarts) in done {
-            self.synced.insert(uid, (key, restarts, Instant::now()));
+                None => true,
+            };
+            if !due || self.running.contains_key(&id) {
+                continue;
+            }
+            let loader = self.loader.clone();
+            let key = w.key.clone();
+            let task = tokio::spawn(async move { loader.sync(&w).await });
+            self.running.insert(
+                id,
+                Running {
+                    key,
+                    restarts,
+                    task,
+                },
+            );
         }
     }
+}
 
+impl Loader {
     /// Every model server pod whose Deployment lists adapters, with that list. A canary
     /// track's pods also match the stable track's selector (it is the canary's without the
     /// track label): a pod belongs to the Deployment whose selector names the most labels.
