@@ -127,6 +127,20 @@ async fn a_disaggregated_deployment_serves_through_prefill_then_decode(pool: PgP
         decode["spec"]["template"]["spec"]["initContainers"][0]["name"],
         "routing-sidecar"
     );
+    // The sidecar runs beside the engine (a native sidecar: running, started and ready).
+    let pods = h
+        .api("v1", "Pod")
+        .list(&kube::api::ListParams::default().labels("llm-d.ai/role=decode"))
+        .await
+        .unwrap();
+    let sidecar = &pods.items[0].data["status"]["initContainerStatuses"][0];
+    assert_eq!(sidecar["name"], "routing-sidecar");
+    assert_eq!(
+        (sidecar["started"].clone(), sidecar["ready"].clone()),
+        (json!(true), json!(true)),
+        "{sidecar}"
+    );
+    assert!(sidecar["state"]["running"].is_object(), "{sidecar}");
     assert!(h.live("apps/v1", "Deployment", "big").await.is_none());
     let pool = h
         .live("inference.networking.k8s.io/v1", "InferencePool", "big")
@@ -350,4 +364,66 @@ async fn one_role_that_cannot_run_holds_the_deployment_back_and_is_named(pool: P
     assert_eq!(patch.status(), StatusCode::OK);
     let record = ready(&h).await;
     assert_eq!(role(&record, "prefill")["replicas"]["ready"], 1);
+}
+
+#[sqlx::test(migrations = "./migrations")]
+async fn a_routing_sidecar_that_cannot_be_pulled_is_named_on_the_decode_role(pool: PgPool) {
+    // The kubelet pulls init containers first: a sidecar image that fails holds the decode
+    // pods in `Init:ImagePullBackOff` (their containers `PodInitializing`).
+    let h = harness_on(pool, cluster().fail_images("*disagg-sidecar*"), |_| {}).await;
+    h.app.create_project("team-a").await;
+    create_with(&h, "big", spec(1, 1)).await;
+    wait_for(
+        "the decode role's cause to name the sidecar's image",
+        Duration::from_secs(30),
+        || async {
+            let record = h.deployment("big").await;
+            role(&record, "decode")["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("llm-d-router-disagg-sidecar"))
+        },
+    )
+    .await;
+    // The prefill role comes up; the deployment is held back by the decode role alone.
+    wait_for(
+        "the prefill role ready",
+        Duration::from_secs(30),
+        || async { role(&h.deployment("big").await, "prefill")["replicas"]["ready"] == 1 },
+    )
+    .await;
+    let record = h.deployment("big").await;
+    assert_eq!(record["status"]["phase"], "Failed", "{}", record["status"]);
+    assert!(
+        record["status"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("decode: "),
+        "{}",
+        record["status"]
+    );
+    assert_eq!(
+        role(&record, "prefill")["message"],
+        "",
+        "{}",
+        record["status"]
+    );
+    let pods = h
+        .api("v1", "Pod")
+        .list(&kube::api::ListParams::default().labels("llm-d.ai/role=decode"))
+        .await
+        .unwrap();
+    let pod = &pods.items[0].data;
+    assert_eq!(pod["status"]["phase"], "Pending");
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+        "PodInitializing"
+    );
+    let initialized = pod["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Initialized")
+        .cloned()
+        .unwrap();
+    assert_eq!(initialized["status"], "False", "{initialized}");
 }

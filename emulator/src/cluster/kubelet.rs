@@ -4,6 +4,11 @@
 //! run for the start delay, exit 1 and back off (CrashLoopBackOff, doubling); a missing
 //! Secret/ConfigMap in env gives CreateContainerConfigError, in a volume FailedMount;
 //! terminating pods are removed. Each step also records the kubelet's Events.
+//!
+//! Init containers are pulled first: a failing one holds the pod `Pending` with
+//! `Initialized` False (`ContainersNotInitialized`) and its containers `PodInitializing`;
+//! once the pod runs, regular init containers have completed (exit 0) and sidecars
+//! (`restartPolicy: Always`, KEP-753) run, started and ready beside the containers.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -236,8 +241,14 @@ fn container_creating() -> Waiting {
 struct PodSpecView {
     containers: Vec<Value>,
     images: Vec<String>,
-    /// The first image (of a container or an image volume) that fails to pull.
+    /// The init containers, run before the containers; those with `restartPolicy: Always`
+    /// are sidecars that keep running beside them (KEP-753).
+    init: Vec<Value>,
+    /// The first image (of an init container, a container or an image volume) that fails
+    /// to pull.
     failing: Option<String>,
+    /// That image is an init container's: the containers wait for it (`PodInitializing`).
+    failing_init: bool,
     crashing: bool,
     config_err: Option<String>,
     mount_err: Option<String>,
@@ -258,6 +269,18 @@ impl PodSpecView {
             .iter()
             .map(|c| c["image"].as_str().unwrap_or("").to_string())
             .collect();
+        let init: Vec<Value> = pod
+            .pointer("/spec/initContainers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let fails = |i: &str| cfg.fail_images.iter().any(|p| glob(p, i));
+        // Init containers start (and so pull) first, in order.
+        let failing_init_image = init
+            .iter()
+            .filter_map(|c| c["image"].as_str())
+            .find(|i| fails(i))
+            .map(String::from);
         // Image volumes (`volumes[].image.reference`) are pulled like container images.
         let volume_images: Vec<String> = pod
             .pointer("/spec/volumes")
@@ -267,16 +290,21 @@ impl PodSpecView {
             .filter_map(|v| v.pointer("/image/reference").and_then(Value::as_str))
             .map(String::from)
             .collect();
-        let failing = images
-            .iter()
-            .chain(&volume_images)
-            .find(|i| cfg.fail_images.iter().any(|p| glob(p, i)))
-            .cloned();
+        let failing_init = failing_init_image.is_some();
+        let failing = failing_init_image.or_else(|| {
+            images
+                .iter()
+                .chain(&volume_images)
+                .find(|i| fails(i))
+                .cloned()
+        });
         let crashing = images
             .iter()
             .any(|i| cfg.crash_images.iter().any(|p| glob(p, i)));
         PodSpecView {
             failing,
+            failing_init,
+            init,
             crashing,
             config_err: config_error(sim, pod, ns),
             mount_err: mount_error(sim, pod, ns),
@@ -539,8 +567,24 @@ fn pod_status(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let conditions = pod_conditions(&old, generation, &spec.containers, &gates, ready, sandbox);
-    let statuses = container_statuses(pod, rt, spec, waiting, ready, started);
+    let initialized = !(spec.failing_init && waiting.is_some());
+    let conditions = pod_conditions(
+        &old,
+        generation,
+        &spec.containers,
+        &gates,
+        ready,
+        sandbox,
+        (!initialized).then_some(&spec.init),
+    );
+    let statuses = if initialized {
+        container_statuses(pod, rt, spec, waiting, ready, started)
+    } else {
+        // The containers wait for the init containers (`PodInitializing`).
+        let initializing = Some(("PodInitializing".to_owned(), String::new()));
+        container_statuses(pod, rt, spec, &initializing, false, false)
+    };
+    let init_statuses = init_container_statuses(rt, spec, waiting, ready, started);
     let phase = if rt.running.is_some() || rt.restarts > 0 {
         "Running"
     } else {
@@ -555,6 +599,9 @@ fn pod_status(
         "startTime": rt.start_time,
         "containerStatuses": statuses,
     });
+    if !init_statuses.is_empty() {
+        status["initContainerStatuses"] = json!(init_statuses);
+    }
     if sandbox {
         status["podIP"] = json!(rt.ip);
         status["podIPs"] = json!([{"ip": rt.ip}]);
@@ -608,6 +655,8 @@ fn pod_conditions(
     gates: &[Value],
     ready: bool,
     sandbox: bool,
+    // The init containers while they have not all started or completed.
+    initializing: Option<&Vec<Value>>,
 ) -> Value {
     let now = ops::now();
     let keep_time = |ty: &str, status: &str| -> String {
@@ -662,7 +711,22 @@ fn pod_conditions(
     };
     let mut all = vec![
         cond("PodReadyToStartContainers", sandbox, None, None),
-        cond("Initialized", true, None, None),
+        match initializing {
+            // pkg/kubelet/status/generate.go `GeneratePodInitializedCondition`.
+            Some(init) => cond(
+                "Initialized",
+                false,
+                Some("ContainersNotInitialized"),
+                Some(format!(
+                    "containers with incomplete status: [{}]",
+                    init.iter()
+                        .map(|c| c["name"].as_str().unwrap_or(""))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                )),
+            ),
+            None => cond("Initialized", true, None, None),
+        },
         pod_ready,
         cond(
             "ContainersReady",
@@ -724,6 +788,55 @@ fn container_statuses(
         .collect()
 }
 
+/// The init containers' statuses: a failing pull holds them (and the pod) back; once the
+/// pod runs, a regular init container has completed (exit 0), and a sidecar
+/// (`restartPolicy: Always`) runs, started and ready with the pod's containers.
+fn init_container_statuses(
+    rt: &PodRuntime,
+    spec: &PodSpecView,
+    waiting: &Waiting,
+    ready: bool,
+    started: bool,
+) -> Vec<Value> {
+    spec.init
+        .iter()
+        .map(|c| {
+            let image = c["image"].as_str().unwrap_or("");
+            let sidecar = c["restartPolicy"] == "Always";
+            let mut s = json!({
+                "name": c["name"], "image": image, "imageID": "", "ready": false,
+                "restartCount": 0, "started": false, "lastState": {},
+            });
+            let pulled = || format!("{image}@sha256:{}", "0".repeat(64));
+            match (waiting, &rt.running) {
+                (None, Some((_, at_text))) => {
+                    s["imageID"] = json!(pulled());
+                    s["containerID"] = json!(format!("containerd://{}", hex(64)));
+                    if sidecar {
+                        s["state"] = json!({"running": {"startedAt": at_text}});
+                        s["started"] = json!(started);
+                        s["ready"] = json!(ready);
+                    } else {
+                        s["state"] = json!({"terminated": {
+                            "exitCode": 0, "reason": "Completed",
+                            "startedAt": rt.start_time, "finishedAt": at_text,
+                        }});
+                    }
+                }
+                (Some((reason, msg)), _) if spec.failing.as_deref() == Some(image) => {
+                    let mut w = json!({"reason": reason});
+                    if !msg.is_empty() {
+                        w["message"] = json!(msg);
+                    }
+                    s["state"] = json!({"waiting": w});
+                }
+                _ => s["state"] = json!({"waiting": {"reason": "PodInitializing"}}),
+            }
+            s
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
@@ -752,7 +865,7 @@ mod tests {
             json!({"conditionType": "example.com/b"}),
         ];
         let none = json!({});
-        let c = pod_conditions(&none, 1, &containers, &gates, true, true);
+        let c = pod_conditions(&none, 1, &containers, &gates, true, true, None);
         let r = ready(&c);
         assert_eq!(r["status"], "False");
         assert_eq!(r["reason"], "ReadinessGatesNotReady");
@@ -765,7 +878,7 @@ mod tests {
             {"type": "example.com/a", "status": "True"},
             {"type": "example.com/b", "status": "False"},
         ]});
-        let c = pod_conditions(&old, 1, &containers, &gates, true, true);
+        let c = pod_conditions(&old, 1, &containers, &gates, true, true, None);
         let r = ready(&c);
         assert_eq!(
             r["message"],
@@ -782,11 +895,11 @@ mod tests {
             {"type": "example.com/a", "status": "True"},
             {"type": "example.com/b", "status": "True"},
         ]});
-        let c = pod_conditions(&open, 1, &containers, &gates, true, true);
+        let c = pod_conditions(&open, 1, &containers, &gates, true, true, None);
         assert_eq!(ready(&c)["status"], "True");
 
         // Unready containers are the reason first, whatever the gates say.
-        let c = pod_conditions(&open, 1, &containers, &gates, false, true);
+        let c = pod_conditions(&open, 1, &containers, &gates, false, true, None);
         assert_eq!(ready(&c)["reason"], "ContainersNotReady");
     }
 }

@@ -17,9 +17,11 @@ fn weight(phase: Phase) -> u8 {
     }
 }
 
-/// Joins the decode role's status (which carries the route, pool and URLs) with the prefill
-/// role's. `desired`: both roles' replicas.
+/// Joins the deployment's status as its decode role gives it (with the route, pool and
+/// URLs) with each role's own (`decode`, `prefill`: from their Deployments and pods alone).
+/// `desired`: both roles' replicas.
 pub fn roles_status(
+    deployment: DeploymentStatus,
     decode: DeploymentStatus,
     prefill: DeploymentStatus,
     desired: i32,
@@ -49,8 +51,8 @@ pub fn roles_status(
         "{}/{} replicas available (prefill {}/{}, decode {}/{})",
         replicas.available, replicas.desired, p.available, p.desired, d.available, d.desired
     );
-    let prefill_holds = weight(prefill.phase) > weight(decode.phase);
-    let mut status = decode;
+    let prefill_holds = weight(prefill.phase) > weight(deployment.phase);
+    let mut status = deployment;
     if prefill_holds {
         status.phase = prefill.phase;
         status.message = format!("prefill: {}", prefill.message);
@@ -63,7 +65,9 @@ pub fn roles_status(
         {
             *mine = progressing.clone();
         }
-    } else if status.phase != Phase::Ready {
+    } else if status.phase != Phase::Ready && decode.phase != Phase::Ready {
+        // The decode role's own pods hold it; otherwise (the route, the pool) the cause
+        // is the deployment's and is said as it is.
         status.message = format!("decode: {}", status.message);
     }
     for condition in status.conditions.iter_mut() {
@@ -112,6 +116,7 @@ mod tests {
     fn ready_only_when_both_roles_are_and_the_cause_names_its_role() {
         let both = roles_status(
             status(Phase::Ready, "ready", 2, 2),
+            status(Phase::Ready, "ready", 2, 2),
             status(Phase::Ready, "ready", 1, 1),
             3,
         );
@@ -127,6 +132,7 @@ mod tests {
 
         let starting = roles_status(
             status(Phase::Ready, "ready", 2, 2),
+            status(Phase::Ready, "ready", 2, 2),
             status(Phase::Deploying, "1 of 1 replicas starting", 1, 0),
             3,
         );
@@ -138,10 +144,27 @@ mod tests {
 
         let failing = roles_status(
             status(Phase::Failed, "image pull failed", 2, 0),
+            status(Phase::Failed, "image pull failed", 2, 0),
             status(Phase::Deploying, "starting", 1, 0),
             3,
         );
         assert_eq!(failing.phase, Phase::Failed);
         assert_eq!(failing.message, "decode: image pull failed");
+
+        // The route, not a role, holds it: said as the deployment's, no role named.
+        let unrouted = roles_status(
+            status(
+                Phase::Degraded,
+                "the Gateway has not accepted the route",
+                2,
+                2,
+            ),
+            status(Phase::Ready, "ready", 2, 2),
+            status(Phase::Ready, "ready", 1, 1),
+            3,
+        );
+        assert_eq!(unrouted.phase, Phase::Degraded);
+        assert_eq!(unrouted.message, "the Gateway has not accepted the route");
+        assert!(unrouted.roles.iter().all(|r| r.message.is_empty()));
     }
 }

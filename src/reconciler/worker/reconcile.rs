@@ -464,9 +464,9 @@ impl Worker {
     }
 }
 
-/// A disaggregated deployment's status: each role's worked out like a deployment's, from
-/// its own Deployment and pods (the decode role's with the route and the pool), then
-/// joined ([`roles_status`]).
+/// A disaggregated deployment's status: the decode role's worked out like a deployment's
+/// (its Deployment and pods, with the route and the pool), and each role's from its own
+/// Deployment and pods alone (what holds the role itself), then joined ([`roles_status`]).
 fn with_roles(
     t: &Target,
     namespace: &str,
@@ -483,19 +483,25 @@ fn with_roles(
         };
         compute(&target, namespace, observed, budgets, now)
     };
-    let decode = role_status(ServingRole::Decode, &observation.stable);
-    // The prefill role is reached through the same route and pool as the decode role.
-    let shared = &observation.stable;
-    let prefill_observed = &mut observation.prefill;
-    prefill_observed.route = shared.route.clone();
-    prefill_observed.gateway = shared.gateway.clone();
-    prefill_observed.gateway_object = shared.gateway_object.clone();
-    prefill_observed.pool_mode = shared.pool_mode;
-    prefill_observed.pool = shared.pool.clone();
-    prefill_observed.picker = shared.picker.clone();
-    prefill_observed.service_exists = shared.service_exists;
+    let deployment = role_status(ServingRole::Decode, &observation.stable);
+    let decode = role_status(ServingRole::Decode, &pods_only(&observation.stable));
+    observation.prefill.service_exists = true;
     let prefill = role_status(ServingRole::Prefill, &observation.prefill);
-    roles_status(decode, prefill, t.serving.replicas)
+    roles_status(deployment, decode, prefill, t.serving.replicas)
+}
+
+/// What the cluster reports about a role's own Deployment and pods, without the route,
+/// Gateway and pool they are reached through (which are the deployment's).
+fn pods_only(observed: &Observed) -> Observed {
+    Observed {
+        deployment: observed.deployment.clone(),
+        pods: observed.pods.clone(),
+        service_exists: true,
+        config_hash: observed.config_hash.clone(),
+        rejected: observed.rejected.clone(),
+        lost_nodes: observed.lost_nodes.clone(),
+        ..Observed::default()
+    }
 }
 
 /// The stable Deployment as this pass's writes returned it.
