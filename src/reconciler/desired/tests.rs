@@ -559,18 +559,21 @@ fn adapters_enable_lora_and_gate_the_pods_but_their_list_stays_out_of_the_templa
 
 #[test]
 fn disaggregation_makes_a_deployment_per_role_behind_one_pool_and_a_sidecar_on_decode() {
-    let objects = build(
-        "big",
-        json!({
-            "model": {"source": "hf://Qwen/Qwen2.5-7B-Instruct"},
-            "resources": {"gpu": {"count": 1}},
-            "routing": {"mode": "InferencePool"},
-            "disaggregation": {
-                "prefill": {"replicas": 1, "resources": {"gpu": {"count": 2}}},
-                "decode": {"replicas": 3, "args": ["--max-num-seqs=256"]},
-            },
-        }),
-    );
+    let with_prefill = |replicas: i64| {
+        build(
+            "big",
+            json!({
+                "model": {"source": "hf://Qwen/Qwen2.5-7B-Instruct"},
+                "resources": {"gpu": {"count": 1}},
+                "routing": {"mode": "InferencePool"},
+                "disaggregation": {
+                    "prefill": {"replicas": replicas, "resources": {"gpu": {"count": 2}}},
+                    "decode": {"replicas": 3, "args": ["--max-num-seqs=256"]},
+                },
+            }),
+        )
+    };
+    let objects = with_prefill(1);
     // The decode role: `<name>-decode`, its pods labelled with the role the picker filters by.
     let decode = &objects.deployment;
     assert_eq!(decode["metadata"]["name"], "big-decode");
@@ -682,18 +685,7 @@ fn disaggregation_makes_a_deployment_per_role_behind_one_pool_and_a_sidecar_on_d
         assert!(config.contains(part), "{part} not in {config}");
     }
     // A change to one role's count leaves the other's Deployment as it was.
-    let scaled = build(
-        "big",
-        json!({
-            "model": {"source": "hf://Qwen/Qwen2.5-7B-Instruct"},
-            "resources": {"gpu": {"count": 1}},
-            "routing": {"mode": "InferencePool"},
-            "disaggregation": {
-                "prefill": {"replicas": 2, "resources": {"gpu": {"count": 2}}},
-                "decode": {"replicas": 3, "args": ["--max-num-seqs=256"]},
-            },
-        }),
-    );
+    let scaled = with_prefill(2);
     assert_eq!(scaled.deployment, objects.deployment);
     assert_ne!(
         as_json(&scaled.typed.prefill.as_ref().unwrap().deployment),

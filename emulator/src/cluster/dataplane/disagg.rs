@@ -157,13 +157,7 @@ pub(super) fn pd_picker(store: &Store, ns: &str, picker_pods: &[Value]) -> Optio
 fn picker_config(store: &Store, ns: &str, pod: &Value) -> Option<Value> {
     let spec = pod.get("spec")?;
     for container in spec.get("containers")?.as_array()? {
-        let args: Vec<&str> = container
-            .get("args")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let args = args_of(container);
         let Some(path) = flag(&args, "config-file") else {
             continue;
         };
@@ -195,6 +189,17 @@ fn picker_config(store: &Store, ns: &str, pod: &Value) -> Option<Value> {
     None
 }
 
+/// A container's arguments.
+fn args_of(container: &Value) -> Vec<&str> {
+    container
+        .get("args")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 /// `--name value` or `--name=value`.
 fn flag(args: &[&str], name: &str) -> Option<String> {
     let long = format!("--{name}");
@@ -221,13 +226,7 @@ pub(super) fn sidecar(pod: &Value) -> Option<Sidecar> {
         .filter_map(|list| pod.pointer(&format!("/spec/{list}"))?.as_array())
         .flatten();
     for c in containers {
-        let args: Vec<&str> = c
-            .get("args")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let args = args_of(c);
         if flag(&args, "vllm-port").is_none() {
             continue;
         }
