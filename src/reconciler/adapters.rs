@@ -104,7 +104,13 @@ impl AdapterLoader {
         let mut lock: Option<PgConnection> = None;
         loop {
             tokio::select! {
-                () = shutdown.cancelled() => return,
+                () = shutdown.cancelled() => {
+                    // No sync may outlive the lock that makes it this worker's alone.
+                    for (_, running) in self.running.drain() {
+                        running.task.abort();
+                    }
+                    return;
+                }
                 () = tokio::time::sleep(TICK) => {}
             }
             if !self.holds_lock(&mut lock).await {

@@ -305,6 +305,24 @@ async fn adapter_requests_name_the_field_they_get_wrong(pool: PgPool) {
     assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let problem: Value = refused.json().await.unwrap();
     assert!(problem.to_string().contains("spec.adapters"), "{problem}");
+    // The variable that opens the engine's adapter API is modelplane's to set: by hand it
+    // would open the API on a route that does not refuse it.
+    let mut opened = sim_spec();
+    opened["engine"]["env"] =
+        json!([{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"}]);
+    let refused = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": "opened", "spec": opened}),
+        )
+        .await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(
+        problem["errors"][0]["field"], "spec.engine.env[0].name",
+        "{problem}"
+    );
     // Adapters the engine starts with would be unloaded as not on the list.
     let mut clash = spec();
     clash["engine"]["args"] = json!(["--lora-modules", r#"{"name":"x","path":"/x"}"#]);

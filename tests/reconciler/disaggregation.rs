@@ -279,6 +279,29 @@ async fn disaggregation_requests_name_the_field_they_get_wrong(pool: PgPool) {
     ] {
         assert!(named.iter().any(|f| f == field), "{field} not in {named:?}");
     }
+    // Without a pool the sidecar has nothing to serve; decode pods take every request; the
+    // engine's port is behind the sidecar.
+    let mut fallback = spec(1, 1);
+    fallback["routing"]["inferencePool"] = json!({"whenUnavailable": "Service"});
+    let (status, body) = create(fallback).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        fields(&body),
+        ["spec.routing.inferencePool.whenUnavailable"],
+        "{body}"
+    );
+    let (status, body) = create(spec(1, 0)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        fields(&body),
+        ["spec.disaggregation.decode.replicas"],
+        "{body}"
+    );
+    let mut port = spec(1, 1);
+    port["engine"]["args"] = json!(["--port", "8000"]);
+    let (status, body) = create(port).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(fields(&body), ["spec.engine.args[0]"], "{body}");
     // Roles and autoscaling do not mix yet.
     let mut autoscaled = spec(1, 1);
     autoscaled["autoscaling"] = json!({"minReplicas": 1, "maxReplicas": 3,

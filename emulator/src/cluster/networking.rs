@@ -72,9 +72,17 @@ pub(super) fn target_port(pod: &Value, port: &Value) -> Option<i64> {
     if let Ok(n) = name.parse() {
         return Some(n);
     }
-    pod.pointer("/spec/containers")?
-        .as_array()?
-        .iter()
+    // `FindPort` (kubernetes pkg/api/v1/pod/util.go): the containers' ports, then those of
+    // sidecars (init containers with `restartPolicy: Always`).
+    let containers = pod.pointer("/spec/containers")?.as_array()?.iter();
+    let sidecars = pod
+        .pointer("/spec/initContainers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| c["restartPolicy"] == "Always");
+    containers
+        .chain(sidecars)
         .flat_map(|c| {
             c.get("ports")
                 .and_then(Value::as_array)

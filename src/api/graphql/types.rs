@@ -511,7 +511,8 @@ impl DeploymentNode {
     async fn warnings(&self) -> &[String] {
         &self.deployment.warnings
     }
-    /// The Kubernetes objects modelplane keeps for it (each named after the deployment).
+    /// The Kubernetes objects modelplane keeps for it (named after the deployment; a
+    /// disaggregated one's Deployments `<name>-prefill` and `<name>-decode`).
     async fn objects(&self, ctx: &Context<'_>) -> Result<Vec<OwnedObject>> {
         let (state, _) = state(ctx)?;
         let spec = &self.deployment.spec;
@@ -527,14 +528,24 @@ impl DeploymentNode {
         {
             kinds.push("PodDisruptionBudget");
         }
-        Ok(kinds
-            .into_iter()
-            .map(|kind| OwnedObject {
-                kind: kind.into(),
-                namespace: self.project.namespace.clone(),
-                name: self.deployment.name.clone(),
-            })
-            .collect())
+        let name = &self.deployment.name;
+        let object = |kind: &str, name: String| OwnedObject {
+            kind: kind.into(),
+            namespace: self.project.namespace.clone(),
+            name,
+        };
+        let mut objects: Vec<OwnedObject> = Vec::new();
+        for kind in kinds {
+            match kind {
+                // A disaggregated deployment's pods are two Deployments, one per role.
+                "Deployment" if spec.disaggregation.is_some() => objects.extend(
+                    domain::ServingRole::ALL
+                        .map(|role| object(kind, format!("{name}-{}", role.as_str()))),
+                ),
+                _ => objects.push(object(kind, name.clone())),
+            }
+        }
+        Ok(objects)
     }
     /// The newest `count` (1 to 20) timeline entries, newest first; a page of deployments
     /// reads them for all its deployments at once.

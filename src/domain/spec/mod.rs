@@ -51,6 +51,8 @@ pub const MAX_ENV_VALUE_BYTES: usize = 32 * 1024;
 pub const MAX_TOLERATIONS: usize = 32;
 pub const MAX_NODE_SELECTOR: usize = 32;
 /// The whole spec as stored (JSON), after every other rule.
+/// The vLLM variable that turns on the runtime adapter API; modelplane's to set.
+pub const RUNTIME_LORA_ENV: &str = "VLLM_ALLOW_RUNTIME_LORA_UPDATING";
 /// LoRA adapters one deployment may list.
 pub const MAX_ADAPTERS: usize = 64;
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;

@@ -87,11 +87,37 @@ impl DeploymentSpec {
                 "needs spec.routing.mode: InferencePool (its endpoint picker sends each request to a prefill and a decode pod)",
             );
         }
+        let fallback = self
+            .routing
+            .inference_pool
+            .as_ref()
+            .and_then(|p| p.when_unavailable);
+        if fallback == Some(PoolFallback::Service) {
+            errors.push(
+                "spec.routing.inferencePool.whenUnavailable",
+                "must be Fail with spec.disaggregation: without an InferencePool the decode pods' routing sidecar has no pool to serve",
+            );
+        }
         if self.autoscaling.is_some() {
             errors.push(
                 "spec.autoscaling",
                 "not yet with spec.disaggregation: scale each role with POST …/scale and its `role`",
             );
+        }
+        let count = |r: &RoleSpec| r.replicas.unwrap_or(DEFAULT_REPLICAS);
+        if count(&roles.decode) == 0 && count(&roles.prefill) > 0 {
+            errors.push(
+                "spec.disaggregation.decode.replicas",
+                "must be at least 1 while prefill pods run: decode pods take every request (scale prefill to 0 first)",
+            );
+        }
+        for (i, arg) in self.engine.args.iter().enumerate() {
+            if arg == "--port" || arg.starts_with("--port=") {
+                errors.push(
+                    format!("spec.engine.args[{i}]"),
+                    "the port is spec.engine.port's: with spec.disaggregation the decode engine listens behind the routing sidecar",
+                );
+            }
         }
         if !self.adapters.is_empty() {
             errors.push(
@@ -532,6 +558,13 @@ pub(crate) fn validate_env(errors: &mut FieldErrors, list: &str, env: &[EnvVar])
             errors.push(
                 format!("{path}.name"),
                 format!("`{}` is set twice", var.name),
+            );
+        } else if var.name == RUNTIME_LORA_ENV {
+            // It opens the engine's adapter API, which the route refuses to callers only
+            // for deployments with spec.adapters.
+            errors.push(
+                format!("{path}.name"),
+                format!("`{RUNTIME_LORA_ENV}` is modelplane's: it is set when spec.adapters lists adapters"),
             );
         }
         if var

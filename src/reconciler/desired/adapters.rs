@@ -114,7 +114,7 @@ pub(super) fn lora_flags(serving: &ServingSpec) -> Vec<String> {
 /// (vLLM docs, "Dynamically serving LoRA Adapters").
 pub(super) fn lora_env(serving: &ServingSpec) -> Option<EnvVar> {
     (!serving.adapters.is_empty() && serving.spec.engine.kind == EngineKind::Vllm).then(|| EnvVar {
-        name: "VLLM_ALLOW_RUNTIME_LORA_UPDATING".into(),
+        name: crate::domain::RUNTIME_LORA_ENV.into(),
         value: Some("True".into()),
         ..EnvVar::default()
     })

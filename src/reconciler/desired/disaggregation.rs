@@ -103,20 +103,6 @@ pub(super) fn add_routing_sidecar(
                 get.port = IntOrString::String(ENGINE_PORT_NAME.into());
             }
         }
-        if serving.spec.engine.kind == EngineKind::Vllm {
-            // NIXL's side channel announces the pod's own address to the prefill pod.
-            server.env.get_or_insert_with(Vec::new).push(EnvVar {
-                name: "VLLM_NIXL_SIDE_CHANNEL_HOST".into(),
-                value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector {
-                        field_path: "status.podIP".into(),
-                        ..ObjectFieldSelector::default()
-                    }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            });
-        }
     }
     let sidecar = Container {
         name: ROUTING_SIDECAR.into(),
@@ -167,9 +153,11 @@ pub(super) fn add_routing_sidecar(
     pod.init_containers
         .get_or_insert_with(Vec::new)
         .insert(0, sidecar);
-    // The sidecar watches the pool's pods to allow only them as prefill targets: the
-    // picker's ServiceAccount reads exactly those (its Role in `endpoint_picker.rs`). The
-    // pod keeps `automountServiceAccountToken: false`; the sidecar alone mounts the token.
+    // The sidecar watches the pool and its pods to allow only them as prefill targets,
+    // with the picker's ServiceAccount, which reads those (and the namespace's
+    // InferenceObjectives and InferenceModelRewrites: its Role in `endpoint_picker.rs`;
+    // nothing it may write). The pod keeps `automountServiceAccountToken: false`; the
+    // sidecar alone mounts the token.
     pod.service_account_name = Some(picker_name(pool));
     pod.volumes
         .get_or_insert_with(Vec::new)
@@ -224,6 +212,33 @@ fn service_account_volume() -> Volume {
             ..ProjectedVolumeSource::default()
         }),
         ..Volume::default()
+    }
+}
+
+/// vLLM's NixlConnector tells the other side where to fetch the KV cache from with its side
+/// channel's host (`VLLM_NIXL_SIDE_CHANNEL_HOST`, default `localhost`): the prefill engine
+/// answers it to the decode engine, so every role's engine announces its pod's IP.
+pub(super) fn add_kv_side_channel(deployment: &mut K8sDeployment, serving: &ServingSpec) {
+    if serving.spec.engine.kind != EngineKind::Vllm {
+        return;
+    }
+    let server = deployment
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.spec.as_mut())
+        .and_then(|pod| pod.containers.first_mut());
+    if let Some(server) = server {
+        server.env.get_or_insert_with(Vec::new).push(EnvVar {
+            name: "VLLM_NIXL_SIDE_CHANNEL_HOST".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "status.podIP".into(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        });
     }
 }
 

@@ -403,6 +403,7 @@ fn role_deployment(
     };
     let labels = object_labels(&target, config);
     let (mut deployment, hash) = deployment_object(&target, namespace, &labels, config);
+    disaggregation::add_kv_side_channel(&mut deployment, t.serving);
     if role == ServingRole::Decode {
         disaggregation::add_routing_sidecar(
             &mut deployment,

@@ -3,12 +3,12 @@
 
 use crate::domain::{DeploymentStatus, Phase, ReplicaCounts, RoleStatus, ServingRole};
 
-/// How much a role's phase holds the deployment back: the deployment takes the phase of
-/// the role that holds it most (`Ready` only when both are; at zero only when both are).
+/// How much the prefill role's phase holds the deployment back: the deployment takes it
+/// when it weighs more than the decode side's. Prefill pods at zero hold nothing (decode
+/// pods serve whole requests), so the deployment is at zero only when decode is.
 fn weight(phase: Phase) -> u8 {
     match phase {
-        Phase::Ready => 0,
-        Phase::ScaledToZero => 1,
+        Phase::Ready | Phase::ScaledToZero => 0,
         Phase::Pending => 2,
         Phase::Deploying => 3,
         Phase::Degraded => 4,

@@ -162,6 +162,7 @@ impl Worker {
         let (prefill_pods, decode_pods): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut observed.pods)
             .into_iter()
             .partition(|pod| role(pod).as_deref() == Some(ServingRole::Prefill.as_str()));
+        observed.lost_nodes = self.lost_nodes(&decode_pods).await;
         observed.pods = decode_pods;
         prefill.lost_nodes = self.lost_nodes(&prefill_pods).await;
         prefill.pods = prefill_pods;

@@ -464,8 +464,15 @@ async fn compute_spec(
                     FieldErrors::single("revision", format!("revision {revision} does not exist"))
                 })?;
             let mut spec = old.spec;
-            // The current scale stays unless the rollback names one.
+            // The current scale stays unless the rollback names one (a disaggregated
+            // deployment's: each role's).
             spec.replicas = replicas.or(row.spec.0.replicas);
+            if let (Some(old_roles), Some(now)) =
+                (spec.disaggregation.as_mut(), &row.spec.0.disaggregation)
+            {
+                old_roles.prefill.replicas = now.prefill.replicas;
+                old_roles.decode.replicas = now.decode.replicas;
+            }
             (
                 parse(spec)?,
                 format!("rolled back to revision {revision}"),

@@ -18,8 +18,9 @@
 //!
 //! The sidecar (`pkg/sidecar/proxy/chat_completions.go`, flags in `options.go`): the
 //! container listening on the served port with `--vllm-port`; given the header it checks
-//! the target against the pods of its `--inference-pool` when `--enable-ssrf-protection` is
-//! on (403 `Forbidden: prefill target not allowed by SSRF protection` otherwise), sends the
+//! the target's host against the pods of its `--inference-pool` when
+//! `--enable-ssrf-protection` is on (`allowlist.go`: by IP or name, any port; 403
+//! `Forbidden: prefill target not allowed by SSRF protection` otherwise), sends the
 //! request to the prefill pod, then has its own engine decode. The emulator names the
 //! prefill pod in `x-emulator-prefill-pod`.
 
@@ -246,7 +247,8 @@ pub(super) fn sidecar(pod: &Value) -> Option<Sidecar> {
 
 impl Sidecar {
     /// Whether the sidecar may send a prefill to `host_port`: always without SSRF
-    /// protection; with it, only to a pod of its pool on one of the pool's target ports.
+    /// protection; with it, only to a host that is a pod of its pool, by IP or name, on any
+    /// port (`allowlist.go` `IsAllowed` compares the host part only).
     pub(super) fn allows(&self, store: &Store, host_port: &str) -> bool {
         let Some((ns, name)) = &self.allowlist_pool else {
             return true;
@@ -258,18 +260,14 @@ impl Sidecar {
         else {
             return false;
         };
-        let ports: Vec<String> = pool
-            .pointer("/spec/targetPorts")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p.get("number").and_then(Value::as_i64))
-            .map(|n| n.to_string())
-            .collect();
+        let host = host_port
+            .rsplit_once(':')
+            .map_or(host_port, |(host, _)| host)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
         super::pool_pods(store, &pool).iter().any(|pod| {
-            pod.pointer("/status/podIP")
-                .and_then(Value::as_str)
-                .is_some_and(|ip| ports.iter().any(|port| format!("{ip}:{port}") == host_port))
+            pod.pointer("/status/podIP").and_then(Value::as_str) == Some(host)
+                || pod.pointer("/metadata/name").and_then(Value::as_str) == Some(host)
         })
     }
 }
