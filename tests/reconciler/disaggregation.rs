@@ -142,6 +142,25 @@ async fn a_disaggregated_deployment_serves_through_prefill_then_decode(pool: PgP
     );
     assert!(sidecar["state"]["running"].is_object(), "{sidecar}");
     assert!(h.live("apps/v1", "Deployment", "big").await.is_none());
+    // The sidecar's own ServiceAccount, which may only read the pool and its pods.
+    assert_eq!(
+        decode["spec"]["template"]["spec"]["serviceAccountName"],
+        "big-routing-sidecar"
+    );
+    let access = h
+        .live(
+            "rbac.authorization.k8s.io/v1",
+            "Role",
+            "big-routing-sidecar",
+        )
+        .await
+        .unwrap();
+    assert_eq!(access["rules"].as_array().unwrap().len(), 2, "{access}");
+    assert!(
+        h.live("v1", "ServiceAccount", "big-routing-sidecar")
+            .await
+            .is_some()
+    );
     let pool = h
         .live("inference.networking.k8s.io/v1", "InferencePool", "big")
         .await
@@ -231,6 +250,41 @@ async fn a_disaggregated_deployment_serves_through_prefill_then_decode(pool: PgP
     assert_eq!(no_role.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let problem: Value = no_role.json().await.unwrap();
     assert_eq!(problem["errors"][0]["field"], "role", "{problem}");
+
+    // Deleting it removes both roles and the sidecar's access with it.
+    let deleted = h
+        .app
+        .request(reqwest::Method::DELETE, PATH)
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    wait_for("everything of it gone", Duration::from_secs(30), || async {
+        h.live("apps/v1", "Deployment", "big-decode")
+            .await
+            .is_none()
+            && h.live("apps/v1", "Deployment", "big-prefill")
+                .await
+                .is_none()
+            && h.live("v1", "ServiceAccount", "big-routing-sidecar")
+                .await
+                .is_none()
+            && h.live(
+                "rbac.authorization.k8s.io/v1",
+                "Role",
+                "big-routing-sidecar",
+            )
+            .await
+            .is_none()
+            && h.live(
+                "rbac.authorization.k8s.io/v1",
+                "RoleBinding",
+                "big-routing-sidecar",
+            )
+            .await
+            .is_none()
+    })
+    .await;
 }
 
 #[sqlx::test(migrations = "./migrations")]

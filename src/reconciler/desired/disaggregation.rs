@@ -11,7 +11,8 @@
 //! - every decode pod runs the routing sidecar on the serving port in front of the engine:
 //!   given the header it asks the prefill pod to compute the KV cache, then has its own
 //!   engine decode from it; it only calls pods of the pool (`--enable-ssrf-protection`),
-//!   which it watches with the picker's ServiceAccount (only the sidecar mounts its token);
+//!   which it watches with a ServiceAccount of its own that reads only those (only the
+//!   sidecar mounts its token);
 //! - vLLM in both roles moves the KV cache with its NixlConnector (`kv_both`).
 
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
@@ -24,7 +25,12 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{BuildConfig, picker_name, restricted_container};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+
+use super::{BuildConfig, LABEL_NAME, Target, generation_metadata, restricted_container};
 use crate::domain::{EngineKind, ServingRole, ServingSpec};
 
 /// The label the upstream picker's `prefill-filter` and `decode-filter` select by
@@ -71,7 +77,7 @@ pub(super) fn role_serving(serving: &ServingSpec, role: ServingRole) -> ServingS
 /// Makes the decode role's Deployment serve through the routing sidecar: the engine's port
 /// and probes are renamed `engine`, the sidecar takes `http` (the Service's and the pool's
 /// port), runs as a native sidecar (an init container that keeps running, as upstream's
-/// decode pods run it) and reads the pool with the picker's ServiceAccount.
+/// decode pods run it) and reads the pool with a ServiceAccount of its own.
 pub(super) fn add_routing_sidecar(
     deployment: &mut K8sDeployment,
     serving: &ServingSpec,
@@ -154,14 +160,72 @@ pub(super) fn add_routing_sidecar(
         .get_or_insert_with(Vec::new)
         .insert(0, sidecar);
     // The sidecar watches the pool and its pods to allow only them as prefill targets,
-    // with the picker's ServiceAccount, which reads those (and the namespace's
-    // InferenceObjectives and InferenceModelRewrites: its Role in `endpoint_picker.rs`;
-    // nothing it may write). The pod keeps `automountServiceAccountToken: false`; the
-    // sidecar alone mounts the token.
-    pod.service_account_name = Some(picker_name(pool));
+    // with a ServiceAccount that may read exactly those ([`sidecar_access`]). The pod keeps
+    // `automountServiceAccountToken: false`; the sidecar alone mounts the token.
+    pod.service_account_name = Some(sidecar_account_name(pool));
     pod.volumes
         .get_or_insert_with(Vec::new)
         .push(service_account_volume());
+}
+
+/// The routing sidecar's ServiceAccount, and the Role (read InferencePools and pods, as
+/// upstream's `allowlist.go` watches them; nothing else) bound to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SidecarAccess {
+    pub service_account: ServiceAccount,
+    pub role: Role,
+    pub role_binding: RoleBinding,
+}
+
+/// The name of a deployment's routing sidecar ServiceAccount, Role and RoleBinding.
+pub fn sidecar_account_name(deployment: &str) -> String {
+    format!("{deployment}-{ROUTING_SIDECAR}")
+}
+
+/// The sidecar's access objects, labelled as the deployment's (so they go with it).
+pub(super) fn sidecar_access(
+    t: &Target,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> SidecarAccess {
+    let name = sidecar_account_name(&t.record.name);
+    let mut labels = labels.clone();
+    labels.insert(LABEL_NAME.into(), ROUTING_SIDECAR.into());
+    let metadata = || generation_metadata(t, &name, namespace, &labels);
+    let read = |group: &str, resource: &str| PolicyRule {
+        api_groups: Some(vec![group.into()]),
+        resources: Some(vec![resource.into()]),
+        verbs: vec!["get".into(), "list".into(), "watch".into()],
+        ..PolicyRule::default()
+    };
+    SidecarAccess {
+        service_account: ServiceAccount {
+            metadata: metadata(),
+            automount_service_account_token: Some(false),
+            ..ServiceAccount::default()
+        },
+        role: Role {
+            metadata: metadata(),
+            rules: Some(vec![
+                read("inference.networking.k8s.io", "inferencepools"),
+                read("", "pods"),
+            ]),
+        },
+        role_binding: RoleBinding {
+            metadata: metadata(),
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                kind: "Role".into(),
+                name: name.clone(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: name.clone(),
+                namespace: Some(namespace.to_owned()),
+                ..Subject::default()
+            }]),
+        },
+    }
 }
 
 /// The volume of the sidecar's ServiceAccount credentials.

@@ -62,7 +62,8 @@ use self::budget::disruption_budget_object;
 use self::deployment::deployment_object;
 pub use self::deployment::engine_image;
 pub use self::disaggregation::{
-    PREFILLER_HEADER, ROLE_LABEL, ROUTING_SIDECAR, decode_engine_port, role_object_name,
+    PREFILLER_HEADER, ROLE_LABEL, ROUTING_SIDECAR, SidecarAccess, decode_engine_port,
+    role_object_name, sidecar_account_name,
 };
 pub use self::endpoint_picker::{
     ENDPOINT_PICKER, EPP_GRPC_PORT, EPP_HEALTH_PORT, EPP_METRICS_PORT, picker_cluster_binding_name,
@@ -191,6 +192,8 @@ pub struct DesiredObjects {
     pub deployment: K8sDeployment,
     /// A disaggregated deployment's prefill role. Boxed as `activator` is.
     pub prefill: Option<Box<RoleObjects>>,
+    /// A disaggregated deployment's routing sidecar's ServiceAccount, Role and RoleBinding.
+    pub sidecar_access: Option<Box<SidecarAccess>>,
     pub service: Service,
     /// `None` when no Gateway is configured for the deployment.
     pub http_route: Option<HttpRoute>,
@@ -236,6 +239,13 @@ impl DesiredObjects {
         }
         if let Some(prefill) = &self.prefill {
             all.push(as_json(&prefill.deployment));
+        }
+        if let Some(access) = &self.sidecar_access {
+            all.extend([
+                as_json(&access.service_account),
+                as_json(&access.role),
+                as_json(&access.role_binding),
+            ]);
         }
         if let Some(monitor) = &self.pod_monitor {
             all.push(as_json(monitor));
@@ -321,6 +331,9 @@ pub fn desired_objects(
     let mut desired = DesiredObjects {
         namespace: namespace_object(t, namespace, adopted, config),
         deployment,
+        sidecar_access: prefill
+            .is_some()
+            .then(|| Box::new(disaggregation::sidecar_access(t, namespace, &labels))),
         prefill,
         service: service_object(t, namespace, &labels),
         http_route: gateway

@@ -625,7 +625,22 @@ fn disaggregation_makes_a_deployment_per_role_behind_one_pool_and_a_sidecar_on_d
         sidecar["securityContext"]["allowPrivilegeEscalation"],
         false
     );
-    assert_eq!(pod["serviceAccountName"], "big-epp");
+    // A ServiceAccount of its own, which may only read pools and pods.
+    assert_eq!(pod["serviceAccountName"], "big-routing-sidecar");
+    let access = objects.typed.sidecar_access.as_ref().unwrap();
+    assert_eq!(
+        as_json(&access.role)["rules"],
+        json!([{"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"], "verbs": ["get", "list", "watch"]},
+               {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}])
+    );
+    assert_eq!(
+        as_json(&access.role_binding)["subjects"][0]["name"],
+        "big-routing-sidecar"
+    );
+    assert_eq!(
+        as_json(&access.service_account)["metadata"]["labels"]["modelplane.io/deployment-id"],
+        "01a200c1-83bb-709a-83d2-8acee715d77e"
+    );
     // Only the sidecar holds the ServiceAccount's token; the engine never sees it.
     assert_eq!(pod["automountServiceAccountToken"], false);
     assert_eq!(

@@ -51,6 +51,12 @@ impl Worker {
         if !namespace_holds {
             self.apply_required(&desired.namespace, observed).await?;
         }
+        if let Some(access) = &desired.sidecar_access {
+            // Before the decode pods that name its ServiceAccount.
+            Box::pin(self.apply_required(&access.service_account, observed)).await?;
+            Box::pin(self.apply_required(&access.role, observed)).await?;
+            Box::pin(self.apply_required(&access.role_binding, observed)).await?;
+        }
         let deployment = self.apply_required(&desired.deployment, observed).await?;
         let prefill_deployment = match &desired.prefill {
             Some(prefill) => Some(Some(Box::new(
