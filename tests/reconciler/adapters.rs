@@ -245,6 +245,19 @@ async fn adapters_load_and_unload_on_running_pods_without_a_restart(pool: PgPool
     }
 }
 
+/// Creates `name` with `spec`, which must be refused with a 422; the problem document.
+async fn refused_create(h: &Harness, name: &str, spec: Value) -> Value {
+    let refused = h
+        .app
+        .post_json(
+            "/api/v1/projects/team-a/deployments",
+            &json!({"name": name, "spec": spec}),
+        )
+        .await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    refused.json().await.unwrap()
+}
+
 #[sqlx::test(migrations = "./migrations")]
 async fn adapter_requests_name_the_field_they_get_wrong(pool: PgPool) {
     let h = harness_on(pool, cluster(), |_| {}).await;
@@ -295,30 +308,14 @@ async fn adapter_requests_name_the_field_they_get_wrong(pool: PgPool) {
     let mut tgi = spec();
     tgi["engine"] = json!({"kind": "tgi"});
     tgi["resources"]["gpu"] = json!({"count": 1});
-    let refused = h
-        .app
-        .post_json(
-            "/api/v1/projects/team-a/deployments",
-            &json!({"name": "tgi", "spec": tgi}),
-        )
-        .await;
-    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let problem: Value = refused.json().await.unwrap();
+    let problem = refused_create(&h, "tgi", tgi).await;
     assert!(problem.to_string().contains("spec.adapters"), "{problem}");
     // The variable that opens the engine's adapter API is modelplane's to set: by hand it
     // would open the API on a route that does not refuse it.
     let mut opened = sim_spec();
     opened["engine"]["env"] =
         json!([{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"}]);
-    let refused = h
-        .app
-        .post_json(
-            "/api/v1/projects/team-a/deployments",
-            &json!({"name": "opened", "spec": opened}),
-        )
-        .await;
-    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let problem: Value = refused.json().await.unwrap();
+    let problem = refused_create(&h, "opened", opened).await;
     assert_eq!(
         problem["errors"][0]["field"], "spec.engine.env[0].name",
         "{problem}"
@@ -326,15 +323,7 @@ async fn adapter_requests_name_the_field_they_get_wrong(pool: PgPool) {
     // Adapters the engine starts with would be unloaded as not on the list.
     let mut clash = spec();
     clash["engine"]["args"] = json!(["--lora-modules", r#"{"name":"x","path":"/x"}"#]);
-    let refused = h
-        .app
-        .post_json(
-            "/api/v1/projects/team-a/deployments",
-            &json!({"name": "clash", "spec": clash}),
-        )
-        .await;
-    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let problem: Value = refused.json().await.unwrap();
+    let problem = refused_create(&h, "clash", clash).await;
     assert_eq!(
         problem["errors"][0]["field"], "spec.engine.args[0]",
         "{problem}"

@@ -9,6 +9,9 @@
 //! `Initialized` False (`ContainersNotInitialized`) and its containers `PodInitializing`;
 //! once the pod runs, regular init containers have completed (exit 0) and sidecars
 //! (`restartPolicy: Always`, KEP-753) run, started and ready beside the containers.
+//!
+//! One file (about 840 lines before its tests) because every step writes the one pod
+//! status the kubelet's status manager would: splitting it would split that status.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

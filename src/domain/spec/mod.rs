@@ -7,7 +7,10 @@
 //! configuration when objects are built, so changing `engine.kind` never keeps
 //! a stale image from the previous engine.
 
+mod disaggregation;
 mod validate;
+
+pub use disaggregation::{DisaggregationSpec, RoleSpec};
 
 pub use validate::parse_gateway_ref;
 pub(crate) use validate::{find_nul_characters, validate_user_map};
@@ -248,36 +251,6 @@ pub struct AdapterSpec {
     /// Where its weights are: `hf://org/name` (the engine downloads it, with the model's
     /// `secretRef` token) or `pvc://claim/path` (the claim is mounted read-only).
     pub source: String,
-}
-
-/// The two roles of a disaggregated deployment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct DisaggregationSpec {
-    /// The pods that compute the prompt's KV cache.
-    pub prefill: RoleSpec,
-    /// The pods that generate the tokens (and take every request first).
-    pub decode: RoleSpec,
-}
-
-/// One role's pods: how many, and what differs from the rest of the spec.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RoleSpec {
-    /// The role's pods. Default 1.
-    #[serde(default)]
-    pub replicas: Option<i64>,
-    /// The role's CPU, memory and GPU count; `spec.resources` when omitted (the GPU kind,
-    /// `resourceName` and `product`, is always `spec.resources.gpu`'s).
-    #[serde(default)]
-    pub resources: Option<ResourceSpec>,
-    /// Arguments appended to `spec.engine.args` for this role.
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// Environment variables added to `spec.engine.env` for this role (a name in both is
-    /// the role's).
-    #[serde(default)]
-    pub env: Vec<EnvVar>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -7,6 +7,9 @@
 //! requests the pod really answered, and the LoRA adapters of `--lora-modules` and its
 //! runtime adapter API (pkg/llm-d-inference-sim/lora.go). The data plane (`mod.rs`)
 //! hands it the requests that reach a sim pod.
+//!
+//! One file (about 870 lines before its tests): it is one engine, whose answers, slots and
+//! `/metrics` figures share the per-pod records it keeps.
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;

@@ -100,23 +100,7 @@ export function Replicas({ deployment, editable }: { deployment: Deployment; edi
         <form className="inline-form" onSubmit={submit}>
           {!autoscaled && !roles && (
             <>
-          <div className={`field${scaleError ? ' field-invalid' : ''}`}>
-            <label htmlFor="scale-replicas">Replicas</label>
-            <input
-              id="scale-replicas"
-              type="number"
-              min={0}
-              value={replicas}
-              onChange={(e) => setReplicas(e.target.value)}
-              aria-invalid={scaleError ? true : undefined}
-              aria-describedby={scaleError ? 'scale-error' : undefined}
-            />
-            {scaleError && (
-              <p className="field-error" id="scale-error" role="alert">
-                {scaleError}
-              </p>
-            )}
-          </div>
+          <CountField id="scale-replicas" label="Replicas" value={replicas} onChange={setReplicas} error={scaleError} />
           <button type="submit" className="btn btn-primary" disabled={scale.isPending}>
             Scale
           </button>
@@ -143,6 +127,41 @@ export function Replicas({ deployment, editable }: { deployment: Deployment; edi
         </Confirm>
       )}
     </section>
+  );
+}
+
+/** A count of pods to scale to, with the API's refusal under it. */
+function CountField({
+  id,
+  label,
+  value,
+  onChange,
+  error,
+}: {
+  id: string;
+  label: string;
+  value: string;
+  onChange: (value: string) => void;
+  error: string | undefined;
+}) {
+  return (
+    <div className={`field${error ? ' field-invalid' : ''}`}>
+      <label htmlFor={id}>{label}</label>
+      <input
+        id={id}
+        type="number"
+        min={0}
+        value={value}
+        onChange={(e) => onChange(e.target.value)}
+        aria-invalid={error ? true : undefined}
+        aria-describedby={error ? `${id}-error` : undefined}
+      />
+      {error && (
+        <p className="field-error" id={`${id}-error`} role="alert">
+          {error}
+        </p>
+      )}
+    </div>
   );
 }
 
@@ -218,23 +237,7 @@ function RoleRow({
             scale.mutate(Number(replicas));
           }}
         >
-          <div className={`field${error ? ' field-invalid' : ''}`}>
-            <label htmlFor={id}>{label} replicas</label>
-            <input
-              id={id}
-              type="number"
-              min={0}
-              value={replicas}
-              onChange={(e) => setReplicas(e.target.value)}
-              aria-invalid={error ? true : undefined}
-              aria-describedby={error ? `${id}-error` : undefined}
-            />
-            {error && (
-              <p className="field-error" id={`${id}-error`} role="alert">
-                {error}
-              </p>
-            )}
-          </div>
+          <CountField id={id} label={`${label} replicas`} value={replicas} onChange={setReplicas} error={error} />
           <button type="submit" className="btn btn-primary" disabled={scale.isPending}>
             Scale {label.toLowerCase()}
           </button>
