@@ -239,6 +239,15 @@ pub struct ReconcilerConfig {
         default_value = "vllm/vllm-openai:v0.11.0"
     )]
     pub image_vllm: String,
+    /// Default image of the vllm engine for a model that spans nodes (`nodesPerReplica`):
+    /// v0.11.1 or later, whose multiprocessing backend runs one model over several nodes
+    /// (`--nnodes`, `--node-rank`, `--headless`; v0.11.0 has no such flags).
+    #[arg(
+        long,
+        env = "MODELPLANE_IMAGE_VLLM_MULTINODE",
+        default_value = "vllm/vllm-openai:v0.11.1"
+    )]
+    pub image_vllm_multinode: String,
     /// Default image of the sglang engine.
     #[arg(
         long,

@@ -500,6 +500,7 @@ fn worker_config(
                 sglang_image: config.image_sglang.clone(),
                 tgi_image: config.image_tgi.clone(),
                 sim_image: config.image_sim.clone(),
+                vllm_multinode_image: config.image_vllm_multinode.clone(),
                 gpu_resource_name: config.gpu_resource_name.clone(),
                 startup_timeout_seconds: config.startup_timeout_secs,
                 pods: crate::domain::PodDefaults {

@@ -19,12 +19,14 @@ use super::spec::check_extended_resource_name;
 /// The largest quota limit (GPUs or replicas) a project can be given.
 pub const MAX_QUOTA: i64 = 1_000_000;
 
-/// The GPUs one replica asks for: a resource name, an optional product and a count.
+/// The GPUs one replica asks for: a resource name, an optional product, a count per pod,
+/// and the pods of one replica (more than one when it spans nodes; they are placed whole).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GpuShape {
     pub resource_name: String,
     pub product: Option<String>,
-    pub per_replica: i64,
+    pub per_pod: i64,
+    pub pods_per_replica: i64,
 }
 
 impl GpuShape {
@@ -40,8 +42,14 @@ impl GpuShape {
                 .and_then(|g| g.resource_name.clone())
                 .unwrap_or_else(|| default_resource.to_owned()),
             product: gpu.and_then(|g| g.product.clone()),
-            per_replica: i64::from(serving.gpus),
+            per_pod: i64::from(serving.gpus),
+            pods_per_replica: i64::from(serving.nodes.max(1)),
         })
+    }
+
+    /// The GPUs of one whole replica.
+    pub fn per_replica(&self) -> i64 {
+        self.per_pod * self.pods_per_replica
     }
 }
 
@@ -90,7 +98,7 @@ impl Demand {
             *self
                 .gpus
                 .entry((gpu.resource_name.clone(), gpu.product.clone()))
-                .or_default() += track.replicas * gpu.per_replica;
+                .or_default() += track.replicas * gpu.per_replica();
         }
     }
 
@@ -98,7 +106,8 @@ impl Demand {
         self.replicas -= track.replicas;
         if let Some(gpu) = &track.gpu {
             let key = (gpu.resource_name.clone(), gpu.product.clone());
-            let left = self.gpus.get(&key).copied().unwrap_or(0) - track.replicas * gpu.per_replica;
+            let left =
+                self.gpus.get(&key).copied().unwrap_or(0) - track.replicas * gpu.per_replica();
             if left == 0 {
                 self.gpus.remove(&key);
             } else {
@@ -375,13 +384,14 @@ impl CapacityReport {
     }
 }
 
-/// Whether `replicas` pods of `shape` fit on `nodes`.
+/// Whether `replicas` replicas of `shape` fit on `nodes`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fit {
     /// Every replica fits now.
     Fits,
-    /// No node offers this many GPUs of this kind: no replica will ever be scheduled.
-    Never { largest_node: i64 },
+    /// No node offers this many GPUs of this kind, or (for a replica of several pods) the
+    /// nodes together could never hold one whole replica: none will ever be scheduled.
+    Never { largest_node: i64, pod_slots: i64 },
     /// Only `fits` of `replicas` fit on the GPUs free now.
     Partly {
         fits: i64,
@@ -391,20 +401,23 @@ pub enum Fit {
     },
 }
 
-/// Places `replicas` pods of `shape` on the nodes' free GPUs (each node holds as many as
-/// its free GPUs allow). `running` pods of the same shape already hold GPUs of their own
-/// and count as placed.
+/// Places `replicas` replicas of `shape` on the nodes' free GPUs (each node holds as many
+/// pods as its free GPUs allow; a replica of several pods counts only when all of them
+/// find room, as a LeaderWorkerSet group needs). `running` replicas of the same shape
+/// already hold GPUs of their own and count as placed.
 pub fn fit(nodes: &[GpuNode], shape: &GpuShape, replicas: i64, running: i64) -> Fit {
     let offering: Vec<&GpuNode> = nodes.iter().filter(|n| n.offers(shape)).collect();
     let largest_node = offering.iter().map(|n| n.allocatable).max().unwrap_or(0);
-    if largest_node < shape.per_replica {
-        return Fit::Never { largest_node };
+    let group = shape.pods_per_replica.max(1);
+    let pod_slots: i64 = offering.iter().map(|n| n.allocatable / shape.per_pod).sum();
+    if largest_node < shape.per_pod || pod_slots < group {
+        return Fit::Never {
+            largest_node,
+            pod_slots,
+        };
     }
-    let placeable: i64 = offering
-        .iter()
-        .map(|n| n.free() / shape.per_replica)
-        .sum::<i64>()
-        + running;
+    let free_slots: i64 = offering.iter().map(|n| n.free() / shape.per_pod).sum();
+    let placeable = free_slots / group + running;
     if placeable >= replicas {
         return Fit::Fits;
     }
@@ -545,7 +558,8 @@ mod tests {
         GpuShape {
             resource_name: "nvidia.com/gpu".into(),
             product: product.map(Into::into),
-            per_replica: n,
+            per_pod: n,
+            pods_per_replica: 1,
         }
     }
 
@@ -554,13 +568,61 @@ mod tests {
         let nodes = [node("a", 8, 0), node("b", 8, 0)];
         assert_eq!(
             fit(&nodes, &shape(16, None), 1, 0),
-            Fit::Never { largest_node: 8 }
+            Fit::Never {
+                largest_node: 8,
+                pod_slots: 0
+            }
         );
         // Another product's nodes do not count.
         assert_eq!(
             fit(&nodes, &shape(1, Some("H100")), 1, 0),
-            Fit::Never { largest_node: 0 }
+            Fit::Never {
+                largest_node: 0,
+                pod_slots: 0
+            }
         );
+    }
+
+    #[test]
+    fn a_replica_of_several_pods_is_placed_whole_or_not_at_all() {
+        let group = |per_pod, pods| GpuShape {
+            pods_per_replica: pods,
+            ..shape(per_pod, None)
+        };
+        // Two 8-GPU nodes hold one 2-node replica; a second one needs two more nodes.
+        let nodes = [node("a", 8, 0), node("b", 8, 0)];
+        assert_eq!(fit(&nodes, &group(8, 2), 1, 0), Fit::Fits);
+        assert_eq!(
+            fit(&nodes, &group(8, 2), 2, 0),
+            Fit::Partly {
+                fits: 1,
+                free: 16,
+                ready_nodes: 2,
+                largest_free_block: 8
+            }
+        );
+        // Three free pod slots make one whole group of two, not one and a half.
+        let nodes = [node("a", 8, 0), node("b", 8, 0), node("c", 8, 0)];
+        assert!(matches!(
+            fit(&nodes, &group(8, 2), 2, 0),
+            Fit::Partly { fits: 1, .. }
+        ));
+        // A group larger than every node's slots together can never be placed.
+        assert_eq!(
+            fit(&nodes, &group(8, 4), 1, 0),
+            Fit::Never {
+                largest_node: 8,
+                pod_slots: 3
+            }
+        );
+        // The GPUs a quota counts are the whole group's.
+        let mut d = Demand::default();
+        d.add(&TrackDemand {
+            replicas: 2,
+            gpu: Some(group(8, 2)),
+            node_selector: Default::default(),
+        });
+        assert_eq!(d.gpus.values().sum::<i64>(), 32);
     }
 
     #[test]

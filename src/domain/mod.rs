@@ -56,10 +56,11 @@ pub use serving::{Adapter, CacheStorage, PodCount, RoleServing, Roles, ServingRo
 pub use spec::{
     ADAPTER_NAME, Access, AdapterSpec, CURRENT_SPEC_VERSION, CacheVolume, DeploymentSpec,
     DisaggregationSpec, EngineDefaults, EngineKind, EngineSpec, EnvVar, GpuSpec, InferencePoolSpec,
-    MAX_ADAPTERS, ModelSource, ModelSpec, PodDefaults, PoolFallback, ProbeSpec, RUN_AS_USER,
-    RUNTIME_LORA_ENV, ResourceSpec, RoleSpec, RolloutSpec, RoutingMode, RoutingSpec,
-    SchedulingSpec, ScorerWeights, SecretKeyRef, SecurityProfile, SecuritySpec, ShutdownSpec,
-    SpecLimits, StorageSpec, Toleration, check_extended_resource_name, parse_gateway_ref,
+    MAX_ADAPTERS, MAX_NODES_PER_REPLICA, ModelSource, ModelSpec, PodDefaults, PoolFallback,
+    ProbeSpec, RUN_AS_USER, RUNTIME_LORA_ENV, ResourceSpec, RoleSpec, RolloutSpec, RoutingMode,
+    RoutingSpec, SchedulingSpec, ScorerWeights, SecretKeyRef, SecurityProfile, SecuritySpec,
+    ShutdownSpec, SpecLimits, StorageSpec, Toleration, check_extended_resource_name,
+    group_object_name, parse_gateway_ref,
 };
 pub use status::{
     AdapterStatus, CanaryStatus, Condition, ConditionStatus, DeploymentStatus, Endpoints, Phase,

@@ -32,9 +32,11 @@ pub struct ServingSpec {
     pub model: ModelSource,
     /// The name clients send as `model`.
     pub served_name: String,
-    /// GPUs per pod: the spec's count, else the tensor-parallel size, else one when a GPU
-    /// is asked for at all, else none.
+    /// GPUs per pod: the spec's count, else tensor × pipeline parallel size (over the
+    /// nodes of a group), else one when a GPU is asked for at all, else none.
     pub gpus: i32,
+    /// Pods per replica: 1, or a LeaderWorkerSet group's size (`spec.nodesPerReplica`).
+    pub nodes: i32,
     pub health_path: String,
     /// CPU and memory: requests and limits both when set.
     pub cpu: Option<Quantity>,
@@ -208,9 +210,11 @@ impl DeploymentSpec {
         );
         let model = errors.check("spec.model.source", ModelSource::parse(&self.model.source));
         let gpu = self.resources.gpu.as_ref();
+        // Parallel GPUs are split evenly over a group's nodes (`validate_multinode`).
+        let nodes = self.nodes().max(1);
         let gpus = gpu
             .and_then(|g| g.count)
-            .or(self.engine.tensor_parallel_size)
+            .or(self.parallel_gpus().map(|n| n / nodes))
             .unwrap_or(if gpu.is_some() { 1 } else { 0 });
         let gpus = errors.check("spec.resources.gpu.count", in_range(gpus, 0, 1024));
         let quantity = |errors: &mut FieldErrors, field: &str, value: &Option<String>| {
@@ -282,6 +286,7 @@ impl DeploymentSpec {
                 .clone()
                 .unwrap_or_else(|| served_name_default.to_owned()),
             gpus: gpus.expect("checked"),
+            nodes: i32::try_from(nodes).unwrap_or(1),
             health_path: self
                 .probes
                 .health_path
@@ -485,6 +490,7 @@ impl DeploymentSpec {
         self.validate_engine(&mut errors);
         self.validate_adapters(&mut errors);
         self.validate_disaggregation(limits, &mut errors);
+        self.validate_multinode(&mut errors);
         self.validate_contradictions(limits, &mut errors);
         let replicas = self.replicas.unwrap_or(DEFAULT_REPLICAS);
         if !(0..=limits.max_replicas).contains(&replicas) {

@@ -75,6 +75,15 @@ pub async fn start_canary(
             ),
         ));
     }
+    if row.spec.0.nodes() > 1 {
+        return Err(ServiceError::conflict(
+            Some("spec.nodesPerReplica"),
+            format!(
+                "deployment `{name}` runs each replica as a group of {} nodes: a canary of groups is not built yet",
+                row.spec.0.nodes()
+            ),
+        ));
+    }
     let (spec, header) = requested_track(ctx, &mut tx, &row, &request).await?;
     // The canary's objects are named `<name>-canary`: a deployment of that name (from before
     // such names were reserved) would share them.

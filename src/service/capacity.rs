@@ -344,15 +344,25 @@ pub(super) async fn admit(
         }
         match fit(&nodes, shape, track.replicas, running) {
             Fit::Fits => {}
-            Fit::Never { largest_node } => {
-                let message = never_fits(shape, largest_node);
+            Fit::Never {
+                largest_node,
+                pod_slots,
+            } => {
+                let message = never_fits(shape, largest_node, pod_slots);
                 if options.force {
                     warnings.push(format!("{message} (accepted with force=true)"));
                 } else {
                     metrics::counter!(crate::metrics::CAPACITY_REFUSALS, "reason" => "never_fits")
                         .increment(1);
+                    // The pods of a group that could never all find room: the group's
+                    // size is at fault; else one pod's GPUs.
+                    let field = if shape.pods_per_replica > 1 && shape.per_pod <= largest_node {
+                        "spec.nodesPerReplica"
+                    } else {
+                        "spec.resources.gpu.count"
+                    };
                     return Err(FieldErrors::single(
-                        "spec.resources.gpu.count",
+                        field,
                         format!("{message}; pass force=true if such nodes are being added"),
                     )
                     .into());
@@ -367,7 +377,7 @@ pub(super) async fn admit(
                 "only {fits} of {} replica(s) fit on the free {} now ({free} free on {ready_nodes} Ready, schedulable node(s); largest free block {largest_free_block}, each replica needs {}): the rest stay Pending until GPUs free up",
                 track.replicas,
                 kind(shape),
-                shape.per_replica
+                shape.per_pod
             )),
         }
     }
@@ -403,19 +413,38 @@ fn kind(shape: &GpuShape) -> String {
     crate::domain::gpu_quota_name(&shape.resource_name, shape.product.as_deref())
 }
 
-fn never_fits(shape: &GpuShape, largest_node: i64) -> String {
+fn never_fits(shape: &GpuShape, largest_node: i64, pod_slots: i64) -> String {
     if largest_node == 0 {
-        format!(
+        return format!(
             "asks for {} {} per replica, but no node in the cluster offers {}",
-            shape.per_replica,
+            shape.per_pod,
             kind(shape),
             kind(shape)
-        )
-    } else {
-        format!(
-            "asks for {} {} per replica, but the largest node offering it has {largest_node}: no replica would ever be scheduled",
-            shape.per_replica,
+        );
+    }
+    if shape.per_pod <= largest_node {
+        // A group of several pods larger than the nodes can hold together.
+        return format!(
+            "asks for {} pods of {} {} per replica, but the cluster's nodes together hold only {pod_slots} such pods: no replica would ever be scheduled whole",
+            shape.pods_per_replica,
+            shape.per_pod,
             kind(shape)
-        )
+        );
+    }
+    let message = format!(
+        "asks for {} {} per pod, but the largest node offering it has {largest_node}: no replica would ever be scheduled",
+        shape.per_pod,
+        kind(shape)
+    );
+    // A replica larger than a node can span nodes when its GPUs split evenly over them.
+    let total = shape.per_pod * shape.pods_per_replica;
+    let nodes = (total + largest_node - 1) / largest_node;
+    match (nodes..=total).find(|n| total % n == 0) {
+        Some(n) if n <= crate::domain::MAX_NODES_PER_REPLICA => format!(
+            "{message}; set spec.nodesPerReplica: {n} to run each replica on {n} nodes of {} {} (with spec.engine.tensorParallelSize × pipelineParallelSize = {total})",
+            total / n,
+            kind(shape)
+        ),
+        _ => message,
     }
 }

@@ -180,7 +180,7 @@ async fn a_replica_no_node_can_hold_is_refused_naming_the_field_unless_forced(po
     let message = problem["errors"][0]["message"].as_str().unwrap();
     assert!(
         message.contains(
-            "asks for 16 nvidia.com/gpu per replica, but the largest node offering it has 8"
+            "asks for 16 nvidia.com/gpu per pod, but the largest node offering it has 8: no replica would ever be scheduled; set spec.nodesPerReplica: 2 to run each replica on 2 nodes of 8 nvidia.com/gpu"
         ),
         "{message}"
     );

@@ -67,6 +67,7 @@ pub(crate) fn worker_config(id: &str) -> WorkerConfig {
                 sglang_image: "lmsysorg/sglang:v0.5.4".into(),
                 tgi_image: "ghcr.io/huggingface/text-generation-inference:3.3.6".into(),
                 sim_image: "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1".into(),
+                vllm_multinode_image: "vllm/vllm-openai:v0.11.1".into(),
                 gpu_resource_name: "nvidia.com/gpu".into(),
                 startup_timeout_seconds: 600,
                 pods: modelplane::domain::PodDefaults::default(),

@@ -292,6 +292,22 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
     )
     .await;
 
+    // A model that spans nodes: its LeaderWorkerSet applied, read, and deleted with it.
+    let mut big = sim_spec();
+    big["nodesPerReplica"] = json!(2);
+    big["engine"]["tensorParallelSize"] = json!(2);
+    create_with(&h, "big", big).await;
+    h.wait_applied("big", 1).await;
+    assert!(
+        exists(
+            "leaderworkerset.x-k8s.io/v1",
+            "LeaderWorkerSet",
+            "big-group"
+        )
+        .await
+    );
+    h.delete_and_wait_gone("big").await;
+
     // InferencePool mode: the pool and its picker are made, then removed by a switch back.
     let mut pooled = sim_spec();
     pooled["routing"] = json!({"mode": "InferencePool"});

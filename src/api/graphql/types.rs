@@ -367,6 +367,11 @@ impl DeploymentNode {
     async fn observed_generation(&self) -> i64 {
         self.deployment.status.observed_generation
     }
+    /// Nodes (pods) each replica spans: 1, or a LeaderWorkerSet group's size; the replica
+    /// counts then count groups.
+    async fn nodes_per_replica(&self) -> i64 {
+        self.deployment.spec.nodes()
+    }
     async fn replicas(&self) -> ReplicaCounts {
         let r = &self.deployment.status.replicas;
         ReplicaCounts {
@@ -512,7 +517,8 @@ impl DeploymentNode {
         &self.deployment.warnings
     }
     /// The Kubernetes objects modelplane keeps for it (named after the deployment; a
-    /// disaggregated one's Deployments `<name>-prefill` and `<name>-decode`).
+    /// disaggregated one's Deployments `<name>-prefill` and `<name>-decode`; a model that
+    /// spans nodes has a LeaderWorkerSet `<name>-group` in place of its Deployment).
     async fn objects(&self, ctx: &Context<'_>) -> Result<Vec<OwnedObject>> {
         let (state, _) = state(ctx)?;
         let spec = &self.deployment.spec;
@@ -524,7 +530,7 @@ impl DeploymentNode {
         }
         if spec
             .serving(&self.deployment.name)
-            .is_ok_and(|serving| serving.replicas > 1)
+            .is_ok_and(|serving| serving.replicas > 1 && serving.nodes <= 1)
         {
             kinds.push("PodDisruptionBudget");
         }
@@ -542,6 +548,9 @@ impl DeploymentNode {
                     domain::ServingRole::ALL
                         .map(|role| object(kind, format!("{name}-{}", role.as_str()))),
                 ),
+                "Deployment" if spec.nodes() > 1 => {
+                    objects.push(object("LeaderWorkerSet", domain::group_object_name(name)))
+                }
                 _ => objects.push(object(kind, name.clone())),
             }
         }

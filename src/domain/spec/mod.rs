@@ -8,9 +8,11 @@
 //! a stale image from the previous engine.
 
 mod disaggregation;
+mod multinode;
 mod validate;
 
 pub use disaggregation::{DisaggregationSpec, RoleSpec};
+pub use multinode::{MAX_NODES_PER_REPLICA, group_object_name};
 
 pub use validate::parse_gateway_ref;
 pub(crate) use validate::{find_nul_characters, validate_user_map};
@@ -134,6 +136,8 @@ pub struct EngineDefaults {
     pub sglang_image: String,
     pub tgi_image: String,
     pub sim_image: String,
+    /// vllm's for a replica that spans nodes (a release with multi-node `--nnodes`).
+    pub vllm_multinode_image: String,
     pub gpu_resource_name: String,
     pub startup_timeout_seconds: i64,
     pub pods: PodDefaults,
@@ -213,6 +217,13 @@ pub struct DeploymentSpec {
     /// roles'. Set when the deployment is created; needs `routing.mode: InferencePool`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disaggregation: Option<DisaggregationSpec>,
+    /// Nodes each replica spans, for a model larger than one node: every replica runs as a
+    /// LeaderWorkerSet group of one leader pod (which serves the API) and
+    /// `nodesPerReplica - 1` workers, each pod with `resources.gpu.count` GPUs (default:
+    /// tensor × pipeline parallel size over the nodes). Needs the LeaderWorkerSet CRD in
+    /// the cluster. Set when the deployment is created; default 1 (a plain Deployment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes_per_replica: Option<i64>,
     /// Labels carried onto the Kubernetes objects (never into selectors). They are not put
     /// on the pods, so changing them never restarts a model server.
     #[serde(default)]
@@ -303,6 +314,10 @@ pub struct EngineSpec {
     pub max_model_len: Option<i64>,
     #[serde(default)]
     pub tensor_parallel_size: Option<i64>,
+    /// Pipeline stages (vLLM's `--pipeline-parallel-size`): with `tensorParallelSize`, the
+    /// GPUs one replica uses in all (their product), on one node or over `nodesPerReplica`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_parallel_size: Option<i64>,
 }
 
 /// An environment variable: a literal `value` or a `secretRef`, not both.

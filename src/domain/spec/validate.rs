@@ -299,8 +299,9 @@ impl DeploymentSpec {
     }
 
     pub(crate) fn validate_resources(&self, errors: &mut FieldErrors) {
-        let tp = self.engine.tensor_parallel_size;
-        validate_resource_spec(errors, "spec.resources", &self.resources, tp);
+        // A group's pods each hold a share of the parallel GPUs (`validate_multinode`).
+        let world = self.parallel_gpus().filter(|_| self.nodes() == 1);
+        validate_resource_spec(errors, "spec.resources", &self.resources, world);
     }
 
     pub(crate) fn validate_scheduling(&self, errors: &mut FieldErrors) {
@@ -497,7 +498,7 @@ pub(crate) fn validate_resource_spec(
             {
                 errors.push(
                     format!("{path}.gpu.count"),
-                    format!("must be at least spec.engine.tensorParallelSize ({tp})"),
+                    format!("must be at least tensorParallelSize × pipelineParallelSize ({tp})"),
                 );
             }
         }

@@ -106,6 +106,7 @@ pub fn engine_image(serving: &ServingSpec, engines: &EngineDefaults) -> String {
     let engine = &serving.spec.engine;
     engine.image.clone().unwrap_or_else(|| {
         match engine.kind {
+            EngineKind::Vllm if serving.nodes > 1 => &engines.vllm_multinode_image,
             EngineKind::Vllm => &engines.vllm_image,
             EngineKind::Sglang => &engines.sglang_image,
             EngineKind::Tgi => &engines.tgi_image,
@@ -121,6 +122,7 @@ fn engine_command(serving: &ServingSpec, model: &str) -> (Vec<String>, Vec<Strin
     let served = serving.served_name.clone();
     let port = serving.port.to_string();
     let tp = spec.engine.tensor_parallel_size;
+    let pp = spec.engine.pipeline_parallel_size;
     let max_len = spec.engine.max_model_len;
     let revision = spec.model.revision.clone();
     let mut args: Vec<String> = Vec::new();
@@ -135,6 +137,7 @@ fn engine_command(serving: &ServingSpec, model: &str) -> (Vec<String>, Vec<Strin
             push("--served-model-name", Some(served));
             push("--port", Some(port));
             push("--tensor-parallel-size", tp.map(|t| t.to_string()));
+            push("--pipeline-parallel-size", pp.map(|p| p.to_string()));
             push("--max-model-len", max_len.map(|m| m.to_string()));
             push("--revision", revision);
             vec!["vllm".to_owned(), "serve".to_owned(), model.to_owned()]
@@ -161,6 +164,11 @@ fn engine_command(serving: &ServingSpec, model: &str) -> (Vec<String>, Vec<Strin
         EngineKind::Sim => {
             push("--model", Some(served));
             push("--port", Some(port));
+            // The emulator's sim honours a group's parallel layout (`leader_worker_set.rs`).
+            if serving.nodes > 1 {
+                push("--tensor-parallel-size", tp.map(|t| t.to_string()));
+                push("--pipeline-parallel-size", pp.map(|p| p.to_string()));
+            }
             vec!["/app/llm-d-inference-sim".into()]
         }
     };

@@ -32,6 +32,7 @@ mod disaggregation;
 mod endpoint_picker;
 mod inference_pool;
 mod key_check;
+mod leader_worker_set;
 mod model_source;
 mod namespace;
 mod pod_monitor;
@@ -75,6 +76,10 @@ pub use self::inference_pool::{
 };
 pub use self::key_check::{KEY_CHECK_PATH, KeyCheckObjects};
 use self::key_check::{guard, key_check_objects};
+pub use self::leader_worker_set::{
+    LeaderWorkerSet, LeaderWorkerSetSpec, LeaderWorkerSetStatus, SET_NAME_LABEL,
+    WORKER_INDEX_LABEL, as_deployment, group_flags,
+};
 use self::namespace::namespace_object;
 use self::pod_monitor::pod_monitor_object;
 pub use self::pod_monitor::{PodMetricsEndpoint, PodMonitor, PodMonitorSpec};
@@ -194,6 +199,9 @@ pub struct DesiredObjects {
     pub prefill: Option<Box<RoleObjects>>,
     /// A disaggregated deployment's routing sidecar's ServiceAccount, Role and RoleBinding.
     pub sidecar_access: Option<Box<SidecarAccess>>,
+    /// A model that spans nodes: the LeaderWorkerSet applied in place of `deployment`
+    /// (which it is built from, and which stays the pass's view of the pod template).
+    pub group: Option<Box<LeaderWorkerSet>>,
     pub service: Service,
     /// `None` when no Gateway is configured for the deployment.
     pub http_route: Option<HttpRoute>,
@@ -230,7 +238,10 @@ impl DesiredObjects {
     pub fn digest(&self) -> String {
         let mut all = vec![
             as_json(&self.namespace),
-            as_json(&self.deployment),
+            match &self.group {
+                Some(group) => as_json(group),
+                None => as_json(&self.deployment),
+            },
             as_json(&self.service),
             as_json(&self.http_route),
         ];
@@ -328,6 +339,8 @@ pub fn desired_objects(
         .as_ref()
         .and_then(|p| p.when_unavailable)
         .unwrap_or_default();
+    let group = (t.serving.nodes > 1 && t.serving.roles.is_none())
+        .then(|| Box::new(leader_worker_set::leader_worker_set(&deployment, t.serving)));
     let mut desired = DesiredObjects {
         namespace: namespace_object(t, namespace, adopted, config),
         deployment,
@@ -335,6 +348,7 @@ pub fn desired_objects(
             .is_some()
             .then(|| Box::new(disaggregation::sidecar_access(t, namespace, &labels))),
         prefill,
+        group,
         service: service_object(t, namespace, &labels),
         http_route: gateway
             .as_ref()
@@ -355,7 +369,9 @@ pub fn desired_objects(
             pool_objects(t, namespace, &labels, image)
         }),
         canary: canary.map(|plan| canary_objects(&plan.target, namespace, config)),
-        disruption_budget: (t.serving.replicas > 1)
+        // A group's pods are not interchangeable (evicting a worker recreates its group):
+        // no budget until one is designed for groups.
+        disruption_budget: (t.serving.replicas > 1 && t.serving.nodes <= 1)
             .then(|| disruption_budget_object(t, namespace, &labels)),
         pod_monitor: config
             .pod_monitor_interval_secs
@@ -379,6 +395,29 @@ pub fn desired_objects(
         // In-cluster callers (and the route while the picker starts) reach decode pods,
         // whose sidecar serves a request whole when no prefill pod is named.
         selector.insert(ROLE_LABEL.into(), ServingRole::Decode.as_str().into());
+    }
+    if desired.group.is_some() {
+        // Only a group's leader serves the API (and metrics): workers run headless.
+        let leader = || (WORKER_INDEX_LABEL.to_owned(), "0".to_owned());
+        if let Some(selector) = desired
+            .service
+            .spec
+            .as_mut()
+            .and_then(|s| s.selector.as_mut())
+        {
+            selector.extend([leader()]);
+        }
+        if let Some(pool) = desired.pool.as_mut() {
+            pool.pool.spec.selector.match_labels.extend([leader()]);
+        }
+        if let Some(monitor) = desired.pod_monitor.as_mut() {
+            monitor
+                .spec
+                .selector
+                .match_labels
+                .get_or_insert_with(BTreeMap::new)
+                .extend([leader()]);
+        }
     }
     if t.serving.spec.access == Some(Access::Keys) && desired.gateway.is_some() {
         let port = config.key_check.as_ref().map_or(80, |k| k.port);

@@ -13,6 +13,7 @@ fn config() -> BuildConfig {
             sglang_image: "lmsysorg/sglang:v0.5.4".into(),
             tgi_image: "ghcr.io/huggingface/text-generation-inference:3.3.6".into(),
             sim_image: "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1".into(),
+            vllm_multinode_image: "vllm/vllm-openai:v0.11.1".into(),
             gpu_resource_name: "nvidia.com/gpu".into(),
             startup_timeout_seconds: 1800,
             pods: crate::domain::PodDefaults::default(),
@@ -705,5 +706,76 @@ fn disaggregation_makes_a_deployment_per_role_behind_one_pool_and_a_sidecar_on_d
     assert_ne!(
         as_json(&scaled.typed.prefill.as_ref().unwrap().deployment),
         prefill
+    );
+}
+
+#[test]
+fn a_replica_that_spans_nodes_is_a_leader_worker_set_group_served_by_its_leader() {
+    let mut spec = json!({
+        "model": {"source": "hf://meta-llama/Llama-3.1-405B-Instruct"},
+        "engine": {"kind": "vllm", "tensorParallelSize": 8, "pipelineParallelSize": 2},
+        "resources": {"gpu": {}},
+        "replicas": 2,
+        "nodesPerReplica": 2,
+        "routing": {"mode": "InferencePool"}
+    });
+    let rec = record("llama", spec.clone());
+    let mut config = config();
+    config.pod_monitor_interval_secs = Some(15);
+    let d = rec.objects(&config);
+    let group = d.group.as_ref().expect("a LeaderWorkerSet");
+    let set = as_json(group);
+    assert_eq!(set["apiVersion"], "leaderworkerset.x-k8s.io/v1");
+    assert_eq!(set["metadata"]["name"], "llama-group");
+    assert_eq!(set["spec"]["replicas"], 2);
+    let template = &set["spec"]["leaderWorkerTemplate"];
+    assert_eq!(template["size"], 2);
+    assert_eq!(template["restartPolicy"], "RecreateGroupOnPodRestart");
+    let leader = &template["leaderTemplate"]["spec"]["containers"][0];
+    let worker = &template["workerTemplate"]["spec"]["containers"][0];
+    // vLLM >= 0.11.1 (multi-node multiprocessing), each pod with its share of 8 x 2 GPUs.
+    assert_eq!(leader["image"], "vllm/vllm-openai:v0.11.1");
+    assert_eq!(leader["resources"]["limits"]["nvidia.com/gpu"], "8");
+    assert_eq!(worker["resources"]["limits"]["nvidia.com/gpu"], "8");
+    let args = |c: &Value| -> Vec<String> {
+        c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let joined = |c: &Value| args(c).join(" ");
+    assert!(joined(leader).contains("--tensor-parallel-size 8 --pipeline-parallel-size 2"));
+    assert!(joined(leader).contains(
+        "--nnodes 2 --node-rank 0 --master-addr $(LWS_LEADER_ADDRESS) --master-port 29500"
+    ));
+    assert!(!args(leader).contains(&"--headless".to_owned()));
+    assert!(joined(worker).contains("--node-rank $(LWS_WORKER_INDEX)"));
+    assert!(args(worker).contains(&"--headless".to_owned()));
+    // The leader serves the API and is probed; a headless worker serves nothing to probe.
+    assert!(leader["readinessProbe"].is_object());
+    assert!(worker.get("readinessProbe").is_none() && worker.get("startupProbe").is_none());
+    // Service, pool and PodMonitor select leaders only; no budget for groups.
+    let leader_only = |labels: &Value| labels[WORKER_INDEX_LABEL] == "0";
+    assert!(leader_only(&as_json(&d.service)["spec"]["selector"]));
+    let pool = as_json(&d.pool.as_ref().unwrap().pool);
+    assert!(leader_only(&pool["spec"]["selector"]["matchLabels"]));
+    let monitor = as_json(d.pod_monitor.as_ref().unwrap());
+    assert!(leader_only(&monitor["spec"]["selector"]["matchLabels"]));
+    assert!(d.disruption_budget.is_none());
+    // The pods carry the selector's labels, so the record still finds all of them.
+    let pod_labels = &template["workerTemplate"]["metadata"]["labels"];
+    assert_eq!(pod_labels[LABEL_DEPLOYMENT_ID], rec.record.id.to_string());
+
+    // One node per replica stays a Deployment.
+    spec["nodesPerReplica"] = json!(1);
+    spec["engine"]["pipelineParallelSize"] = json!(1);
+    let single = record("llama", spec).objects(&config);
+    assert!(single.group.is_none());
+    assert!(
+        as_json(&single.service)["spec"]["selector"]
+            .get(WORKER_INDEX_LABEL)
+            .is_none()
     );
 }

@@ -28,7 +28,7 @@ use crate::domain::{Load, LoadFigures, LoadSample, MetricsDialect, Track};
 use crate::reconciler::autoscaler::Autoscaler;
 use crate::reconciler::desired::{
     LABEL_DEPLOYMENT_ID, LABEL_ENGINE, LABEL_INSTALLATION, LABEL_MANAGED_BY, LABEL_TRACK,
-    TRACK_CANARY,
+    TRACK_CANARY, WORKER_INDEX_LABEL,
 };
 use crate::reconciler::health::WorkerHealth;
 use crate::reconciler::seen::SeenKinds;
@@ -607,7 +607,9 @@ fn ready_pods(pods: Vec<Arc<Pod>>) -> HashMap<Uuid, Vec<(Track, Arc<Pod>)>> {
         let Some(id) = pod_label(&pod, LABEL_DEPLOYMENT_ID).and_then(|v| v.parse().ok()) else {
             continue;
         };
-        if !ready {
+        // A group's workers run headless (no API, no metrics): its leader speaks for it.
+        let worker = pod_label(&pod, WORKER_INDEX_LABEL).is_some_and(|i| i != "0");
+        if !ready || worker {
             continue;
         }
         let track = if pod_label(&pod, LABEL_TRACK) == Some(TRACK_CANARY) {

@@ -44,6 +44,15 @@ pub(super) fn not_applied(
 ) -> DeploymentStatus {
     let record = t.record;
     let (check, phase, message, endpoints) = match &observed.rejected {
+        _ if observed.unserved.is_some() => {
+            let why = observed.unserved.clone().unwrap_or_default();
+            (
+                Check::new("Applied", false, "KindNotServed", why.clone()),
+                Phase::Failed,
+                why,
+                Endpoints::default(),
+            )
+        }
         Some((kind, message)) => (
             Check::new(
                 "Applied",

@@ -73,6 +73,9 @@ pub struct Observed {
     pub gateway_object: Option<Gateway>,
     /// The API server refused an object: (kind, message).
     pub rejected: Option<(String, String)>,
+    /// The cluster does not serve a kind the record cannot run without (a model that
+    /// spans nodes without LeaderWorkerSets): why nothing was applied.
+    pub unserved: Option<String>,
     /// The API server refused the HTTPRoute (the rest was applied): its message.
     pub route_rejected: Option<String>,
     /// The API server refused the PodDisruptionBudget: its message.
@@ -146,7 +149,7 @@ pub fn compute(
     let Some(dep) = observed
         .deployment
         .as_ref()
-        .filter(|_| observed.rejected.is_none())
+        .filter(|_| observed.rejected.is_none() && observed.unserved.is_none())
     else {
         return not_applied(t, namespace, observed, now);
     };

@@ -12,8 +12,11 @@ use crate::reconciler::cluster::{ClusterError, Object, contains, kind_of};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::reconciler::desired::{
-    DesiredObjects, PodMonitor, PoolObjects, activator_name, as_json,
+    DesiredObjects, PodMonitor, PoolObjects, activator_name, as_deployment, as_json,
 };
+
+/// Why a model that spans nodes got nothing applied.
+pub(super) const GROUP_UNSERVED: &str = "the cluster does not serve LeaderWorkerSets (leaderworkerset.x-k8s.io/v1 CRD missing), which run a replica that spans nodes: install LeaderWorkerSet (v0.10) and its controller; nothing of the deployment was applied";
 use crate::reconciler::status::{Observed, has_available_replica};
 
 /// The objects observation needs, as read during one reconcile. The outer `None`: not read
@@ -57,7 +60,18 @@ impl Worker {
             Box::pin(self.apply_required(&access.role, observed)).await?;
             Box::pin(self.apply_required(&access.role_binding, observed)).await?;
         }
-        let deployment = self.apply_required(&desired.deployment, observed).await?;
+        let deployment = match &desired.group {
+            // First of the record's objects: a cluster without LeaderWorkerSets gets none.
+            Some(group) => match Box::pin(self.apply_required(&**group, observed)).await {
+                Ok(applied) => as_deployment(&applied),
+                Err(err) if err.api_status().is_some_and(|s| s.code == 404) => {
+                    observed.unserved = Some(GROUP_UNSERVED.into());
+                    return Ok(LiveObjects::default());
+                }
+                Err(err) => return Err(err),
+            },
+            None => self.apply_required(&desired.deployment, observed).await?,
+        };
         let prefill_deployment = match &desired.prefill {
             Some(prefill) => Some(Some(Box::new(
                 Box::pin(self.apply_required(&prefill.deployment, observed)).await?,
@@ -66,7 +80,8 @@ impl Worker {
         };
         let service = self.apply_required(&desired.service, observed).await?;
         if let Some(monitor) = &desired.pod_monitor {
-            self.apply_pod_monitor(monitor, &deployment).await?;
+            self.apply_pod_monitor(monitor, &deployment, desired.group.is_some())
+                .await?;
         }
         self.apply_disruption_budget(desired, observed).await?;
         // The canary's refusal fails its track, not the deployment; it goes before the route,
@@ -226,7 +241,7 @@ impl Worker {
         Ok(())
     }
 
-    /// Applies the PodMonitor, owned by the model-server Deployment so that the garbage
+    /// Applies the PodMonitor, owned by the model-server Deployment (or LeaderWorkerSet) so that the garbage
     /// collector deletes it with it (no list or delete of PodMonitors needed). A cluster
     /// without the Prometheus Operator's CRD (404) gets none: the figures then come from
     /// whatever else scrapes the pods. Neither that nor a refusal decides the phase.
@@ -234,11 +249,18 @@ impl Worker {
         &self,
         monitor: &PodMonitor,
         owner: &K8sDeployment,
+        group: bool,
     ) -> Result<(), ClusterError> {
         let mut monitor = monitor.clone();
+        // A group's view carries the LeaderWorkerSet's name and uid.
+        let (api_version, kind) = if group {
+            ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+        } else {
+            ("apps/v1", "Deployment")
+        };
         monitor.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
             name: owner.metadata.name.clone().unwrap_or_default(),
             uid: owner.metadata.uid.clone().unwrap_or_default(),
             ..OwnerReference::default()
@@ -400,8 +422,14 @@ impl Worker {
     ) -> Result<(Vec<String>, LiveObjects), ClusterError> {
         let mut drifted = Vec::new();
         self.read_back(&desired.namespace, &mut drifted).await?;
+        let deployment = match &desired.group {
+            Some(group) => Box::pin(self.read_back(&**group, &mut drifted))
+                .await?
+                .map(|live| live.map(|set| as_deployment(&set))),
+            None => self.read_back(&desired.deployment, &mut drifted).await?,
+        };
         let read = LiveObjects {
-            deployment: self.read_back(&desired.deployment, &mut drifted).await?,
+            deployment,
             service: self.read_back(&desired.service, &mut drifted).await?,
             route: match &desired.http_route {
                 Some(route) => self.read_back(route, &mut drifted).await?,

@@ -16,7 +16,7 @@ use crate::domain::EventKind;
 use crate::reconciler::cluster::{ClusterError, Object};
 use crate::reconciler::desired::{
     InferencePool, LABEL_DEPLOYMENT_ID, LABEL_INSTALLATION, LABEL_MANAGED_BY,
-    LABEL_NAMESPACE_ADOPTED, LABEL_PROJECT,
+    LABEL_NAMESPACE_ADOPTED, LABEL_PROJECT, LeaderWorkerSet,
 };
 use crate::store;
 use crate::store::deployments::ReconcileTarget;
@@ -109,6 +109,10 @@ impl Worker {
             + self
                 .delete_labelled::<K8sDeployment>(namespace, &selector, true)
                 .await?
+            // A group's pods go with it (its headless Service too, which it owns).
+            + self
+                .delete_labelled::<LeaderWorkerSet>(namespace, &selector, true)
+                .await?
             + self
                 .delete_labelled::<ReplicaSet>(namespace, &selector, false)
                 .await?
@@ -198,6 +202,7 @@ impl Worker {
         );
         let mut ids = Vec::new();
         ids.extend(self.labelled_ids::<K8sDeployment>(&selector).await?);
+        ids.extend(self.labelled_ids::<LeaderWorkerSet>(&selector).await?);
         ids.extend(self.labelled_ids::<Service>(&selector).await?);
         ids.extend(self.labelled_ids::<HttpRoute>(&selector).await?);
         ids.extend(self.labelled_ids::<PodDisruptionBudget>(&selector).await?);

@@ -13,8 +13,8 @@ use super::apply::LiveObjects;
 use crate::domain::{Deployment, ServingRole, canary_object_name};
 use crate::reconciler::cluster::{ClusterError, Object};
 use crate::reconciler::desired::{
-    DesiredObjects, ENDPOINT_PICKER, LABEL_DEPLOYMENT_ID, LABEL_NAME, LABEL_TRACK, MODEL_SERVER,
-    ROLE_LABEL, TRACK_CANARY,
+    DesiredObjects, ENDPOINT_PICKER, LABEL_DEPLOYMENT_ID, LABEL_NAME, LABEL_TRACK, LeaderWorkerSet,
+    MODEL_SERVER, ROLE_LABEL, TRACK_CANARY, as_deployment,
 };
 use crate::reconciler::status::{LostNode, Observed};
 
@@ -39,7 +39,25 @@ impl Worker {
         };
         // The decode role's, for a disaggregated deployment.
         let deployment_name = desired.deployment.metadata.name.as_deref().unwrap_or(name);
-        observed.deployment = self.current(deployment, namespace, deployment_name).await?;
+        observed.deployment = match &desired.group {
+            _ if observed.unserved.is_some() => None,
+            Some(group) => match deployment {
+                Some(view) => view,
+                None => {
+                    let name = group.metadata.name.as_deref().unwrap_or(name);
+                    match self
+                        .cluster
+                        .get::<LeaderWorkerSet>(Some(namespace), name)
+                        .await
+                    {
+                        Ok(set) => set.map(|s| as_deployment(&s)),
+                        Err(err) if err.api_status().is_some_and(|s| s.code == 404) => None,
+                        Err(err) => return Err(err),
+                    }
+                }
+            },
+            None => self.current(deployment, namespace, deployment_name).await?,
+        };
         observed.service_exists = self
             .current::<Service>(service, namespace, name)
             .await?

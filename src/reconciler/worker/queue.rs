@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::watches::Owner;
 use super::{Outcome, Worker, backoff};
 use crate::reconciler::cluster::ClusterError;
-use crate::reconciler::desired::InferencePool;
+use crate::reconciler::desired::{InferencePool, LeaderWorkerSet};
 use crate::reconciler::inventory::{Inventory, InventoryConfig};
 use crate::store;
 use crate::store::work_queue::{Claim, NOTIFY_CHANNEL};
@@ -167,6 +167,11 @@ impl Worker {
         tokio::spawn(
             self.clone()
                 .watch::<InferencePool>(Owner::Record, shutdown.clone()),
+        );
+        // Models that span nodes: a group's readiness is the set's status.
+        tokio::spawn(
+            self.clone()
+                .watch::<LeaderWorkerSet>(Owner::Record, shutdown.clone()),
         );
         tokio::spawn(
             self.clone()

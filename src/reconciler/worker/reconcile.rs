@@ -334,6 +334,7 @@ impl Worker {
                 if observation.stable.route_rejected.is_some()
                     || observation.stable.budget_rejected.is_some()
                     || observation.stable.pool_unavailable
+                    || observation.stable.unserved.is_some()
                     || observation.stable.pool_switch_pending
                     // The route goes to the activator until a replica is available: the
                     // pass that sees one must apply again (the digest cannot tell).

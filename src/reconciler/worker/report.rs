@@ -328,7 +328,8 @@ fn gpus_held(
                 track,
                 resource_name: shape.resource_name.clone(),
                 product,
-                gpus: replicas * shape.per_replica,
+                // A ready group holds the GPUs of every pod in it.
+                gpus: replicas * shape.per_replica(),
             }))
         })
         .flatten()

@@ -296,6 +296,17 @@ async fn change_spec(
         )
         .into());
     }
+    if new_spec.nodes() != row.spec.0.nodes() {
+        // Between a Deployment and a LeaderWorkerSet, or groups of another size.
+        return Err(FieldErrors::single(
+            "spec.nodesPerReplica",
+            format!(
+                "is set when a deployment is created and kept ({}): create a new deployment to change how many nodes a replica spans",
+                row.spec.0.nodes()
+            ),
+        )
+        .into());
+    }
     if row.canary.is_some() && new_spec.routing.mode == Some(RoutingMode::InferencePool) {
         return Err(ServiceError::conflict(
             Some("spec.routing.mode"),

@@ -1105,6 +1105,15 @@ export interface components {
             };
             model: components["schemas"]["ModelSpec"];
             /**
+             * Format: int64
+             * @description Nodes each replica spans, for a model larger than one node: every replica runs as a
+             *     LeaderWorkerSet group of one leader pod (which serves the API) and
+             *     `nodesPerReplica - 1` workers, each pod with `resources.gpu.count` GPUs (default:
+             *     tensor × pipeline parallel size over the nodes). Needs the LeaderWorkerSet CRD in
+             *     the cluster. Set when the deployment is created; default 1 (a plain Deployment).
+             */
+            nodesPerReplica?: number | null;
+            /**
              * @description Labels for the pods themselves (for NetworkPolicies, meshes, cost tools); changing
              *     them rolls the pods.
              */
@@ -1193,6 +1202,12 @@ export interface components {
             kind?: components["schemas"]["EngineKind"];
             /** Format: int64 */
             maxModelLen?: number | null;
+            /**
+             * Format: int64
+             * @description Pipeline stages (vLLM's `--pipeline-parallel-size`): with `tensorParallelSize`, the
+             *     GPUs one replica uses in all (their product), on one node or over `nodesPerReplica`.
+             */
+            pipelineParallelSize?: number | null;
             /**
              * Format: int64
              * @description Port the engine listens on. Default 8000.

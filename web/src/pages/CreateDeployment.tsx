@@ -200,6 +200,16 @@ export function CreateDeployment() {
             {text('memory', 'Memory', 'Per replica, e.g. 16Gi.')}
             {text('sharedMemory', 'Shared memory', 'Size of /dev/shm, e.g. 2Gi (tensor parallelism needs it).')}
           </div>
+          <div className="field-row">
+            {text('tensorParallel', 'Tensor parallel', 'GPUs one model layer is split over (vLLM --tensor-parallel-size).', { inputMode: 'numeric' })}
+            {text('pipelineParallel', 'Pipeline parallel', 'Stages the layers are split into (--pipeline-parallel-size).', { inputMode: 'numeric' })}
+            {text(
+              'nodesPerReplica',
+              'Nodes per replica',
+              'For a model larger than one node: each replica runs as a group of this many pods (a LeaderWorkerSet), sharing tensor × pipeline parallel GPUs.',
+              { inputMode: 'numeric' },
+            )}
+          </div>
           {state.disaggregate !== 'on' &&
             text(
               'replicas',

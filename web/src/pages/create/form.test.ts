@@ -76,6 +76,17 @@ describe('buildBody', () => {
     expect(fieldFor('spec.disaggregation')).toBe('disaggregate');
   });
 
+  it('sends a model that spans nodes as its parallel layout and nodes per replica, and names their errors', () => {
+    const one = { ...applyPreset(EMPTY, preset('vllm')), name: 'big' };
+    expect(buildBody(one).spec.nodesPerReplica).toBeUndefined();
+    const spec = buildBody({ ...one, tensorParallel: '8', pipelineParallel: '2', nodesPerReplica: '2', gpuCount: '' }).spec;
+    expect(spec.nodesPerReplica).toBe(2);
+    expect(spec.engine).toMatchObject({ tensorParallelSize: 8, pipelineParallelSize: 2 });
+    expect(fieldFor('spec.nodesPerReplica')).toBe('nodesPerReplica');
+    expect(fieldFor('spec.engine.tensorParallelSize')).toBe('tensorParallel');
+    expect(fieldFor('spec.engine.pipelineParallelSize')).toBe('pipelineParallel');
+  });
+
   it('keeps an empty model source so the API names it', () => {
     expect(buildBody({ ...EMPTY, name: 'x' }).spec.model).toEqual({ source: '' });
   });

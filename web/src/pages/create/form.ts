@@ -16,6 +16,10 @@ export interface FormState {
   memory: string;
   sharedMemory: string;
   replicas: string;
+  /** A model larger than one node: its parallel layout and the nodes each replica spans. */
+  tensorParallel: string;
+  pipelineParallel: string;
+  nodesPerReplica: string;
   /** `on` for prefill/decode disaggregation: two roles behind an InferencePool. */
   disaggregate: string;
   prefillReplicas: string;
@@ -56,6 +60,9 @@ export const EMPTY: FormState = {
   memory: '',
   sharedMemory: '',
   replicas: '1',
+  tensorParallel: '',
+  pipelineParallel: '',
+  nodesPerReplica: '',
   disaggregate: '',
   prefillReplicas: '1',
   decodeReplicas: '1',
@@ -208,7 +215,16 @@ export function buildBody(s: FormState): Body {
   const gpu = s.engine === 'sim' && !s.gpuCount.trim() ? undefined : { count: numberOrText(s.gpuCount), product: text(s.gpuProduct) };
   const spec = prune({
     model: { source: s.source.trim(), servedName: text(s.servedName) },
-    engine: { kind: s.engine, image: text(s.image), args: lines(s.args), env },
+    engine: {
+      kind: s.engine,
+      image: text(s.image),
+      args: lines(s.args),
+      env,
+      tensorParallelSize: numberOrText(s.tensorParallel),
+      pipelineParallelSize: numberOrText(s.pipelineParallel),
+    },
+    // Above 1: each replica is a LeaderWorkerSet group of this many pods (one per node).
+    nodesPerReplica: numberOrText(s.nodesPerReplica),
     // With roles, the roles' counts are the deployment's (the server keeps their sum).
     replicas: s.disaggregate === 'on' ? undefined : numberOrText(s.replicas),
     disaggregation:
@@ -267,7 +283,9 @@ export function fieldFor(path: string): keyof FormState | null {
     ['spec.engine.image', 'image'],
     ['spec.engine.args', 'args'],
     ['spec.engine.env', 'env'],
-    ['spec.engine.tensorParallelSize', 'gpuCount'],
+    ['spec.engine.tensorParallelSize', 'tensorParallel'],
+    ['spec.engine.pipelineParallelSize', 'pipelineParallel'],
+    ['spec.nodesPerReplica', 'nodesPerReplica'],
     ['spec.resources.gpu.count', 'gpuCount'],
     ['spec.resources.gpu.product', 'gpuProduct'],
     ['spec.resources.gpu', 'gpuCount'],

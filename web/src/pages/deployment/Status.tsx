@@ -87,6 +87,7 @@ export function Replicas({ deployment, editable }: { deployment: Deployment; edi
   const scaleError = scale.error instanceof ApiError ? (scale.error.fields.replicas ?? scale.error.message) : scale.error?.message;
   const autoscaled = !!deployment.spec.autoscaling;
   const roles = !!deployment.spec.disaggregation;
+  const nodes = deployment.spec.nodesPerReplica ?? 1;
   return (
     <section className="card" aria-labelledby="replicas-title">
       <h2 id="replicas-title">Replicas</h2>
@@ -94,6 +95,12 @@ export function Replicas({ deployment, editable }: { deployment: Deployment; edi
         <ReplicaBar replicas={r} /> ready of {r.desired} wanted · {r.updated} on the current spec · {r.available}{' '}
         available
       </p>
+      {nodes > 1 && (
+        <p className="muted" data-testid="group-size">
+          Each replica spans {nodes} nodes: a LeaderWorkerSet group of one leader (which serves the API) and {nodes - 1}{' '}
+          worker{nodes > 2 ? 's' : ''}. A replica is ready when all its pods are; if one fails, its group restarts whole.
+        </p>
+      )}
       {autoscaled && <Autoscaling deployment={deployment} />}
       {roles && <Roles deployment={deployment} editable={editable} />}
       {editable && (
