@@ -12,6 +12,9 @@ use super::{DeploymentName, FieldErrors};
 /// Appended to a deployment's name for its canary's Kubernetes objects, and therefore
 /// reserved: no deployment may be named `<anything>-canary`.
 pub const CANARY_SUFFIX: &str = "-canary";
+/// The LeaderWorkerSet of a deployment whose replicas span nodes, and the headless Service
+/// LWS names after it ([`super::group_object_name`]).
+pub const GROUP_SUFFIX: &str = "-group";
 /// The header that sends a request to the canary when the user names none.
 pub const DEFAULT_CANARY_HEADER: &str = "x-modelplane-canary";
 /// The highest weight a canary can have: at 100 the canary would be the deployment, which
@@ -101,7 +104,8 @@ pub const ACTIVATOR_SUFFIX: &str = "-activator";
 pub const KEY_CHECK_SERVICE: &str = "modelplane-authz";
 
 /// Whether a deployment name is free of the suffixes of the objects made beside a
-/// deployment's own (a canary's, the activator's Service): names ending in them are reserved,
+/// deployment's own (a canary's, the activator's Service, a LeaderWorkerSet's headless
+/// Service): names ending in them are reserved,
 /// as is the key check's Service's name.
 pub fn check_not_canary_name(name: &DeploymentName) -> Result<(), FieldErrors> {
     if name.as_str() == KEY_CHECK_SERVICE {
@@ -113,6 +117,10 @@ pub fn check_not_canary_name(name: &DeploymentName) -> Result<(), FieldErrors> {
     for (suffix, what) in [
         (CANARY_SUFFIX, "canaries"),
         (ACTIVATOR_SUFFIX, "the activator's Services"),
+        (
+            GROUP_SUFFIX,
+            "the LeaderWorkerSets (and their Services) of models that span nodes",
+        ),
     ] {
         if name.as_str().ends_with(suffix) {
             return Err(FieldErrors::single(

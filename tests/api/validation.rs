@@ -273,6 +273,27 @@ fn cases() -> Vec<(&'static str, Value, &'static str)> {
             "spec.autoscaling.activationTimeoutSeconds",
         ),
         ("qwen-activator", json!({}), "name"),
+        ("qwen-group", json!({}), "name"),
+        (
+            "qwen",
+            json!({"nodesPerReplica": 2}),
+            "spec.nodesPerReplica",
+        ),
+        (
+            "qwen",
+            json!({"nodesPerReplica": 2, "engine": {"tensorParallelSize": null}, "resources": {"gpu": {"count": 2}}}),
+            "spec.engine.tensorParallelSize",
+        ),
+        (
+            "qwen",
+            json!({"nodesPerReplica": 2, "engine": {"tensorParallelSize": 4, "args": ["--headless"]}, "resources": {"gpu": {"count": 2}}}),
+            "spec.engine.args[0]",
+        ),
+        (
+            "qwen",
+            json!({"nodesPerReplica": 2, "engine": {"tensorParallelSize": 4}, "resources": {"gpu": {"count": 4}}}),
+            "spec.resources.gpu.count",
+        ),
         (
             "qwen",
             json!({"replicas": 5, "autoscaling": {"minReplicas": 1, "maxReplicas": 4, "target": {"metric": "waitingPerReplica", "value": 4}}}),

@@ -14,6 +14,7 @@ mod kube_events;
 mod lifecycle;
 mod load;
 mod model_keys;
+mod multinode;
 mod nodes;
 mod objects;
 mod outages;

@@ -253,6 +253,11 @@ struct PodSpecView {
     /// That image is an init container's: the containers wait for it (`PodInitializing`).
     failing_init: bool,
     crashing: bool,
+    /// The terminated message of a crashing container.
+    crash_message: String,
+    /// A multi-node sim head whose workers have not all joined (`dataplane/multinode.rs`):
+    /// its API server, and so its readiness, waits for them.
+    awaiting_workers: bool,
     config_err: Option<String>,
     mount_err: Option<String>,
     probe: Duration,
@@ -301,10 +306,27 @@ impl PodSpecView {
                 .find(|i| fails(i))
                 .cloned()
         });
-        let crashing = images
+        let image_crash = images
             .iter()
             .any(|i| cfg.crash_images.iter().any(|p| glob(p, i)));
+        // A sim whose multi-node flags vLLM refuses exits 1 at start, like vLLM's
+        // ParallelConfig checks (`multinode.rs` `startup_error`), and crash-loops.
+        let engine = super::dataplane::sim_config(pod);
+        let sim_error = engine.as_ref().and_then(|s| s.multinode.startup_error());
+        let crashing = image_crash || sim_error.is_some();
+        let crash_message = match &sim_error {
+            Some(e) if !image_crash => format!("simulated vLLM exit: {e}"),
+            _ => "simulated crash: the image matches a crashing-image pattern of the emulator"
+                .to_string(),
+        };
+        let awaiting_workers = sim_error.is_none()
+            && engine.as_ref().is_some_and(|s| {
+                s.multinode.leads_group()
+                    && !super::dataplane::multinode::group_complete(&sim.store, pod, &s.multinode)
+            });
         PodSpecView {
+            crash_message,
+            awaiting_workers,
             failing,
             failing_init,
             init,
@@ -344,6 +366,7 @@ fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
     };
     let ready = waiting.is_none()
         && !spec.crashing
+        && !spec.awaiting_workers
         && rt
             .running
             .as_ref()
@@ -363,7 +386,9 @@ fn step(sim: &mut Sim, pod: &Value, node_idx: usize, ns: &str, name: &str) {
     let settled = ready
         || spec.mount_err.is_some()
         || (elapsed >= cfg.start_delay && (spec.failing.is_some() || spec.config_err.is_some()));
-    let busy = !settled || spec.crashing;
+    // A head waiting for its workers looks again on every pass (they join as other pods
+    // change, which does not mark it dirty).
+    let busy = !settled || spec.crashing || spec.awaiting_workers;
 
     let status = pod_status(pod, rt, &spec, node_idx, &waiting, ready, started);
     let fresh: Vec<(&str, &str, String)> = events
@@ -468,7 +493,7 @@ fn run_containers(
         rt.restarts += 1;
         rt.last_terminated = Some(json!({"terminated": {
             "exitCode": 1, "reason": "Error",
-            "message": "simulated crash: the image matches a crashing-image pattern of the emulator",
+            "message": spec.crash_message,
             "startedAt": started_at, "finishedAt": ops::now(),
             "containerID": format!("containerd://{}", hex(64)),
         }}));

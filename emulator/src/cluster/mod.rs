@@ -11,10 +11,12 @@
 
 mod controllers;
 pub(crate) mod dataplane;
+pub(crate) mod expansion;
 mod external;
 mod external_auth;
 pub(crate) mod faults;
 mod kubelet;
+mod leader_worker_set;
 mod networking;
 mod node_lifecycle;
 pub(crate) mod pod_proxy;
@@ -387,6 +389,8 @@ pub(crate) struct Dirty {
     pub replicasets: BTreeSet<NsName>,
     pub pods: BTreeSet<NsName>,
     pub services: BTreeSet<NsName>,
+    /// LeaderWorkerSets whose own object, pods or headless Service changed.
+    pub lws: BTreeSet<NsName>,
     /// Uids of removed pods (the kubelet forgets them).
     pub removed_pods: HashSet<String>,
 }
@@ -679,6 +683,15 @@ impl Sim {
         };
         for c in changes {
             let objs = [Some(&*c.object), c.old.as_deref()];
+            // The LeaderWorkerSet controlling a changed pod or Service (its controller
+            // watches both: `SetupWithManager` in the lws controllers).
+            for o in objs.iter().flatten() {
+                if let Some(owner) = leader_worker_set::controller_name(o) {
+                    self.dirty
+                        .lws
+                        .insert((c.namespace.clone(), owner.to_string()));
+                }
+            }
             let controllers: BTreeSet<&str> = objs
                 .iter()
                 .flatten()
@@ -716,6 +729,8 @@ impl Sim {
                 }
             } else if std::ptr::eq(c.kind, k.deployment) {
                 self.dirty.deployments.insert(key(c));
+            } else if leader_worker_set::is_lws(c.kind) {
+                self.dirty.lws.insert(key(c));
             } else if std::ptr::eq(c.kind, k.service) {
                 self.dirty.services.insert(key(c));
                 let new = (c.event != crate::store::EventType::Deleted).then_some(&*c.object);
@@ -773,6 +788,7 @@ impl Sim {
         node_lifecycle::run(self);
         controllers::deployments(self);
         controllers::replicasets(self);
+        leader_worker_set::run(self);
         // The resource quota controller keeps `status.used` current as pods come and go.
         quotas::sync(self);
         if full {
@@ -788,6 +804,7 @@ impl Sim {
         } else {
             self.dirty.deployments.clear();
             self.dirty.replicasets.clear();
+            self.dirty.lws.clear();
             self.dirty.removed_pods = removed;
         }
     }

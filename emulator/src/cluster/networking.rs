@@ -230,13 +230,26 @@ fn endpoint_slices(sim: &Sim) {
         let endpoints: Vec<Value> = selected
             .iter()
             .map(|p| {
-                let ready = is_true(p, "Ready") && !deleting(p);
-                json!({
+                // k8s.io/endpointslice utils.go `podToEndpoint`: a Service with
+                // `publishNotReadyAddresses` publishes its pods ready and serving whatever
+                // their Ready condition (a headless Service's DNS records use this), and a
+                // pod whose `subdomain` is the Service's name gets its `hostname`.
+                let publish = svc.pointer("/spec/publishNotReadyAddresses") == Some(&json!(true));
+                let serving = publish || is_true(p, "Ready");
+                let ready = publish || (serving && !deleting(p));
+                let mut ep = json!({
                     "addresses": [p["status"]["podIP"]],
-                    "conditions": {"ready": ready, "serving": is_true(p, "Ready"), "terminating": deleting(p)},
+                    "conditions": {"ready": ready, "serving": serving, "terminating": deleting(p)},
                     "nodeName": p["spec"]["nodeName"],
                     "targetRef": {"kind": "Pod", "name": meta_str(p, "name"), "namespace": ns, "uid": meta_str(p, "uid")},
-                })
+                });
+                if let Some(h) = p.pointer("/spec/hostname").and_then(Value::as_str)
+                    && !h.is_empty()
+                    && p.pointer("/spec/subdomain").and_then(Value::as_str) == Some(name)
+                {
+                    ep["hostname"] = json!(h);
+                }
+                ep
             })
             .collect();
         let ports: Vec<Value> = svc
@@ -323,6 +336,11 @@ fn slice_labels(svc: &Value, name: &str) -> Value {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     labels.insert("kubernetes.io/service-name".into(), json!(name));
+    // `setEndpointSliceLabels`: a headless Service's slices carry
+    // `service.kubernetes.io/headless: ""`.
+    if svc.pointer("/spec/clusterIP").and_then(Value::as_str) == Some("None") {
+        labels.insert("service.kubernetes.io/headless".into(), json!(""));
+    }
     labels.insert(
         "endpointslice.kubernetes.io/managed-by".into(),
         json!(SLICE_MANAGER),

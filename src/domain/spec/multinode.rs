@@ -24,7 +24,7 @@ pub const MULTINODE_FLAGS: [&str; 7] = [
 /// names after the set (`CreateHeadlessServiceIfNotExists`, which leaves an existing
 /// Service of that name as it is), and `<name>` is the deployment's ClusterIP Service.
 pub fn group_object_name(deployment: &str) -> String {
-    format!("{deployment}-group")
+    format!("{deployment}{}", super::super::canary::GROUP_SUFFIX)
 }
 
 impl DeploymentSpec {

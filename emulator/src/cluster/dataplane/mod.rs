@@ -12,6 +12,7 @@
 //! simulated in `disagg.rs`.
 
 mod disagg;
+pub(crate) mod multinode;
 mod routes;
 mod sim;
 
@@ -28,7 +29,8 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use self::routes::{Req, parse_query, request_host, route};
-use self::sim::{DEFAULT_MAX_NUM_SEQS, Loras, Served, SimConfig, openai, sim_config};
+pub(crate) use self::sim::sim_config;
+use self::sim::{DEFAULT_MAX_NUM_SEQS, Loras, Served, SimConfig, openai};
 use super::{external, external_auth, is_true};
 use crate::resources::meta_str;
 use crate::selectors::LabelSelector;
@@ -37,6 +39,8 @@ use crate::store::Store;
 /// The response header naming the pod that answered (and its namespace).
 pub const POD_HEADER: &str = "x-emulator-pod";
 pub const NAMESPACE_HEADER: &str = "x-emulator-namespace";
+/// On the answers of a multi-node sim leader: its joined workers' pod names, sorted.
+pub const GROUP_HEADER: &str = "x-emulator-group";
 
 const INFERENCE_GROUP: &str = "inference.networking.k8s.io";
 
@@ -688,7 +692,38 @@ impl Plane {
                 prefilled_by = Some(name);
             }
         }
+        // A leader's joined workers; `Some` only for the head of a multi-node engine.
+        let group = target
+            .sim
+            .as_ref()
+            .filter(|sim| sim.multinode.leads_group())
+            .map(|sim| multinode::joined_workers(&self.store, &target.pod, &sim.multinode));
+        let group_incomplete = target
+            .sim
+            .as_ref()
+            .zip(group.as_ref())
+            .is_some_and(|(sim, joined)| (joined.len() as u32) + 1 < sim.multinode.nnodes);
         let mut resp = match &target.sim {
+            // A headless engine (`--headless`, vLLM's `vllm serve` without an API server)
+            // listens on no HTTP port, and a head whose workers have not all joined has
+            // not started its API server yet: the connection is refused, which the data
+            // plane answers 503 as for any pod with no model server behind it.
+            Some(sim) if sim.multinode.headless || group_incomplete => {
+                let msg = if sim.multinode.headless {
+                    format!(
+                        "pod {ns}/{pod_name} runs a headless engine (--headless): it serves no HTTP, only its group's leader does"
+                    )
+                } else {
+                    format!(
+                        "pod {ns}/{pod_name} leads a {}-node engine whose workers have not all joined: its API server is not up",
+                        sim.multinode.nnodes
+                    )
+                };
+                json_resp(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"error": {"message": msg, "type": "ServiceUnavailable", "code": 503}}),
+                )
+            }
             Some(sim) => {
                 let incarnation = incarnation(&target.pod);
                 openai(sim, target.in_flight, incarnation, method, path, body).await
@@ -719,6 +754,17 @@ impl Plane {
             {
                 resp.headers_mut().insert(h, v);
             }
+        }
+        // The workers that serve with a group's leader (`multinode.rs`), so that a client
+        // sees its request was computed by the whole group.
+        if let Some(mut joined) = group
+            && !group_incomplete
+            && let Ok(v) = HeaderValue::from_str(&{
+                joined.sort();
+                joined.join(",")
+            })
+        {
+            resp.headers_mut().insert(GROUP_HEADER, v);
         }
         resp
     }

@@ -116,6 +116,8 @@ pub(crate) struct SimConfig {
     /// The adapter names of `--lora-modules` (each value a JSON object with `name`, as
     /// llm-d-inference-sim's README gives them), served from the start.
     pub lora_modules: BTreeSet<String>,
+    /// vLLM's multi-node flags (`multinode.rs`).
+    pub multinode: super::multinode::MultiNode,
 }
 
 /// A duration flag of llm-d-inference-sim: a Go duration (`100ms`, `1.5s`, `1m30s`), as
@@ -166,20 +168,31 @@ pub(crate) fn sim_config(pod: &Value) -> Option<SimConfig> {
     if !labelled && !image.contains("llm-d-inference-sim") {
         return None;
     }
-    let args: Vec<&str> = ["command", "args"]
-        .iter()
-        .flat_map(|f| c.get(*f).and_then(Value::as_array).into_iter().flatten())
-        .filter_map(Value::as_str)
-        .collect();
-    // `--name value` or `--name=value`.
-    let flag = |name: &str| {
-        let long = format!("--{name}");
+    // The kubelet expands `$(VAR)` references from the container's env before it starts
+    // the process (`expansion.rs`), so the flags are read as the process sees them.
+    let expanded = crate::cluster::expansion::command_and_args(c);
+    let args: Vec<&str> = expanded.iter().map(String::as_str).collect();
+    // `--name value` or `--name=value`; vLLM's parser also takes `_` for `-` in long
+    // names (FlexibleArgumentParser, vllm/utils) and the short aliases of arg_utils.py.
+    let flag_of = |names: &[&str]| {
         args.iter().enumerate().find_map(|(i, a)| {
-            a.strip_prefix(&format!("{long}="))
-                .map(String::from)
-                .or_else(|| (*a == long).then(|| args.get(i + 1).map(|s| s.to_string()))?)
+            names.iter().find_map(|name| {
+                let norm = |s: &str| {
+                    if s.starts_with("--") {
+                        s.replace('_', "-")
+                    } else {
+                        s.to_string()
+                    }
+                };
+                let (key, value) = match a.split_once('=') {
+                    Some((k, v)) if k.starts_with('-') => (norm(k), Some(v.to_string())),
+                    _ => (norm(a), None),
+                };
+                (key == *name).then(|| value.or_else(|| args.get(i + 1).map(|s| s.to_string())))?
+            })
         })
     };
+    let flag = |name: &str| flag_of(&[&format!("--{name}")]);
     let duration = |name: &str| {
         flag(name)
             .and_then(|v| sim_duration(&v))
@@ -198,7 +211,23 @@ pub(crate) fn sim_config(pod: &Value) -> Option<SimConfig> {
                 .collect()
         })
         .unwrap_or_default();
+    let number = |names: &[&str], default: u32| {
+        flag_of(names)
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(default)
+    };
+    let defaults = super::multinode::MultiNode::default();
+    let multinode = super::multinode::MultiNode {
+        nnodes: number(&["--nnodes", "-n"], 1),
+        node_rank: number(&["--node-rank", "-r"], 0),
+        master_addr: flag("master-addr").unwrap_or(defaults.master_addr),
+        master_port: flag("master-port").unwrap_or(defaults.master_port),
+        headless: args.contains(&"--headless"),
+        world_size: number(&["--tensor-parallel-size", "-tp"], 1)
+            * number(&["--pipeline-parallel-size", "-pp"], 1),
+    };
     Some(SimConfig {
+        multinode,
         lora_modules,
         model: flag("model").unwrap_or_else(|| "sim-model".into()),
         ttft: duration("time-to-first-token"),
