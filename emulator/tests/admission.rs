@@ -23,7 +23,9 @@ use kube::{Client, Config};
 use modelplane_emulator::{Emulator, RunningEmulator};
 use serde_json::{Value, json};
 
-const DEADLINE: Duration = Duration::from_secs(20);
+#[path = "support/wait.rs"]
+mod wait;
+use wait::wait_for;
 
 async fn start() -> (RunningEmulator, Client) {
     let emu = Emulator::builder()
@@ -35,24 +37,6 @@ async fn start() -> (RunningEmulator, Client) {
         .expect("emulator starts");
     let client = Client::try_from(Config::new(emu.url().parse().unwrap())).unwrap();
     (emu, client)
-}
-
-async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 fn core(client: &Client, kind: &str) -> Api<DynamicObject> {

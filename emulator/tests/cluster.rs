@@ -11,7 +11,9 @@ use kube::{Client, Config};
 use modelplane_emulator::{Emulator, EmulatorBuilder, RunningEmulator};
 use serde_json::{Value, json};
 
-const DEADLINE: Duration = Duration::from_secs(20);
+#[path = "support/wait.rs"]
+mod wait;
+use wait::{DEADLINE, wait_for};
 
 fn builder() -> EmulatorBuilder {
     Emulator::builder()
@@ -28,25 +30,6 @@ async fn start(b: EmulatorBuilder) -> (RunningEmulator, Client) {
     let emu = b.start().await.expect("emulator starts");
     let client = Client::try_from(Config::new(emu.url().parse().unwrap())).unwrap();
     (emu, client)
-}
-
-/// Polls `f` until it returns Some, failing after the deadline with `what`.
-async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 fn deployment(name: &str, replicas: i32, container: Value, extra_spec: Value) -> Deployment {

@@ -11,7 +11,10 @@ use kube::{Client, Config};
 use modelplane_emulator::{Crds, Emulator, RunningEmulator};
 use serde_json::{Value, json};
 
-const DEADLINE: Duration = Duration::from_secs(30);
+#[path = "support/wait.rs"]
+mod wait;
+use wait::wait_for;
+
 const SIM: &str = "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1";
 const NAME: &str = "leaderworkerset.sigs.k8s.io/name";
 
@@ -34,24 +37,6 @@ fn lws_api(client: &Client) -> Api<DynamicObject> {
     let gvk = kube::api::GroupVersionKind::gvk("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet");
     let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "leaderworkersets");
     Api::namespaced_with(client.clone(), "default", &ar)
-}
-
-async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// Pods of LeaderWorkerSet `name`, as JSON, by name.

@@ -18,7 +18,6 @@ use kube::{Client, Config};
 use modelplane_emulator::{Emulator, RunningEmulator};
 use serde_json::{Value, json};
 
-const DEADLINE: Duration = Duration::from_secs(30);
 const SIM: &str = "ghcr.io/llm-d/llm-d-inference-sim:v0.5.1";
 const CRASHER: &str = "registry.example/crasher:1";
 
@@ -38,24 +37,6 @@ async fn start() -> (RunningEmulator, Client) {
     config.default_retry = false;
     let client = Client::try_from(config).unwrap();
     (emu, client)
-}
-
-async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// A Deployment of `replicas` pods labelled `app=<name>` running `image` with `args`
@@ -124,6 +105,10 @@ fn proxy(service: &str, path: &str) -> String {
 #[path = "support/raw.rs"]
 mod raw;
 use raw::{failure, send};
+
+#[path = "support/wait.rs"]
+mod wait;
+use wait::wait_for;
 
 fn chat(model: &str) -> Value {
     json!({"model": model, "messages": [{"role": "user", "content": "hello there"}]})

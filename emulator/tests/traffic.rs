@@ -15,7 +15,9 @@ use kube::{Client, Config};
 use modelplane_emulator::{Emulator, RunningEmulator};
 use serde_json::{Value, json};
 
-const DEADLINE: Duration = Duration::from_secs(30);
+#[path = "support/wait.rs"]
+mod wait;
+use wait::wait_for;
 
 async fn start() -> (RunningEmulator, Client, SocketAddr) {
     let emu = Emulator::builder()
@@ -28,25 +30,6 @@ async fn start() -> (RunningEmulator, Client, SocketAddr) {
     let client = Client::try_from(Config::new(emu.url().parse().unwrap())).unwrap();
     let addr = emu.gateway_addr().unwrap();
     (emu, client, addr)
-}
-
-/// Polls `f` until it returns Some, failing after the deadline with `what`.
-async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// One answer of the data plane.
