@@ -39,26 +39,9 @@ fn spec(prefill: i64, decode: i64) -> Value {
     spec
 }
 
-/// The live pods of one role: name → (uid, restarts).
+/// The live pods of one role: (name, uid).
 async fn role_pods(h: &Harness, role: &str) -> Vec<(String, String)> {
-    let list = h
-        .api("v1", "Pod")
-        .list(&kube::api::ListParams::default().labels(&format!("llm-d.ai/role={role}")))
-        .await
-        .unwrap();
-    let mut pods: Vec<(String, String)> = list
-        .items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .map(|p| {
-            (
-                p.metadata.name.clone().unwrap(),
-                p.metadata.uid.clone().unwrap(),
-            )
-        })
-        .collect();
-    pods.sort();
-    pods
+    h.live_pods(&format!("llm-d.ai/role={role}")).await
 }
 
 fn role<'a>(record: &'a Value, name: &str) -> &'a Value {

@@ -318,6 +318,28 @@ impl Harness {
         Api::namespaced_with(self.kube.clone(), "team-a", &resource_of(api_version, kind))
     }
 
+    /// The pods matching a label `selector` that are not being deleted: (name, uid), by name.
+    pub(crate) async fn live_pods(&self, selector: &str) -> Vec<(String, String)> {
+        let list = self
+            .api("v1", "Pod")
+            .list(&kube::api::ListParams::default().labels(selector))
+            .await
+            .unwrap();
+        let mut pods: Vec<(String, String)> = list
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(|p| {
+                (
+                    p.metadata.name.clone().unwrap(),
+                    p.metadata.uid.clone().unwrap(),
+                )
+            })
+            .collect();
+        pods.sort();
+        pods
+    }
+
     pub(crate) async fn live(&self, api_version: &str, kind: &str, name: &str) -> Option<Value> {
         self.api(api_version, kind)
             .get_opt(name)

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use kube::api::{DeleteParams, ListParams};
+use kube::api::DeleteParams;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -44,26 +44,10 @@ fn spec(replicas: i64, nodes: i64) -> Value {
     spec
 }
 
-/// The live pods of the group set `set`: name → uid.
+/// The live pods of the group set `set`: (name, uid).
 async fn group_pods(h: &Harness, set: &str) -> Vec<(String, String)> {
-    let list = h
-        .api("v1", "Pod")
-        .list(&ListParams::default().labels(&format!("leaderworkerset.sigs.k8s.io/name={set}")))
+    h.live_pods(&format!("leaderworkerset.sigs.k8s.io/name={set}"))
         .await
-        .unwrap();
-    let mut pods: Vec<(String, String)> = list
-        .items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .map(|p| {
-            (
-                p.metadata.name.clone().unwrap(),
-                p.metadata.uid.clone().unwrap(),
-            )
-        })
-        .collect();
-    pods.sort();
-    pods
 }
 
 async fn ready(h: &Harness, name: &str, groups: i64) -> Value {
