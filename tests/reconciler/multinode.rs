@@ -94,6 +94,26 @@ async fn a_model_larger_than_a_node_runs_as_whole_groups_served_by_their_leaders
         worker["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
         "2"
     );
+    // The worker's Events about it regard the set.
+    let events = h
+        .api("events.k8s.io/v1", "Event")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.data["regarding"]["kind"] == "LeaderWorkerSet"
+                && e.data["regarding"]["name"] == "big-group"
+                && e.data["reason"] == "Applied"),
+        "{:?}",
+        events
+            .items
+            .iter()
+            .map(|e| &e.data["regarding"])
+            .collect::<Vec<_>>()
+    );
     // The Service (the in-cluster URL) reaches the leader only.
     let service = h.live("v1", "Service", "big").await.unwrap();
     assert_eq!(

@@ -22,8 +22,9 @@ use crate::domain::{EngineKind, ServingSpec, group_object_name};
 /// On every pod of a group: its index in the group, `0` for the leader (LWS's
 /// `WorkerIndexLabelKey`). The Service, the pool and the PodMonitor select leaders by it.
 pub const WORKER_INDEX_LABEL: &str = "leaderworkerset.sigs.k8s.io/worker-index";
-/// On every pod of a group: the LeaderWorkerSet's name (LWS's `SetNameLabelKey`).
-pub const SET_NAME_LABEL: &str = "leaderworkerset.sigs.k8s.io/name";
+/// On [`as_deployment`]'s view (never applied): the object it stands for is a
+/// LeaderWorkerSet, so Events about it regard the set.
+pub const VIEW_OF_GROUP: &str = "modelplane.io/view-of-leader-worker-set";
 /// The port the leader's engine listens on for its workers (torch distributed's store).
 pub const MASTER_PORT: i32 = 29500;
 
@@ -202,8 +203,13 @@ pub fn as_deployment(set: &LeaderWorkerSet) -> K8sDeployment {
     };
     let status = set.status.clone().unwrap_or_default();
     let ready = status.ready_replicas.unwrap_or(0);
+    let mut metadata = set.metadata.clone();
+    metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(VIEW_OF_GROUP.into(), "true".into());
     K8sDeployment {
-        metadata: set.metadata.clone(),
+        metadata,
         spec: Some(K8sDeploymentSpec {
             replicas: set.spec.replicas,
             template: set

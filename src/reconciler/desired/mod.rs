@@ -77,8 +77,8 @@ pub use self::inference_pool::{
 pub use self::key_check::{KEY_CHECK_PATH, KeyCheckObjects};
 use self::key_check::{guard, key_check_objects};
 pub use self::leader_worker_set::{
-    LeaderWorkerSet, LeaderWorkerSetSpec, LeaderWorkerSetStatus, SET_NAME_LABEL,
-    WORKER_INDEX_LABEL, as_deployment, group_flags,
+    LeaderWorkerSet, LeaderWorkerSetSpec, LeaderWorkerSetStatus, VIEW_OF_GROUP, WORKER_INDEX_LABEL,
+    as_deployment, group_flags,
 };
 use self::namespace::namespace_object;
 use self::pod_monitor::pod_monitor_object;

@@ -149,7 +149,16 @@ impl Worker {
 }
 
 fn deployment_ref(deployment: Option<&K8sDeployment>) -> Option<ObjectReference> {
-    kube_events::reference("apps/v1", "Deployment", &deployment?.metadata)
+    let meta = &deployment?.metadata;
+    // A model that spans nodes: the view of its LeaderWorkerSet (`as_deployment`).
+    if meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(crate::reconciler::desired::VIEW_OF_GROUP))
+    {
+        return kube_events::reference("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", meta);
+    }
+    kube_events::reference("apps/v1", "Deployment", meta)
 }
 
 /// The record id an object is labelled with.
