@@ -271,6 +271,11 @@ impl Group<'_> {
     }
 }
 
+/// One LeaderWorkerSet's sync: its headless Service(s), then each group's restart, scale,
+/// startup and rolling update, then its status. One function (~165 lines) on purpose: the
+/// steps follow upstream's `Reconcile` (leaderworkerset_controller.go) and
+/// `handleRestartPolicy` (pod_controller.go) in their order, each reading what the one
+/// before decided about the same groups.
 fn sync(sim: &Sim, kind: &'static ResourceKind, lws: &Value) {
     let ns = meta_str(lws, "namespace").unwrap_or("").to_string();
     let name = meta_str(lws, "name").unwrap_or("").to_string();
@@ -466,7 +471,7 @@ fn ensure_service(sim: &Sim, lws: &Value, ns: &str, name: &str, selector: Value,
 }
 
 /// The pod `j` (0: the leader) of group `g`, as the StatefulSets and the pod webhook
-/// make it.
+/// make it. One function (~110 lines): a list of the fields each of them sets, in order.
 fn pod(lws: &Value, spec: &Spec, ns: &str, name: &str, g: i64, j: i64) -> Value {
     let leader_name = format!("{name}-{g}");
     let pod_name = if j == 0 {
@@ -583,7 +588,8 @@ fn create(sim: &Sim, lws: &Value, spec: &Spec, ns: &str, name: &str, g: i64, j: 
     let _ = ops::create(&sim.store, sim.k.pod, ns, p, &manager(KCM));
 }
 
-/// `updateStatus` and `updateConditions` (leaderworkerset_controller.go).
+/// `updateStatus` and `updateConditions` (leaderworkerset_controller.go). One function
+/// (~110 lines), as upstream's pair: the counts decide the conditions.
 fn write_lws_status(
     sim: &Sim,
     kind: &'static ResourceKind,
