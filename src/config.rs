@@ -283,7 +283,8 @@ pub struct ReconcilerConfig {
         default_value = "nvidia.com/gpu.product"
     )]
     pub gpu_product_label: String,
-    /// Image of the init container that copies `s3://` models.
+    /// Image of the init container that copies `s3://` models and of the sidecar that
+    /// fetches `s3://` LoRA adapters (it needs `aws` and `/bin/sh`).
     #[arg(
         long,
         env = "MODELPLANE_S3_DOWNLOADER_IMAGE",

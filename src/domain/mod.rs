@@ -58,8 +58,8 @@ pub use spec::{
     DisaggregationSpec, EngineDefaults, EngineKind, EngineSpec, EnvVar, GpuSpec, InferencePoolSpec,
     MAX_ADAPTERS, MAX_NODES_PER_REPLICA, ModelSource, ModelSpec, PodDefaults, PoolFallback,
     ProbeSpec, RUN_AS_USER, RUNTIME_LORA_ENV, ResourceSpec, RoleSpec, RolloutSpec, RoutingMode,
-    RoutingSpec, SchedulingSpec, ScorerWeights, SecretKeyRef, SecurityProfile, SecuritySpec,
-    ShutdownSpec, SpecLimits, StorageSpec, Toleration, check_extended_resource_name,
+    RoutingSpec, SchedulingSpec, ScorerWeights, SecretKeyRef, SecretRef, SecurityProfile,
+    SecuritySpec, ShutdownSpec, SpecLimits, StorageSpec, Toleration, check_extended_resource_name,
     group_object_name, parse_gateway_ref,
 };
 pub use status::{

@@ -52,7 +52,7 @@ pub struct ServingSpec {
     /// a time without surge (a spare GPU is rare); others 25% each way.
     pub max_surge: PodCount,
     pub max_unavailable: PodCount,
-    /// The LoRA adapters, their sources parsed (hf:// or pvc:// only).
+    /// The LoRA adapters, their sources parsed (hf://, pvc:// or s3://).
     pub adapters: Vec<Adapter>,
     /// Prefill/decode disaggregation: each role's pods (`replicas` is their sum).
     pub roles: Option<Roles>,
@@ -149,6 +149,8 @@ impl ServingSpec {
 pub struct Adapter {
     pub name: String,
     pub source: ModelSource,
+    /// The Secret an s3:// adapter is fetched with.
+    pub secret: Option<String>,
 }
 
 /// A number of pods: a count, or a percentage of `replicas`.
@@ -248,6 +250,7 @@ impl DeploymentSpec {
                 Some(Adapter {
                     name: a.name.clone(),
                     source,
+                    secret: a.secret_ref.as_ref().map(|s| s.name.clone()),
                 })
             })
             .collect();

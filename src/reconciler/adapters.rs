@@ -28,8 +28,9 @@ use sqlx::{Connection, PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use super::desired::{
-    ADAPTERS_GATE, ANNOTATION_ADAPTERS, ANNOTATION_POD_ADAPTERS, AdapterRef, LABEL_DEPLOYMENT_ID,
-    PodAdapters, parse_adapters_annotation, server_restarts,
+    ADAPTERS_GATE, ANNOTATION_ADAPTERS, ANNOTATION_POD_ADAPTERS, ANNOTATION_POD_S3_ADAPTERS,
+    AdapterRef, LABEL_DEPLOYMENT_ID, PodAdapters, parse_adapters_annotation, s3_fetch_list,
+    server_restarts,
 };
 use super::load::{PodCall, Via, call, metrics_port};
 use super::seen::SeenKinds;
@@ -310,6 +311,11 @@ impl Loader {
             tracing::debug!(pod = ?pod.metadata.name, error = %err, "cannot close the adapters gate");
             return false;
         }
+        // The fetcher's list first: an s3:// adapter is loadable once it has copied it.
+        if let Err(err) = self.give_fetch_list(pod, &w.wanted).await {
+            tracing::debug!(pod = ?pod.metadata.name, error = %err, "cannot give the fetcher its list");
+            return false;
+        }
         let served = match self.served(pod, port).await {
             Ok(served) => served,
             Err(why) => {
@@ -323,6 +329,11 @@ impl Loader {
             .map(|a| (a.name.as_str(), a.path.as_str()))
             .collect();
         let mut failed = BTreeMap::new();
+        let fetched_from: BTreeMap<&str, &str> = w
+            .wanted
+            .iter()
+            .filter_map(|a| Some((a.name.as_str(), a.fetch.as_deref()?)))
+            .collect();
         // What this engine was given before, by name: an adapter whose source changed since
         // is served under its old weights and is unloaded first.
         let before = PodAdapters::of(pod).map(|p| p.paths).unwrap_or_default();
@@ -360,10 +371,19 @@ impl Loader {
                     tracing::info!(pod = ?pod.metadata.name, adapter = %name, "loaded a LoRA adapter");
                     loaded.insert((*name).to_owned());
                 }
-                Err(why) => {
-                    tracing::warn!(pod = ?pod.metadata.name, adapter = %name, %why, "the model server did not load a LoRA adapter");
-                    failed.insert((*name).to_owned(), why);
-                }
+                Err(why) => match fetched_from.get(name) {
+                    Some(source) => {
+                        tracing::debug!(pod = ?pod.metadata.name, adapter = %name, %why, "an s3:// adapter is not loadable yet");
+                        failed.insert(
+                            (*name).to_owned(),
+                            format!("not loadable from {path} yet; the pod's fetcher copies it from {source} ({why})"),
+                        );
+                    }
+                    None => {
+                        tracing::warn!(pod = ?pod.metadata.name, adapter = %name, %why, "the model server did not load a LoRA adapter");
+                        failed.insert((*name).to_owned(), why);
+                    }
+                },
             }
         }
         for name in served.iter().filter(|n| !wanted.contains_key(n.as_str())) {
@@ -384,17 +404,50 @@ impl Loader {
             .iter()
             .filter_map(|n| Some((n.clone(), (*wanted.get(n.as_str())?).to_owned())))
             .collect();
+        // An s3:// adapter the engine cannot load is most likely still being copied (vLLM
+        // answers a load from a path that is not there yet with an error, 404 "No adapter
+        // found" in its `load_lora_adapter`): the pod is synced again next round, and one that has not served yet stays out of
+        // service until it has it (like a model that is still downloading).
+        let fetching = failed.keys().any(|n| fetched_from.contains_key(n.as_str()));
         let state = PodAdapters {
             restarts,
             loaded: loaded.into_iter().collect(),
             paths,
             failed,
         };
-        if let Err(err) = self.record(pod, &state, restarted).await {
+        let open = !fetching || (gate(pod) == Some(true) && !restarted);
+        if let Err(err) = self.record(pod, &state, restarted, open).await {
             tracing::debug!(pod = ?pod.metadata.name, error = %err, "cannot record the adapters on the pod");
             return false;
         }
-        true
+        !fetching
+    }
+
+    /// Writes the s3:// adapters the pod's fetcher is to copy as its annotation, when it
+    /// changes.
+    async fn give_fetch_list(&self, pod: &Pod, wanted: &[AdapterRef]) -> Result<(), kube::Error> {
+        let list = s3_fetch_list(wanted);
+        let current = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_POD_S3_ADAPTERS))
+            .map_or("", String::as_str);
+        if current == list {
+            return Ok(());
+        }
+        let api: Api<Pod> = Api::namespaced(
+            self.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        let patch = json!({"metadata": {"annotations": {ANNOTATION_POD_S3_ADAPTERS: list}}});
+        api.patch(
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// The adapters the engine serves: the entries of `GET /v1/models` with a parent.
@@ -449,12 +502,14 @@ impl Loader {
         }
     }
 
-    /// Writes the pod's state annotation and opens its gate, each only when it changes.
+    /// Writes the pod's state annotation and, when `open`, opens its gate, each only when
+    /// it changes.
     async fn record(
         &self,
         pod: &Pod,
         state: &PodAdapters,
         closed: bool,
+        open: bool,
     ) -> Result<(), kube::Error> {
         let api: Api<Pod> = Api::namespaced(
             self.client.clone(),
@@ -472,7 +527,7 @@ impl Loader {
             api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
         }
-        if closed || gate(pod) != Some(true) {
+        if open && (closed || gate(pod) != Some(true)) {
             let message = if state.failed.is_empty() {
                 format!("{} adapter(s) loaded", state.loaded.len())
             } else {

@@ -792,3 +792,58 @@ async fn a_project_subscription_filters_and_resumes_after_a_sequence_number(pool
     assert_eq!(change["deployment"]["generation"], 2);
     assert!(change["seq"].as_i64().unwrap() > seen);
 }
+
+#[sqlx::test]
+async fn adapters_are_added_and_removed_as_rest_does(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    seed(&app).await;
+    let add = r#"mutation($adapter: String!, $source: String!, $secret: String) {
+      addAdapter(project: "team-a", name: "alpha", adapter: $adapter, source: $source, secretName: $secret) { spec }
+    }"#;
+    let added = graphql(
+        &app,
+        add,
+        json!({"adapter": "fin-lora", "source": "s3://loras/fin", "secret": "loras-s3"}),
+    )
+    .await;
+    assert_eq!(
+        added["data"]["addAdapter"]["spec"]["adapters"],
+        json!([{"name": "fin-lora", "source": "s3://loras/fin", "secretRef": {"name": "loras-s3"}}]),
+        "{added}"
+    );
+    // The request's own fields are named as REST names them.
+    let other = graphql(
+        &app,
+        add,
+        json!({"adapter": "x", "source": "s3://other/x", "secret": "other-s3"}),
+    )
+    .await;
+    assert_eq!(code(&other), "INVALID_INPUT");
+    assert_eq!(
+        other["errors"][0]["extensions"]["errors"][0]["field"], "secretRef.name",
+        "{other}"
+    );
+    let hf = graphql(
+        &app,
+        add,
+        json!({"adapter": "y", "source": "hf://acme/y", "secret": "loras-s3"}),
+    )
+    .await;
+    assert_eq!(
+        hf["errors"][0]["extensions"]["errors"][0]["field"], "secretRef",
+        "{hf}"
+    );
+    let removed = graphql(
+        &app,
+        r#"mutation { removeAdapter(project: "team-a", name: "alpha", adapter: "fin-lora") { spec } }"#,
+        json!({}),
+    )
+    .await;
+    assert!(removed["errors"].is_null(), "{removed}");
+    assert!(
+        removed["data"]["removeAdapter"]["spec"]["adapters"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "{removed}"
+    );
+}

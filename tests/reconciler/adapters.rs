@@ -280,9 +280,26 @@ async fn adapter_requests_name_the_field_they_get_wrong(pool: PgPool) {
             "name",
         ),
         (
-            json!({"name": "s3-lora", "source": "s3://bucket/lora"}),
+            json!({"name": "oci-lora", "source": "oci://registry.example/lora:1"}),
             422,
             "source",
+        ),
+        // The fetcher reads its list a line at a time.
+        (
+            json!({"name": "s3-lora", "source": "s3://bucket/lo\nra"}),
+            422,
+            "source",
+        ),
+        // Only the fetcher of s3:// adapters uses a Secret.
+        (
+            json!({"name": "hf-lora", "source": "hf://acme/x", "secretRef": {"name": "aws"}}),
+            422,
+            "secretRef",
+        ),
+        (
+            json!({"name": "s3-lora", "source": "s3://bucket/lora", "secretRef": {"name": "Not_A_Name"}}),
+            422,
+            "secretRef.name",
         ),
         (json!({"name": "bad", "source": "ftp://x"}), 422, "source"),
     ];
@@ -333,5 +350,265 @@ async fn adapter_requests_name_the_field_they_get_wrong(pool: PgPool) {
     assert_eq!(
         record["spec"]["adapters"],
         json!([{"name": "sql-lora", "source": "hf://acme/sql-lora"}])
+    );
+}
+
+/// Four adapters' worth of S3 fetching, run for real: the fetcher's own script under
+/// `/bin/sh`, with an `aws` on its PATH that does what `aws s3 sync SOURCE DIR` does for a
+/// prefix (AWS CLI reference, `s3 sync`: copies every object under the prefix into the
+/// directory, creating it; exit status non-zero when an object cannot be read) from a local
+/// directory standing in for the bucket.
+#[tokio::test]
+async fn the_fetcher_copies_listed_adapters_whole_and_removes_unlisted_ones() {
+    let root = tempfile::tempdir().unwrap();
+    let path = |p: &str| root.path().join(p);
+    for dir in [
+        "bin",
+        "bucket/loras/fin/v1",
+        "bucket/loras/sql",
+        "list",
+        "adapters",
+    ] {
+        std::fs::create_dir_all(path(dir)).unwrap();
+    }
+    std::fs::write(
+        path("bucket/loras/fin/v1/adapter_config.json"),
+        "{\"r\": 8}",
+    )
+    .unwrap();
+    std::fs::write(path("bucket/loras/sql/adapter_config.json"), "{\"r\": 16}").unwrap();
+    let aws = path("bin/aws");
+    std::fs::write(
+        &aws,
+        format!(
+            "#!/bin/sh\n# aws s3 sync --only-show-errors s3://BUCKET/PREFIX DIR\nsrc=\"{}/${{4#s3://}}\"\n[ -d \"$src\" ] || {{ echo \"fatal error: no such prefix $4\" >&2; exit 1; }}\nmkdir -p \"$5\" && cp -R \"$src/.\" \"$5\"\n",
+            path("bucket").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&aws, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let list = path("list/s3");
+    let adapters = path("adapters");
+    let write_list = |text: &str| std::fs::write(&list, text).unwrap();
+    write_list("fin s3://loras/fin/v1\nmissing s3://loras/nowhere\n");
+    let mut fetcher = tokio::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(modelplane::reconciler::desired::FETCH_SCRIPT)
+        .arg("fetch-adapters")
+        .arg(&list)
+        .arg(&adapters)
+        .env("PATH", format!("{}:/usr/bin:/bin", path("bin").display()))
+        .env("FETCH_INTERVAL_SECONDS", "0.1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let read = |p: &str| std::fs::read_to_string(adapters.join(p)).ok();
+    wait_for("fin fetched", Duration::from_secs(10), || async {
+        read("fin/adapter_config.json").is_some()
+    })
+    .await;
+    assert_eq!(
+        read("fin/adapter_config.json").as_deref(),
+        Some("{\"r\": 8}")
+    );
+    // A prefix that cannot be read leaves nothing behind, not half a directory.
+    assert!(!adapters.join("missing").exists());
+
+    // A new line is a new adapter; a changed source is fetched again; an unlisted one goes.
+    std::fs::create_dir_all(path("bucket/loras/fin/v2")).unwrap();
+    std::fs::write(
+        path("bucket/loras/fin/v2/adapter_config.json"),
+        "{\"r\": 4}",
+    )
+    .unwrap();
+    write_list("fin s3://loras/fin/v2\nsql s3://loras/sql\n");
+    wait_for(
+        "sql fetched, fin replaced",
+        Duration::from_secs(10),
+        || async {
+            read("sql/adapter_config.json").is_some()
+                && read("fin/adapter_config.json").as_deref() == Some("{\"r\": 4}")
+        },
+    )
+    .await;
+    write_list("sql s3://loras/sql\n");
+    wait_for("fin removed", Duration::from_secs(10), || async {
+        !adapters.join("fin").exists()
+    })
+    .await;
+    assert!(adapters.join("sql/adapter_config.json").exists());
+    assert!(
+        fetcher.try_wait().unwrap().is_none(),
+        "the fetcher keeps running"
+    );
+    fetcher.kill().await.unwrap();
+}
+
+/// The pods' annotation the loader gives the fetcher (`modelplane.io/s3-adapters`).
+async fn fetch_lists(h: &Harness) -> Vec<String> {
+    let list = h.api("v1", "Pod").list(&Default::default()).await.unwrap();
+    list.items
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("tuned-"))
+                && p.metadata.deletion_timestamp.is_none()
+        })
+        .map(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("modelplane.io/s3-adapters"))
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// s3:// adapters: a fetcher beside each engine (a native sidecar with the Secret's keys)
+/// copies what its pod's annotation lists, read through a downward API volume the kubelet
+/// refreshes in place; the engine loads each from the fetcher's directory. The emulator's
+/// sim, like llm-d-inference-sim, does not read the path it is given, so what this shows
+/// is the pods, the lists and the loading; the fetcher's copying is the test above.
+#[sqlx::test(migrations = "./migrations")]
+async fn s3_adapters_are_fetched_beside_the_engine_and_added_without_a_restart(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.load_adapters();
+    h.app.create_project("team-a").await;
+    // The Secret is the team's, in its namespace, before the pods need it.
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(h.kube.clone());
+    namespaces
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    h.api("v1", "Secret")
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "loras-s3"},
+                "stringData": {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "example"}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut spec = spec();
+    spec["adapters"] = json!([
+        {"name": "fin-lora", "source": "s3://loras/fin/v1", "secretRef": {"name": "loras-s3"}}
+    ]);
+    create_with(&h, "tuned", spec).await;
+    let record = ready(&h, "tuned").await;
+    loaded_on(&h, "fin-lora", 2).await;
+
+    let live = h
+        .live("apps/v1", "Deployment", "tuned")
+        .await
+        .expect("the Deployment");
+    let template = &live["spec"]["template"]["spec"];
+    let fetcher = &template["initContainers"][0];
+    assert_eq!(fetcher["name"], "fetch-adapters");
+    assert_eq!(fetcher["restartPolicy"], "Always", "a native sidecar");
+    assert_eq!(
+        fetcher["envFrom"],
+        json!([{"secretRef": {"name": "loras-s3"}}])
+    );
+    // PodSecurity `restricted`, like every container of the pod.
+    assert_eq!(
+        fetcher["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
+    );
+    assert!(
+        template["volumes"].as_array().unwrap().contains(&json!({
+            "name": "adapters-s3-list",
+            "downwardAPI": {"defaultMode": 420, "items": [{"path": "s3", "fieldRef": {
+                "apiVersion": "v1",
+                "fieldPath": "metadata.annotations['modelplane.io/s3-adapters']"
+            }}]}
+        })),
+        "{template}"
+    );
+    assert!(
+        template["containers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .contains(
+                &json!({"name": "adapters-s3", "mountPath": "/adapters-s3", "readOnly": true})
+            ),
+        "{template}"
+    );
+    assert_eq!(
+        live["metadata"]["annotations"]["modelplane.io/adapters"],
+        json!(
+            r#"[{"name":"fin-lora","path":"/adapters-s3/fin-lora","fetch":"s3://loras/fin/v1"}]"#
+        )
+    );
+    assert_eq!(fetch_lists(&h).await, ["fin-lora s3://loras/fin/v1\n"; 2]);
+    let (base, _) = openai(&record).await;
+    assert_eq!(complete(&base, "fin-lora").await.status(), StatusCode::OK);
+
+    // Another s3:// adapter: the fetch lists grow and it loads, on the same pods.
+    let before = pods(&h).await;
+    let added = h
+        .app
+        .post_json(
+            &format!("{PATH}/adapters"),
+            &json!({"name": "sql-s3", "source": "s3://loras/sql", "secretRef": {"name": "loras-s3"}}),
+        )
+        .await;
+    assert_eq!(added.status(), StatusCode::OK);
+    loaded_on(&h, "sql-s3", 2).await;
+    assert_eq!(
+        fetch_lists(&h).await,
+        ["fin-lora s3://loras/fin/v1\nsql-s3 s3://loras/sql\n"; 2]
+    );
+    assert_eq!(complete(&base, "sql-s3").await.status(), StatusCode::OK);
+    assert_eq!(
+        pods(&h).await,
+        before,
+        "adding an s3:// adapter rolled the pods"
+    );
+
+    // One fetcher, one environment: another Secret is refused, naming the field.
+    let other = h
+        .app
+        .post_json(
+            &format!("{PATH}/adapters"),
+            &json!({"name": "x", "source": "s3://other/x", "secretRef": {"name": "other-s3"}}),
+        )
+        .await;
+    assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: Value = other.json().await.unwrap();
+    assert_eq!(problem["errors"][0]["field"], "secretRef.name", "{problem}");
+
+    // Removing one takes it off the lists (the fetcher deletes its copy) and unloads it.
+    let removed = h
+        .app
+        .request(Method::DELETE, &format!("{PATH}/adapters/fin-lora"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(removed.status(), StatusCode::OK);
+    wait_for(
+        "fin-lora off the fetch lists",
+        Duration::from_secs(30),
+        || async { fetch_lists(&h).await == ["sql-s3 s3://loras/sql\n"; 2] },
+    )
+    .await;
+    wait_for("fin-lora unloaded", Duration::from_secs(30), || async {
+        complete(&base, "fin-lora").await.status() == StatusCode::NOT_FOUND
+    })
+    .await;
+    assert_eq!(
+        pods(&h).await,
+        before,
+        "removing an s3:// adapter rolled the pods"
     );
 }

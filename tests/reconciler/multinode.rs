@@ -159,6 +159,17 @@ async fn a_model_larger_than_a_node_runs_as_whole_groups_served_by_their_leaders
         "{scaled}"
     );
     ready(&h, "big", 2).await;
+    // The fit is checked against the worker's last report of the nodes, which follows the
+    // pods a moment after the status does: wait until it counts both groups' GPUs.
+    wait_for(
+        "the inventory to count both groups' 8 GPUs",
+        Duration::from_secs(20),
+        || async {
+            let report: Value = h.app.get("/api/v1/capacity").await.json().await.unwrap();
+            report["gpus"][0]["requested"] == 8
+        },
+    )
+    .await;
     let scaled = scale(3).await;
     let warning = scaled["warnings"][0].as_str().unwrap_or_default();
     assert!(

@@ -146,29 +146,16 @@ async fn drift_is_repaired_and_recorded(pool: PgPool) {
         },
     )
     .await;
-    let events = h.events("qwen").await;
-    assert_eq!(
-        events.iter().filter(|e| *e == "DriftRepaired").count(),
-        2,
-        "{events:?}"
-    );
+    // The repair lands a moment before its timeline entry is written.
+    wait_for(
+        "two repairs on the timeline",
+        Duration::from_secs(10),
+        || async { h.timeline("qwen", "DriftRepaired").await.len() == 2 },
+    )
+    .await;
     // Each says what happened: a deleted object is not "changed".
-    let timeline: Value = h
-        .app
-        .get("/api/v1/projects/team-a/deployments/qwen/events")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let repairs: Vec<&str> = timeline["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "DriftRepaired")
-        .map(|e| e["message"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        repairs,
+        h.timeline("qwen", "DriftRepaired").await,
         [
             "repaired what was done outside modelplane: Service qwen was deleted",
             "repaired what was done outside modelplane: Deployment qwen was changed"

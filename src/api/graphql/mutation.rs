@@ -181,6 +181,10 @@ impl Mutation {
         name: String,
         adapter: String,
         source: String,
+        #[graphql(
+            desc = "For `s3://` sources only: the Secret whose keys (`AWS_ACCESS_KEY_ID`, …) the pods' fetcher uses."
+        )]
+        secret_name: Option<String>,
         expected_generation: Option<i64>,
         options: Option<WriteOptionsInput>,
     ) -> Result<DeploymentNode> {
@@ -189,6 +193,7 @@ impl Mutation {
             adapter: crate::domain::AdapterSpec {
                 name: adapter,
                 source,
+                secret_ref: secret_name.map(|name| crate::domain::SecretRef { name }),
             },
         };
         let deployment = deployments::add_adapter(

@@ -78,8 +78,12 @@ pub struct AddAdapter {
     /// The OpenAI `model` id it answers to: letters, digits, `.`, `_`, `-`, at most 64.
     #[schema(max_length = 64)]
     pub name: String,
-    /// `hf://org/name` or `pvc://claim/path`.
+    /// `hf://org/name`, `pvc://claim/path` or `s3://bucket/prefix`.
     pub source: String,
+    /// For `s3://` only: the Secret whose keys (`AWS_ACCESS_KEY_ID`, …) the pods' fetcher
+    /// uses.
+    #[serde(default)]
+    pub secret_ref: Option<crate::domain::SecretRef>,
 }
 
 impl From<AddAdapter> for deployments::AddAdapter {
@@ -88,6 +92,7 @@ impl From<AddAdapter> for deployments::AddAdapter {
             adapter: crate::domain::AdapterSpec {
                 name: body.name,
                 source: body.source,
+                secret_ref: body.secret_ref,
             },
         }
     }

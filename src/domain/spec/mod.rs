@@ -260,8 +260,23 @@ pub struct AdapterSpec {
     /// The OpenAI `model` id of the adapter: letters, digits, `.`, `_`, `-`, at most 64.
     pub name: String,
     /// Where its weights are: `hf://org/name` (the engine downloads it, with the model's
-    /// `secretRef` token) or `pvc://claim/path` (the claim is mounted read-only).
+    /// `secretRef` token), `pvc://claim/path` (the claim is mounted read-only) or
+    /// `s3://bucket/prefix` (a fetcher beside the engine copies it into the pod).
     pub source: String,
+    /// For `s3://` only: a Secret in the project's namespace whose keys
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, …)
+    /// become the fetcher's environment. The s3:// adapters of a deployment that name a
+    /// Secret name the same one (the fetcher has one environment); without one, the
+    /// fetcher uses the node's AWS identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+/// A Secret by name, all of whose keys are used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretRef {
+    pub name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

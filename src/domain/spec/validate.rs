@@ -230,16 +230,58 @@ impl DeploymentSpec {
                 );
             }
             let field = format!("spec.adapters[{i}].source");
-            match ModelSource::parse(&adapter.source) {
-                Ok(ModelSource::HuggingFace { .. } | ModelSource::Pvc { .. }) => {}
-                Ok(ModelSource::S3 { .. } | ModelSource::Oci { .. }) => errors.push(
+            let s3 = match ModelSource::parse(&adapter.source) {
+                Ok(ModelSource::HuggingFace { .. } | ModelSource::Pvc { .. }) => false,
+                Ok(ModelSource::S3 { key, .. }) => {
+                    // The fetcher reads its list a line at a time.
+                    if key.chars().any(char::is_control) {
+                        errors.push(
+                            field,
+                            "the S3 key must not contain control characters (line breaks, tabs)",
+                        );
+                    }
+                    true
+                }
+                Ok(ModelSource::Oci { .. }) => {
+                    errors.push(
+                        field,
+                        format!(
+                            "`{}`: adapters load at run time from hf://, pvc:// or s3:// (the engine cannot read an oci:// image itself)",
+                            adapter.source
+                        ),
+                    );
+                    false
+                }
+                Err(message) => {
+                    errors.push(field, message);
+                    false
+                }
+            };
+            let Some(secret) = &adapter.secret_ref else {
+                continue;
+            };
+            let field = format!("spec.adapters[{i}].secretRef");
+            if !s3 {
+                errors.push(
                     field,
+                    "only s3:// adapters take a secretRef (hf:// adapters are downloaded with spec.model.secretRef's token)",
+                );
+            } else if !is_dns1123_subdomain(&secret.name) {
+                errors.push(format!("{field}.name"), "must be a valid Secret name");
+            } else if let Some((j, other)) = adapters[..i]
+                .iter()
+                .enumerate()
+                .find_map(|(j, a)| Some((j, a.secret_ref.as_ref()?)))
+                .filter(|(_, other)| other.name != secret.name)
+            {
+                // One fetcher per pod, with one environment.
+                errors.push(
+                    format!("{field}.name"),
                     format!(
-                        "`{}`: adapters load at run time from hf:// or pvc:// only (the engine cannot read s3:// or oci:// itself)",
-                        adapter.source
+                        "every s3:// adapter of a deployment is fetched with one Secret: `{}` differs from `{}` of spec.adapters[{j}]",
+                        secret.name, other.name
                     ),
-                ),
-                Err(message) => errors.push(field, message),
+                );
             }
         }
     }

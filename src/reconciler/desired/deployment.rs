@@ -362,6 +362,7 @@ fn pod_spec(t: &Target, config: &BuildConfig) -> PodSpec {
     let spec = &serving.spec;
     let mut model = model_location(serving, config);
     super::adapters::mount_claims(serving, &mut model);
+    super::adapters::fetch_s3(serving, config, &mut model);
     let container = server_container(serving, config, &mut model);
     let grace = spec
         .shutdown

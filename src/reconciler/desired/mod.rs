@@ -56,8 +56,9 @@ use sha2::{Digest, Sha256};
 use self::activator::activator_objects;
 pub use self::activator::{ACTIVATOR_PATH, ActivatorAddress, ActivatorObjects, activator_name};
 pub use self::adapters::{
-    ADAPTERS_GATE, ANNOTATION_ADAPTERS, ANNOTATION_POD_ADAPTERS, AdapterRef, PodAdapters,
-    adapter_refs, parse_adapters_annotation, server_restarts,
+    ADAPTERS_GATE, ANNOTATION_ADAPTERS, ANNOTATION_POD_ADAPTERS, ANNOTATION_POD_S3_ADAPTERS,
+    AdapterRef, FETCH_SCRIPT, PodAdapters, S3_ADAPTER_MOUNT, adapter_refs,
+    parse_adapters_annotation, s3_fetch_list, server_restarts,
 };
 use self::budget::disruption_budget_object;
 use self::deployment::deployment_object;

@@ -741,9 +741,11 @@ export interface components {
         AdapterSpec: {
             /** @description The OpenAI `model` id of the adapter: letters, digits, `.`, `_`, `-`, at most 64. */
             name: string;
+            secretRef?: components["schemas"]["SecretRef"] | null;
             /**
              * @description Where its weights are: `hf://org/name` (the engine downloads it, with the model's
-             *     `secretRef` token) or `pvc://claim/path` (the claim is mounted read-only).
+             *     `secretRef` token), `pvc://claim/path` (the claim is mounted read-only) or
+             *     `s3://bucket/prefix` (a fetcher beside the engine copies it into the pod).
              */
             source: string;
         };
@@ -767,7 +769,8 @@ export interface components {
         AddAdapter: {
             /** @description The OpenAI `model` id it answers to: letters, digits, `.`, `_`, `-`, at most 64. */
             name: string;
-            /** @description `hf://org/name` or `pvc://claim/path`. */
+            secretRef?: components["schemas"]["SecretRef"] | null;
+            /** @description `hf://org/name`, `pvc://claim/path` or `s3://bucket/prefix`. */
             source: string;
         };
         /** @description An API token as listed: never its secret. */
@@ -2001,6 +2004,10 @@ export interface components {
         };
         SecretKeyRef: {
             key: string;
+            name: string;
+        };
+        /** @description A Secret by name, all of whose keys are used. */
+        SecretRef: {
             name: string;
         };
         /**

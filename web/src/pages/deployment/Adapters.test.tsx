@@ -38,7 +38,7 @@ describe('Adapters', () => {
       if (fail) {
         fail = false;
         return json(
-          { type: 'v', title: 'Invalid', status: 422, detail: 'bad', errors: [{ field: 'source', message: 'adapters load at run time from hf:// or pvc:// only' }] },
+          { type: 'v', title: 'Invalid', status: 422, detail: 'bad', errors: [{ field: 'source', message: 'adapters load at run time from hf://, pvc:// or s3://' }] },
           422,
         );
       }
@@ -47,15 +47,46 @@ describe('Adapters', () => {
     renderAt(...PAGE, <Adapters deployment={tuned} editable />);
     const user = userEvent.setup();
     await user.type(await screen.findByLabelText('Model name'), 'chat-lora');
-    await user.type(screen.getByLabelText('Source'), 's3://bucket/chat');
+    await user.type(screen.getByLabelText('Source'), 'oci://registry/chat');
+    // Only an s3:// source asks for credentials.
+    expect(screen.queryByLabelText(/S3 credentials Secret/)).toBeNull();
     await user.click(screen.getByRole('button', { name: 'Add adapter' }));
-    expect(await screen.findByText(/hf:\/\/ or pvc:\/\/ only/)).toBeInTheDocument();
+    expect(await screen.findByText(/hf:\/\/, pvc:\/\/ or s3:\/\//)).toBeInTheDocument();
     expect(screen.getByLabelText('Source')).toHaveAttribute('aria-invalid', 'true');
-    expect(calls.find((c) => c.method === 'POST')!.body).toEqual({ name: 'chat-lora', source: 's3://bucket/chat' });
+    expect(calls.find((c) => c.method === 'POST')!.body).toEqual({ name: 'chat-lora', source: 'oci://registry/chat' });
     await user.clear(screen.getByLabelText('Source'));
-    await user.type(screen.getByLabelText('Source'), 'hf://acme/chat');
+    await user.type(screen.getByLabelText('Source'), 's3://loras/chat');
+    await user.type(screen.getByLabelText(/S3 credentials Secret/), 'loras-s3');
     await user.click(screen.getByRole('button', { name: 'Add adapter' }));
     await vi.waitFor(() => expect(screen.getByLabelText('Model name')).toHaveValue(''));
-    expect(calls.filter((c) => c.method === 'POST').at(-1)!.body).toEqual({ name: 'chat-lora', source: 'hf://acme/chat' });
+    expect(calls.filter((c) => c.method === 'POST').at(-1)!.body).toEqual({
+      name: 'chat-lora',
+      source: 's3://loras/chat',
+      secretRef: { name: 'loras-s3' },
+    });
+  });
+
+  it('names the Secret field when the API refuses it', async () => {
+    stubFetch(ADMIN, ({ method, url }) => {
+      if (url.pathname !== '/api/v1/projects/team-a/deployments/qwen/adapters' || method !== 'POST') return undefined;
+      return json(
+        {
+          type: 'v',
+          title: 'Invalid',
+          status: 422,
+          detail: 'bad',
+          errors: [{ field: 'secretRef.name', message: 'every s3:// adapter of a deployment is fetched with one Secret' }],
+        },
+        422,
+      );
+    });
+    renderAt(...PAGE, <Adapters deployment={tuned} editable />);
+    const user = userEvent.setup();
+    await user.type(await screen.findByLabelText('Model name'), 'x');
+    await user.type(screen.getByLabelText('Source'), 's3://other/x');
+    await user.type(screen.getByLabelText(/S3 credentials Secret/), 'other-s3');
+    await user.click(screen.getByRole('button', { name: 'Add adapter' }));
+    expect(await screen.findByText(/fetched with one Secret/)).toBeInTheDocument();
+    expect(screen.getByLabelText(/S3 credentials Secret/)).toHaveAttribute('aria-invalid', 'true');
   });
 });

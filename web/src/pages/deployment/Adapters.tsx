@@ -13,18 +13,24 @@ export function Adapters({ deployment, editable }: { deployment: Deployment; edi
   const statuses = deployment.status.adapters ?? [];
   const [adapter, setAdapter] = useState('');
   const [source, setSource] = useState('');
+  const [secret, setSecret] = useState('');
   const [removing, setRemoving] = useState<string | null>(null);
   const add = useMutation({
     mutationFn: () =>
       call(
         api.POST('/api/v1/projects/{project}/deployments/{name}/adapters', {
           params: { path: { project, name } },
-          body: { name: adapter.trim(), source: source.trim() },
+          body: {
+            name: adapter.trim(),
+            source: source.trim(),
+            ...(s3 && secret.trim() ? { secretRef: { name: secret.trim() } } : {}),
+          },
         }),
       ),
     onSuccess: () => {
       setAdapter('');
       setSource('');
+      setSecret('');
     },
   });
   const remove = useMutation({
@@ -36,6 +42,8 @@ export function Adapters({ deployment, editable }: { deployment: Deployment; edi
       ),
   });
   const engine = deployment.spec.engine?.kind ?? 'vllm';
+  // Only the fetcher of s3:// adapters uses a Secret.
+  const s3 = source.trim().startsWith('s3://');
   if (listed.length === 0 && !(editable && (engine === 'vllm' || engine === 'sim'))) {
     return null;
   }
@@ -43,7 +51,8 @@ export function Adapters({ deployment, editable }: { deployment: Deployment; edi
     add.error instanceof ApiError ? add.error.fields[field] : undefined;
   const nameError = fieldError('name');
   const sourceError = fieldError('source');
-  const otherError = add.error && !nameError && !sourceError ? add.error : null;
+  const secretError = fieldError('secretRef.name') ?? fieldError('secretRef');
+  const otherError = add.error && !nameError && !sourceError && !secretError ? add.error : null;
   const submit = (e: FormEvent) => {
     e.preventDefault();
     add.mutate();
@@ -137,7 +146,7 @@ export function Adapters({ deployment, editable }: { deployment: Deployment; edi
               id="adapter-source"
               value={source}
               onChange={(e) => setSource(e.target.value)}
-              placeholder="hf://org/name or pvc://claim/path"
+              placeholder="hf://org/name, pvc://claim/path or s3://bucket/prefix"
               required
               aria-invalid={sourceError ? true : undefined}
               aria-describedby={sourceError ? 'adapter-source-error' : undefined}
@@ -148,6 +157,28 @@ export function Adapters({ deployment, editable }: { deployment: Deployment; edi
               </p>
             )}
           </div>
+          {s3 && (
+            <div className={`field${secretError ? ' field-invalid' : ''}`}>
+              <label htmlFor="adapter-secret">S3 credentials Secret (optional)</label>
+              <input
+                id="adapter-secret"
+                value={secret}
+                onChange={(e) => setSecret(e.target.value)}
+                placeholder="loras-s3"
+                aria-invalid={secretError ? true : undefined}
+                aria-describedby={secretError ? 'adapter-secret-error' : 'adapter-secret-help'}
+              />
+              {secretError ? (
+                <p className="field-error" id="adapter-secret-error" role="alert">
+                  {secretError}
+                </p>
+              ) : (
+                <p className="muted" id="adapter-secret-help">
+                  Its keys (AWS_ACCESS_KEY_ID, …) become the pods' adapter fetcher's environment.
+                </p>
+              )}
+            </div>
+          )}
           <button type="submit" className="btn btn-primary" disabled={add.isPending}>
             Add adapter
           </button>
