@@ -103,7 +103,10 @@ if ! command -v prometheus >/dev/null 2>&1; then
   log "installing prometheus (apt, once)"
   scripts/install-prometheus.sh >/dev/null
 fi
-cargo nextest run --workspace --no-fail-fast
+# Most tests wait (on an emulator, a server, a timer) more than they compute: twice as many
+# at once as there are cores keeps the cores busy. Measured on 2 cores: the reconciler tests
+# took 139 s of wall time at 4 at once against about 225 s at 2, at 137% CPU.
+cargo nextest run --workspace --no-fail-fast --test-threads "$(( $(nproc) * 2 ))"
 
 log "portal end-to-end tests"
 scripts/e2e.sh
