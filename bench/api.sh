@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # API throughput next to raw Postgres doing the same row work, in one run on this machine.
 #
-#   bench/api.sh                 # 10 s per measurement (after 3 s unmeasured), 16 connections, 1,000 rows
-#   DURATION=30 CONNECTIONS=32 ROWS=5000 bench/api.sh
+#   bench/api.sh                 # 10 s per measurement (after 3 s unmeasured), 16 connections,
+#                                # 10,000 rows in 20 projects
+#   DURATION=30 CONNECTIONS=32 ROWS=2000 PROJECTS=5 bench/api.sh
+#
+# The rows are what users store: each deployment's spec is a vLLM deployment as a team would
+# write it (engine args and env, labels, annotations, resources, scheduling, cache; about
+# 1.5 KB of JSON once stored with its defaults), spread over PROJECTS projects; a get reads a
+# random row of a random project, a list the first page of 50 of a random project. (Before
+# 2026-11-28 the bench seeded 1,000 three-field `sim` specs in one project: lists looked
+# cheaper than they are.) Postgres is reached over TCP on both sides.
 #
 # modelplane (release build, `--role api`, its own scratch database) is loaded with wrk (the
 # Debian package, installed when missing); Postgres with pgbench running the statements the
@@ -21,7 +29,8 @@ DURATION=${DURATION:-10}
 # steady state the ratio is about.
 WARMUP=${WARMUP:-3}
 CONNECTIONS=${CONNECTIONS:-16}
-ROWS=${ROWS:-1000}
+ROWS=${ROWS:-10000}
+PROJECTS=${PROJECTS:-20}
 
 ensure_wrk_and_pgbench
 
@@ -50,23 +59,29 @@ until curl -fsS "$base/readyz" >/dev/null 2>&1; do
 done
 
 auth="Authorization: Bearer $token"
-spec='{"model":{"source":"hf://Qwen/Qwen2.5-0.5B-Instruct"},"engine":{"kind":"sim"},"replicas":1}'
-curl -fsS -o /dev/null -H "$auth" -H 'Content-Type: application/json' "$base/api/v1/projects" -d '{"name":"bench"}'
-log "creating $ROWS deployments to read"
-seq 1 "$ROWS" | xargs -P 16 -I{} curl -fsS -o /dev/null -H "$auth" -H 'Content-Type: application/json' \
-  "$base/api/v1/projects/bench/deployments" -d "{\"name\":\"d{}\",\"spec\":$spec}"
+# No `%` and no `'` in it: it goes into a Lua format string and an SQL literal as it is.
+spec='{"model":{"source":"hf://meta-llama/Llama-3.1-8B-Instruct","revision":"0e9e39f249a16976918f6564b8830bc894c89659","secretRef":{"name":"hf-token","key":"token"}},"engine":{"kind":"vllm","image":"vllm/vllm-openai:v0.11.0","tensorParallelSize":1,"maxModelLen":16384,"args":["--enable-prefix-caching","--gpu-memory-utilization","0.92","--max-num-seqs","256","--enable-chunked-prefill","--max-num-batched-tokens","8192","--kv-cache-dtype","fp8"],"env":[{"name":"VLLM_LOGGING_LEVEL","value":"INFO"},{"name":"HF_HUB_ENABLE_HF_TRANSFER","value":"1"},{"name":"OMP_NUM_THREADS","value":"8"}]},"replicas":2,"resources":{"cpu":"8","memory":"48Gi","sharedMemory":"8Gi","gpu":{"count":1,"product":"NVIDIA-L4"}},"labels":{"team":"search","cost-center":"cc-4411","env":"prod","model-family":"llama"},"annotations":{"example.com/owner":"search-ml@example.com","example.com/runbook":"https://wiki.example.com/runbooks/llm-serving","example.com/oncall":"search-ml-oncall"},"scheduling":{"nodeSelector":{"pool":"gpu-l4"},"tolerations":[{"key":"nvidia.com/gpu","operator":"Exists","effect":"NoSchedule"}]},"storage":{"cache":{"sizeLimit":"100Gi"}},"probes":{"startupTimeoutSeconds":1800},"shutdown":{"drainSeconds":30}}'
+log "creating $PROJECTS projects and $ROWS deployments to read (row n in project n mod $PROJECTS)"
+seq 1 "$PROJECTS" | xargs -P 4 -I{} curl -fsS -o /dev/null -H "$auth" -H 'Content-Type: application/json' \
+  "$base/api/v1/projects" -d '{"name":"bench-{}"}'
+seq 1 "$ROWS" | xargs -P 16 -I{} sh -c 'curl -fsS -o /dev/null -H "$1" -H "Content-Type: application/json" \
+  "$2/api/v1/projects/bench-$(( $3 % $4 + 1 ))/deployments" -d "{\"name\":\"d$3\",\"spec\":$5}"' \
+  create "$auth" "$base" {} "$PROJECTS" "$spec"
+stored=$(psql -tA "$db" -c "select round(avg(pg_column_size(spec) + pg_column_size(status))) || ' bytes stored per row (spec and status, after TOAST compression); ' || round(avg(length(spec::text))) || ' bytes of spec JSON' from model_deployment")
+log "$stored"
 
 # wrk: one Lua script per kind of request.
 cat >"$work/get.lua" <<LUA
 wrk.headers["Authorization"] = "Bearer $token"
 request = function()
-  return wrk.format("GET", "/api/v1/projects/bench/deployments/d" .. math.random(1, $ROWS))
+  local n = math.random(1, $ROWS)
+  return wrk.format("GET", "/api/v1/projects/bench-" .. (n % $PROJECTS + 1) .. "/deployments/d" .. n)
 end
 LUA
 cat >"$work/list.lua" <<LUA
 wrk.headers["Authorization"] = "Bearer $token"
 request = function()
-  return wrk.format("GET", "/api/v1/projects/bench/deployments?limit=50")
+  return wrk.format("GET", "/api/v1/projects/bench-" .. math.random(1, $PROJECTS) .. "/deployments?limit=50")
 end
 LUA
 cat >"$work/create.lua" <<LUA
@@ -86,22 +101,25 @@ end
 request = function()
   n = n + 1
   local body = string.format('{"name":"%s%d-%d","spec":$spec}', run, tid, n)
-  return wrk.format("POST", "/api/v1/projects/bench/deployments", nil, body)
+  return wrk.format("POST", "/api/v1/projects/bench-" .. math.random(1, $PROJECTS) .. "/deployments", nil, body)
 end
 LUA
 
 # pgbench: the same row work, straight in SQL.
 cat >"$work/get.sql" <<SQL
 \\set n random(1, $ROWS)
-select d.* from model_deployment d join project p on p.id = d.project_id where p.name = 'bench' and d.name = 'd' || :n;
+\\set p :n % $PROJECTS + 1
+select d.* from model_deployment d join project p on p.id = d.project_id where p.name = 'bench-' || :p and d.name = 'd' || :n;
 SQL
-cat >"$work/list.sql" <<'SQL'
-select d.* from model_deployment d join project p on p.id = d.project_id where p.name = 'bench' order by d.name limit 51;
+cat >"$work/list.sql" <<SQL
+\\set p random(1, $PROJECTS)
+select d.* from model_deployment d join project p on p.id = d.project_id where p.name = 'bench-' || :p order by d.name limit 51;
 SQL
 cat >"$work/create.sql" <<SQL
-with p as (select id from project where name = 'bench'),
+\\set p random(1, $PROJECTS)
+with p as (select id from project where name = 'bench-' || :p),
      d as (insert into model_deployment (id, project_id, name, spec, spec_version, engine, status)
-           select gen_random_uuid(), p.id, 'pg-' || gen_random_uuid(), '$spec'::jsonb, 1, 'sim', '{}'::jsonb from p
+           select gen_random_uuid(), p.id, 'pg-' || gen_random_uuid(), '$spec'::jsonb, 1, 'vllm', '{}'::jsonb from p
            returning id)
 insert into reconcile_work (deployment_id) select id from d;
 SQL
@@ -109,14 +127,15 @@ SQL
 # record, revision 1, the timeline entry, the work item and its NOTIFY (the change-feed
 # triggers fire for both, as for modelplane).
 cat >"$work/create-all.sql" <<SQL
-with p as (select id from project where name = 'bench'),
+\\set p random(1, $PROJECTS)
+with p as (select id from project where name = 'bench-' || :p),
      d as (insert into model_deployment (id, project_id, name, spec, spec_version, engine, phase, status, route_gateway, route_path)
-           select gen_random_uuid(), p.id, 'pa-' || gen_random_uuid(), '$spec'::jsonb, 1, 'sim', 'Pending', '{}'::jsonb, '', '/bench/x' from p
+           select gen_random_uuid(), p.id, 'pa-' || gen_random_uuid(), '$spec'::jsonb, 1, 'vllm', 'Pending', '{}'::jsonb, '', '/bench/x' from p
            returning id, project_id, name, generation, spec),
      r as (insert into deployment_revision (deployment_id, revision, spec, reason, actor)
            select id, generation, spec, 'created', 'token-bench' from d),
      e as (insert into deployment_event (deployment_id, project_id, deployment_name, kind, message, actor)
-           select id, project_id, name, 'Created', 'created with 1 replica(s) of sim serving hf://Qwen/Qwen2.5-0.5B-Instruct', 'token-bench' from d),
+           select id, project_id, name, 'Created', 'created with 2 replica(s) of vllm serving hf://meta-llama/Llama-3.1-8B-Instruct', 'token-bench' from d),
      q as (insert into reconcile_work (deployment_id) select id from d returning deployment_id)
 select pg_notify('modelplane_reconcile', deployment_id::text) from q;
 SQL
@@ -138,7 +157,7 @@ run_pgbench() { # script → "tps"
     awk '/^tps/ {print $3; exit}'
 }
 
-printf '%-28s %12s %10s %14s %7s\n' "work ($CONNECTIONS connections)" "modelplane/s" "p99" "postgres tx/s" "ratio" >"$work/table"
+printf '%-28s %12s %10s %14s %7s\n' "work ($CONNECTIONS conns, $ROWS rows)" "modelplane/s" "p99" "postgres tx/s" "ratio" >"$work/table"
 for kind in get list create; do
   log "$kind: modelplane for ${DURATION}s"
   read -r rps p99 < <(run_wrk "$kind")

@@ -4,8 +4,11 @@
 #   bench/converge.sh                  # N = 100 and 1,000
 #   bench/converge.sh 100 1000 10000   # any list of N
 #   CLIENTS=16 IDLE_SECONDS=10 bench/converge.sh 1000
-#   GATEWAY=gateway-system/inference bench/converge.sh 1000   # with a Gateway: an HTTPRoute
-#                                      # per record, validated by the Gateway API's CRD
+#   GATEWAY= bench/converge.sh 1000    # without a Gateway (no routes), as before 2026-11-28
+#
+# The Gateway is on by default, as the README's run command has it: every record gets an
+# HTTPRoute (validated by the Gateway API's CRD) that the emulator's Gateway must accept and
+# serve, and a record is Ready only once its route is.
 #
 # For each N, on a fresh emulator (simulated cluster, zero pod start delay, enough nodes for
 # N pods) and a fresh database: modelplane's API and worker run as two processes
@@ -13,8 +16,9 @@
 # one curl over CLIENTS parallel connections, and the clock stops when every record's phase is Ready.
 # Printed per N: seconds, Kubernetes requests per record (the emulator's
 # `apiserver_request_total`, split into reads and writes), reconciles per record (the
-# worker's `modelplane_reconcile_total`), and the peak memory (VmHWM) of
-# the API, the worker and the emulator. Then the idle check: IDLE_SECONDS with nothing
+# worker's `modelplane_reconcile_total`), the peak memory (VmHWM) of the API, the worker
+# and the emulator, and that peak per record (the worker's includes its start-up baseline,
+# so it is an upper bound). Then the idle check: IDLE_SECONDS with nothing
 # changing, in which the worker must make no Kubernetes write and no database row may
 # change, with each process's CPU time over that window.
 set -euo pipefail
@@ -25,6 +29,7 @@ source bench/lib.sh
 CLIENTS=${CLIENTS:-16}
 IDLE_SECONDS=${IDLE_SECONDS:-10}
 TIMEOUT=${TIMEOUT:-600}
+GATEWAY=${GATEWAY-gateway-system/inference}
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(100 1000)
 
@@ -57,6 +62,7 @@ db_fingerprint() { # database url
 }
 printf '%8s %9s %9s %14s %14s %15s %10s %10s %10s\n' N seconds "POSTs s" "k8s reads/rec" "k8s writes/rec" "reconciles/rec" "api MiB" "worker MiB" "emu MiB" >"$work/table"
 printf '%8s %10s %12s %10s %10s\n' N "api cpu s" "worker cpu s" "emu cpu s" "pg cpu s" >"$work/cpu"
+printf '%8s %14s %14s %14s\n' N "api KiB/rec" "worker KiB/rec" "emu KiB/pod" >"$work/memory"
 printf '%8s %12s %12s %10s %12s %10s\n' N "k8s writes" "db changed" "api cpu s" "worker cpu s" "emu cpu s" >"$work/idle"
 
 for n in "${sizes[@]}"; do
@@ -152,6 +158,10 @@ for n in "${sizes[@]}"; do
     "$(awk -v k="$(peak_kib "$api")" 'BEGIN { print k / 1024 }')" \
     "$(awk -v k="$(peak_kib "$worker")" 'BEGIN { print k / 1024 }')" \
     "$(awk -v k="$(peak_kib "$emu")" 'BEGIN { print k / 1024 }')" >>"$work/table"
+  printf '%8d %14.1f %14.1f %14.1f\n' "$n" \
+    "$(awk -v k="$(peak_kib "$api")" -v n="$n" 'BEGIN { print k / n }')" \
+    "$(awk -v k="$(peak_kib "$worker")" -v n="$n" 'BEGIN { print k / n }')" \
+    "$(awk -v k="$(peak_kib "$emu")" -v n="$n" 'BEGIN { print k / n }')" >>"$work/memory"
   log "$n Ready in ${seconds}s"
 
   # The idle check: wait until the last watch events have been worked off (the worker's
@@ -179,8 +189,11 @@ for n in "${sizes[@]}"; do
 done
 
 echo
-echo "Convergence: N sim deployments POSTed with $CLIENTS connections until all Ready"
+echo "Convergence: N sim deployments POSTed with $CLIENTS connections until all Ready (Gateway: ${GATEWAY:-none})"
 cat "$work/table"
+echo
+echo "Peak memory per record (one pod each)"
+cat "$work/memory"
 echo
 echo "CPU seconds used from the first POST until all Ready"
 cat "$work/cpu"

@@ -513,7 +513,8 @@ pub struct UsageReport {
     /// Model tokens (prompt and generated) of its deployments, from their serving metrics
     /// (rates times time: an estimate as good as the readings).
     pub tokens: i64,
-    /// Per deployment (and GPU kind), most used first; deleted deployments included.
+    /// Per deployment (and role, and GPU kind), most used first; deleted deployments
+    /// included.
     pub deployments: Vec<DeploymentUsage>,
     /// One entry per day from `from` to `to`, days without use included.
     pub daily: Vec<DailyUsage>,
@@ -523,6 +524,9 @@ pub struct UsageReport {
 #[serde(rename_all = "camelCase")]
 pub struct DeploymentUsage {
     pub name: String,
+    /// `prefill` or `decode`: one role of a disaggregated deployment (each role's GPUs are
+    /// counted apart); `null` for any other deployment (its canary's GPUs included).
+    pub role: Option<String>,
     pub resource_name: String,
     pub product: Option<String>,
     pub gpu_hours: f64,

@@ -177,12 +177,14 @@ pub async fn get_usage(
         }
         match deployments.iter_mut().find(|d| {
             d.name == row.deployment_name
+                && d.role == row.role
                 && d.resource_name == row.resource_name
                 && d.product == row.product
         }) {
             Some(d) => d.gpu_hours += row.gpu_hours,
             None => deployments.push(DeploymentUsage {
                 name: row.deployment_name,
+                role: row.role,
                 resource_name: row.resource_name,
                 product: row.product,
                 gpu_hours: row.gpu_hours,

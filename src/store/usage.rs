@@ -61,6 +61,9 @@ pub async fn record_held(
 pub struct UsageRow {
     pub day: NaiveDate,
     pub deployment_name: String,
+    /// `prefill` or `decode` for a role of a disaggregated deployment; `None` for the rest
+    /// (a deployment's own pods and its canary's together).
+    pub role: Option<String>,
     pub resource_name: String,
     pub product: Option<String>,
     pub gpu_hours: f64,
@@ -79,15 +82,17 @@ pub async fn usage_by_day(
                       (d + interval '1 day') at time zone 'UTC' as ends
                from generate_series($2::date::timestamp, $3::date::timestamp, interval '1 day') d
            )
-           select day.day as "day!", u.deployment_name, u.resource_name, u.product,
+           select day.day as "day!", u.deployment_name,
+                  case when u.track in ('prefill', 'decode') then u.track end as role,
+                  u.resource_name, u.product,
                   sum(u.gpus * extract(epoch from
                         least(coalesce(u.ended_at, now()), day.ends) - greatest(u.started_at, day.starts)
                   ))::float8 / 3600.0 as "gpu_hours!"
            from day
            join gpu_usage u on u.project_id = $1
                 and u.started_at < day.ends and coalesce(u.ended_at, now()) > day.starts
-           group by day.day, u.deployment_name, u.resource_name, u.product
-           order by day.day, u.deployment_name"#,
+           group by day.day, u.deployment_name, role, u.resource_name, u.product
+           order by day.day, u.deployment_name, role"#,
         project_id,
         from,
         to
@@ -99,6 +104,7 @@ pub async fn usage_by_day(
         .map(|r| UsageRow {
             day: r.day,
             deployment_name: r.deployment_name,
+            role: r.role,
             resource_name: r.resource_name,
             product: Some(r.product).filter(|p| !p.is_empty()),
             gpu_hours: r.gpu_hours,

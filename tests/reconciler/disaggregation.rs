@@ -487,3 +487,59 @@ async fn a_routing_sidecar_that_cannot_be_pulled_is_named_on_the_decode_role(poo
         .unwrap();
     assert_eq!(initialized["status"], "False", "{initialized}");
 }
+
+/// GPU-hours are counted per role: the project's usage report has a row for each role of a
+/// disaggregated deployment, each with the GPUs its own ready pods hold.
+#[sqlx::test(migrations = "./migrations")]
+async fn gpu_hours_are_reported_per_role(pool: PgPool) {
+    let h = harness_on(pool, cluster(), |_| {}).await;
+    h.app.create_project("team-a").await;
+    let mut spec = spec(1, 2);
+    spec["resources"]["gpu"] = json!({"count": 1});
+    spec["disaggregation"]["decode"]["resources"] = json!({"gpu": {"count": 2}});
+    create_with(&h, "big", spec).await;
+    ready(&h).await;
+    let usage = || async {
+        h.app
+            .get("/api/v1/projects/team-a/usage")
+            .await
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    wait_for(
+        "GPU-hours of both roles",
+        Duration::from_secs(20),
+        || async {
+            let report = usage().await;
+            report["deployments"].as_array().is_some_and(|rows| {
+                rows.len() == 2 && rows.iter().all(|r| r["gpuHours"].as_f64() > Some(0.0))
+            })
+        },
+    )
+    .await;
+    let report = usage().await;
+    let mut roles: Vec<(String, String)> = report["deployments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["name"].to_string(), r["role"].to_string()))
+        .collect();
+    roles.sort();
+    assert_eq!(
+        roles,
+        [
+            (r#""big""#.to_owned(), r#""decode""#.to_owned()),
+            (r#""big""#.to_owned(), r#""prefill""#.to_owned())
+        ],
+        "{report}"
+    );
+    // Held at 1 GPU for the prefill pod and 2 × 2 for the decode pods.
+    let mut held: Vec<(String, i64)> =
+        sqlx::query_as("select track, gpus from gpu_usage where ended_at is null")
+            .fetch_all(&h.pool)
+            .await
+            .unwrap();
+    held.sort();
+    assert_eq!(held, [("decode".to_owned(), 4), ("prefill".to_owned(), 1)]);
+}

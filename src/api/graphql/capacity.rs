@@ -181,6 +181,8 @@ pub struct Usage {
 #[derive(SimpleObject)]
 pub struct DeploymentUsage {
     pub name: String,
+    /// `prefill` or `decode` for one role of a disaggregated deployment; null otherwise.
+    pub role: Option<String>,
     pub resource_name: String,
     pub product: Option<String>,
     pub gpu_hours: f64,
@@ -207,6 +209,7 @@ impl From<domain::UsageReport> for Usage {
                 .into_iter()
                 .map(|d| DeploymentUsage {
                     name: d.name,
+                    role: d.role,
                     resource_name: d.resource_name,
                     product: d.product,
                     gpu_hours: d.gpu_hours,

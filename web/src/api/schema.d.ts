@@ -1175,6 +1175,11 @@ export interface components {
             name: string;
             product?: string | null;
             resourceName: string;
+            /**
+             * @description `prefill` or `decode`: one role of a disaggregated deployment (each role's GPUs are
+             *     counted apart); `null` for any other deployment (its canary's GPUs included).
+             */
+            role?: string | null;
         };
         /** @description The two roles of a disaggregated deployment. */
         DisaggregationSpec: {
@@ -2127,7 +2132,10 @@ export interface components {
         UsageReport: {
             /** @description One entry per day from `from` to `to`, days without use included. */
             daily: components["schemas"]["DailyUsage"][];
-            /** @description Per deployment (and GPU kind), most used first; deleted deployments included. */
+            /**
+             * @description Per deployment (and role, and GPU kind), most used first; deleted deployments
+             *     included.
+             */
             deployments: components["schemas"]["DeploymentUsage"][];
             /**
              * Format: date

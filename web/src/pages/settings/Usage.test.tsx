@@ -8,7 +8,7 @@ afterEach(() => vi.unstubAllGlobals());
 const PAGE = ['/projects/team-a/settings', '/projects/:project/settings'] as const;
 
 describe('Usage', () => {
-  it('shows the last 30 days’ GPU-hours and model tokens: total, by deployment and by day', async () => {
+  it('shows the last 30 days’ GPU-hours and model tokens: total, by deployment (and role) and by day', async () => {
     const calls = stubFetch(ADMIN, ({ url }) =>
       url.pathname === '/api/v1/projects/team-a/usage'
         ? json({
@@ -18,8 +18,9 @@ describe('Usage', () => {
             requests: 1200,
             tokens: 450000,
             deployments: [
-              { name: 'llama', resourceName: 'nvidia.com/gpu', product: 'NVIDIA-L4', gpuHours: 10 },
-              { name: 'qwen', resourceName: 'nvidia.com/gpu', product: null, gpuHours: 2.5 },
+              { name: 'llama', role: null, resourceName: 'nvidia.com/gpu', product: 'NVIDIA-L4', gpuHours: 8 },
+              { name: 'qwen', role: 'decode', resourceName: 'nvidia.com/gpu', product: null, gpuHours: 2.5 },
+              { name: 'qwen', role: 'prefill', resourceName: 'nvidia.com/gpu', product: null, gpuHours: 2 },
             ],
             daily: [
               { date: '2026-11-23', gpuHours: 0, requests: 0, tokens: 0 },
@@ -33,7 +34,12 @@ describe('Usage', () => {
     expect(await screen.findByTestId('gpu-usage-total')).toHaveTextContent('12.5 GPU-hours');
     expect(calls.find((c) => c.url.pathname.endsWith('/usage'))!.url.searchParams.get('days')).toBe('30');
     const rows = within(screen.getByRole('table', { name: 'GPU-hours by deployment' })).getAllByRole('row').slice(1);
-    expect(rows.map((r) => r.textContent)).toEqual(['llamanvidia.com/gpu · NVIDIA-L410', 'qwennvidia.com/gpu2.5']);
+    // A disaggregated deployment's roles each have their own row.
+    expect(rows.map((r) => r.textContent)).toEqual([
+      'llamanvidia.com/gpu · NVIDIA-L48',
+      'qwen (decode)nvidia.com/gpu2.5',
+      'qwen (prefill)nvidia.com/gpu2',
+    ]);
     const days = within(screen.getByRole('list', { name: 'By day' })).getAllByRole('listitem');
     expect(days.map((d) => d.textContent)).toEqual([
       '2026-11-2300 tokens',

@@ -54,8 +54,11 @@ function Report({ report }: { report: UsageReport }) {
             </thead>
             <tbody>
               {report.deployments.map((d) => (
-                <tr key={`${d.name}/${gpuLabel(d)}`}>
-                  <td>{d.name}</td>
+                <tr key={`${d.name}/${d.role ?? ''}/${gpuLabel(d)}`}>
+                  <td>
+                    {d.name}
+                    {d.role && <span className="muted"> ({d.role})</span>}
+                  </td>
                   <td className="mono">{gpuLabel(d)}</td>
                   <td className="num">{hours(d.gpuHours)}</td>
                 </tr>
