@@ -105,7 +105,11 @@ request = function()
 end
 LUA
 
-# pgbench: the same row work, straight in SQL.
+# pgbench: the same row work, straight in SQL. pgbench takes every `:name` for one of its
+# variables, even inside a string literal: in the spec's copy the colon of the image tag
+# (`…:v0.11.0`) is written `\u003a`, which jsonb stores as the same `:` (the spec has no
+# `true`/`false`/`null`, the only values a structural colon could precede with a letter).
+pgspec=$(printf '%s' "$spec" | sed 's/:\([A-Za-z_]\)/\\u003a\1/g')
 cat >"$work/get.sql" <<SQL
 \\set n random(1, $ROWS)
 \\set p :n % $PROJECTS + 1
@@ -119,7 +123,7 @@ cat >"$work/create.sql" <<SQL
 \\set p random(1, $PROJECTS)
 with p as (select id from project where name = 'bench-' || :p),
      d as (insert into model_deployment (id, project_id, name, spec, spec_version, engine, status)
-           select gen_random_uuid(), p.id, 'pg-' || gen_random_uuid(), '$spec'::jsonb, 1, 'vllm', '{}'::jsonb from p
+           select gen_random_uuid(), p.id, 'pg-' || gen_random_uuid(), '$pgspec'::jsonb, 1, 'vllm', '{}'::jsonb from p
            returning id)
 insert into reconcile_work (deployment_id) select id from d;
 SQL
@@ -130,7 +134,7 @@ cat >"$work/create-all.sql" <<SQL
 \\set p random(1, $PROJECTS)
 with p as (select id from project where name = 'bench-' || :p),
      d as (insert into model_deployment (id, project_id, name, spec, spec_version, engine, phase, status, route_gateway, route_path)
-           select gen_random_uuid(), p.id, 'pa-' || gen_random_uuid(), '$spec'::jsonb, 1, 'vllm', 'Pending', '{}'::jsonb, '', '/bench/x' from p
+           select gen_random_uuid(), p.id, 'pa-' || gen_random_uuid(), '$pgspec'::jsonb, 1, 'vllm', 'Pending', '{}'::jsonb, '', '/bench/x' from p
            returning id, project_id, name, generation, spec),
      r as (insert into deployment_revision (deployment_id, revision, spec, reason, actor)
            select id, generation, spec, 'created', 'token-bench' from d),

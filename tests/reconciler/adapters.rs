@@ -27,12 +27,12 @@ fn spec() -> Value {
     spec
 }
 
-/// The model server pods of `tuned`: name → (uid, restart count).
-async fn pods(h: &Harness) -> Vec<(String, String, i64)> {
+/// The live model server pods of `tuned`, by name.
+async fn live_tuned(h: &Harness) -> Vec<kube::api::DynamicObject> {
     let list = h.api("v1", "Pod").list(&Default::default()).await.unwrap();
-    let mut pods: Vec<(String, String, i64)> = list
+    let mut pods: Vec<kube::api::DynamicObject> = list
         .items
-        .iter()
+        .into_iter()
         .filter(|p| {
             p.metadata
                 .name
@@ -40,6 +40,16 @@ async fn pods(h: &Harness) -> Vec<(String, String, i64)> {
                 .is_some_and(|n| n.starts_with("tuned-"))
                 && p.metadata.deletion_timestamp.is_none()
         })
+        .collect();
+    pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    pods
+}
+
+/// The model server pods of `tuned`: name → (uid, restart count).
+async fn pods(h: &Harness) -> Vec<(String, String, i64)> {
+    live_tuned(h)
+        .await
+        .into_iter()
         .map(|p| {
             let restarts = p.data["status"]["containerStatuses"][0]["restartCount"]
                 .as_i64()
@@ -50,9 +60,7 @@ async fn pods(h: &Harness) -> Vec<(String, String, i64)> {
                 restarts,
             )
         })
-        .collect();
-    pods.sort();
-    pods
+        .collect()
 }
 
 fn adapter<'a>(record: &'a Value, name: &str) -> Option<&'a Value> {
@@ -448,22 +456,13 @@ async fn the_fetcher_copies_listed_adapters_whole_and_removes_unlisted_ones() {
 
 /// The pods' annotation the loader gives the fetcher (`modelplane.io/s3-adapters`).
 async fn fetch_lists(h: &Harness) -> Vec<String> {
-    let list = h.api("v1", "Pod").list(&Default::default()).await.unwrap();
-    list.items
-        .iter()
-        .filter(|p| {
-            p.metadata
-                .name
-                .as_deref()
-                .is_some_and(|n| n.starts_with("tuned-"))
-                && p.metadata.deletion_timestamp.is_none()
-        })
+    live_tuned(h)
+        .await
+        .into_iter()
         .map(|p| {
             p.metadata
                 .annotations
-                .as_ref()
-                .and_then(|a| a.get("modelplane.io/s3-adapters"))
-                .cloned()
+                .and_then(|mut a| a.remove("modelplane.io/s3-adapters"))
                 .unwrap_or_default()
         })
         .collect()
