@@ -4,18 +4,14 @@
 //! (`reconciler::adapters`) reads to load and unload them on each pod. The list is kept out
 //! of the pod template: changing it must not roll the pods.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
-    Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource, EnvFromSource, EnvVar,
-    ObjectFieldSelector, PersistentVolumeClaimVolumeSource, PodReadinessGate, ResourceRequirements,
-    SecretEnvSource,
+    Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource, EnvVar, ObjectFieldSelector,
+    PersistentVolumeClaimVolumeSource, PodReadinessGate,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::{Deserialize, Serialize};
 
 use super::BuildConfig;
-use super::model_source::{ModelLocation, empty_dir, mount, volume};
+use super::model_source::{ModelLocation, cpu_memory, empty_dir, mount, secret_env_from, volume};
 use crate::domain::{EngineKind, ModelSource, ServingSpec};
 
 /// On the Deployment: the adapters as JSON, `[{"name", "path"}]`.
@@ -253,12 +249,6 @@ pub(super) fn fetch_s3(serving: &ServingSpec, config: &BuildConfig, model: &mut 
     model
         .mounts
         .push(mount("adapters-s3", S3_ADAPTER_MOUNT, true));
-    let quantities = |cpu: &str, memory: &str| {
-        BTreeMap::from([
-            ("cpu".to_owned(), Quantity(cpu.to_owned())),
-            ("memory".to_owned(), Quantity(memory.to_owned())),
-        ])
-    };
     let fetcher = Container {
         name: "fetch-adapters".into(),
         image: Some(config.s3_downloader_image.clone()),
@@ -276,21 +266,8 @@ pub(super) fn fetch_s3(serving: &ServingSpec, config: &BuildConfig, model: &mut 
         ]),
         // Counted for the pod's whole life (a sidecar's requests add to the engine's), so
         // less than the model downloader's, which runs once before it.
-        resources: Some(ResourceRequirements {
-            requests: Some(quantities("100m", "256Mi")),
-            limits: Some(quantities("1", "1Gi")),
-            ..ResourceRequirements::default()
-        }),
-        // The Secret's keys (AWS_ACCESS_KEY_ID, …) become the fetcher's environment.
-        env_from: secret.map(|name| {
-            vec![EnvFromSource {
-                secret_ref: Some(SecretEnvSource {
-                    name,
-                    optional: None,
-                }),
-                ..EnvFromSource::default()
-            }]
-        }),
+        resources: Some(cpu_memory(("100m", "256Mi"), ("1", "1Gi"))),
+        env_from: secret.as_deref().map(secret_env_from),
         ..Container::default()
     };
     model.init_containers.insert(0, fetcher);

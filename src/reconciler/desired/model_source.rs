@@ -46,17 +46,33 @@ pub(super) fn volume(name: &str, with: impl FnOnce(&mut Volume)) -> Volume {
 /// (kubernetes pkg/quota/v1/evaluator/core/pods.go: "must specify" for each constrained
 /// resource), and a real cluster refused `resources: {}` here. `aws s3 sync` is I/O bound.
 fn downloader_resources() -> ResourceRequirements {
-    let quantities = |cpu: &str, memory: &str| {
+    cpu_memory(("500m", "512Mi"), ("2", "2Gi"))
+}
+
+/// Requests and limits of CPU and memory, each `(cpu, memory)`.
+pub(super) fn cpu_memory(requests: (&str, &str), limits: (&str, &str)) -> ResourceRequirements {
+    let quantities = |(cpu, memory): (&str, &str)| {
         BTreeMap::from([
             ("cpu".to_owned(), Quantity(cpu.to_owned())),
             ("memory".to_owned(), Quantity(memory.to_owned())),
         ])
     };
     ResourceRequirements {
-        requests: Some(quantities("500m", "512Mi")),
-        limits: Some(quantities("2", "2Gi")),
+        requests: Some(quantities(requests)),
+        limits: Some(quantities(limits)),
         ..ResourceRequirements::default()
     }
+}
+
+/// Every key of the Secret `name` as the container's environment (AWS_ACCESS_KEY_ID, …).
+pub(super) fn secret_env_from(name: &str) -> Vec<EnvFromSource> {
+    vec![EnvFromSource {
+        secret_ref: Some(SecretEnvSource {
+            name: name.to_owned(),
+            optional: None,
+        }),
+        ..EnvFromSource::default()
+    }]
 }
 
 pub(super) fn empty_dir(
@@ -132,15 +148,12 @@ fn s3_downloader(serving: &ServingSpec, config: &BuildConfig, source: String) ->
         volume_mounts: Some(vec![mount("model", MODEL_MOUNT, false)]),
         resources: Some(downloader_resources()),
         // The Secret's keys (AWS_ACCESS_KEY_ID, …) become the downloader's environment.
-        env_from: serving.spec.model.secret_ref.as_ref().map(|secret| {
-            vec![EnvFromSource {
-                secret_ref: Some(SecretEnvSource {
-                    name: secret.name.clone(),
-                    optional: None,
-                }),
-                ..EnvFromSource::default()
-            }]
-        }),
+        env_from: serving
+            .spec
+            .model
+            .secret_ref
+            .as_ref()
+            .map(|secret| secret_env_from(&secret.name)),
         ..Container::default()
     }
 }
