@@ -11,6 +11,7 @@ use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::runtime::watcher;
 use uuid::Uuid;
 
@@ -64,10 +65,38 @@ fn record_of<K: Object>(object: &K) -> Option<Uuid> {
         .ok()
 }
 
+/// The part of `object` the worker reads, to keep. Nothing reads who manages which field,
+/// and it is often most of an object's size. Of a pod, the worker reads its metadata and
+/// status, its node, its readiness gates and its containers' ports (for the metrics page
+/// and the adapter loader); the rest of its spec (environment, volumes, probes, resources:
+/// most of a model server's pod) is its Deployment's, which the cache holds whole. GPU
+/// accounting reads pods through its own watch (`inventory`).
+fn kept<K: Object>(object: &K) -> K {
+    let mut object = object.clone();
+    object.meta_mut().managed_fields = None;
+    if let Some(pod) = (&mut object as &mut dyn Any).downcast_mut::<Pod>()
+        && let Some(spec) = pod.spec.take()
+    {
+        pod.spec = Some(PodSpec {
+            node_name: spec.node_name,
+            readiness_gates: spec.readiness_gates,
+            containers: spec
+                .containers
+                .into_iter()
+                .map(|c| Container {
+                    name: c.name,
+                    ports: c.ports,
+                    ..Container::default()
+                })
+                .collect(),
+            ..PodSpec::default()
+        });
+    }
+    object
+}
+
 impl<K: Object> State<K> {
-    fn insert(&mut self, mut object: K) {
-        // Nothing reads who manages which field, and it is often most of an object's size.
-        object.meta_mut().managed_fields = None;
+    fn insert(&mut self, object: K) {
         let key = key_of(&object);
         self.remove(&key);
         if let Some(id) = record_of(&object) {
@@ -94,14 +123,14 @@ impl<K: Object> Seen<K> {
     pub fn observe(&self, event: &watcher::Event<K>) {
         let mut state = self.state.write().expect("seen lock");
         match event {
-            watcher::Event::Apply(object) => state.insert(object.clone()),
+            watcher::Event::Apply(object) => state.insert(kept(object)),
             watcher::Event::Delete(object) => state.remove(&key_of(object)),
             watcher::Event::Init => state.relisting = Some(Vec::new()),
             watcher::Event::InitApply(object) => {
                 state
                     .relisting
                     .get_or_insert_with(Vec::new)
-                    .push(object.clone());
+                    .push(kept(object));
             }
             watcher::Event::InitDone => {
                 let listed = state.relisting.take().unwrap_or_default();
@@ -177,7 +206,6 @@ impl SeenKinds {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::Pod;
     use kube::api::ObjectMeta;
 
     use super::*;
@@ -217,5 +245,53 @@ mod tests {
         seen.observe(&watcher::Event::InitDone);
         assert!(seen.of_record(a).unwrap().is_empty());
         assert_eq!(seen.of_record(b).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_cached_pod_keeps_what_the_worker_reads_of_it() {
+        let id = Uuid::now_v7();
+        let mut full: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "p1", "namespace": "team-a",
+                "annotations": {"modelplane.io/adapters": "a"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}]
+            },
+            "spec": {
+                "nodeName": "gpu-1",
+                "readinessGates": [{"conditionType": "modelplane.io/adapters-loaded"}],
+                "containers": [{
+                    "name": "server", "image": "vllm/vllm-openai:v0.11.0",
+                    "args": ["--model", "m"], "env": [{"name": "A", "value": "b"}],
+                    "ports": [{"name": "http", "containerPort": 8000}]
+                }],
+                "volumes": [{"name": "cache", "emptyDir": {}}]
+            },
+            "status": {"phase": "Running", "podIP": "10.0.0.7"}
+        }))
+        .unwrap();
+        full.metadata.labels = Some([(LABEL_DEPLOYMENT_ID.to_owned(), id.to_string())].into());
+        let seen = Seen::<Pod>::default();
+        seen.observe(&watcher::Event::Init);
+        seen.observe(&watcher::Event::InitApply(full.clone()));
+        seen.observe(&watcher::Event::InitDone);
+        assert_eq!(seen.of_record(id).unwrap().len(), 1);
+        let cached = seen.get(Some("team-a"), "p1").unwrap().unwrap();
+
+        // What is read stays: metadata (but who manages which field), status, the node,
+        // the readiness gates, and each container's name and ports.
+        full.metadata.managed_fields = None;
+        assert_eq!(cached.metadata, full.metadata);
+        assert_eq!(cached.status, full.status);
+        assert_eq!(crate::reconciler::load::metrics_port(&cached), Some(8000));
+        let spec = cached.spec.unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("gpu-1"));
+        assert_eq!(
+            spec.readiness_gates,
+            full.spec.as_ref().unwrap().readiness_gates
+        );
+        // The rest of the spec is the Deployment's, which the cache holds whole.
+        assert_eq!(spec.containers[0].name, "server");
+        assert!(spec.containers[0].image.is_none() && spec.containers[0].env.is_none());
+        assert!(spec.volumes.is_none());
     }
 }

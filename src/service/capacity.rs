@@ -303,13 +303,25 @@ pub(super) async fn admit(
             ServiceError::QuotaExceeded(exceeded)
         })?;
     }
+    check_fit(&mut *tx, &change, options).await
+}
+
+/// The fit half of [`admit`]: the warnings for tracks whose nodeSelector matches no node or
+/// whose GPUs fit only partly, and the refusal of replicas that could never fit (unless
+/// forced). It reads only what the worker last reported of the cluster, so it needs no
+/// transaction: a create that writes in one call checks it first (`deployments::create`).
+pub(super) async fn check_fit(
+    db: &mut sqlx::PgConnection,
+    change: &Change<'_>,
+    options: WriteOptions,
+) -> Result<Vec<String>, ServiceError> {
     let mut warnings = Vec::new();
     for (i, track) in change.after.iter().enumerate() {
         let was = change.before.get(i);
         if was == Some(track) || track.replicas == 0 {
             continue;
         }
-        if let Some(warning) = no_node_matches(tx, &track.node_selector).await? {
+        if let Some(warning) = no_node_matches(db, &track.node_selector).await? {
             warnings.push(warning);
             // Where the pods could run is unknown: the GPU fit would only repeat it.
             continue;
@@ -330,7 +342,7 @@ pub(super) async fn admit(
             _ => 0,
         };
         let (observed_at, nodes) =
-            store::capacity::gpu_inventory(&mut **tx, Some(&shape.resource_name)).await?;
+            store::capacity::gpu_inventory(&mut *db, Some(&shape.resource_name)).await?;
         if observed_at.is_none() {
             // No worker has reported the cluster yet: nothing to check against.
             continue;
@@ -390,14 +402,14 @@ pub(super) async fn admit(
 /// saw: the pods would stay Pending until the unschedulable budget made the deployment
 /// Failed. A warning, not a refusal: a node pool with those labels may be on its way.
 async fn no_node_matches(
-    tx: &mut Transaction<'_, Postgres>,
+    db: &mut sqlx::PgConnection,
     selector: &std::collections::BTreeMap<String, String>,
 ) -> Result<Option<String>, ServiceError> {
     if selector.is_empty() {
         return Ok(None);
     }
     let Some((total, matching)) =
-        store::capacity::nodes_matching(&mut **tx, &serde_json::json!(selector)).await?
+        store::capacity::nodes_matching(&mut *db, &serde_json::json!(selector)).await?
     else {
         return Ok(None);
     };

@@ -86,6 +86,29 @@ pub async fn attach(ctx: &Context, deployments: &mut [Deployment]) -> Result<(),
     Ok(())
 }
 
+/// A deployment read with its load and the autoscaler's last decision in the same
+/// statement ([`store::deployments::DeploymentRead`]): what [`attach`] adds, without a
+/// read of its own.
+pub fn record(
+    ctx: &Context,
+    read: store::deployments::DeploymentRead,
+    project: &str,
+) -> Deployment {
+    let mut deployment = read.row.into_record(project);
+    if deployment.spec.autoscaling.is_some() {
+        deployment.status.autoscaling = read.autoscaling.map(|s| s.0);
+    }
+    // As `attach`: the stored status stands when there is no reading at all.
+    if read.load.is_some() || read.canary_load.is_some() {
+        let now = Utc::now();
+        deployment.status.load = read.load.map(|l| aged(l.0, now, ctx.load_interval));
+        if let Some(canary) = &mut deployment.status.canary {
+            canary.load = read.canary_load.map(|l| aged(l.0, now, ctx.load_interval));
+        }
+    }
+    deployment
+}
+
 /// `load` as of `now`: stale when nothing newer was read for a few intervals (the worker
 /// is down or cannot reach the cluster).
 fn aged(mut load: Load, now: DateTime<Utc>, interval: Duration) -> Load {

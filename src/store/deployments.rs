@@ -9,8 +9,8 @@ use uuid::Uuid;
 use super::events::Note;
 use super::routes::{RouteRefusal, RouteSpace, refused_route, route_refusal};
 use crate::domain::{
-    Canary, Condition, Deployment, DeploymentSpec, DeploymentStatus, LabelRequirement,
-    LabelSelector, Phase, RouteClaim,
+    AutoscalingStatus, Canary, Condition, Deployment, DeploymentSpec, DeploymentStatus,
+    LabelRequirement, LabelSelector, Load, Phase, RouteClaim,
 };
 
 /// A row of `model_deployment`; [`DeploymentRow::into_record`] adds the project's name.
@@ -46,6 +46,53 @@ impl DeploymentRow {
             warnings: Vec::new(),
         }
     }
+}
+
+/// A row of `model_deployment` as the API reads it: with what is shown beside its status,
+/// read in the same statement (a get is one statement, not one per table): the current load
+/// of the whole deployment and of its canary track (`deployment_load`), and the
+/// autoscaler's last decision (`deployment_autoscaling`) for a spec that autoscales.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DeploymentRead {
+    #[sqlx(flatten)]
+    pub row: DeploymentRow,
+    pub load: Option<Json<Load>>,
+    pub canary_load: Option<Json<Load>>,
+    pub autoscaling: Option<Json<AutoscalingStatus>>,
+}
+
+/// The columns of a [`DeploymentRead`] of `model_deployment d` (a macro, so statements
+/// can `concat!` it into one `&'static str`). Each extra is one probe of a primary key; the
+/// autoscaler's is skipped (CASE is evaluated lazily) when the spec does not autoscale.
+#[macro_export]
+macro_rules! deployment_read_columns {
+    () => {
+        "d.id, d.project_id, d.name, d.generation, d.spec, d.status,
+         d.restarted_at, d.deletion_requested_at, d.canary, d.created_at, d.updated_at,
+         (select l.load from deployment_load l where l.deployment_id = d.id and l.track = 'all') as load,
+         (select l.load from deployment_load l where l.deployment_id = d.id and l.track = 'canary') as canary_load,
+         case when d.spec ? 'autoscaling' then
+             (select a.state from deployment_autoscaling a where a.deployment_id = d.id)
+         end as autoscaling"
+    };
+}
+
+/// The deployment `name` of `project_id` as the API reads it ([`DeploymentRead`]).
+#[instrument(skip(db))]
+pub async fn read_deployment(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+    name: &str,
+) -> Result<Option<DeploymentRead>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "select ",
+        deployment_read_columns!(),
+        " from model_deployment d where d.project_id = $1 and d.name = $2"
+    ))
+    .bind(project_id)
+    .bind(name)
+    .fetch_optional(db)
+    .await
 }
 
 /// Filters and paging for [`list_deployments`].
@@ -492,34 +539,56 @@ pub async fn list_deployments(
     let mut query = QueryBuilder::<Postgres>::new(
         "select id, project_id, name, generation, spec, status, restarted_at,
                 deletion_requested_at, canary, created_at, updated_at
-         from model_deployment where project_id = ",
+         from model_deployment d where ",
     );
-    query.push_bind(project_id);
+    push_filter(&mut query, project_id, filter);
+    query.build_query_as().fetch_all(db).await
+}
+
+/// A page of a project's deployments as the API reads them ([`DeploymentRead`]), in id
+/// order.
+#[instrument(skip(db))]
+pub async fn list_deployment_reads(
+    db: impl PgExecutor<'_>,
+    project_id: Uuid,
+    filter: &DeploymentFilter,
+) -> Result<Vec<DeploymentRead>, sqlx::Error> {
+    let mut query = QueryBuilder::<Postgres>::new(concat!(
+        "select ",
+        deployment_read_columns!(),
+        " from model_deployment d where "
+    ));
+    push_filter(&mut query, project_id, filter);
+    query.build_query_as().fetch_all(db).await
+}
+
+/// `project_id = … and <filter> order by id limit …`, of `model_deployment d`.
+fn push_filter(query: &mut QueryBuilder<Postgres>, project_id: Uuid, filter: &DeploymentFilter) {
+    query.push("d.project_id = ").push_bind(project_id);
     if let Some(phase) = filter.phase {
-        query.push(" and phase = ").push_bind(phase.as_str());
+        query.push(" and d.phase = ").push_bind(phase.as_str());
     }
     if let Some(prefix) = &filter.name_prefix {
         // starts_with avoids LIKE's wildcards in user input.
         query
-            .push(" and starts_with(name, ")
+            .push(" and starts_with(d.name, ")
             .push_bind(prefix.clone())
             .push(")");
     }
     for requirement in &filter.selector.0 {
-        push_label_requirement(&mut query, requirement);
+        push_label_requirement(query, requirement);
     }
     if let Some(after) = filter.after {
-        query.push(" and id > ").push_bind(after);
+        query.push(" and d.id > ").push_bind(after);
     }
-    query.push(" order by id limit ").push_bind(filter.limit);
-    query.build_query_as().fetch_all(db).await
+    query.push(" order by d.id limit ").push_bind(filter.limit);
 }
 
 fn push_label_requirement(query: &mut QueryBuilder<Postgres>, requirement: &LabelRequirement) {
     match requirement {
         LabelRequirement::Equals(key, value) => {
             query
-                .push(" and labels ->> ")
+                .push(" and d.labels ->> ")
                 .push_bind(key.clone())
                 .push(" = ")
                 .push_bind(value.clone());
@@ -527,14 +596,14 @@ fn push_label_requirement(query: &mut QueryBuilder<Postgres>, requirement: &Labe
         // As in Kubernetes, `!=` also matches objects without the label.
         LabelRequirement::NotEquals(key, value) => {
             query
-                .push(" and (labels ->> ")
+                .push(" and (d.labels ->> ")
                 .push_bind(key.clone())
                 .push(") is distinct from ")
                 .push_bind(value.clone());
         }
         LabelRequirement::In(key, values) => {
             query
-                .push(" and labels ->> ")
+                .push(" and d.labels ->> ")
                 .push_bind(key.clone())
                 .push(" = any(")
                 .push_bind(values.clone())
@@ -542,17 +611,17 @@ fn push_label_requirement(query: &mut QueryBuilder<Postgres>, requirement: &Labe
         }
         LabelRequirement::NotIn(key, values) => {
             query
-                .push(" and not coalesce(labels ->> ")
+                .push(" and not coalesce(d.labels ->> ")
                 .push_bind(key.clone())
                 .push(" = any(")
                 .push_bind(values.clone())
                 .push("), false)");
         }
         LabelRequirement::Exists(key) => {
-            query.push(" and labels ? ").push_bind(key.clone());
+            query.push(" and d.labels ? ").push_bind(key.clone());
         }
         LabelRequirement::DoesNotExist(key) => {
-            query.push(" and not labels ? ").push_bind(key.clone());
+            query.push(" and not d.labels ? ").push_bind(key.clone());
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use futures::FutureExt;
+use modelplane::domain::{Load, LoadFigures, MetricsDialect};
 use modelplane::store::hot::HotConnections;
 use modelplane::store::lookups::DeploymentLookups;
 use reqwest::StatusCode;
@@ -39,6 +40,27 @@ async fn concurrent_gets_share_one_statement_and_each_gets_its_own_row(pool: PgP
     }
     let alpha = project_id(&pool, "alpha").await;
     let beta = project_id(&pool, "beta").await;
+    // alpha/a has a load reading: the batch reads it in the same statement as the rows.
+    sqlx::query(
+        "insert into deployment_load (deployment_id, track, load)
+         select id, 'all', $2 from model_deployment where project_id = $1 and name = 'a'",
+    )
+    .bind(alpha)
+    .bind(sqlx::types::Json(Load {
+        as_of: chrono::Utc::now(),
+        stale: false,
+        reason: None,
+        dialect: MetricsDialect::Vllm,
+        pods: 1,
+        pods_read: 1,
+        figures: LoadFigures {
+            requests_per_second: Some(7.5),
+            ..LoadFigures::default()
+        },
+    }))
+    .execute(&pool)
+    .await
+    .unwrap();
     let lookups = DeploymentLookups::new(HotConnections::new(pool.clone()));
 
     // The same name in two projects, a name asked twice, and names that do not exist (one
@@ -65,9 +87,22 @@ async fn concurrent_gets_share_one_statement_and_each_gets_its_own_row(pool: PgP
         let exists = (*project == alpha && ["a", "b", "c"].contains(name))
             || (*project == beta && *name == "a");
         match row {
-            Some(row) => {
+            Some(read) => {
                 assert!(exists, "{name} in {project} does not exist");
-                assert_eq!((row.project_id, row.name.as_str()), (*project, *name));
+                assert_eq!(
+                    (read.row.project_id, read.row.name.as_str()),
+                    (*project, *name)
+                );
+                let rps = read.load.map(|l| l.0.figures.requests_per_second);
+                if (*project, *name) == (alpha, "a") {
+                    assert_eq!(
+                        rps,
+                        Some(Some(7.5)),
+                        "alpha/a's reading, each time it is asked"
+                    );
+                } else {
+                    assert_eq!(rps, None, "{name} in {project} has no reading");
+                }
             }
             None => assert!(!exists, "{name} in {project} was not found"),
         }
@@ -79,8 +114,8 @@ async fn concurrent_gets_share_one_statement_and_each_gets_its_own_row(pool: PgP
     );
 
     // Alone, a get is its own statement.
-    let row = lookups.find(beta, "a").await.unwrap().unwrap();
-    assert_eq!(row.project_id, beta);
+    let read = lookups.find(beta, "a").await.unwrap().unwrap();
+    assert_eq!(read.row.project_id, beta);
     assert_eq!(lookups.statements(), 2);
 }
 
@@ -112,7 +147,7 @@ async fn a_get_sees_every_write_committed_before_it_arrived(pool: PgPool) {
         )
         .await;
         for row in rows {
-            let row = row.unwrap().unwrap();
+            let row = row.unwrap().unwrap().row;
             if row.name == "a" {
                 assert_eq!(row.spec.0.replicas, Some(replicas));
             }
@@ -148,14 +183,14 @@ async fn a_get_that_goes_away_does_not_take_the_others_with_it(pool: PgPool) {
         .collect();
     for (i, get) in kept {
         let row = get.await.unwrap().unwrap();
-        assert_eq!(row.name, ["a", "b", "c", "d"][i]);
+        assert_eq!(row.row.name, ["a", "b", "c", "d"][i]);
     }
     // The batch tasks gave their places back: a later get is read.
     let row = tokio::time::timeout(Duration::from_secs(10), lookups.find(alpha, "a"))
         .await
         .expect("a later get is answered")
         .unwrap();
-    assert_eq!(row.unwrap().name, "a");
+    assert_eq!(row.unwrap().row.name, "a");
 }
 
 #[sqlx::test]

@@ -91,22 +91,39 @@ pub async fn create_deployment(
     // A dry run writes nothing, so it neither claims nor replays a key.
     let idempotency_key = idempotency_key.filter(|_| !options.dry_run);
 
+    let change = capacity::Change {
+        project_id: project.id,
+        before: &[],
+        after: &tracks,
+        status: None,
+    };
+
     // One call, committed with the creates that wait beside it, unless something must share
-    // its transaction: a key to claim, a dry run to roll back, GPUs to fit, (answered by the
-    // call) a quota to admit, or a refusal by the shared Gateway's rules, which comes after
-    // the key, the quota and a taken name. GPUs to fit and a nodeSelector to match against
-    // the nodes need the transaction too.
-    if idempotency_key.is_none()
-        && !options.dry_run
-        && tracks
+    // its transaction: a key to claim, a dry run to roll back, (answered by the call) a
+    // quota to admit, or a refusal by the shared Gateway's rules or the GPU fit, which come
+    // after the key, the quota and a taken name. The fit reads only the worker's last report
+    // of the cluster, so it is checked first, outside any transaction; a refusal takes the
+    // transactional path, which reports refusals in order.
+    if idempotency_key.is_none() && !options.dry_run && rules.is_ok() {
+        let fit = if tracks
             .iter()
             .all(|t| t.gpu.is_none() && t.node_selector.is_empty())
-        && rules.is_ok()
-    {
-        match written(ctx.creates.create(new, &space).await, &route) {
-            Ok(Some(row)) => return Ok(created(row, &project, Vec::new())),
-            Ok(None) => {}
-            Err(refused) => return Err(refused.into_error(ctx, &project, name.as_str()).await),
+        {
+            Ok(Vec::new())
+        } else {
+            let mut conn = ctx.hot.acquire().await?;
+            let fit = capacity::check_fit(&mut conn, &change, options).await;
+            conn.reuse();
+            fit
+        };
+        if let Ok(warnings) = fit {
+            match written(ctx.creates.create(new, &space).await, &route) {
+                Ok(Some(row)) => return Ok(created(row, &project, warnings)),
+                Ok(None) => {}
+                Err(refused) => {
+                    return Err(refused.into_error(ctx, &project, name.as_str()).await);
+                }
+            }
         }
     }
 
@@ -125,12 +142,6 @@ pub async fn create_deployment(
             return replay(&mut tx, &project, actor, key, &request_hash).await;
         }
     }
-    let change = capacity::Change {
-        project_id: project.id,
-        before: &[],
-        after: &tracks,
-        status: None,
-    };
     let warnings = capacity::admit(ctx, &mut tx, change, options).await?;
     let result = store::deployments::create_deployment_record(&mut *tx, new, &space, false).await;
     let row = match written(result, &route) {

@@ -35,7 +35,7 @@ use crate::domain::{
     check_shared_gateway_rules, entity_tag, from_json_value,
 };
 use crate::store;
-use crate::store::deployments::{DeploymentFilter, DeploymentRow};
+use crate::store::deployments::{DeploymentFilter, DeploymentRead, DeploymentRow};
 use crate::store::events::NewEvent;
 use crate::store::routes::{RouteRefusal, RouteSpace};
 

@@ -20,17 +20,23 @@ pub async fn get_deployment_in(
     name: &str,
 ) -> Result<Deployment, ServiceError> {
     project.require(Role::Viewer)?;
-    let row = find(ctx, project, name).await?;
-    let mut deployment = [row.into_record(&project.name)];
-    super::super::load::attach(ctx, &mut deployment).await?;
-    let [deployment] = deployment;
-    Ok(deployment)
+    let read = find_read(ctx, project, name).await?;
+    Ok(super::super::load::record(ctx, read, &project.name))
+}
+
+/// The deployment `name` with what is shown beside its status, in one (batched) read.
+async fn find_read(
+    ctx: &Context,
+    project: &Project,
+    name: &str,
+) -> Result<DeploymentRead, ServiceError> {
+    check_name_could_exist(name)?;
+    let read = ctx.lookups.find(project.id, name).await?;
+    read.ok_or_else(|| ServiceError::not_found("deployment", name))
 }
 
 async fn find(ctx: &Context, project: &Project, name: &str) -> Result<DeploymentRow, ServiceError> {
-    check_name_could_exist(name)?;
-    let row = ctx.lookups.find(project.id, name).await?;
-    row.ok_or_else(|| ServiceError::not_found("deployment", name))
+    Ok(find_read(ctx, project, name).await?.row)
 }
 
 #[instrument(skip(ctx, actor))]
@@ -106,15 +112,14 @@ pub async fn list_deployments_in(
         limit: limit + 1,
     };
     let mut conn = ctx.hot.acquire().await?;
-    let rows = store::deployments::list_deployments(&mut *conn, project.id, &filter).await?;
+    let rows = store::deployments::list_deployment_reads(&mut *conn, project.id, &filter).await?;
     conn.reuse();
-    let page = cursor::page(rows, limit, &filters, |row| row.id.to_string());
-    let mut items: Vec<Deployment> = page
+    let page = cursor::page(rows, limit, &filters, |read| read.row.id.to_string());
+    let items: Vec<Deployment> = page
         .items
         .into_iter()
-        .map(|row| row.into_record(&project.name))
+        .map(|read| super::super::load::record(ctx, read, &project.name))
         .collect();
-    super::super::load::attach(ctx, &mut items).await?;
     Ok(Page {
         items,
         next_cursor: page.next_cursor,

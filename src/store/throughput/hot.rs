@@ -15,7 +15,11 @@
 //!   only a busy path holds connections: an idle one is proven by sqlx before it serves
 //!   again (`store::connect`), and closing the pool is not held up;
 //! - a connection out of sqlx's hands for [`MAX_HELD`] goes back at its next release, so
-//!   sqlx's own checks (its `max_lifetime`) still reach connections that never rest;
+//!   sqlx's own checks (its `max_lifetime`) still reach connections that never rest, and
+//!   code that takes connections from the pool directly (listeners, the worker where it
+//!   shares the pool) gets its turn in sqlx's queue: a client asking every few milliseconds
+//!   would otherwise keep a connection here for good (seen when a 50 ms poll of one record
+//!   starved a worker sharing a 5-connection pool);
 //! - while a request of this stack waits for sqlx's pool, a finished connection goes back to
 //!   sqlx (to the waiter) instead of onto the stack, where the waiter would not see it.
 //!
@@ -35,8 +39,10 @@ use tokio::time::Instant;
 /// How long a kept connection may wait for the next request before it goes back to sqlx.
 pub const STALE: Duration = Duration::from_millis(250);
 
-/// How long a connection may pass from request to request before it goes back to sqlx.
-pub const MAX_HELD: Duration = Duration::from_secs(60);
+/// How long a connection may pass from request to request before it goes back to sqlx
+/// (which pings it: one round trip per connection per quarter second, against one per
+/// request without this stack).
+pub const MAX_HELD: Duration = Duration::from_millis(250);
 
 /// The stack of connections kept between requests; see the module docs.
 pub struct HotConnections {

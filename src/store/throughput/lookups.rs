@@ -26,14 +26,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::types::Json;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::batch::{BatchWork, Batcher};
 use super::hot::HotConnections;
-use crate::domain::{Canary, DeploymentSpec, DeploymentStatus};
-use crate::store::deployments::{DeploymentRow, find_deployment};
+use crate::deployment_read_columns;
+use crate::store::deployments::{DeploymentRead, read_deployment};
 
 /// How many batch reads may run at once. One: a read is a single index probe per get, so
 /// the next batch waits little, and gathers everything that arrived meanwhile. On the bench
@@ -64,7 +63,7 @@ pub struct Lookup {
 /// What a batch tells each of its requests.
 enum Answer {
     /// The row, if it exists (boxed: a row is kilobytes, the other answers are not).
-    Read(Option<Box<DeploymentRow>>),
+    Read(Option<Box<DeploymentRead>>),
     /// No connection could be had (the pool timed out or is closed): the request's own
     /// attempt would fail the same way, after as long again.
     NoConnection(sqlx::Error),
@@ -85,12 +84,12 @@ impl DeploymentLookups {
         self.batcher.batches()
     }
 
-    /// The deployment `name` of project `project_id`, if there is one.
+    /// The deployment `name` of project `project_id` as the API reads it, if there is one.
     pub async fn find(
         self: &Arc<Self>,
         project_id: Uuid,
         name: &str,
-    ) -> Result<Option<DeploymentRow>, sqlx::Error> {
+    ) -> Result<Option<DeploymentRead>, sqlx::Error> {
         let (answer, answered) = oneshot::channel();
         Batcher::submit(
             self,
@@ -106,7 +105,7 @@ impl DeploymentLookups {
             // The statement failed, or the batch's task ended without answering.
             Ok(Answer::ReadAlone) | Err(_) => {
                 let mut conn = self.hot.acquire().await?;
-                let row = find_deployment(&mut *conn, project_id, name).await?;
+                let row = read_deployment(&mut *conn, project_id, name).await?;
                 conn.reuse();
                 Ok(row)
             }
@@ -123,14 +122,29 @@ impl DeploymentLookups {
             .unwrap_or(Err(Failure::TimedOut));
         match fetched {
             Ok(rows) => {
-                for lookup in batch {
-                    let row = rows
+                let mut rows: Vec<Option<DeploymentRead>> = rows.into_iter().map(Some).collect();
+                let mut batch = batch.into_iter();
+                while let Some(lookup) = batch.next() {
+                    let slot = rows.iter_mut().find(|r| {
+                        r.as_ref().is_some_and(|r| {
+                            r.row.project_id == lookup.project_id && r.row.name == lookup.name
+                        })
+                    });
+                    // A row is kilobytes of decoded spec: moved to its request, copied only
+                    // when a later request of the batch asks for the same one.
+                    let asked_again = batch
+                        .as_slice()
                         .iter()
-                        .find(|r| r.project_id == lookup.project_id && r.name == lookup.name);
+                        .any(|l| l.project_id == lookup.project_id && l.name == lookup.name);
+                    let row = slot.and_then(|slot| {
+                        if asked_again {
+                            slot.clone()
+                        } else {
+                            slot.take()
+                        }
+                    });
                     // A request that went away does not take its answer.
-                    let _ = lookup
-                        .answer
-                        .send(Answer::Read(row.map(|row| Box::new(row.clone()))));
+                    let _ = lookup.answer.send(Answer::Read(row.map(Box::new)));
                 }
             }
             Err(Failure::NoConnection(err)) => {
@@ -154,14 +168,14 @@ impl DeploymentLookups {
         }
     }
 
-    async fn fetch(&self, batch: &[Lookup]) -> Result<Vec<DeploymentRow>, Failure> {
+    async fn fetch(&self, batch: &[Lookup]) -> Result<Vec<DeploymentRead>, Failure> {
         let mut conn = self.hot.acquire().await.map_err(|err| match err {
             sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => Failure::NoConnection(err),
             // Opening a new connection failed: each request tries its own.
             other => Failure::Statement(other),
         })?;
         let rows = if let [one] = batch {
-            find_deployment(&mut *conn, one.project_id, &one.name)
+            read_deployment(&mut *conn, one.project_id, &one.name)
                 .await
                 .map_err(Failure::Statement)?
                 .into_iter()
@@ -190,19 +204,16 @@ async fn find_deployments(
     conn: &mut sqlx::PgConnection,
     projects: &[Uuid],
     names: &[String],
-) -> Result<Vec<DeploymentRow>, sqlx::Error> {
-    sqlx::query_as!(
-        DeploymentRow,
-        r#"select d.id, d.project_id, d.name, d.generation,
-                  d.spec as "spec: Json<DeploymentSpec>", d.status as "status: Json<DeploymentStatus>",
-                  d.restarted_at, d.deletion_requested_at,
-                  d.canary as "canary: Json<Canary>", d.created_at, d.updated_at
-           from model_deployment d
-           join unnest($1::uuid[], $2::text[]) as k(project_id, name)
-             on d.project_id = k.project_id and d.name = k.name"#,
-        projects,
-        names
-    )
+) -> Result<Vec<DeploymentRead>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "select ",
+        deployment_read_columns!(),
+        " from model_deployment d
+         join unnest($1::uuid[], $2::text[]) as k(project_id, name)
+           on d.project_id = k.project_id and d.name = k.name"
+    ))
+    .bind(projects)
+    .bind(names)
     .fetch_all(conn)
     .await
 }
