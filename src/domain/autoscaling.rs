@@ -487,6 +487,9 @@ pub fn decide(spec: &AutoscalingSpec, seen: &Observation, memory: &mut ScalingMe
         && seen.now - since >= after
     {
         memory.recommendations.clear();
+        // The idle time is spent: if the activator wakes it before an interval sees it at
+        // zero, the next replica's idle time counts from that interval, not from this one.
+        memory.idle_since = None;
         return Decision {
             replicas: 0,
             wanted: 0,
@@ -922,12 +925,18 @@ mod tests {
             d.reason,
             "1 → 0: no request for 120 s (scaleToZeroAfterSeconds 120)"
         );
+        let mut woken = memory.clone();
         // At zero the metrics do not bring it back: the first request does.
         let d = decide(&s, &seen(300, 0, &quiet), &mut memory);
         assert_eq!(
             (d.replicas, d.reason.as_str()),
             (0, "at zero: the first request activates it")
         );
+        // Woken before an interval saw it at zero: the new replica gets its own idle
+        // time, it is not taken down again by the time the last one spent.
+        assert_eq!(decide(&s, &seen(280, 1, &quiet), &mut woken).replicas, 1);
+        assert_eq!(decide(&s, &seen(390, 1, &quiet), &mut woken).replicas, 1);
+        assert_eq!(decide(&s, &seen(400, 1, &quiet), &mut woken).replicas, 0);
         // With minReplicas 1 it never goes below one.
         let one = spec(1, 4, WAITING, 10.0);
         let mut memory = ScalingMemory::default();

@@ -292,20 +292,26 @@ async fn the_workers_cluster_role_is_exactly_what_a_full_reconcile_flow_uses(poo
     )
     .await;
 
-    // A model that spans nodes: its LeaderWorkerSet applied, read, and deleted with it.
+    // A model that spans nodes: its LeaderWorkerSet applied, read back (deleted behind the
+    // worker's back, which the worker finds by reading it, then restores), and deleted with
+    // the record.
     let mut big = sim_spec();
     big["nodesPerReplica"] = json!(2);
     big["engine"]["tensorParallelSize"] = json!(2);
     create_with(&h, "big", big).await;
     h.wait_applied("big", 1).await;
-    assert!(
-        exists(
-            "leaderworkerset.x-k8s.io/v1",
-            "LeaderWorkerSet",
-            "big-group"
-        )
+    let lws = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet");
+    assert!(exists(lws.0, lws.1, "big-group").await);
+    api(lws.0, lws.1)
+        .delete("big-group", &DeleteParams::default())
         .await
-    );
+        .unwrap();
+    wait_for(
+        "the LeaderWorkerSet restored",
+        Duration::from_secs(15),
+        || exists(lws.0, lws.1, "big-group"),
+    )
+    .await;
     h.delete_and_wait_gone("big").await;
 
     // InferencePool mode: the pool and its picker are made, then removed by a switch back.
