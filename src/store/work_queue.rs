@@ -39,6 +39,11 @@ pub async fn enqueue_reconcile(
 }
 
 /// [`enqueue_reconcile`] for many records in one statement, waking the workers once.
+///
+/// A record already due and not claimed since it was queued is left as it is (a cluster
+/// change arrives as several watch events, and each would otherwise rewrite the row): the
+/// workers were woken when it was queued, and one that sleeps wakes by the earliest due
+/// time anyway.
 #[instrument(skip(db, deployment_ids), fields(count = deployment_ids.len()))]
 pub async fn enqueue_reconciles(
     db: impl PgExecutor<'_>,
@@ -49,6 +54,9 @@ pub async fn enqueue_reconciles(
                insert into reconcile_work (deployment_id) select distinct unnest($1::uuid[])
                on conflict (deployment_id) do update
                    set run_after = now(), attempts = 0, enqueued_at = now(), claim_token = null
+                   -- Already due and not claimed since it was queued: nothing to write.
+                   where reconcile_work.claim_token is not null
+                      or reconcile_work.run_after > now() or reconcile_work.attempts <> 0
                returning deployment_id
            )
            select pg_notify('modelplane_reconcile', 'batch') as "notified"
@@ -71,7 +79,7 @@ pub async fn enqueue_all(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
                insert into reconcile_work (deployment_id)
                select id from model_deployment
                on conflict (deployment_id) do update
-                   set run_after = least(reconcile_work.run_after, now())
+                   set run_after = now() where reconcile_work.run_after > now()
                returning (xmax = 0) as inserted
            )
            select (select count(*) from queued where inserted) as "count!"

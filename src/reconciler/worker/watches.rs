@@ -3,6 +3,7 @@
 //! Gateways (whose hostnames are recorded too), and Events about pods; and the batcher
 //! that writes their requeues to the queue.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,50 @@ use super::{Worker, backoff, record_id};
 use crate::reconciler::cluster::{Object, kind_of};
 use crate::reconciler::desired::{LABEL_INSTALLATION, LABEL_MANAGED_BY, LABEL_PROJECT};
 use crate::store;
+
+/// What records read of a Gateway: its listeners' names, protocols, ports and hostnames and
+/// its addresses (the external URLs, `status::endpoints`, and the reserved hostnames), and
+/// its `Accepted` condition (why a route is not served yet, `status::routing`). A change to
+/// anything else of it (the listeners' `attachedRoutes` and conditions) changes no record.
+#[derive(Debug, PartialEq)]
+struct GatewayView {
+    listeners: Vec<(String, String, i32, Option<String>)>,
+    addresses: Vec<(Option<String>, String)>,
+    accepted: Option<(String, String, String)>,
+}
+
+impl GatewayView {
+    fn of(gateway: &Gateway) -> Self {
+        let status = gateway.status.as_ref();
+        Self {
+            listeners: gateway
+                .spec
+                .listeners
+                .iter()
+                .map(|l| {
+                    (
+                        l.name.clone(),
+                        l.protocol.clone(),
+                        l.port,
+                        l.hostname.clone(),
+                    )
+                })
+                .collect(),
+            addresses: status
+                .and_then(|s| s.addresses.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|a| (a.r#type.clone(), a.value.clone()))
+                .collect(),
+            accepted: status
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|c| c.type_ == "Accepted")
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone())),
+        }
+    }
+}
 
 /// Whose work a change to a watched object is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,10 +190,17 @@ impl Worker {
 
     /// Watches Gateways: an address or listener change alters the external URLs of the
     /// records routed through it, so they are requeued (rare, so all of them).
+    ///
+    /// Only a change to what records read of a Gateway ([`GatewayView`]) counts. Its status
+    /// also counts the routes attached to each listener (`attachedRoutes`), which changes
+    /// with every route made or removed: requeueing every record on each of those would
+    /// cost every record a pass per route, quadratic in the number of records.
     pub(super) async fn watch_gateways(self: Arc<Self>, shutdown: CancellationToken) {
         let api = kube::Api::<Gateway>::all(self.cluster.client.clone());
         let stream = watcher::watcher(api, watcher::Config::default());
         let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(stream));
+        let mut views: HashMap<(Option<String>, Option<String>), GatewayView> = HashMap::new();
+        let key = |g: &Gateway| (g.metadata.namespace.clone(), g.metadata.name.clone());
         loop {
             let event = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -157,6 +209,7 @@ impl Worker {
             match event {
                 None => return,
                 Some(Ok(watcher::Event::InitApply(gateway))) => {
+                    views.insert(key(&gateway), GatewayView::of(&gateway));
                     self.record_gateway_hostnames(&gateway, false).await;
                 }
                 Some(Ok(
@@ -164,6 +217,15 @@ impl Worker {
                     | watcher::Event::Delete(ref gateway)),
                 )) => {
                     let deleted = matches!(event, watcher::Event::Delete(_));
+                    if deleted {
+                        views.remove(&key(gateway));
+                    } else {
+                        let view = GatewayView::of(gateway);
+                        if views.get(&key(gateway)) == Some(&view) {
+                            continue;
+                        }
+                        views.insert(key(gateway), view);
+                    }
                     self.record_gateway_hostnames(gateway, deleted).await;
                     if let Err(err) = store::work_queue::enqueue_all(&self.pool).await {
                         tracing::warn!(error = %err, "cannot requeue after a Gateway change");
@@ -274,5 +336,43 @@ impl Worker {
                 let _ = self.requeue.send(id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn gateway(attached: i64, address: &str, accepted: &str) -> Gateway {
+        let condition = |type_: &str, status: &str| {
+            json!({"type": type_, "status": status, "reason": type_, "message": "",
+                   "lastTransitionTime": "2026-11-28T00:00:00Z", "observedGeneration": 1})
+        };
+        let value: Value = json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "inference", "namespace": "gateway-system"},
+            "spec": {"gatewayClassName": "example",
+                     "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]},
+            "status": {
+                "addresses": [{"type": "IPAddress", "value": address}],
+                "conditions": [condition("Accepted", accepted), condition("Programmed", "True")],
+                "listeners": [{"name": "http", "attachedRoutes": attached,
+                               "supportedKinds": [{"kind": "HTTPRoute"}],
+                               "conditions": [condition("Programmed", "True")]}]
+            }
+        });
+        serde_json::from_value(value).unwrap()
+    }
+
+    /// Gateway API: `ListenerStatus.attachedRoutes` counts the routes attached to a
+    /// listener (gateway.networking.k8s.io/v1 Gateway CRD), so it changes with every route.
+    #[test]
+    fn a_route_attached_to_a_gateway_changes_no_records_view_of_it() {
+        let before = GatewayView::of(&gateway(1, "10.0.0.1", "True"));
+        assert_eq!(GatewayView::of(&gateway(2, "10.0.0.1", "True")), before);
+        assert_ne!(GatewayView::of(&gateway(2, "10.0.0.2", "True")), before);
+        assert_ne!(GatewayView::of(&gateway(1, "10.0.0.1", "False")), before);
     }
 }
