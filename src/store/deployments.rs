@@ -64,6 +64,7 @@ pub struct DeploymentRead {
 /// The columns of a [`DeploymentRead`] of `model_deployment d` (a macro, so statements
 /// can `concat!` it into one `&'static str`). Each extra is one probe of a primary key; the
 /// autoscaler's is skipped (CASE is evaluated lazily) when the spec does not autoscale.
+/// The batched get's function `read_deployments` (its migration) returns the same columns.
 #[macro_export]
 macro_rules! deployment_read_columns {
     () => {

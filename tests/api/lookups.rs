@@ -40,27 +40,32 @@ async fn concurrent_gets_share_one_statement_and_each_gets_its_own_row(pool: PgP
     }
     let alpha = project_id(&pool, "alpha").await;
     let beta = project_id(&pool, "beta").await;
-    // alpha/a has a load reading: the batch reads it in the same statement as the rows.
-    sqlx::query(
-        "insert into deployment_load (deployment_id, track, load)
-         select id, 'all', $2 from model_deployment where project_id = $1 and name = 'a'",
-    )
-    .bind(alpha)
-    .bind(sqlx::types::Json(Load {
-        as_of: chrono::Utc::now(),
-        stale: false,
-        reason: None,
-        dialect: MetricsDialect::Vllm,
-        pods: 1,
-        pods_read: 1,
-        figures: LoadFigures {
-            requests_per_second: Some(7.5),
-            ..LoadFigures::default()
-        },
-    }))
-    .execute(&pool)
-    .await
-    .unwrap();
+    // alpha/a has a load reading, alpha/b one of its canary track only: the batch reads them
+    // in the same statement as the rows, each into its own column.
+    for (name, track, rps) in [("a", "all", 7.5), ("b", "canary", 2.5)] {
+        sqlx::query(
+            "insert into deployment_load (deployment_id, track, load)
+             select id, $3, $4 from model_deployment where project_id = $1 and name = $2",
+        )
+        .bind(alpha)
+        .bind(name)
+        .bind(track)
+        .bind(sqlx::types::Json(Load {
+            as_of: chrono::Utc::now(),
+            stale: false,
+            reason: None,
+            dialect: MetricsDialect::Vllm,
+            pods: 1,
+            pods_read: 1,
+            figures: LoadFigures {
+                requests_per_second: Some(rps),
+                ..LoadFigures::default()
+            },
+        }))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
     let lookups = DeploymentLookups::new(HotConnections::new(pool.clone()));
 
     // The same name in two projects, a name asked twice, and names that do not exist (one
@@ -94,15 +99,25 @@ async fn concurrent_gets_share_one_statement_and_each_gets_its_own_row(pool: PgP
                     (*project, *name)
                 );
                 let rps = read.load.map(|l| l.0.figures.requests_per_second);
-                if (*project, *name) == (alpha, "a") {
-                    assert_eq!(
-                        rps,
-                        Some(Some(7.5)),
+                let canary_rps = read.canary_load.map(|l| l.0.figures.requests_per_second);
+                match (*project == alpha).then_some(*name) {
+                    Some("a") => assert_eq!(
+                        (rps, canary_rps),
+                        (Some(Some(7.5)), None),
                         "alpha/a's reading, each time it is asked"
-                    );
-                } else {
-                    assert_eq!(rps, None, "{name} in {project} has no reading");
+                    ),
+                    Some("b") => assert_eq!(
+                        (rps, canary_rps),
+                        (None, Some(Some(2.5))),
+                        "alpha/b's canary reading"
+                    ),
+                    _ => assert_eq!(
+                        (rps, canary_rps),
+                        (None, None),
+                        "{name} in {project} has no reading"
+                    ),
                 }
+                assert!(read.autoscaling.is_none(), "no spec here autoscales");
             }
             None => assert!(!exists, "{name} in {project} was not found"),
         }

@@ -6,10 +6,11 @@
 //! statement cost Postgres about 88 µs per row; four rows per statement, about 35 µs.
 //!
 //! So when gets arrive faster than Postgres answers them, the ones waiting are read in one
-//! statement (`… join unnest($1, $2)`). Nobody waits for a batch to fill: a read starts at
-//! once while fewer than [`IN_FLIGHT`] are running, and a batch is just what queued up
-//! while they ran (the way group commit works). At low load every get is read alone, with
-//! the same statement as before.
+//! call (`read_deployments`: the pairs joined with the unique key, on a plan kept for the
+//! connection). Nobody waits for a batch to fill: a read starts at once while fewer than
+//! [`IN_FLIGHT`] are running, and a batch is just what queued up while they ran (the way
+//! group commit works). At low load every get is read alone, with the same statement as
+//! before.
 //!
 //! What stays true:
 //! - a batch's statement starts after each of its requests was queued, so it sees every
@@ -31,7 +32,6 @@ use uuid::Uuid;
 
 use super::batch::{BatchWork, Batcher};
 use super::hot::HotConnections;
-use crate::deployment_read_columns;
 use crate::store::deployments::{DeploymentRead, read_deployment};
 
 /// How many batch reads may run at once. One: a read is a single index probe per get, so
@@ -199,23 +199,20 @@ enum Failure {
     TimedOut,
 }
 
-/// The deployments named by the pairs `(projects[i], names[i])` that exist, in no order.
+/// The deployments named by the pairs `(projects[i], names[i])` that exist, in no order:
+/// one call of `read_deployments` (migration `read_deployments`, which reads the columns of
+/// [`deployment_read_columns!`](crate::deployment_read_columns) on a plan kept for the
+/// connection).
 async fn find_deployments(
     conn: &mut sqlx::PgConnection,
     projects: &[Uuid],
     names: &[String],
 ) -> Result<Vec<DeploymentRead>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "select ",
-        deployment_read_columns!(),
-        " from model_deployment d
-         join unnest($1::uuid[], $2::text[]) as k(project_id, name)
-           on d.project_id = k.project_id and d.name = k.name"
-    ))
-    .bind(projects)
-    .bind(names)
-    .fetch_all(conn)
-    .await
+    sqlx::query_as("select * from read_deployments($1, $2)")
+        .bind(projects)
+        .bind(names)
+        .fetch_all(conn)
+        .await
 }
 
 /// Tells each request of a batch that was not read to read alone.
