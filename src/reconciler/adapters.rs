@@ -214,8 +214,12 @@ impl Loader {
     /// track's pods also match the stable track's selector (it is the canary's without the
     /// track label): a pod belongs to the Deployment whose selector names the most labels.
     fn work(&self) -> Vec<Work> {
+        // Only the Deployments that mention the adapters annotation are decoded: this runs
+        // every second over the whole cache.
         let (Some(deployments), Some(pods)) = (
-            self.seen.of::<K8sDeployment>().and_then(|s| s.all()),
+            self.seen
+                .of::<K8sDeployment>()
+                .and_then(|s| s.all_mentioning(ANNOTATION_ADAPTERS)),
             self.seen.of::<Pod>(),
         ) else {
             return Vec::new();
