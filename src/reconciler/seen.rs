@@ -41,10 +41,11 @@ struct State {
     relisting: Option<Vec<(Key, Kept)>>,
 }
 
-/// One object as kept: the JSON of [`kept`], and the record it is labelled with.
+/// One object as kept: the JSON of [`kept`] (shared, so a walk of every object takes the
+/// lock only to count references, and decodes after), and the record it is labelled with.
 struct Kept {
     record: Option<Uuid>,
-    json: Box<[u8]>,
+    json: Arc<[u8]>,
 }
 
 impl<K: Object> Default for Seen<K> {
@@ -110,14 +111,14 @@ fn kept<K: Object>(object: &K) -> Kept {
         record: record_of(&object),
         json: serde_json::to_vec(&object)
             .expect("a Kubernetes object serializes")
-            .into_boxed_slice(),
+            .into(),
     }
 }
 
 /// The object `kept` holds. It was serialized from a `K`, so it decodes; if it somehow did
 /// not, the caller reads the cluster instead, as before the first list.
-fn decode<K: Object>(kept: &Kept) -> Option<K> {
-    serde_json::from_slice(&kept.json)
+fn decode<K: Object>(json: &[u8]) -> Option<K> {
+    serde_json::from_slice(json)
         .inspect_err(|err| {
             tracing::error!(kind = %super::cluster::kind_of::<K>(), error = %err, "a cached object does not decode");
         })
@@ -182,7 +183,7 @@ impl<K: Object> Seen<K> {
         let key = (namespace.map(str::to_owned), name.to_owned());
         match state.objects.get(&key) {
             None => Some(None),
-            Some(kept) => decode(kept).map(Some),
+            Some(kept) => decode(&kept.json).map(Some),
         }
     }
 
@@ -200,16 +201,25 @@ impl<K: Object> Seen<K> {
     }
 
     fn all_where(&self, keep: impl Fn(&[u8]) -> bool) -> Option<Vec<Arc<K>>> {
-        let state = self.state.read().expect("seen lock");
-        state.ready.then(|| {
+        let found: Vec<Arc<[u8]>> = {
+            let state = self.state.read().expect("seen lock");
+            if !state.ready {
+                return None;
+            }
             state
                 .objects
                 .values()
                 .filter(|kept| keep(&kept.json))
-                .filter_map(decode)
-                .map(Arc::new)
+                .map(|kept| kept.json.clone())
                 .collect()
-        })
+        };
+        Some(
+            found
+                .iter()
+                .filter_map(|json| decode(json))
+                .map(Arc::new)
+                .collect(),
+        )
     }
 
     /// The objects labelled with record `id`, or `None` until the first list is complete.
@@ -224,7 +234,7 @@ impl<K: Object> Seen<K> {
             .into_iter()
             .flatten()
             .filter_map(|key| state.objects.get(key))
-            .map(decode)
+            .map(|kept| decode(&kept.json))
             .collect()
     }
 }
