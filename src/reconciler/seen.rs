@@ -116,7 +116,8 @@ fn kept<K: Object>(object: &K) -> Kept {
 }
 
 /// The object `kept` holds. It was serialized from a `K`, so it decodes; if it somehow did
-/// not, the caller reads the cluster instead, as before the first list.
+/// not, `get` and `of_record` answer as before the first list (the caller reads the cluster)
+/// and a walk of every object leaves it out.
 fn decode<K: Object>(json: &[u8]) -> Option<K> {
     serde_json::from_slice(json)
         .inspect_err(|err| {
@@ -150,18 +151,23 @@ impl State {
 impl<K: Object> Seen<K> {
     /// Takes one event of the kind's watch.
     pub fn observe(&self, event: &watcher::Event<K>) {
-        let mut state = self.state.write().expect("seen lock");
+        // An arriving object is serialized before the lock is taken: reconciles read meanwhile.
         match event {
-            watcher::Event::Apply(object) => state.insert(key_of(object), kept(object)),
-            watcher::Event::Delete(object) => state.remove(&key_of(object)),
-            watcher::Event::Init => state.relisting = Some(Vec::new()),
+            watcher::Event::Apply(object) => {
+                let (key, kept) = (key_of(object), kept(object));
+                self.write().insert(key, kept);
+            }
             watcher::Event::InitApply(object) => {
-                state
+                let arrived = (key_of(object), kept(object));
+                self.write()
                     .relisting
                     .get_or_insert_with(Vec::new)
-                    .push((key_of(object), kept(object)));
+                    .push(arrived);
             }
+            watcher::Event::Delete(object) => self.write().remove(&key_of(object)),
+            watcher::Event::Init => self.write().relisting = Some(Vec::new()),
             watcher::Event::InitDone => {
+                let mut state = self.write();
                 let listed = state.relisting.take().unwrap_or_default();
                 state.objects.clear();
                 state.by_record.clear();
@@ -171,6 +177,10 @@ impl<K: Object> Seen<K> {
                 state.ready = true;
             }
         }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().expect("seen lock")
     }
 
     /// The object as last seen: `None` until the first list is complete, `Some(None)` when
