@@ -209,6 +209,63 @@ async fn applied_and_drift_repaired_are_events_on_the_deployment(pool: PgPool) {
             && repaired.contains("Service qwen was deleted"),
         "{repaired}"
     );
+
+    // The series' Event deleted (as `kubectl delete events` or the API server's event TTL
+    // does): the next repeat is published as a new Event, not lost on the PATCH's 404.
+    let events: Api<Event> = Api::namespaced(h.kube.clone(), "team-a");
+    let counted = repaired_service(&h.kube_events("Deployment", "qwen").await);
+    events
+        .delete(counted.as_deref().unwrap(), &DeleteParams::default())
+        .await
+        .unwrap();
+    h.api("v1", "Service")
+        .delete("qwen", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "a new Event for the repair whose series was deleted",
+        Duration::from_secs(10),
+        || async {
+            let again = repaired_service(&h.kube_events("Deployment", "qwen").await);
+            again.is_some() && again != counted
+        },
+    )
+    .await;
+
+    // A repair with other words (another object) is an Event of its own. modelplane keys
+    // a series on the note as well; client-go's `tools/events` `getKey` (action, reason,
+    // reporting controller, regarding, related) would count it as a repeat and hide it.
+    h.api("gateway.networking.k8s.io/v1", "HTTPRoute")
+        .delete("qwen", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "a DriftRepaired Event naming the HTTPRoute",
+        Duration::from_secs(10),
+        || async {
+            h.kube_events("Deployment", "qwen").await.iter().any(|e| {
+                e.reason.as_deref() == Some("DriftRepaired")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("HTTPRoute qwen"))
+                    && e.series.is_none()
+            })
+        },
+    )
+    .await;
+}
+
+/// The name of the DriftRepaired Event about the deleted Service.
+fn repaired_service(events: &[Event]) -> Option<String> {
+    events
+        .iter()
+        .find(|e| {
+            e.reason.as_deref() == Some("DriftRepaired")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("Service qwen"))
+        })
+        .and_then(|e| e.metadata.name.clone())
 }
 
 /// An image that cannot be pulled: the phase turning Failed is a `Warning` on the
