@@ -27,11 +27,34 @@ emulator_port=$(free_port 16443)
 gateway_port=$(free_port $((api_port + 1)))
 activator_port=$(free_port $((api_port + 2)))
 authz_port=$(free_port $((activator_port + 1)))
+idp_port=$(free_port $((authz_port + 1)))
 state=target/e2e
 mkdir -p "$state" target/portal-screenshots
 token="mpt_e2e_$(head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+base="http://127.0.0.1:$api_port"
+issuer="http://127.0.0.1:$idp_port"
+token_ttl=20
+
+# A real OpenID Connect provider (oidc-provider, npm) for single sign-on, up before the API,
+# which reads its keys at start.
+log "starting an OpenID Connect provider at $issuer"
+NODE_PATH="$browser_dir/node_modules" PORT=$idp_port TOKEN_TTL=$token_ttl \
+  REDIRECT="$base/auth/callback" POST_LOGOUT="$base/" \
+  setsid node tests/browser/idp.js >"$state/idp.log" 2>&1 &
+idp_pid=$!
+deadline=$((SECONDS + 30))
+until curl -fsS "$issuer/.well-known/openid-configuration" >/dev/null 2>&1; do
+  if ! kill -0 "$idp_pid" 2>/dev/null || [ $SECONDS -gt $deadline ]; then
+    cat "$state/idp.log" >&2
+    die "the OpenID Connect provider did not start (log above)"
+  fi
+  sleep 0.2
+done
 
 log "starting the whole system for the portal tests (API on 127.0.0.1:$api_port)"
+MODELPLANE_OIDC_ISSUER=$issuer MODELPLANE_OIDC_AUDIENCE=modelplane-portal \
+  MODELPLANE_OIDC_JWKS_URL="$issuer/jwks" MODELPLANE_OIDC_CLIENT_ID=modelplane-portal \
+  MODELPLANE_OIDC_SCOPES=openid,profile,groups \
 DATABASE_URL=$e2e_db MODELPLANE_BOOTSTRAP_TOKEN=$token \
   MODELPLANE_LISTEN=127.0.0.1:$api_port MODELPLANE_EMULATOR_LISTEN=127.0.0.1:$emulator_port \
   MODELPLANE_EMULATOR_GATEWAY_LISTEN=127.0.0.1:$gateway_port MODELPLANE_ACTIVATOR_PORT=$activator_port \
@@ -40,12 +63,11 @@ DATABASE_URL=$e2e_db MODELPLANE_BOOTSTRAP_TOKEN=$token \
   setsid scripts/run.sh >"$state/run.log" 2>&1 &
 run_pid=$!
 stop() {
-  kill -TERM -- "-$run_pid" 2>/dev/null || true
-  wait "$run_pid" 2>/dev/null || true
+  kill -TERM -- "-$run_pid" "-$idp_pid" 2>/dev/null || true
+  wait "$run_pid" "$idp_pid" 2>/dev/null || true
 }
 trap stop EXIT
 
-base="http://127.0.0.1:$api_port"
 # run.sh builds what is missing first (cargo, npm): allow it up to ten minutes.
 deadline=$((SECONDS + 600))
 until curl -fsS "$base/readyz" >/dev/null 2>&1 && curl -fsS -o /dev/null "$base/"; do
@@ -72,10 +94,20 @@ if ! "$venv/bin/python" -c 'import openai' >/dev/null 2>&1; then
 fi
 
 log "portal end-to-end tests (headless Chromium)"
-if ! NODE_PATH="$browser_dir/node_modules" BASE="$base" TOKEN="$token" \
+if ! NODE_PATH="$browser_dir/node_modules" BASE="$base" TOKEN="$token" ISSUER="$issuer" \
   SCREENSHOTS="$PWD/target/portal-screenshots" node tests/browser/portal.js; then
   echo "---- the system's log (target/e2e/run.log, last 80 lines) ----" >&2
   tail -80 "$state/run.log" >&2
+  exit 1
+fi
+
+log "single sign-on through the OpenID Connect provider (headless Chromium)"
+if ! NODE_PATH="$browser_dir/node_modules" BASE="$base" TOKEN="$token" ISSUER="$issuer" \
+  TOKEN_TTL=$token_ttl node tests/browser/oidc.js; then
+  echo "---- the system's log (target/e2e/run.log, last 80 lines) ----" >&2
+  tail -80 "$state/run.log" >&2
+  echo "---- the provider's log (target/e2e/idp.log, last 40 lines) ----" >&2
+  tail -40 "$state/idp.log" >&2
   exit 1
 fi
 

@@ -385,6 +385,20 @@ pub struct AuthConfig {
     /// Claim listing the user's groups.
     #[arg(long, env = "MODELPLANE_OIDC_GROUPS_CLAIM", default_value = "groups")]
     pub oidc_groups_claim: String,
+    /// The portal's OIDC client id (a public client: Authorization Code with PKCE, no
+    /// secret). When set with the rest of OIDC, the portal offers single sign-on.
+    #[arg(long, env = "MODELPLANE_OIDC_CLIENT_ID")]
+    pub oidc_client_id: Option<String>,
+    /// Scopes the portal asks the identity provider for (comma-separated). Add the
+    /// provider's groups scope if it needs one, and `offline_access` for refresh tokens
+    /// where the provider gives them only then.
+    #[arg(
+        long,
+        env = "MODELPLANE_OIDC_SCOPES",
+        value_delimiter = ',',
+        default_value = "openid,profile,email"
+    )]
+    pub oidc_scopes: Vec<String>,
     /// Groups whose members are platform admins (comma-separated).
     #[arg(
         long,

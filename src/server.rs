@@ -566,6 +566,9 @@ async fn oidc_verifier(auth: &AuthConfig) -> Result<Option<OidcVerifier>, Startu
         (None, None) => None,
     };
     match (&auth.oidc_issuer, &auth.oidc_audience, jwks) {
+        (None, None, None) if auth.oidc_client_id.is_some() => Err(StartupError::Config(
+            "MODELPLANE_OIDC_CLIENT_ID needs OIDC: MODELPLANE_OIDC_ISSUER, MODELPLANE_OIDC_AUDIENCE and a JWKS file or URL".into(),
+        )),
         (None, None, None) => Ok(None),
         (Some(issuer), Some(audience), Some(jwks)) => {
             let config = OidcConfig {
@@ -575,6 +578,8 @@ async fn oidc_verifier(auth: &AuthConfig) -> Result<Option<OidcVerifier>, Startu
                 username_claim: auth.oidc_username_claim.clone(),
                 groups_claim: auth.oidc_groups_claim.clone(),
                 platform_admin_groups: auth.oidc_platform_admin_groups.clone(),
+                client_id: auth.oidc_client_id.clone(),
+                scopes: auth.oidc_scopes.clone(),
             };
             let verifier = OidcVerifier::new(config).await.map_err(StartupError::Config)?;
             tracing::info!(%issuer, "OIDC enabled");

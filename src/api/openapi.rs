@@ -38,7 +38,11 @@ use super::rest::{
 )]
 struct ApiDoc;
 
-/// Declares the bearer scheme and requires it on every operation under `/api/v1`.
+/// Operations under `/api/v1` that need no credential: how to sign in.
+const PUBLIC: &[&str] = &["/api/v1/auth/config"];
+
+/// Declares the bearer scheme and requires it on every operation under `/api/v1` but the
+/// public ones.
 struct BearerAuth;
 
 impl Modify for BearerAuth {
@@ -56,7 +60,7 @@ impl Modify for BearerAuth {
             ),
         );
         for (path, item) in openapi.paths.paths.iter_mut() {
-            if !path.starts_with("/api/v1/") {
+            if !path.starts_with("/api/v1/") || PUBLIC.contains(&path.as_str()) {
                 continue;
             }
             for operation in [
@@ -123,9 +127,13 @@ impl Modify for CommonResponses {
                         .iter()
                         .any(|p| matches!(p, RefOr::T(p) if !matches!(p.parameter_in, ParameterIn::Path)))
                 });
-                // Lists of what the caller may see, and `whoami`, never refuse a role.
+                let public = PUBLIC.contains(&path.as_str());
+                // Lists of what the caller may see, `whoami` and `me` never refuse a role.
                 let open_to_all = method == "get"
-                    && matches!(path.as_str(), "/api/v1/projects" | "/api/v1/whoami");
+                    && matches!(
+                        path.as_str(),
+                        "/api/v1/projects" | "/api/v1/whoami" | "/api/v1/projects/{project}/me"
+                    );
                 let mut add = |code: &str, response: Response| {
                     operation
                         .responses
@@ -133,12 +141,14 @@ impl Modify for CommonResponses {
                         .entry(code.to_owned())
                         .or_insert(RefOr::T(response));
                 };
-                add(
-                    "401",
-                    Self::problem(
-                        "Not authenticated: no, an invalid, an expired or a revoked credential",
-                    ),
-                );
+                if !public {
+                    add(
+                        "401",
+                        Self::problem(
+                            "Not authenticated: no, an invalid, an expired or a revoked credential",
+                        ),
+                    );
+                }
                 let mut limited =
                     Self::problem("Too many requests; retry after `Retry-After` seconds");
                 limited.headers.insert(
@@ -159,7 +169,7 @@ impl Modify for CommonResponses {
                     "503",
                     Self::problem("The request took longer than the server allows"),
                 );
-                if !open_to_all {
+                if !open_to_all && !public {
                     add(
                         "403",
                         Self::problem("The caller's role does not allow this"),
@@ -240,6 +250,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(watch::watch_deployment))
         .routes(routes!(watch::watch_project))
         .routes(routes!(access::whoami))
+        .routes(routes!(access::auth_config))
+        .routes(routes!(access::my_access))
         .routes(routes!(
             access::list_project_tokens,
             access::create_project_token

@@ -21,10 +21,32 @@ use super::AppState;
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 /// `index.html` and the unhashed files must be revalidated, so a new build shows at once.
 const REVALIDATE: &str = "no-cache";
-/// The app loads nothing from elsewhere and runs no inline script.
-const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; img-src 'self' data:; \
-     style-src 'self'; script-src 'self'; connect-src 'self'; object-src 'none'; \
-     base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+/// The app loads nothing from elsewhere and runs no inline script. It talks to its own
+/// origin and, with single sign-on, to the identity provider's (discovery, keys, tokens):
+/// `{connect}` is that list.
+fn content_security_policy(connect: &str) -> String {
+    format!(
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; \
+         connect-src {connect}; object-src 'none'; base-uri 'none'; form-action 'self'; \
+         frame-ancestors 'none'"
+    )
+}
+
+/// `'self'`, and the identity provider's origin when the portal signs in with it.
+fn connect_sources(state: &AppState) -> String {
+    let provider = state
+        .auth
+        .sign_in()
+        .oidc
+        .and_then(|oidc| reqwest::Url::parse(&oidc.issuer).ok())
+        .map(|issuer| issuer.origin())
+        .filter(|origin| origin.is_tuple())
+        .map(|origin| origin.ascii_serialization());
+    match provider {
+        Some(origin) => format!("'self' {origin}"),
+        None => "'self'".into(),
+    }
+}
 
 const API_PREFIXES: &[&str] = &["/api", "/graphql", "/healthz", "/readyz", "/metrics"];
 
@@ -77,7 +99,8 @@ pub async fn portal(State(state): State<AppState>, request: Request) -> Response
     if html {
         headers.insert(
             header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+            HeaderValue::from_str(&content_security_policy(&connect_sources(&state)))
+                .expect("an origin is a valid header value"),
         );
         headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     }

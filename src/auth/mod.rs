@@ -21,6 +21,31 @@ pub enum AuthError {
     Internal(#[from] ServiceError),
 }
 
+/// How to sign in. API tokens always work; `oidc` says whether the portal signs people in
+/// with the company's identity provider, and how.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SignInConfig {
+    /// `null` when the portal has no single sign-on (OIDC off, or no portal client id).
+    pub oidc: Option<OidcSignIn>,
+}
+
+/// What a browser needs for the Authorization Code flow with PKCE, as a public client.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OidcSignIn {
+    /// The issuer; its discovery document is at `{issuer}/.well-known/openid-configuration`.
+    pub issuer: String,
+    pub client_id: String,
+    /// The audience (`aud`) the API accepts.
+    pub audience: String,
+    pub scopes: Vec<String>,
+    /// The claim that names the user in role bindings.
+    pub username_claim: String,
+    /// The claim that lists the user's groups.
+    pub groups_claim: String,
+}
+
 /// Resolves credentials; shared by every request.
 pub struct Authenticator {
     ctx: service::Context,
@@ -30,6 +55,23 @@ pub struct Authenticator {
 impl Authenticator {
     pub fn new(ctx: service::Context, oidc: Option<OidcVerifier>) -> Self {
         Self { ctx, oidc }
+    }
+
+    /// How to sign in, for `GET /api/v1/auth/config`: nothing secret.
+    pub fn sign_in(&self) -> SignInConfig {
+        let oidc = self.oidc.as_ref().map(OidcVerifier::config);
+        SignInConfig {
+            oidc: oidc.and_then(|c| {
+                Some(OidcSignIn {
+                    issuer: c.issuer.clone(),
+                    client_id: c.client_id.clone()?,
+                    audience: c.audience.clone(),
+                    scopes: c.scopes.clone(),
+                    username_claim: c.username_claim.clone(),
+                    groups_claim: c.groups_claim.clone(),
+                })
+            }),
+        }
     }
 
     /// Authenticates the value of an `Authorization` header.

@@ -32,6 +32,10 @@ pub struct OidcConfig {
     pub groups_claim: String,
     /// Members of these groups are platform admins.
     pub platform_admin_groups: Vec<String>,
+    /// The portal's client id, when the portal signs in with the provider.
+    pub client_id: Option<String>,
+    /// The scopes the portal asks for.
+    pub scopes: Vec<String>,
 }
 
 pub struct OidcVerifier {
@@ -108,6 +112,10 @@ impl OidcVerifier {
         find(&self.keys.read().await.0)
     }
 
+    pub fn config(&self) -> &OidcConfig {
+        &self.config
+    }
+
     /// Validates a JWT and returns the user it names. Errors say why, never the token.
     pub async fn verify(&self, token: &str) -> Result<Actor, String> {
         let header = decode_header(token).map_err(|_| "the token is not valid".to_owned())?;
@@ -162,6 +170,11 @@ impl OidcVerifier {
         let platform_admin = groups
             .iter()
             .any(|g| self.config.platform_admin_groups.contains(g));
-        Ok(Actor::user(username, groups, platform_admin))
+        let actor = Actor::user(username, groups, platform_admin);
+        // `exp` is required above; a stream opened with the token ends when it does.
+        Ok(match claims["exp"].as_i64() {
+            Some(exp) => actor.expiring_at(exp),
+            None => actor,
+        })
     }
 }

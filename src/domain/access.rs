@@ -50,6 +50,30 @@ impl FromStr for Role {
     }
 }
 
+/// The caller's effective role on one project, and where it comes from: what the API
+/// will allow them there, so a client shows exactly the controls that will work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectAccess {
+    pub project: String,
+    /// How the caller appears in timelines and audit logs: `token:ci`, `user:alice`.
+    pub name: String,
+    pub role: Role,
+    pub via: RoleSource,
+}
+
+/// Where a caller's role on a project comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoleSource {
+    /// A platform admin (token or OIDC group) is admin on every project.
+    PlatformAdmin,
+    /// A project token's own role.
+    Token,
+    /// The highest of the role bindings of the user and of their groups.
+    RoleBinding,
+}
+
 /// What a token grants: a role on its project, or the platform-admin role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]

@@ -20,7 +20,7 @@ mod serving;
 mod spec;
 mod status;
 
-pub use access::{Role, SubjectKind, TokenRole};
+pub use access::{ProjectAccess, Role, RoleSource, SubjectKind, TokenRole};
 pub use autoscaling::{
     AutoscalingSpec, AutoscalingStatus, Decision, Observation, ScalingChange, ScalingLimit,
     ScalingMemory, ScalingMetric, ScalingTarget, decide,

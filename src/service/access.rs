@@ -6,7 +6,7 @@
 use uuid::Uuid;
 
 use super::{Context, ServiceError};
-use crate::domain::{Project, Role, TokenRole, is_dns1123_label};
+use crate::domain::{Project, ProjectAccess, Role, RoleSource, TokenRole, is_dns1123_label};
 use crate::store;
 
 /// An authenticated caller.
@@ -31,6 +31,9 @@ pub enum Identity {
         subject: String,
         groups: Vec<String>,
         platform_admin: bool,
+        /// When the identity provider's token ends (its `exp`, Unix seconds): a stream
+        /// opened with it ends then too, and resumes with the refreshed token.
+        expires_at: Option<i64>,
     },
     /// modelplane itself (the reconciler).
     System,
@@ -55,7 +58,28 @@ impl Actor {
                 subject: subject.to_owned(),
                 groups,
                 platform_admin,
+                expires_at: None,
             },
+        }
+    }
+
+    /// The same user, whose credential ends at `exp` (Unix seconds).
+    pub fn expiring_at(mut self, exp: i64) -> Self {
+        if let Identity::User { expires_at, .. } = &mut self.identity {
+            *expires_at = Some(exp);
+        }
+        self
+    }
+
+    /// Whether the credential has reached its end (an OIDC token's `exp`; a token's
+    /// expiry and revocation are in the database).
+    pub fn has_expired(&self) -> bool {
+        match &self.identity {
+            Identity::User {
+                expires_at: Some(exp),
+                ..
+            } => chrono::Utc::now().timestamp() >= *exp,
+            _ => false,
         }
     }
 
@@ -199,6 +223,28 @@ pub async fn authorize(
     Ok(authorized)
 }
 
+/// The caller's effective role on `project` (`me`), as [`authorize`] judges it. A caller
+/// with no role there is told the project does not exist, as everywhere.
+pub async fn my_access(
+    ctx: &Context,
+    actor: &Actor,
+    project: &str,
+) -> Result<ProjectAccess, ServiceError> {
+    let authorized = authorize(ctx, actor, project, Role::Viewer).await?;
+    let via = match &actor.identity {
+        _ if actor.is_platform_admin() => RoleSource::PlatformAdmin,
+        Identity::Token { .. } => RoleSource::Token,
+        Identity::User { .. } => RoleSource::RoleBinding,
+        Identity::System => RoleSource::PlatformAdmin,
+    };
+    Ok(ProjectAccess {
+        project: authorized.name.clone(),
+        name: actor.name.clone(),
+        role: authorized.role(),
+        via,
+    })
+}
+
 /// Whether `actor` may still read `project`: the token is neither revoked nor expired, and
 /// the role is still there. Long-lived streams ask now and then and end when it is not.
 pub async fn still_allowed(
@@ -206,6 +252,9 @@ pub async fn still_allowed(
     actor: &Actor,
     project: &Project,
 ) -> Result<bool, ServiceError> {
+    if actor.has_expired() {
+        return Ok(false);
+    }
     if let Identity::Token { id, .. } = &actor.identity
         && !store::tokens::token_is_live(&ctx.pool, *id).await?
     {

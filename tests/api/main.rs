@@ -21,6 +21,7 @@ mod projects;
 mod quota;
 mod routing;
 mod security;
+mod sign_in;
 mod validation;
 mod watch;
 

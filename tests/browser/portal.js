@@ -56,10 +56,18 @@ async function accessible(page, screen) {
   assert.deepEqual(violations, [], `${screen} has accessibility problems`);
 }
 
-/** Signs in with the keyboard only: the token field has the focus, Enter submits. */
+/**
+ * Signs in with the keyboard only: the token field has the focus (with single sign-on
+ * configured, its button has it and one Tab reaches the token field), Enter submits.
+ */
 async function signIn(page, token) {
   await page.goto(BASE + '/');
-  await page.getByLabel('API token').waitFor(WAIT);
+  await page.getByLabel('API token', { exact: true }).waitFor(WAIT);
+  if (process.env.ISSUER) {
+    const focused = await page.evaluate(() => document.activeElement?.textContent);
+    assert.equal(focused, 'Sign in with single sign-on', 'the single sign-on button has the focus');
+    await page.keyboard.press('Tab');
+  }
   assert.equal(await page.evaluate(() => document.activeElement?.id), 'token', 'the token field has the focus');
   await page.keyboard.type(token);
   await page.keyboard.press('Enter');
@@ -94,7 +102,7 @@ async function signIn(page, token) {
     const page = await newPage();
     step('sign in with the token');
     await page.goto(BASE + '/');
-    await page.getByLabel('API token').waitFor(WAIT);
+    await page.getByLabel('API token', { exact: true }).waitFor(WAIT);
     await accessible(page, 'the sign-in screen');
     await signIn(page, TOKEN);
 
@@ -368,7 +376,7 @@ async function signIn(page, token) {
 
     step('sign out');
     await page.getByRole('button', { name: 'Sign out' }).click();
-    await page.getByLabel('API token').waitFor(WAIT);
+    await page.getByLabel('API token', { exact: true }).waitFor(WAIT);
     assert.equal(await page.evaluate(() => sessionStorage.getItem('modelplane.token')), null);
     await expectTitle(page, 'Sign in · modelplane');
 

@@ -1,6 +1,7 @@
 import { Navigate, Route, Routes, useParams } from 'react-router';
 import { useSyncExternalStore } from 'react';
 import { session } from './auth/session';
+import type { SignInConfig } from './auth/oidc';
 import { AuthGate } from './auth/AuthProvider';
 import { useProjects, Layout } from './components/Layout';
 import { Empty, ErrorState, Loading } from './components/States';
@@ -41,9 +42,9 @@ function Keyed({ children }: { children: (key: string) => React.ReactNode }) {
   return <>{children(JSON.stringify(params))}</>;
 }
 
-export function App() {
+export function App({ signIn = { oidc: null } }: { signIn?: SignInConfig }) {
   const state = useSyncExternalStore(session.subscribe, session.state);
-  if (state !== 'signed-in') return <SignIn expired={state === 'expired'} />;
+  if (state !== 'signed-in') return <SignIn expired={state === 'expired'} config={signIn} />;
   return (
     <AuthGate>
       <Routes>

@@ -230,6 +230,18 @@ pub struct Project {
 
 #[ComplexObject]
 impl Project {
+    /// The caller's effective role on the project (from a project token, the role
+    /// bindings of the user and their groups, or the platform-admin role): what the API
+    /// will allow them here.
+    #[graphql(complexity = "super::DB_COST")]
+    async fn my_role(&self, ctx: &Context<'_>) -> Result<Role> {
+        let (state, actor) = super::state(ctx)?;
+        let access = service::access::my_access(&state.ctx, actor, &self.name)
+            .await
+            .map_err(service_error)?;
+        Ok(access.role.into())
+    }
+
     /// The deployments of the project in each phase.
     #[graphql(complexity = "super::DB_COST + child_complexity")]
     async fn phase_counts(&self, ctx: &Context<'_>) -> Result<Vec<PhaseCount>> {

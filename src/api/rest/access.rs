@@ -17,7 +17,8 @@ use super::wire::{CreateRoleBinding, CreateToken, CreatedToken, ListTokens, Page
 use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{JsonBody, Query};
-use crate::domain::{ApiToken, AuditEvent, RoleBinding};
+use crate::auth::SignInConfig;
+use crate::domain::{ApiToken, AuditEvent, ProjectAccess, RoleBinding};
 use crate::service::{Actor, Identity, audit};
 use crate::service::{role_bindings, tokens};
 
@@ -38,6 +39,18 @@ pub struct WhoAmI {
     /// A token's role (`viewer`, `editor`, `admin`, `platform-admin`); for a user,
     /// `platform-admin` or `null`.
     pub role: Option<String>,
+}
+
+/// How to sign in (no credential needed): whether the portal offers single sign-on with
+/// the company's identity provider, with which issuer, client and scopes. API tokens are
+/// always accepted.
+#[utoipa::path(get, path = "/api/v1/auth/config", tag = "access",
+    security(()),
+    responses(
+        (status = 200, description = "How to sign in", body = SignInConfig),
+    ))]
+pub async fn auth_config(State(state): State<AppState>) -> Json<SignInConfig> {
+    Json(state.auth.sign_in())
 }
 
 /// An id from a URL that is not a UUID names nothing: 404.
@@ -67,6 +80,26 @@ pub async fn whoami(State(state): State<AppState>, actor: Actor) -> Result<Json<
         project: described.project,
         role: described.role.map(str::to_owned),
     }))
+}
+
+/// The caller's effective role on the project (any project member): from a project
+/// token's role, the role bindings of the user and their groups, or the platform-admin
+/// role. What the API will allow the caller there, so a client can show exactly those
+/// controls.
+#[utoipa::path(get, path = "/api/v1/projects/{project}/me", tag = "access",
+    params(ProjectPath),
+    responses(
+        (status = 200, description = "The caller's role on the project and where it comes from", body = ProjectAccess),
+        NoSuchVisibleProject,
+    ))]
+pub async fn my_access(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(ProjectPath { project }): Path<ProjectPath>,
+) -> Result<Json<ProjectAccess>, ApiError> {
+    Ok(Json(
+        crate::service::access::my_access(&state.ctx, &actor, &project).await?,
+    ))
 }
 
 /// Create a token with a role on the project (project admins). The secret is shown once.

@@ -21,6 +21,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/config": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How to sign in (no credential needed): whether the portal offers single sign-on with
+         *     the company's identity provider, with which issuer, client and scopes. API tokens are
+         *     always accepted.
+         */
+        get: operations["auth_config"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/capacity": {
         parameters: {
             query?: never;
@@ -466,6 +487,28 @@ export interface paths {
         };
         /** A model key's requests per day, as its checks let them through (project admins). */
         get: operations["key_usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/projects/{project}/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's effective role on the project (any project member): from a project
+         *     token's role, the role bindings of the user and their groups, or the platform-admin
+         *     role. What the API will allow the caller there, so a client can show exactly those
+         *     controls.
+         */
+        get: operations["my_access"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1549,6 +1592,19 @@ export interface components {
             /** @description Where the weights come from: `hf://org/name`, `pvc://claim/path`, `oci://registry/repo:tag`, `s3://bucket/key`. */
             source: string;
         };
+        /** @description What a browser needs for the Authorization Code flow with PKCE, as a public client. */
+        OidcSignIn: {
+            /** @description The audience (`aud`) the API accepts. */
+            audience: string;
+            clientId: string;
+            /** @description The claim that lists the user's groups. */
+            groupsClaim: string;
+            /** @description The issuer; its discovery document is at `{issuer}/.well-known/openid-configuration`. */
+            issuer: string;
+            scopes: string[];
+            /** @description The claim that names the user in role bindings. */
+            usernameClaim: string;
+        };
         /** @description One page of a list and the cursor of the next page, if there is one. */
         Page_ApiToken: {
             items: {
@@ -1784,6 +1840,17 @@ export interface components {
             /** @description The namespace existed before the project and survives its deletion. */
             namespaceAdopted: boolean;
         };
+        /**
+         * @description The caller's effective role on one project, and where it comes from: what the API
+         *     will allow them there, so a client shows exactly the controls that will work.
+         */
+        ProjectAccess: {
+            /** @description How the caller appears in timelines and audit logs: `token:ci`, `user:alice`. */
+            name: string;
+            project: string;
+            role: components["schemas"]["Role"];
+            via: components["schemas"]["RoleSource"];
+        };
         /** @description `GET …/quota`: a project's limits next to what its specs ask for. */
         ProjectQuota: {
             /** @description One per GPU quota entry; empty: no GPU quota. */
@@ -1876,6 +1943,11 @@ export interface components {
             subject: string;
             subjectKind: components["schemas"]["SubjectKind"];
         };
+        /**
+         * @description Where a caller's role on a project comes from.
+         * @enum {string}
+         */
+        RoleSource: "platform-admin" | "token" | "role-binding";
         /** @description One role's pods: how many, and what differs from the rest of the spec. */
         RoleSpec: {
             /** @description Arguments appended to `spec.engine.args` for this role. */
@@ -2051,6 +2123,13 @@ export interface components {
              *     (1 to 3600; server default when `null`).
              */
             gracePeriodSeconds?: number | null;
+        };
+        /**
+         * @description How to sign in. API tokens always work; `oidc` says whether the portal signs people in
+         *     with the company's identity provider, and how.
+         */
+        SignInConfig: {
+            oidc?: components["schemas"]["OidcSignIn"] | null;
         };
         /** @description The body of `POST …/deployments/{name}/canary`. */
         StartCanary: {
@@ -2236,6 +2315,55 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    auth_config: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description How to sign in */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignInConfig"];
                 };
             };
             /** @description Too many requests; retry after `Retry-After` seconds */
@@ -5870,6 +5998,76 @@ export interface operations {
             };
             /** @description Invalid field */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error; quote the request id when reporting it */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request took longer than the server allows */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    my_access: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Project name */
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The caller's role on the project and where it comes from */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectAccess"];
+                };
+            };
+            /** @description Not authenticated: no, an invalid, an expired or a revoked credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such project (or not yours) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

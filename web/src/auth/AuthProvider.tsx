@@ -2,6 +2,7 @@ import { createContext, useContext, useSyncExternalStore, type ReactNode } from 
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { api, call, type WhoAmI } from '../api/client';
 import { session, type SessionState } from './session';
+import { signOutOfProvider } from './oidc';
 import { roleOn, type Role } from './roles';
 
 interface Auth {
@@ -10,7 +11,6 @@ interface Auth {
   whoami: { isPending: boolean; error: unknown };
   me: WhoAmI | undefined;
   signOut: () => void;
-  roleOn: (project: string | undefined) => Role;
 }
 
 const AuthContext = createContext<Auth | null>(null);
@@ -29,10 +29,12 @@ export function AuthProvider({ children }: { children: ReactNode }) {
     whoami: { isPending: me.isPending, error: me.error },
     me: state === 'signed-in' ? me.data : undefined,
     signOut: () => {
+      const provider = session.isProvider();
       session.signOut();
       client.clear();
+      // With single sign-on, the provider's session ends too where it can.
+      if (provider) void signOutOfProvider();
     },
-    roleOn: (project) => roleOn(state === 'signed-in' ? me.data : undefined, project),
   };
   return <AuthContext.Provider value={value}>{children}</AuthContext.Provider>;
 }
@@ -54,6 +56,25 @@ export function AuthGate({ children }: { children: ReactNode }) {
       Signing in…
     </p>
   );
+}
+
+/**
+ * The caller's role on `project`, as the API will judge it. A token's role and the
+ * platform-admin role are in `whoami`; an OIDC user's comes from role bindings of the user
+ * and their groups, which the API says through `…/me`. Until that answers, no role: the
+ * page shows no control the API might refuse.
+ */
+export function useRole(project: string | undefined): Role {
+  const { me } = useAuth();
+  const bound = !!me && !!project && me.kind === 'user' && !me.platformAdmin;
+  const access = useQuery({
+    queryKey: ['me', me?.name, project],
+    queryFn: () => call(api.GET('/api/v1/projects/{project}/me', { params: { path: { project: project ?? '' } } })),
+    enabled: bound,
+    staleTime: 30_000,
+  });
+  if (!bound) return roleOn(me, project);
+  return access.data?.role ?? 'none';
 }
 
 export function useAuth(): Auth {

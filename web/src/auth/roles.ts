@@ -5,7 +5,7 @@ export type Role = 'platform-admin' | 'admin' | 'editor' | 'viewer' | 'none';
 
 const RANK: Record<Role, number> = { none: 0, viewer: 1, editor: 2, admin: 3, 'platform-admin': 4 };
 
-/** The caller's role on `project`, as the API will judge it. */
+/** The caller's role on `project` as `whoami` tells it: a token's, or platform admin. */
 export function roleOn(me: WhoAmI | undefined, project: string | undefined): Role {
   if (!me) return 'none';
   if (me.platformAdmin) return 'platform-admin';
@@ -13,9 +13,8 @@ export function roleOn(me: WhoAmI | undefined, project: string | undefined): Rol
     if (!project || me.project !== project) return 'none';
     return (me.role as Role) ?? 'none';
   }
-  // OIDC users: roles come from role bindings, which the portal cannot read for itself;
-  // show the controls and let the API say no.
-  return 'editor';
+  // OIDC users: roles come from role bindings, which `useRole` asks the API for.
+  return 'none';
 }
 
 export function atLeast(role: Role, needed: Exclude<Role, 'none'>): boolean {

@@ -3,7 +3,7 @@ import { Link, useNavigate, useParams } from 'react-router';
 import { useQueryClient } from '@tanstack/react-query';
 import { api, ApiError, call } from '../api/client';
 import { keys, type DeploymentWithWarnings } from '../api/capacity';
-import { useAuth } from '../auth/AuthProvider';
+import { useRole } from '../auth/AuthProvider';
 import { can } from '../auth/roles';
 import { Field } from '../components/Field';
 import { FreeGpus, fitWarning, gpuFit, gpusPerReplica, products, useCapacity } from '../components/FreeGpus';
@@ -17,7 +17,7 @@ type Errors = Partial<Record<keyof FormState, string>>;
 export function CreateDeployment() {
   const { project = '' } = useParams();
   useTitle(`Create deployment · ${project}`);
-  const { roleOn } = useAuth();
+  const role = useRole(project);
   const navigate = useNavigate();
   const client = useQueryClient();
   const [state, setState] = useState<FormState>(() => applyPreset(EMPTY, PRESETS[3]!));
@@ -28,7 +28,7 @@ export function CreateDeployment() {
   const [advancedOpen, setAdvancedOpen] = useState(false);
   const summary = useRef<HTMLDivElement>(null);
   const list = `/projects/${encodeURIComponent(project)}/deployments`;
-  const editor = can.edit(roleOn(project));
+  const editor = can.edit(role);
   const capacity = useCapacity(editor);
 
   if (!editor) {

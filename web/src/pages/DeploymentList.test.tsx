@@ -1,8 +1,8 @@
-import { screen, waitFor, within } from '@testing-library/react';
+import { act, renderHook, screen, waitFor, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ADMIN, deployment, json, renderAt, sse, stubFetch, viewerOf } from '../test/render';
-import { DeploymentList } from './DeploymentList';
+import { DeploymentList, useNow } from './DeploymentList';
 
 const qwen = deployment('qwen', { labels: { team: 'nlp' }, resources: { gpu: { count: 2 } }, replicas: 3 }, {
   phase: 'Deploying',
@@ -75,6 +75,43 @@ describe('DeploymentList', () => {
     renderAt('/projects/team-a/deployments', '/projects/:project/deployments', <DeploymentList />);
     await screen.findByRole('link', { name: 'chat' });
     expect(screen.queryByRole('link', { name: 'Create deployment' })).toBeNull();
+  });
+
+  it('shows a signed-in person the controls their role bindings allow, as the API says', async () => {
+    const alice = { name: 'user:alice', kind: 'user', platformAdmin: false, groups: ['nlp'], project: null, role: null };
+    for (const [role, offered] of [
+      ['viewer', false],
+      ['editor', true],
+    ] as const) {
+      const calls = stubFetch(alice, ({ url }) =>
+        url.pathname === '/api/v1/projects/team-a/me'
+          ? json({ project: 'team-a', name: 'user:alice', role, via: 'role-binding' })
+          : url.pathname.endsWith('/watch')
+            ? sse([{ event: 'state', data: chat }])
+            : url.pathname.endsWith('/quota')
+              ? json(NO_QUOTA)
+              : undefined,
+      );
+      const { unmount } = renderAt('/projects/team-a/deployments', '/projects/:project/deployments', <DeploymentList />);
+      await screen.findByRole('link', { name: 'chat' });
+      await waitFor(() => expect(calls.some((c) => c.url.pathname === '/api/v1/projects/team-a/me')).toBe(true));
+      if (offered) expect(await screen.findByRole('link', { name: 'Create deployment' })).toBeTruthy();
+      else expect(screen.queryByRole('link', { name: 'Create deployment' })).toBeNull();
+      unmount();
+      vi.unstubAllGlobals();
+    }
+  });
+
+  it('"updated … ago" moves on with the clock, not only with new data', () => {
+    vi.useFakeTimers();
+    try {
+      const { result } = renderHook(() => useNow(15_000));
+      const first = result.current;
+      act(() => vi.advanceTimersByTime(15_000));
+      expect(result.current - first).toBe(15_000);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('says what to do next in an empty project', async () => {

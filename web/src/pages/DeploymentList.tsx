@@ -4,7 +4,7 @@ import { useQuery } from '@tanstack/react-query';
 import type { Deployment, Phase } from '../api/client';
 import { useProjectDeployments } from '../api/live';
 import { getDeploymentMetrics, keys, num, seriesValues } from '../api/metrics';
-import { useAuth } from '../auth/AuthProvider';
+import { useRole } from '../auth/AuthProvider';
 import { can } from '../auth/roles';
 import { CopyButton } from '../components/CopyButton';
 import { PhaseBadge } from '../components/PhaseBadge';
@@ -46,12 +46,22 @@ export function filterDeployments(
     .sort((a, b) => a.name.localeCompare(b.name));
 }
 
-function ago(iso: string): string {
-  const seconds = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+function ago(iso: string, now: number): string {
+  const seconds = Math.max(0, Math.round((now - Date.parse(iso)) / 1000));
   if (seconds < 60) return `${seconds}s ago`;
   if (seconds < 3600) return `${Math.floor(seconds / 60)}m ago`;
   if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ago`;
   return `${Math.floor(seconds / 86400)}d ago`;
+}
+
+/** The time now, again every `every` ms, so "2m ago" keeps telling the truth. */
+export function useNow(every: number): number {
+  const [now, setNow] = useState(() => Date.now());
+  useEffect(() => {
+    const timer = setInterval(() => setNow(Date.now()), every);
+    return () => clearInterval(timer);
+  }, [every]);
+  return now;
 }
 
 /** True once `ref`'s element has come into view (at once where IntersectionObserver is missing). */
@@ -116,8 +126,8 @@ function Requests({ deployment }: { deployment: Deployment }) {
 export function DeploymentList() {
   const { project = '' } = useParams();
   useTitle(`Deployments · ${project}`);
-  const { roleOn } = useAuth();
-  const editor = can.edit(roleOn(project));
+  const editor = can.edit(useRole(project));
+  const now = useNow(15_000);
   const { items, status } = useProjectDeployments(project);
   const [params, setParams] = useSearchParams();
   const filters = { phase: params.get('phase') ?? '', label: params.get('label') ?? '', name: params.get('name') ?? '' };
@@ -262,7 +272,7 @@ export function DeploymentList() {
                     </td>
                     <td className="hide-narrow">
                       <time dateTime={d.updatedAt} title={d.updatedAt}>
-                        {ago(d.updatedAt)}
+                        {ago(d.updatedAt, now)}
                       </time>
                     </td>
                   </tr>

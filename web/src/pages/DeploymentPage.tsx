@@ -1,6 +1,6 @@
 import { Link, useParams } from 'react-router';
 import { useDeploymentWatch } from '../api/live';
-import { useAuth } from '../auth/AuthProvider';
+import { useRole } from '../auth/AuthProvider';
 import { can } from '../auth/roles';
 import { PhaseBadge } from '../components/PhaseBadge';
 import { ReplicaBar } from '../components/ReplicaBar';
@@ -18,8 +18,7 @@ import { TryIt } from './deployment/TryIt';
 export function DeploymentPage() {
   const { project = '', name = '' } = useParams();
   useTitle(`${name} · ${project}`);
-  const { roleOn } = useAuth();
-  const editable = can.edit(roleOn(project));
+  const editable = can.edit(useRole(project));
   const { deployment, events, deleted, status } = useDeploymentWatch(project, name);
   const list = `/projects/${encodeURIComponent(project)}/deployments`;
 

@@ -1,6 +1,6 @@
 // The "Tokens & access" page of a project: its tokens, model keys, role bindings, audit log and GPU usage (admins only).
 import { useParams } from 'react-router';
-import { useAuth } from '../auth/AuthProvider';
+import { useRole } from '../auth/AuthProvider';
 import { can } from '../auth/roles';
 import { Empty } from '../components/States';
 import { useTitle } from '../components/Title';
@@ -13,9 +13,9 @@ import { Usage } from './settings/Usage';
 export function ProjectSettings() {
   const { project = '' } = useParams();
   useTitle(`Tokens & access · ${project}`);
-  const { roleOn } = useAuth();
+  const role = useRole(project);
   // Every call below needs the admin role: say so instead of showing controls that would fail.
-  if (!can.administer(roleOn(project))) {
+  if (!can.administer(role)) {
     return (
       <Empty title={`You need the admin role on ${project} to manage its tokens and access`}>
         <p>Ask an admin of {project} or a platform admin.</p>
