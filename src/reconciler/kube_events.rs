@@ -179,7 +179,7 @@ impl Publisher {
         let published = match published {
             Some(patched) => patched,
             None => {
-                let event = self.event(regarding, type_, reason, action, note);
+                let event = self.event(regarding, [type_, reason, action, note]);
                 let created = timeout(events.create(&PostParams::default(), &event)).await;
                 if let (Ok(Ok(_)), Some(name)) = (&created, event.metadata.name) {
                     self.series.lock().expect("not poisoned").by_key.insert(
@@ -220,16 +220,10 @@ impl Publisher {
         }
     }
 
-    /// A new event, named as client-go and kube-runtime name them: the object's name, then
-    /// the time in nanoseconds.
-    fn event(
-        &self,
-        regarding: &ObjectReference,
-        type_: &str,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) -> Event {
+    /// A new event of `what` (type, reason, action, note), named as client-go and
+    /// kube-runtime name them: the object's name, then the time in nanoseconds.
+    fn event(&self, regarding: &ObjectReference, what: [&str; 4]) -> Event {
+        let [type_, reason, action, note] = what;
         let stamp = Timestamp::now();
         Event {
             metadata: ObjectMeta {

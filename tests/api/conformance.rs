@@ -308,10 +308,7 @@ async fn a_spent_rate_limit_is_documented_on_every_operation(pool: PgPool) {
         } else {
             Some(ADMIN_TOKEN)
         };
-        let response = request(&app, token, op, "team-a", "")
-            .send()
-            .await
-            .unwrap();
+        let response = request(&app, token, op, "team-a", "").send().await.unwrap();
         assert_eq!(
             response.status(),
             StatusCode::TOO_MANY_REQUESTS,

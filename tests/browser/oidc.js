@@ -13,10 +13,9 @@
 // leaves for an origin other than the portal's and the provider's; axe finds no violation on
 // the sign-in screens.
 const assert = require('node:assert/strict');
-const fs = require('node:fs');
 const { chromium } = require('playwright-core');
-
-const AXE = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
+const common = require('./common');
+const { accessible, step } = common;
 
 const BASE = process.env.BASE;
 const ISSUER = process.env.ISSUER;
@@ -26,28 +25,7 @@ const WAIT = { timeout: 60_000 };
 const VIEWED = 'sso-viewer';
 const EDITED = 'sso-editor';
 
-async function rest(method, url, body) {
-  const response = await fetch(BASE + url, {
-    method,
-    headers: { Authorization: `Bearer ${TOKEN}`, 'Content-Type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : null };
-}
-
-function step(name) {
-  console.error(`  - ${name}`);
-}
-
-async function accessible(page, screen) {
-  await page.evaluate(AXE);
-  const violations = await page.evaluate(async () => {
-    const result = await window.axe.run(document, { runOnly: ['wcag2a', 'wcag2aa', 'wcag21aa'] });
-    return result.violations.map((v) => `${v.id} (${v.impact}): ${v.help} — ${v.nodes.map((n) => n.target.join(' ')).slice(0, 3).join(', ')}`);
-  });
-  assert.deepEqual(violations, [], `${screen} has accessibility problems`);
-}
+const rest = (method, url, body) => common.rest(BASE, TOKEN, method, url, body);
 
 /** From the portal's sign-in screen through the provider's login and consent, back. */
 async function signInAtProvider(page, user) {

@@ -11,11 +11,9 @@
 // scales to zero and wake it with a request through its Gateway URL.
 const assert = require('node:assert/strict');
 const path = require('node:path');
-const fs = require('node:fs');
 const { chromium } = require('playwright-core');
-
-// axe-core (npm) checks each screen against WCAG 2 A and AA: labels, names, contrast, roles.
-const AXE = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
+const common = require('./common');
+const { accessible, step } = common;
 
 const BASE = process.env.BASE;
 const TOKEN = process.env.TOKEN;
@@ -24,36 +22,13 @@ const PROJECT = process.env.PROJECT || 'e2e';
 const NAME = 'chat';
 const WAIT = { timeout: 60_000 };
 
-/** A REST call with the admin token, to set up what the portal does not (the project). */
-async function rest(method, url, body, token = TOKEN) {
-  const response = await fetch(BASE + url, {
-    method,
-    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : null };
-}
-
-function step(name) {
-  console.error(`  - ${name}`);
-}
+/** A REST call with the admin token (or another), to set up what the portal does not. */
+const rest = (method, url, body, token = TOKEN) => common.rest(BASE, token, method, url, body);
 
 async function expectTitle(page, title) {
   await page.waitForFunction((t) => document.title === t, title, WAIT).catch(async () => {
     assert.equal(await page.title(), title);
   });
-}
-
-/** No WCAG 2 A/AA violation on what the page shows now. */
-async function accessible(page, screen) {
-  // Evaluated through the DevTools protocol, which the page's CSP does not govern.
-  await page.evaluate(AXE);
-  const violations = await page.evaluate(async () => {
-    const result = await window.axe.run(document, { runOnly: ['wcag2a', 'wcag2aa', 'wcag21aa'] });
-    return result.violations.map((v) => `${v.id} (${v.impact}): ${v.help} — ${v.nodes.map((n) => n.target.join(' ')).slice(0, 3).join(', ')}`);
-  });
-  assert.deepEqual(violations, [], `${screen} has accessibility problems`);
 }
 
 /**
