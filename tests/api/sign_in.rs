@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 
 use crate::access::{AUDIENCE, ISSUER, claims, fixture, oidc_app, oidc_config, sign};
-use crate::common::{Options, SseStream, TestApp};
+use crate::common::{Options, SseStream, TestApp, WsClient};
 
 async fn sign_in_config(app: &TestApp, credential: Option<&str>) -> Value {
     let response = app
@@ -233,4 +233,69 @@ async fn an_oidc_users_watch_ends_with_the_token_and_resumes_with_the_next(pool:
     let mut resumed = watch(refreshed, last).await;
     let (_, spec) = resumed.until("spec").await;
     assert_eq!(spec.data["spec"]["replicas"], 3);
+}
+
+/// The same over a GraphQL subscription: it completes when the token ends, and a new
+/// socket with the refreshed token resumes after the last `seq` seen.
+#[sqlx::test]
+async fn an_oidc_users_subscription_completes_with_the_token(pool: PgPool) {
+    let app = oidc_app(pool, fixture("jwks-key1.json")).await;
+    app.create_project("team-a").await;
+    assert_eq!(
+        app.create_deployment("team-a", "qwen").await.status(),
+        StatusCode::CREATED
+    );
+    let binding = json!({"subjectKind": "user", "subject": "alice", "role": "viewer"});
+    let created = app
+        .post_json("/api/v1/projects/team-a/role-bindings", &binding)
+        .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let token_until = |exp: i64| {
+        let mut claims = claims("alice", &[]);
+        claims["exp"] = json!(exp);
+        sign("key1", &claims)
+    };
+    let subscribe = |after: Option<i64>| {
+        let after = after.map_or(String::new(), |seq| format!(", afterSeq: {seq}"));
+        json!({"id": "1", "type": "subscribe", "payload": {"query": format!(
+            r#"subscription {{ deploymentChanged(project: "team-a", name: "qwen"{after}) {{
+                 seq deployment {{ spec }} }} }}"#
+        )}})
+    };
+
+    let mut socket = WsClient::connect(&app, &token_until(Utc::now().timestamp() + 3))
+        .await
+        .unwrap();
+    socket.send(subscribe(None)).await;
+    let mut last = None;
+    // `next` fails the test if nothing comes within 20 s: the subscription must complete.
+    loop {
+        let message = socket.next().await.expect("the socket stays open");
+        match message["type"].as_str() {
+            Some("next") => {
+                last = message["payload"]["data"]["deploymentChanged"]["seq"]
+                    .as_i64()
+                    .or(last)
+            }
+            Some("complete") => break,
+            _ => panic!("unexpected {message}"),
+        }
+    }
+    let last = last.expect("the state carries the feed's position");
+    let scaled = app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/scale",
+            &json!({"replicas": 3}),
+        )
+        .await;
+    assert_eq!(scaled.status(), StatusCode::OK);
+    let mut renewed = WsClient::connect(&app, &token_until(Utc::now().timestamp() + 600))
+        .await
+        .unwrap();
+    renewed.send(subscribe(Some(last))).await;
+    let message = renewed.next().await.unwrap();
+    assert_eq!(message["type"], "next", "{message}");
+    let change = &message["payload"]["data"]["deploymentChanged"];
+    assert!(change["seq"].as_i64().unwrap() > last, "{message}");
+    assert_eq!(change["deployment"]["spec"]["replicas"], 3, "{message}");
 }
