@@ -180,10 +180,8 @@ async fn me_says_the_callers_role_on_each_project_and_where_it_comes_from(pool: 
     assert_eq!(me(&app, &alice, "team-b").await.0, StatusCode::NOT_FOUND);
 }
 
-/// An OIDC user's watch ends when their token expires (not only when access is removed),
-/// and resumes with the refreshed token from its last event without losing any.
-#[sqlx::test]
-async fn an_oidc_users_watch_ends_with_the_token_and_resumes_with_the_next(pool: PgPool) {
+/// An OIDC app where alice is a viewer of team-a, which has `qwen`.
+async fn alice_viewing_qwen(pool: PgPool) -> TestApp {
     let app = oidc_app(pool, fixture("jwks-key1.json")).await;
     app.create_project("team-a").await;
     assert_eq!(
@@ -195,11 +193,32 @@ async fn an_oidc_users_watch_ends_with_the_token_and_resumes_with_the_next(pool:
         .post_json("/api/v1/projects/team-a/role-bindings", &binding)
         .await;
     assert_eq!(created.status(), StatusCode::CREATED);
-    let token_until = |exp: i64| {
-        let mut claims = claims("alice", &[]);
-        claims["exp"] = json!(exp);
-        sign("key1", &claims)
-    };
+    app
+}
+
+/// A change while alice's stream is closed.
+async fn scale_qwen_to_3(app: &TestApp) {
+    let scaled = app
+        .post_json(
+            "/api/v1/projects/team-a/deployments/qwen/scale",
+            &json!({"replicas": 3}),
+        )
+        .await;
+    assert_eq!(scaled.status(), StatusCode::OK);
+}
+
+/// alice's token from the provider, ending at `exp` (Unix seconds).
+fn alice_until(exp: i64) -> String {
+    let mut claims = claims("alice", &[]);
+    claims["exp"] = json!(exp);
+    sign("key1", &claims)
+}
+
+/// An OIDC user's watch ends when their token expires (not only when access is removed),
+/// and resumes with the refreshed token from its last event without losing any.
+#[sqlx::test]
+async fn an_oidc_users_watch_ends_with_the_token_and_resumes_with_the_next(pool: PgPool) {
+    let app = alice_viewing_qwen(pool).await;
     let watch = |token: String, last: Option<i64>| {
         let mut request = app.request_as(
             Some(&token),
@@ -214,7 +233,7 @@ async fn an_oidc_users_watch_ends_with_the_token_and_resumes_with_the_next(pool:
 
     // A token that ends in three seconds (the API accepts it until then, and 30 s of clock
     // leeway after, for requests; a stream ends at `exp` itself).
-    let mut stream = watch(token_until(Utc::now().timestamp() + 3), None).await;
+    let mut stream = watch(alice_until(Utc::now().timestamp() + 3), None).await;
     let mut last = None;
     // Fails the test if the stream is still open well after the token's end.
     while let Some(event) = stream.next_within(Duration::from_secs(15)).await {
@@ -222,14 +241,8 @@ async fn an_oidc_users_watch_ends_with_the_token_and_resumes_with_the_next(pool:
     }
     assert!(last.is_some(), "the first events carry the feed's position");
     // While nobody watched: a change.
-    let scaled = app
-        .post_json(
-            "/api/v1/projects/team-a/deployments/qwen/scale",
-            &json!({"replicas": 3}),
-        )
-        .await;
-    assert_eq!(scaled.status(), StatusCode::OK);
-    let refreshed = token_until(Utc::now().timestamp() + 600);
+    scale_qwen_to_3(&app).await;
+    let refreshed = alice_until(Utc::now().timestamp() + 600);
     let mut resumed = watch(refreshed, last).await;
     let (_, spec) = resumed.until("spec").await;
     assert_eq!(spec.data["spec"]["replicas"], 3);
@@ -239,22 +252,7 @@ async fn an_oidc_users_watch_ends_with_the_token_and_resumes_with_the_next(pool:
 /// socket with the refreshed token resumes after the last `seq` seen.
 #[sqlx::test]
 async fn an_oidc_users_subscription_completes_with_the_token(pool: PgPool) {
-    let app = oidc_app(pool, fixture("jwks-key1.json")).await;
-    app.create_project("team-a").await;
-    assert_eq!(
-        app.create_deployment("team-a", "qwen").await.status(),
-        StatusCode::CREATED
-    );
-    let binding = json!({"subjectKind": "user", "subject": "alice", "role": "viewer"});
-    let created = app
-        .post_json("/api/v1/projects/team-a/role-bindings", &binding)
-        .await;
-    assert_eq!(created.status(), StatusCode::CREATED);
-    let token_until = |exp: i64| {
-        let mut claims = claims("alice", &[]);
-        claims["exp"] = json!(exp);
-        sign("key1", &claims)
-    };
+    let app = alice_viewing_qwen(pool).await;
     let subscribe = |after: Option<i64>| {
         let after = after.map_or(String::new(), |seq| format!(", afterSeq: {seq}"));
         json!({"id": "1", "type": "subscribe", "payload": {"query": format!(
@@ -263,7 +261,7 @@ async fn an_oidc_users_subscription_completes_with_the_token(pool: PgPool) {
         )}})
     };
 
-    let mut socket = WsClient::connect(&app, &token_until(Utc::now().timestamp() + 3))
+    let mut socket = WsClient::connect(&app, &alice_until(Utc::now().timestamp() + 3))
         .await
         .unwrap();
     socket.send(subscribe(None)).await;
@@ -282,14 +280,8 @@ async fn an_oidc_users_subscription_completes_with_the_token(pool: PgPool) {
         }
     }
     let last = last.expect("the state carries the feed's position");
-    let scaled = app
-        .post_json(
-            "/api/v1/projects/team-a/deployments/qwen/scale",
-            &json!({"replicas": 3}),
-        )
-        .await;
-    assert_eq!(scaled.status(), StatusCode::OK);
-    let mut renewed = WsClient::connect(&app, &token_until(Utc::now().timestamp() + 600))
+    scale_qwen_to_3(&app).await;
+    let mut renewed = WsClient::connect(&app, &alice_until(Utc::now().timestamp() + 600))
         .await
         .unwrap();
     renewed.send(subscribe(Some(last))).await;
